@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+const usage = `Usage: consumer
+
+Consumes a RabbitMQ queue with manual acks, folds a SHA-256 hash chain over the
+message bodies, and serves the state at GET /state (and GET /healthz). It
+reconnects by itself, keeping its state, until SIGTERM or SIGINT.
+
+Environment:
+  AMQP_URL         broker URL (default amqp://guest:guest@127.0.0.1:5672/)
+  QUEUE            queue to consume (default orders)
+  PREFETCH         basic.qos prefetch count; 0 means no limit (default 1)
+  WORK_MS          milliseconds of work per message (default 50)
+  HTTP_ADDR        address of the state server (default 127.0.0.1:8080)
+  DECLARE          declare the queue as durable before consuming (default true)
+  CONNECTION_NAME  client-provided connection name (default ms2m-example-consumer)
+`
+
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+type config struct {
+	url      string
+	queue    string
+	prefetch int
+	work     time.Duration
+	httpAddr string
+	declare  bool
+	connName string
+}
+
+func main() {
+	flag.Usage = func() { fmt.Fprint(flag.CommandLine.Output(), usage) }
+	flag.Parse()
+	if flag.NArg() > 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	cfg, err := loadConfig(os.LookupEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("consumer failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func loadConfig(lookup func(string) (string, bool)) (config, error) {
+	cfg := config{
+		url:      "amqp://guest:guest@127.0.0.1:5672/",
+		queue:    "orders",
+		prefetch: 1,
+		work:     50 * time.Millisecond,
+		httpAddr: "127.0.0.1:8080",
+		declare:  true,
+		connName: "ms2m-example-consumer",
+	}
+	// An empty variable counts as unset.
+	env := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		return v, ok && v != ""
+	}
+	str := func(name string, dst *string) {
+		if v, ok := env(name); ok {
+			*dst = v
+		}
+	}
+	str("AMQP_URL", &cfg.url)
+	str("QUEUE", &cfg.queue)
+	str("HTTP_ADDR", &cfg.httpAddr)
+	str("CONNECTION_NAME", &cfg.connName)
+	if v, ok := env("PREFETCH"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 65535 {
+			return cfg, fmt.Errorf("PREFETCH=%q: want an integer from 0 to 65535", v)
+		}
+		cfg.prefetch = n
+	}
+	if v, ok := env("WORK_MS"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return cfg, fmt.Errorf("WORK_MS=%q: want an integer >= 0", v)
+		}
+		cfg.work = time.Duration(n) * time.Millisecond
+	}
+	if v, ok := env("DECLARE"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("DECLARE=%q: want true or false", v)
+		}
+		cfg.declare = b
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	st := &state{}
+	ln, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.httpAddr, err)
+	}
+	srv := &http.Server{Handler: st.handler(), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdownCtx)
+	}()
+	log.Info("listening", "http", "http://"+ln.Addr().String(), "broker", redact(cfg.url),
+		"queue", cfg.queue, "prefetch", cfg.prefetch, "work", cfg.work, "connection_name", cfg.connName)
+
+	backoff := minBackoff
+	for {
+		consumed, err := session(ctx, cfg, st, log)
+		if ctx.Err() != nil {
+			log.Info("stopping", "count", st.snapshot().Count)
+			return nil
+		}
+		if consumed {
+			backoff = minBackoff
+		}
+		log.Warn("disconnected, will reconnect", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			log.Info("stopping", "count", st.snapshot().Count)
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session connects and consumes until the connection or channel drops, or
+// ctx ends. It reports whether it got as far as consuming. Unacked messages go
+// back to the queue when the connection closes.
+func session(ctx context.Context, cfg config, st *state, log *slog.Logger) (consumed bool, err error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(cfg.connName)
+	conn, err := amqp.DialConfig(cfg.url, amqp.Config{Properties: props, Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return false, fmt.Errorf("connect to %s: %w", redact(cfg.url), err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, fmt.Errorf("open channel: %w", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(cfg.prefetch, 0, false); err != nil {
+		return false, fmt.Errorf("set prefetch %d: %w", cfg.prefetch, err)
+	}
+	if cfg.declare {
+		if _, err := ch.QueueDeclare(cfg.queue, true, false, false, false, nil); err != nil {
+			return false, fmt.Errorf("declare queue %q: %w", cfg.queue, err)
+		}
+	}
+	deliveries, err := ch.Consume(cfg.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return false, fmt.Errorf("consume queue %q (does it exist? set DECLARE=true): %w", cfg.queue, err)
+	}
+	st.setConnected(true)
+	defer st.setConnected(false)
+	log.Info("consuming", "queue", cfg.queue)
+
+	for {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case d, ok = <-deliveries:
+		}
+		if !ok {
+			select {
+			case e := <-closed:
+				return true, fmt.Errorf("channel closed: %w", e)
+			default:
+				return true, errors.New("consumer cancelled by the broker")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err() // not processed; redelivered to the next consumer
+		case <-time.After(cfg.work):
+		}
+		st.apply(message{
+			body:        d.Body,
+			messageID:   d.MessageId,
+			redelivered: d.Redelivered,
+			sentAt:      sentAt(d.Headers),
+		}, time.Now())
+		if err := d.Ack(false); err != nil {
+			return true, fmt.Errorf("ack message %q: %w", d.MessageId, err)
+		}
+	}
+}
+
+// sentAt reads the producer's x-sent-at header (unix nanoseconds).
+func sentAt(h amqp.Table) time.Time {
+	switch v := h["x-sent-at"].(type) {
+	case int64:
+		return time.Unix(0, v)
+	case int32:
+		return time.Unix(0, int64(v))
+	case int:
+		return time.Unix(0, int64(v))
+	}
+	return time.Time{}
+}
+
+// redact hides the password in a broker URL, for logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ms2m/ms2m/examples/internal/hashchain"
+)
+
+// state is the consumer's in-memory state and connection status. The HTTP
+// server reads it while the consume loop writes it.
+type state struct {
+	mu         sync.Mutex
+	chain      hashchain.Chain
+	count      int
+	last       string
+	lastID     int64 // message-id of the last folded message, if haveLastID
+	haveLastID bool
+	skipped    int
+	connected  bool
+	sessions   int
+	maxLatency time.Duration
+}
+
+// message is what apply needs from a delivery.
+type message struct {
+	body        []byte
+	messageID   string
+	redelivered bool
+	sentAt      time.Time // zero when the message has no x-sent-at header
+}
+
+// apply folds m into the hash chain and reports true, or reports false when
+// m is a redelivery of a message that was already folded: it is redelivered,
+// and its numeric message-id is not above that of the last folded message.
+// That happens when the connection drops after a message was folded but before
+// its ack reached the broker. Skipping it keeps the state exactly-once.
+func (s *state) apply(m message, now time.Time) bool {
+	id, err := strconv.ParseInt(m.messageID, 10, 64)
+	hasID := err == nil
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.redelivered && hasID && s.haveLastID && id <= s.lastID {
+		s.skipped++
+		return false
+	}
+	s.chain.Fold(m.body)
+	s.count++
+	s.last = string(m.body)
+	s.lastID, s.haveLastID = id, hasID
+	if !m.sentAt.IsZero() {
+		s.maxLatency = max(s.maxLatency, now.Sub(m.sentAt))
+	}
+	return true
+}
+
+// setConnected records that a session started or ended consuming.
+func (s *state) setConnected(c bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.connected = c
+	if c {
+		s.sessions++
+	}
+}
+
+// stateJSON is the body of GET /state.
+type stateJSON struct {
+	Count        int     `json:"count"`
+	Hash         string  `json:"hash"`
+	Last         string  `json:"last"`
+	Connected    bool    `json:"connected"`
+	Reconnects   int     `json:"reconnects"`
+	MaxLatencyMS float64 `json:"max_latency_ms"`
+	Skipped      int     `json:"skipped_redeliveries"`
+}
+
+func (s *state) snapshot() stateJSON {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return stateJSON{
+		Count:        s.count,
+		Hash:         s.chain.Hex(),
+		Last:         s.last,
+		Connected:    s.connected,
+		Reconnects:   max(0, s.sessions-1),
+		MaxLatencyMS: float64(s.maxLatency) / float64(time.Millisecond),
+		Skipped:      s.skipped,
+	}
+}
+
+func (s *state) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.snapshot())
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}

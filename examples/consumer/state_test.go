@@ -1,0 +1,100 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ms2m/ms2m/examples/internal/hashchain"
+)
+
+func TestApply(t *testing.T) {
+	msg := func(id string, redelivered bool) message {
+		return message{body: []byte("msg-" + id), messageID: id, redelivered: redelivered}
+	}
+	tests := map[string]struct {
+		in          []message
+		wantFolded  []string // bodies, in order
+		wantSkipped int
+	}{
+		"in order": {
+			in:         []message{msg("1", false), msg("2", false), msg("3", false)},
+			wantFolded: []string{"msg-1", "msg-2", "msg-3"},
+		},
+		"redelivery of folded messages is skipped": {
+			in:          []message{msg("1", false), msg("2", false), msg("2", true), msg("3", true)},
+			wantFolded:  []string{"msg-1", "msg-2", "msg-3"},
+			wantSkipped: 1,
+		},
+		"redelivery below the last id is skipped": {
+			in:          []message{msg("1", false), msg("2", false), msg("3", false), msg("2", true), msg("3", true), msg("4", true)},
+			wantFolded:  []string{"msg-1", "msg-2", "msg-3", "msg-4"},
+			wantSkipped: 2,
+		},
+		"a first delivery is folded even with an old id": {
+			in:         []message{msg("5", false), msg("1", false)},
+			wantFolded: []string{"msg-5", "msg-1"},
+		},
+		"redelivery without a numeric id is folded": {
+			in:         []message{msg("a", false), msg("a", true)},
+			wantFolded: []string{"msg-a", "msg-a"},
+		},
+		"redelivery after a message without a numeric id is folded": {
+			in:         []message{msg("1", false), msg("x", false), msg("1", true)},
+			wantFolded: []string{"msg-1", "msg-x", "msg-1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var s state
+			for _, m := range tc.in {
+				s.apply(m, time.Now())
+			}
+			var want hashchain.Chain
+			for _, b := range tc.wantFolded {
+				want.Fold([]byte(b))
+			}
+			wantState := stateJSON{
+				Count:   len(tc.wantFolded),
+				Hash:    want.Hex(),
+				Last:    tc.wantFolded[len(tc.wantFolded)-1],
+				Skipped: tc.wantSkipped,
+			}
+			if diff := cmp.Diff(wantState, s.snapshot()); diff != "" {
+				t.Errorf("state (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestApplyLatency(t *testing.T) {
+	var s state
+	now := time.Unix(100, 0)
+	s.apply(message{body: []byte("a"), messageID: "1", sentAt: now.Add(-30 * time.Millisecond)}, now)
+	s.apply(message{body: []byte("b"), messageID: "2", sentAt: now.Add(-10 * time.Millisecond)}, now)
+	s.apply(message{body: []byte("c"), messageID: "3"}, now)
+	if got := s.snapshot().MaxLatencyMS; got != 30 {
+		t.Errorf("max_latency_ms = %v, want 30", got)
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	env := map[string]string{"PREFETCH": "10", "WORK_MS": "0", "DECLARE": "false", "QUEUE": "q"}
+	cfg, err := loadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.prefetch != 10 || cfg.work != 0 || cfg.declare || cfg.queue != "q" || cfg.httpAddr != "127.0.0.1:8080" {
+		t.Errorf("loadConfig = %+v", cfg)
+	}
+	cfg, err = loadConfig(func(k string) (string, bool) { return "", true })
+	if err != nil || cfg.prefetch != 1 || cfg.queue != "orders" {
+		t.Errorf("with every variable set but empty: loadConfig = %+v, %v; want the defaults", cfg, err)
+	}
+	for _, bad := range []map[string]string{{"PREFETCH": "-1"}, {"WORK_MS": "x"}, {"DECLARE": "maybe"}} {
+		if _, err := loadConfig(func(k string) (string, bool) { v, ok := bad[k]; return v, ok }); err == nil {
+			t.Errorf("loadConfig(%v): want an error", bad)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Prepares what ms2m's tests need on this machine, idempotently:
+#   - a running RabbitMQ with the stream plugin (AMQP on 5672, streams on 5552);
+#   - a broker user for processes outside loopback (guest may only use loopback);
+#   - Debian's python3-pika, for the unmodified Python consumer.
+# Under CI=true anything missing fails the run; elsewhere it warns loudly and
+# the tests that need it skip.
+set -uo pipefail
+
+MS2M_BROKER_USER=${MS2M_BROKER_USER:-ms2m}
+MS2M_BROKER_PASSWORD=${MS2M_BROKER_PASSWORD:-ms2m-test}
+failed=0
+
+say()  { printf 'setup: %s\n' "$*"; }
+fail() {
+	printf '\nsetup: ********************************************************\n' >&2
+	printf 'setup: MISSING: %s\n' "$1" >&2
+	printf 'setup: how to get it: %s\n' "$2" >&2
+	printf 'setup: ********************************************************\n\n' >&2
+	failed=1
+}
+as_root() { [ "$(id -u)" = 0 ]; }
+
+apt_install() {
+	as_root || return 1
+	if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1
+}
+
+wait_port() { # node check: wait until RabbitMQ listens on port $1, up to $2 seconds
+	local deadline=$((SECONDS + $2))
+	while [ $SECONDS -lt $deadline ]; do
+		rabbitmq-diagnostics -q check_port_listener "$1" >/dev/null 2>&1 && return 0
+		sleep 1
+	done
+	return 1
+}
+
+setup_rabbitmq() {
+	if ! command -v rabbitmq-server >/dev/null 2>&1; then
+		say "installing rabbitmq-server from Debian's packages"
+		apt_install rabbitmq-server || { fail "rabbitmq-server" "run as root: apt-get install rabbitmq-server"; return; }
+	fi
+	if ! rabbitmq-diagnostics -q check_port_listener 5672 >/dev/null 2>&1; then
+		say "starting RabbitMQ"
+		rabbitmq-server -detached >/dev/null 2>&1 || true
+		wait_port 5672 90 || { fail "a RabbitMQ listening on 127.0.0.1:5672" "start it with: rabbitmq-server -detached"; return; }
+	fi
+	if ! rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_stream; then
+		say "enabling the rabbitmq_stream plugin"
+		rabbitmq-plugins enable rabbitmq_stream >/dev/null 2>&1 || { fail "the rabbitmq_stream plugin" "rabbitmq-plugins enable rabbitmq_stream"; return; }
+	fi
+	# ms2m's stream client always dials the configured address (it ignores
+	# the node's advertised host), so no advertised_host change is needed.
+	wait_port 5552 60 || { fail "the RabbitMQ stream listener on port 5552" "rabbitmq-plugins enable rabbitmq_stream, then check rabbitmq-diagnostics listeners"; return; }
+	if ! rabbitmqctl -q list_users 2>/dev/null | awk '{print $1}' | grep -qx "$MS2M_BROKER_USER"; then
+		say "creating broker user $MS2M_BROKER_USER"
+		rabbitmqctl -q add_user "$MS2M_BROKER_USER" "$MS2M_BROKER_PASSWORD" >/dev/null 2>&1 ||
+			{ fail "broker user $MS2M_BROKER_USER" "rabbitmqctl add_user $MS2M_BROKER_USER <password>"; return; }
+	fi
+	rabbitmqctl -q set_permissions -p / "$MS2M_BROKER_USER" '.*' '.*' '.*' >/dev/null 2>&1 ||
+		fail "permissions for $MS2M_BROKER_USER" "rabbitmqctl set_permissions -p / $MS2M_BROKER_USER '.*' '.*' '.*'"
+	say "RabbitMQ ready: amqp 127.0.0.1:5672, stream 127.0.0.1:5552, user $MS2M_BROKER_USER"
+}
+
+setup_pika() {
+	if /usr/bin/python3 -c 'import pika' >/dev/null 2>&1; then
+		return
+	fi
+	say "installing python3-pika from Debian's packages"
+	apt_install python3-pika && /usr/bin/python3 -c 'import pika' >/dev/null 2>&1 ||
+		fail "Debian's python3-pika for /usr/bin/python3" "run as root: apt-get install python3-pika"
+}
+
+setup_rabbitmq
+setup_pika
+
+if [ "$failed" = 1 ]; then
+	if [ "${CI:-}" = true ]; then
+		echo "setup: failing because CI=true and something the tests need is missing (see above)" >&2
+		exit 1
+	fi
+	echo "setup: continuing without it; the tests that need it will SKIP (they fail under CI=true)" >&2
+fi
+exit 0

@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/ms2m/ms2m/internal/amqpwire"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// consumer is one basic.consume that the broker confirmed.
+type consumer struct {
+	queue string
+	noAck bool
+	// consume is the app's basic.consume, with the consumer tag made
+	// explicit, so that a resume after a stop can issue it again.
+	consume *amqpwire.BasicConsume
+}
+
+// pendingConsume is a basic.consume sent upstream and not yet confirmed.
+type pendingConsume struct {
+	m         *amqpwire.BasicConsume
+	bySidecar bool // sent by the sidecar on resume: swallow its consume-ok
+}
+
+// pendingGet is a basic.get sent upstream and not yet answered.
+type pendingGet struct {
+	queue string
+	noAck bool
+}
+
+// content is a content-bearing method on its way through: its header and
+// body frames follow.
+type content struct {
+	record bool // a delivery to tee; false for basic.return and publishes
+	held   bool // held back from the app (quiesced or stopped)
+	tag    uint64
+	noAck  bool
+	size   uint64
+	got    uint64
+	header bool
+	raw    []byte // the frames, while held
+	rec    shadowqueue.Record
+}
+
+// delivery is one delivery the app has and has not settled.
+type delivery struct {
+	tag    uint64
+	id     uint64
+	ticket shadowqueue.Ticket
+	queue  string
+	at     time.Time
+}
+
+// channel is the proxy's view of one AMQP channel.
+type channel struct {
+	id        uint16
+	consumers map[string]*consumer
+	consumes  []pendingConsume
+	gets      []pendingGet
+	down      *content // content in progress from the broker
+	up        *content // content in progress from the app (publishes)
+	// outstanding holds the deliveries the app has not settled, in tag
+	// order (the broker numbers them upward per channel).
+	outstanding []delivery
+	// held holds complete deliveries that the app has not been given.
+	held []*content
+	// cancelled holds the consumers the sidecar cancelled on stop, for resume.
+	cancelled []*consumer
+	// awaitCancelOk counts the sidecar's own basic.cancel still unanswered.
+	awaitCancelOk map[string]bool
+	prefetch      uint16
+	nextTag       int // for consumer tags the sidecar makes up
+}
+
+func newChannel(id uint16) *channel {
+	return &channel{id: id, consumers: map[string]*consumer{}, awaitCancelOk: map[string]bool{}}
+}
+
+// settle removes and returns the outstanding deliveries that an ack, nack or
+// reject of tag covers. With multiple, that is every delivery up to tag, and
+// tag 0 means all of them.
+func (ch *channel) settle(tag uint64, multiple bool) []delivery {
+	if !multiple {
+		for i, d := range ch.outstanding {
+			if d.tag == tag {
+				ch.outstanding = append(ch.outstanding[:i], ch.outstanding[i+1:]...)
+				return []delivery{d}
+			}
+		}
+		return nil
+	}
+	n := len(ch.outstanding)
+	if tag != 0 {
+		n = 0
+		for n < len(ch.outstanding) && ch.outstanding[n].tag <= tag {
+			n++
+		}
+	}
+	covered := make([]delivery, n)
+	copy(covered, ch.outstanding[:n])
+	ch.outstanding = append(ch.outstanding[:0], ch.outstanding[n:]...)
+	return covered
+}

@@ -1,0 +1,284 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/amqpwire"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// segment is a run of raw app frames bound for the broker. If gated, the
+// writer waits until ticket gate is durable in the log before writing it.
+type segment struct {
+	raw   []byte
+	gated bool
+	gate  shadowqueue.Ticket
+}
+
+// conn is one app connection and its broker connection.
+type conn struct {
+	p       *Proxy
+	id      uint64
+	app, up net.Conn
+	log     *slog.Logger
+
+	// Lock order: mu, then appMu or upMu.
+	mu    sync.Mutex // guards the fields below it up to the next blank line
+	mode  Mode
+	chans map[uint16]*channel
+	// requeued is set once Stop gave the held deliveries back; later ones
+	// go straight back too.
+	requeued bool
+	// late collects frames for the broker made while mu is held; the pump
+	// queues them after it lets go of mu.
+	late []byte
+
+	appMu sync.Mutex // serialises writes to app
+	upMu  sync.Mutex // serialises writes to up
+
+	qMu     sync.Mutex // guards upQ sends against close
+	qClosed bool
+	upQ     chan segment
+	queued  atomic.Int64 // segments queued and not yet written
+	gated   atomic.Int64 // gated segments queued and not yet written
+
+	downP, upP *amqpwire.Parser
+	closeOnce  sync.Once
+}
+
+func newConn(p *Proxy, id uint64, app, up net.Conn, log *slog.Logger) *conn {
+	return &conn{
+		p: p, id: id, app: app, up: up, log: log,
+		chans: map[uint16]*channel{},
+		upQ:   make(chan segment, 256),
+		downP: amqpwire.NewParser(p.opts.InitialFrameMax),
+		upP:   amqpwire.NewParser(p.opts.InitialFrameMax),
+	}
+}
+
+func (c *conn) abort() {
+	c.closeOnce.Do(func() {
+		c.app.Close()
+		c.up.Close()
+	})
+}
+
+// run pumps frames both ways until either side closes.
+func (c *conn) run(ctx context.Context) {
+	stop := context.AfterFunc(ctx, c.abort)
+	defer stop()
+
+	writerCtx, cancelWriter := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWriter()
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeUp(writerCtx)
+	}()
+	downDone := make(chan struct{})
+	go func() {
+		defer close(downDone)
+		if err := c.pumpDown(); err != nil && !isClosed(err) {
+			c.log.Debug("broker side ended", "err", err)
+		}
+		c.app.Close() // ends pumpUp's read
+	}()
+
+	if err := c.pumpUp(); err != nil && !isClosed(err) {
+		c.log.Debug("app side ended", "err", err)
+	}
+	// The app is gone or done. Its last acks may still wait on the log: let
+	// the writer forward them, within DrainTimeout.
+	c.qMu.Lock()
+	c.qClosed = true
+	close(c.upQ)
+	c.qMu.Unlock()
+	drain := time.AfterFunc(c.p.opts.DrainTimeout, cancelWriter)
+	<-writerDone
+	drain.Stop()
+	if tc, ok := c.up.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	select {
+	case <-downDone:
+	case <-time.After(time.Second):
+	}
+	c.abort()
+	<-downDone
+	c.dropAll()
+}
+
+func isClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed)
+}
+
+// push queues a segment for the broker, in order.
+func (c *conn) push(s segment) {
+	if len(s.raw) == 0 {
+		return
+	}
+	c.qMu.Lock()
+	defer c.qMu.Unlock()
+	if c.qClosed {
+		return
+	}
+	c.queued.Add(1)
+	if s.gated {
+		c.gated.Add(1)
+	}
+	c.upQ <- s
+}
+
+// writeUp writes queued segments to the broker, waiting on the log for
+// gated ones.
+func (c *conn) writeUp(ctx context.Context) {
+	broken := false
+	for s := range c.upQ {
+		if s.gated && !broken && !c.p.tee.Durable(s.gate) {
+			start := time.Now()
+			if err := c.p.tee.Wait(ctx, s.gate); err != nil {
+				c.log.Error("app acks not forwarded: their deliveries are not durable in the replay log; the broker will redeliver them",
+					"err", err)
+				broken = true
+			}
+			c.p.opts.Metrics.gateWaits.Observe(time.Since(start).Seconds())
+		}
+		if !broken {
+			c.upMu.Lock()
+			_, err := c.up.Write(s.raw)
+			c.upMu.Unlock()
+			if err != nil {
+				broken = true
+				c.abort()
+			}
+		}
+		if s.gated {
+			c.gated.Add(-1)
+		}
+		c.queued.Add(-1)
+	}
+}
+
+// pumpUp reads the app's frames, settles acks and queues the frames for the
+// broker.
+func (c *conn) pumpUp() error {
+	hdr := make([]byte, len(amqpwire.ProtocolHeader))
+	if _, err := io.ReadFull(c.app, hdr); err != nil {
+		return err
+	}
+	c.push(segment{raw: hdr})
+	if !bytes.Equal(hdr, amqpwire.ProtocolHeader) {
+		// Not AMQP 0-9-1: the broker answers with the version it speaks and
+		// closes. Pass the rest through untouched.
+		return c.copyRawUp()
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.app.Read(buf)
+		if n > 0 {
+			seg := segment{raw: make([]byte, 0, n)}
+			c.mu.Lock()
+			perr := c.upP.Parse(buf[:n], func(f amqpwire.Frame) error { return c.onUp(f, &seg) })
+			late := c.takeLateLocked()
+			c.mu.Unlock()
+			c.push(seg)
+			c.push(segment{raw: late})
+			if perr != nil {
+				c.protocolError("app", perr)
+				return perr
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) copyRawUp() error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := c.app.Read(buf)
+		if n > 0 {
+			c.push(segment{raw: bytes.Clone(buf[:n])})
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) takeLateLocked() []byte {
+	l := c.late
+	c.late = nil
+	return l
+}
+
+func (c *conn) channel(id uint16) *channel {
+	ch := c.chans[id]
+	if ch == nil {
+		ch = newChannel(id)
+		c.chans[id] = ch
+	}
+	return ch
+}
+
+// onUp handles one frame from the app. It runs with c.mu held.
+func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
+	switch f.Type {
+	case amqpwire.FrameHeartbeat:
+		if c.gated.Load() > 0 {
+			// Acks wait on the log: do not let heartbeats wait behind them.
+			c.upMu.Lock()
+			_, err := c.up.Write(f.Raw)
+			c.upMu.Unlock()
+			return err
+		}
+	case amqpwire.FrameMethod:
+		forward, err := c.onUpMethod(f, seg)
+		if err != nil || !forward {
+			return err
+		}
+	case amqpwire.FrameHeader:
+		ch := c.channel(f.Channel)
+		if ch.up == nil || ch.up.header {
+			return unexpected(f, "content header from the app without basic.publish")
+		}
+		size, err := amqpwire.ContentHeaderBodySize(f.Payload)
+		if err != nil {
+			return err
+		}
+		ch.up.header, ch.up.size = true, size
+		if size == 0 {
+			ch.up = nil
+		}
+	case amqpwire.FrameBody:
+		ch := c.channel(f.Channel)
+		if ch.up == nil || !ch.up.header {
+			return unexpected(f, "body frame from the app without a content header")
+		}
+		ch.up.got += uint64(len(f.Payload))
+		if ch.up.got > ch.up.size {
+			return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("body on channel %d is longer than its content header says (%d bytes)", f.Channel, ch.up.size)}
+		}
+		if ch.up.got == ch.up.size {
+			ch.up = nil
+		}
+	default:
+		return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("unknown frame type %d on channel %d", f.Type, f.Channel)}
+	}
+	seg.raw = append(seg.raw, f.Raw...)
+	return nil
+}
+
+func unexpected(f amqpwire.Frame, what string) error {
+	return &amqpwire.Error{Code: amqpwire.UnexpectedFrame, Text: fmt.Sprintf("%s (channel %d)", what, f.Channel)}
+}

@@ -1,0 +1,408 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/ms2m/ms2m/internal/amqpwire"
+)
+
+// pumpDown reads the broker's frames, tees deliveries and writes the frames
+// on to the app.
+func (c *conn) pumpDown() error {
+	buf := make([]byte, 64<<10)
+	out := make([]byte, 0, 64<<10)
+	first := true
+	for {
+		n, err := c.up.Read(buf)
+		if n > 0 {
+			if first && buf[0] == amqpwire.ProtocolHeader[0] {
+				// The broker refuses the app's protocol version and says which
+				// one it speaks: pass it on as it is.
+				c.writeAppRaw(buf[:n])
+				return c.copyRawDown(buf)
+			}
+			first = false
+			out = out[:0]
+			c.mu.Lock()
+			perr := c.downP.Parse(buf[:n], func(f amqpwire.Frame) error { return c.onDown(f, &out) })
+			late := c.takeLateLocked()
+			c.appMu.Lock()
+			c.mu.Unlock()
+			_, werr := c.app.Write(out)
+			c.appMu.Unlock()
+			c.push(segment{raw: late})
+			if perr != nil {
+				c.protocolError("broker", perr)
+				return perr
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) writeAppRaw(b []byte) {
+	c.appMu.Lock()
+	defer c.appMu.Unlock()
+	c.app.Write(b)
+}
+
+func (c *conn) copyRawDown(buf []byte) error {
+	for {
+		n, err := c.up.Read(buf)
+		if n > 0 {
+			c.writeAppRaw(buf[:n])
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// onDown handles one frame from the broker. It runs with c.mu held.
+func (c *conn) onDown(f amqpwire.Frame, out *[]byte) error {
+	switch f.Type {
+	case amqpwire.FrameHeartbeat:
+	case amqpwire.FrameMethod:
+		if f.Channel == 0 {
+			break
+		}
+		return c.onDownMethod(f, out)
+	case amqpwire.FrameHeader:
+		ch := c.channel(f.Channel)
+		d := ch.down
+		if d == nil || d.header {
+			return unexpected(f, "content header from the broker without a content method")
+		}
+		size, err := amqpwire.ContentHeaderBodySize(f.Payload)
+		if err != nil {
+			return err
+		}
+		d.header, d.size = true, size
+		if d.record {
+			props, err := amqpwire.ContentHeaderRawProps(f.Payload)
+			if err != nil {
+				return err
+			}
+			d.rec.Properties = bytes.Clone(props)
+			d.rec.Body = make([]byte, 0, min(size, 1<<20))
+		}
+		c.emit(d, f, out)
+		if size == 0 {
+			c.complete(ch, d, out)
+		}
+		return nil
+	case amqpwire.FrameBody:
+		ch := c.channel(f.Channel)
+		d := ch.down
+		if d == nil || !d.header {
+			return unexpected(f, "body frame from the broker without a content header")
+		}
+		d.got += uint64(len(f.Payload))
+		if d.got > d.size {
+			return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("body on channel %d is longer than its content header says (%d bytes)", f.Channel, d.size)}
+		}
+		if d.record {
+			d.rec.Body = append(d.rec.Body, f.Payload...)
+		}
+		c.emit(d, f, out)
+		if d.got == d.size {
+			c.complete(ch, d, out)
+		}
+		return nil
+	default:
+		return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("unknown frame type %d on channel %d", f.Type, f.Channel)}
+	}
+	*out = append(*out, f.Raw...)
+	return nil
+}
+
+func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
+	ch := c.channel(f.Channel)
+	if ch.down != nil {
+		return unexpected(f, "method frame from the broker in the middle of a delivery's content")
+	}
+	key, err := methodKey(f.Payload)
+	if err != nil {
+		return err
+	}
+	switch key {
+	case mBasicDeliver:
+		m, err := decode[*amqpwire.BasicDeliver](f.Payload)
+		if err != nil {
+			return err
+		}
+		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag}
+		if cons := ch.consumers[m.ConsumerTag]; cons != nil {
+			d.rec.Queue, d.noAck = cons.queue, cons.noAck
+		}
+		d.rec.ConsumerTag, d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.ConsumerTag, m.Exchange, m.RoutingKey, m.Redelivered
+		ch.down = d
+		c.emit(d, f, out)
+		return nil
+	case mBasicGetOk:
+		m, err := decode[*amqpwire.BasicGetOk](f.Payload)
+		if err != nil {
+			return err
+		}
+		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag}
+		if len(ch.gets) > 0 {
+			d.rec.Queue, d.noAck = ch.gets[0].queue, ch.gets[0].noAck
+			ch.gets = ch.gets[1:]
+		}
+		d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
+		ch.down = d
+		c.emit(d, f, out)
+		return nil
+	case mBasicReturn:
+		ch.down = &content{}
+	case mBasicGetEmpty:
+		if len(ch.gets) > 0 {
+			ch.gets = ch.gets[1:]
+		}
+	case mBasicConsumeOk:
+		m, err := decode[*amqpwire.BasicConsumeOk](f.Payload)
+		if err != nil {
+			return err
+		}
+		if len(ch.consumes) == 0 {
+			break // not one we saw; pass it on
+		}
+		pc := ch.consumes[0]
+		ch.consumes = ch.consumes[1:]
+		pc.m.ConsumerTag = m.ConsumerTag
+		cons := &consumer{queue: pc.m.Queue, noAck: pc.m.NoAck, consume: pc.m}
+		ch.consumers[m.ConsumerTag] = cons
+		if c.mode == Stopped {
+			// Confirmed after the stop cancelled the others: cancel it too.
+			c.cancelLocked(f.Channel, ch, m.ConsumerTag, cons)
+		}
+		if pc.bySidecar {
+			return nil
+		}
+	case mBasicCancelOk:
+		m, err := decode[*amqpwire.BasicCancelOk](f.Payload)
+		if err != nil {
+			return err
+		}
+		delete(ch.consumers, m.ConsumerTag)
+		if ch.awaitCancelOk[m.ConsumerTag] {
+			delete(ch.awaitCancelOk, m.ConsumerTag)
+			return nil // the sidecar's own cancel
+		}
+	case mBasicCancel:
+		// The broker cancelled a consumer (its queue was deleted, say).
+		m, err := decode[*amqpwire.BasicCancel](f.Payload)
+		if err != nil {
+			return err
+		}
+		delete(ch.consumers, m.ConsumerTag)
+		delete(ch.awaitCancelOk, m.ConsumerTag)
+	case mChannelClose, mChannelCloseOk:
+		c.dropChannel(f.Channel)
+	}
+	*out = append(*out, f.Raw...)
+	return nil
+}
+
+// emit passes a frame of a content on, or keeps it while the content is held.
+func (c *conn) emit(d *content, f amqpwire.Frame, out *[]byte) {
+	if d.held {
+		d.raw = append(d.raw, f.Raw...)
+		return
+	}
+	*out = append(*out, f.Raw...)
+}
+
+// complete finishes a content whose last frame has arrived.
+func (c *conn) complete(ch *channel, d *content, out *[]byte) {
+	ch.down = nil
+	if !d.record {
+		return
+	}
+	switch {
+	case !d.held:
+		c.deliverLocked(ch, d)
+	case d.noAck && c.requeued:
+		// Auto-ack: the broker already forgot it, so it cannot go back.
+		// Hand it to the app rather than lose it.
+		*out = append(*out, d.raw...)
+		c.deliverLocked(ch, d)
+	case c.requeued:
+		c.late = amqpwire.AppendMethodFrame(c.late, ch.id, &amqpwire.BasicReject{DeliveryTag: d.tag, Requeue: true})
+		c.p.opts.Metrics.requeued.Inc()
+	default:
+		ch.held = append(ch.held, d)
+	}
+}
+
+// deliverLocked tees a delivery the app now has, and tracks it until the app
+// settles it.
+func (c *conn) deliverLocked(ch *channel, d *content) {
+	now := c.p.opts.Now()
+	d.rec.Time = now
+	id, tk := c.p.tee.Append(d.rec)
+	c.p.tracker.Delivered(d.rec.Queue, id, now, !d.noAck)
+	c.p.opts.Metrics.deliveries.WithLabelValues(d.rec.Queue).Inc()
+	if !d.noAck {
+		ch.outstanding = append(ch.outstanding, delivery{tag: d.tag, id: id, ticket: tk, queue: d.rec.Queue, at: now})
+	}
+	d.raw = nil
+}
+
+// protocolError closes both sides after a malformed or unexpected frame:
+// the side that sent it gets the AMQP error, the other a forced close.
+func (c *conn) protocolError(side string, err error) {
+	var ae *amqpwire.Error
+	if !errors.As(err, &ae) {
+		ae = &amqpwire.Error{Code: amqpwire.FrameError, Text: err.Error()}
+	}
+	c.p.opts.Metrics.frameErrors.WithLabelValues(side).Inc()
+	c.log.Error("closing the connection: malformed frame", "from", side, "code", ae.Code, "err", ae.Text)
+	text := shortstr(fmt.Sprintf("%s (from the sidecar)", ae.Text))
+	offender := amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionClose{ReplyCode: ae.Code, ReplyText: text})
+	other := amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionClose{ReplyCode: amqpwire.ConnectionForced,
+		ReplyText: shortstr(fmt.Sprintf("the %s sent a malformed frame: %s", side, ae.Text))})
+	toApp, toUp := other, offender
+	if side == "app" {
+		toApp, toUp = offender, other
+	}
+	c.writeAppRaw(toApp)
+	c.upMu.Lock()
+	c.up.Write(toUp)
+	c.upMu.Unlock()
+	c.abort()
+}
+
+func shortstr(s string) string {
+	if len(s) > 255 {
+		return s[:255]
+	}
+	return s
+}
+
+// setMode switches what the connection does with new deliveries.
+func (c *conn) setMode(m Mode) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mode = m
+}
+
+// unsettled reports the deliveries the app has not settled and the segments
+// not yet written to the broker.
+func (c *conn) unsettled() (inFlight, queued int) {
+	c.mu.Lock()
+	for _, ch := range c.chans {
+		inFlight += len(ch.outstanding)
+	}
+	c.mu.Unlock()
+	return inFlight, int(c.queued.Load())
+}
+
+func (c *conn) heldCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ch := range c.chans {
+		n += len(ch.held)
+	}
+	return n
+}
+
+// cancelConsumers cancels every consumer of the app upstream, on stop.
+func (c *conn) cancelConsumers() {
+	c.mu.Lock()
+	for id, ch := range c.chans {
+		for tag, cons := range ch.consumers {
+			if !ch.awaitCancelOk[tag] {
+				c.cancelLocked(id, ch, tag, cons)
+			}
+		}
+	}
+	late := c.takeLateLocked()
+	c.mu.Unlock()
+	c.push(segment{raw: late})
+}
+
+func (c *conn) cancelLocked(id uint16, ch *channel, tag string, cons *consumer) {
+	ch.awaitCancelOk[tag] = true
+	ch.cancelled = append(ch.cancelled, cons)
+	c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicCancel{ConsumerTag: tag})
+}
+
+// cancelsPending reports whether a sidecar cancel is still unanswered.
+func (c *conn) cancelsPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.chans {
+		if len(ch.awaitCancelOk) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// requeueHeld gives every held delivery back to the broker, on stop.
+// Auto-ack deliveries cannot go back; the app gets them instead.
+func (c *conn) requeueHeld() int {
+	c.mu.Lock()
+	n := 0
+	var toApp []byte
+	for id, ch := range c.chans {
+		for _, d := range ch.held {
+			if d.noAck {
+				toApp = append(toApp, d.raw...)
+				c.deliverLocked(ch, d)
+				continue
+			}
+			c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicReject{DeliveryTag: d.tag, Requeue: true})
+			n++
+		}
+		ch.held = nil
+	}
+	c.requeued = true
+	late := c.takeLateLocked()
+	if len(toApp) > 0 {
+		c.writeApp(toApp)
+	}
+	c.mu.Unlock()
+	c.push(segment{raw: late})
+	c.p.opts.Metrics.requeued.Add(float64(n))
+	return n
+}
+
+// resume hands held deliveries to the app and, after a stop, consumes again.
+func (c *conn) resume(afterStop bool) {
+	c.mu.Lock()
+	c.mode = Serving
+	c.requeued = false
+	var toApp []byte
+	for id, ch := range c.chans {
+		for _, d := range ch.held {
+			toApp = append(toApp, d.raw...)
+			c.deliverLocked(ch, d)
+		}
+		ch.held = nil
+		if afterStop {
+			for _, cons := range ch.cancelled {
+				m := *cons.consume
+				m.NoWait = false
+				ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true})
+				c.late = amqpwire.AppendMethodFrame(c.late, id, &m)
+			}
+			ch.cancelled = nil
+		}
+	}
+	if len(toApp) > 0 {
+		c.writeApp(toApp)
+	}
+	late := c.takeLateLocked()
+	c.mu.Unlock()
+	c.push(segment{raw: late})
+}

@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/amqpwire"
+)
+
+// Method ids the proxy acts on, as (class<<16 | method).
+const (
+	mConnectionTuneOk  = 10<<16 | 31
+	mChannelClose      = 20<<16 | 40
+	mChannelCloseOk    = 20<<16 | 41
+	mBasicQos          = 60<<16 | 10
+	mBasicConsume      = 60<<16 | 20
+	mBasicConsumeOk    = 60<<16 | 21
+	mBasicCancel       = 60<<16 | 30
+	mBasicCancelOk     = 60<<16 | 31
+	mBasicPublish      = 60<<16 | 40
+	mBasicReturn       = 60<<16 | 50
+	mBasicDeliver      = 60<<16 | 60
+	mBasicGet          = 60<<16 | 70
+	mBasicGetOk        = 60<<16 | 71
+	mBasicGetEmpty     = 60<<16 | 72
+	mBasicAck          = 60<<16 | 80
+	mBasicReject       = 60<<16 | 90
+	mBasicRecoverAsync = 60<<16 | 100
+	mBasicRecover      = 60<<16 | 110
+	mBasicNack         = 60<<16 | 120
+)
+
+func methodKey(payload []byte) (uint32, error) {
+	class, method, err := amqpwire.MethodID(payload)
+	return uint32(class)<<16 | uint32(method), err
+}
+
+// decode decodes a method the proxy acts on into T.
+func decode[T amqpwire.Method](payload []byte) (T, error) {
+	var zero T
+	m, err := amqpwire.DecodeMethod(payload)
+	if err != nil {
+		return zero, err
+	}
+	t, ok := m.(T)
+	if !ok {
+		return zero, &amqpwire.Error{Code: amqpwire.SyntaxError, Text: fmt.Sprintf("decoded %T, expected %T", m, zero)}
+	}
+	return t, nil
+}
+
+// onUpMethod handles one method frame from the app. It returns false for a
+// frame that must not reach the broker. It runs with c.mu held.
+func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
+	key, err := methodKey(f.Payload)
+	if err != nil {
+		return false, err
+	}
+	if f.Channel == 0 {
+		if key == mConnectionTuneOk {
+			t, err := decode[*amqpwire.ConnectionTuneOk](f.Payload)
+			if err != nil {
+				return false, err
+			}
+			c.upP.SetMaxFrame(t.FrameMax)
+			c.downP.SetMaxFrame(t.FrameMax)
+		}
+		return true, nil
+	}
+	ch := c.channel(f.Channel)
+	if ch.up != nil {
+		return false, unexpected(f, "method frame from the app in the middle of a publish's content")
+	}
+	switch key {
+	case mBasicPublish:
+		ch.up = &content{}
+	case mBasicQos:
+		q, err := decode[*amqpwire.BasicQos](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		ch.prefetch = q.PrefetchCount
+	case mBasicConsume:
+		m, err := decode[*amqpwire.BasicConsume](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		if c.mode == Stopped {
+			// Consume nothing while stopped: answer for the broker and keep
+			// the consume for a resume.
+			if m.ConsumerTag == "" {
+				ch.nextTag++
+				m.ConsumerTag = fmt.Sprintf("ms2m.held.%d.%d", f.Channel, ch.nextTag)
+			}
+			ch.cancelled = append(ch.cancelled, &consumer{queue: m.Queue, noAck: m.NoAck, consume: m})
+			if !m.NoWait {
+				c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicConsumeOk{ConsumerTag: m.ConsumerTag}))
+			}
+			return false, nil
+		}
+		if m.NoWait {
+			ch.consumers[m.ConsumerTag] = &consumer{queue: m.Queue, noAck: m.NoAck, consume: m}
+		} else {
+			ch.consumes = append(ch.consumes, pendingConsume{m: m})
+		}
+	case mBasicCancel:
+		m, err := decode[*amqpwire.BasicCancel](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		if m.NoWait {
+			delete(ch.consumers, m.ConsumerTag)
+		}
+	case mBasicGet:
+		m, err := decode[*amqpwire.BasicGet](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		if c.mode == Stopped {
+			c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicGetEmpty{}))
+			return false, nil
+		}
+		ch.gets = append(ch.gets, pendingGet{queue: m.Queue, noAck: m.NoAck})
+	case mBasicAck:
+		m, err := decode[*amqpwire.BasicAck](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		c.settle(ch, seg, m.DeliveryTag, m.Multiple, true)
+	case mBasicNack:
+		m, err := decode[*amqpwire.BasicNack](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		c.settle(ch, seg, m.DeliveryTag, m.Multiple, false)
+	case mBasicReject:
+		m, err := decode[*amqpwire.BasicReject](f.Payload)
+		if err != nil {
+			return false, err
+		}
+		c.settle(ch, seg, m.DeliveryTag, false, false)
+	case mBasicRecover, mBasicRecoverAsync:
+		// The broker redelivers everything unacked on the channel.
+		c.dropOutstanding(ch)
+	case mChannelClose, mChannelCloseOk:
+		c.dropChannel(f.Channel)
+	}
+	return true, nil
+}
+
+// settle records that the app settled the deliveries that tag covers, and
+// gates seg on the log if any of them is not durable yet.
+func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool) {
+	covered := ch.settle(tag, multiple)
+	if len(covered) == 0 {
+		return
+	}
+	now := c.p.opts.Now()
+	gate := covered[0].ticket
+	byQueue := map[string][]delivery{}
+	for _, d := range covered {
+		gate = max(gate, d.ticket)
+		byQueue[d.queue] = append(byQueue[d.queue], d)
+	}
+	for q, ds := range byQueue {
+		if ack {
+			c.p.tracker.Acked(q, ds[len(ds)-1].id, ds[0].at, now, len(ds))
+			c.p.opts.Metrics.settled.WithLabelValues(q, "ack").Add(float64(len(ds)))
+		} else {
+			c.p.tracker.Rejected(q, len(ds))
+			c.p.opts.Metrics.settled.WithLabelValues(q, "reject").Add(float64(len(ds)))
+		}
+	}
+	if !c.p.tee.Durable(gate) {
+		seg.gated = true
+		seg.gate = max(seg.gate, gate)
+	}
+}
+
+// dropOutstanding forgets the channel's unsettled deliveries: the broker
+// takes them back.
+func (c *conn) dropOutstanding(ch *channel) {
+	byQueue := map[string]int{}
+	for _, d := range ch.outstanding {
+		byQueue[d.queue]++
+	}
+	for q, n := range byQueue {
+		c.p.tracker.Dropped(q, n)
+	}
+	ch.outstanding = nil
+}
+
+// dropChannel forgets a closed channel.
+func (c *conn) dropChannel(id uint16) {
+	if ch := c.chans[id]; ch != nil {
+		c.dropOutstanding(ch)
+		delete(c.chans, id)
+	}
+}
+
+func (c *conn) dropAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id := range c.chans {
+		c.dropChannel(id)
+	}
+}
+
+// writeApp writes frames the sidecar made to the app. Callers hold c.mu.
+func (c *conn) writeApp(b []byte) {
+	c.appMu.Lock()
+	defer c.appMu.Unlock()
+	c.app.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	c.app.Write(b)
+	c.app.SetWriteDeadline(time.Time{})
+}

@@ -1,0 +1,20 @@
+// Package proxy is the sidecar's AMQP 0-9-1 proxy. The app connects to it as
+// if it were the broker; each connection is forwarded to the real broker, and
+// every frame passes through byte for byte, except where the proxy has to
+// act:
+//
+//   - basic.deliver and basic.get-ok, with their content, are teed into the
+//     replay log as they go to the app, and each gets a sequence ID;
+//   - the app's basic.ack, basic.nack and basic.reject go upstream only once
+//     every delivery they cover is durable in the log (invariant I1);
+//   - while quiesced or stopped, new deliveries are held back from the app;
+//     a stop cancels the app's consumers upstream and requeues what the app
+//     never saw.
+//
+// Each connection has two pumps. The downstream pump (broker to app) parses
+// what it reads, records deliveries and writes the frames on. The upstream
+// pump (app to broker) parses, settles acks and queues segments of raw bytes
+// for a writer goroutine, which waits on the log before it writes a segment
+// that starts with a gated ack. Heartbeats skip that queue so that a slow log
+// never starves a connection of them.
+package proxy

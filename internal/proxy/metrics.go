@@ -1,0 +1,53 @@
+package proxy
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the proxy's Prometheus metrics.
+type Metrics struct {
+	connections          prometheus.Gauge
+	deliveries           *prometheus.CounterVec
+	settled              *prometheus.CounterVec
+	gateWaits            prometheus.Histogram
+	frameErrors          *prometheus.CounterVec
+	upstreamDialFailures prometheus.Counter
+	requeued             prometheus.Counter
+	mode                 prometheus.Gauge
+}
+
+// NewMetrics makes the proxy's metrics and registers them with reg, unless
+// reg is nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ms2m_sidecar_connections", Help: "App connections open through the sidecar.",
+		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_deliveries_total", Help: "Deliveries handed to the app and teed into the replay log.",
+		}, []string{"queue"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_settled_total", Help: "Deliveries the app acked (outcome=ack) or nacked/rejected (outcome=reject).",
+		}, []string{"queue", "outcome"}),
+		gateWaits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ms2m_sidecar_ack_gate_wait_seconds",
+			Help:    "How long app acks waited for their deliveries to be durable in the replay log (only acks that had to wait).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		frameErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_frame_errors_total", Help: "Connections closed for a malformed or unexpected frame, by the side that sent it.",
+		}, []string{"side"}),
+		upstreamDialFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_upstream_connect_failures_total", Help: "App connections closed because the broker could not be reached.",
+		}),
+		requeued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_requeued_total", Help: "Held deliveries given back to the broker on stop.",
+		}),
+		mode: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ms2m_sidecar_mode", Help: "0 serving, 1 quiesced, 2 stopped.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
+			m.upstreamDialFailures, m.requeued, m.mode)
+	}
+	return m
+}

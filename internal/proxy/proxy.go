@@ -1,0 +1,415 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/tracking"
+)
+
+// Tee is the replay log as the proxy uses it; *shadowqueue.Tee implements it.
+type Tee interface {
+	Append(shadowqueue.Record) (uint64, shadowqueue.Ticket)
+	AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqueue.Ticket)
+	Durable(shadowqueue.Ticket) bool
+	Wait(context.Context, shadowqueue.Ticket) error
+	Status() shadowqueue.TeeStatus
+}
+
+// Mode is what the proxy does with new deliveries.
+type Mode int32
+
+const (
+	// Serving hands deliveries to the app.
+	Serving Mode = iota
+	// Quiesced holds new deliveries back; Resume hands them over.
+	Quiesced
+	// Stopped has cancelled the app's consumers upstream and requeued what
+	// the app never saw; Resume consumes again.
+	Stopped
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Serving:
+		return "serving"
+	case Quiesced:
+		return "quiesced"
+	case Stopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("Mode(%d)", int32(m))
+}
+
+// ErrStopped is returned by Quiesce on a stopped proxy.
+var ErrStopped = errors.New("the sidecar is stopped")
+
+// Options configure a Proxy.
+type Options struct {
+	// Upstream is the broker's host:port.
+	Upstream string
+	// ConnectTimeout bounds how long one app connection waits for the
+	// broker, retrying with back-off, before it is closed. Default 10 s.
+	ConnectTimeout time.Duration
+	// DrainTimeout bounds how long the app's last frames (acks waiting on the
+	// log) are still forwarded after the app closed its side. Default 10 s.
+	DrainTimeout time.Duration
+	// InitialFrameMax is the frame size limit before connection.tune-ok
+	// negotiates one. Default 131072, RabbitMQ's default frame-max.
+	InitialFrameMax uint32
+	Logger          *slog.Logger
+	Metrics         *Metrics
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Dial connects to the broker. Default net.Dialer.DialContext.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Proxy serves AMQP connections from the app.
+type Proxy struct {
+	opts    Options
+	tee     Tee
+	tracker *tracking.Tracker
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	mode   Mode
+	conns  map[*conn]struct{}
+	nextID uint64
+	// stopEpoch is the epoch of the cutoff marker of the current stop.
+	stopEpoch uint64
+	stopAt    time.Time
+	cutoffID  uint64
+	// opMu serialises Quiesce, Resume and Stop.
+	opMu sync.Mutex
+
+	accepted atomic.Uint64
+}
+
+// New returns a Proxy that tees into tee.
+func New(tee Tee, opts Options) *Proxy {
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.InitialFrameMax == 0 {
+		opts.InitialFrameMax = 131072
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Dial == nil {
+		var d net.Dialer
+		opts.Dial = d.DialContext
+	}
+	return &Proxy{
+		opts:    opts,
+		tee:     tee,
+		tracker: tracking.NewTracker(5*time.Second, 0.2),
+		log:     opts.Logger,
+		conns:   map[*conn]struct{}{},
+	}
+}
+
+// Serve accepts app connections on ln until ctx is done, then closes ln and
+// every open connection.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				p.closeAll()
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			p.closeAll()
+			return fmt.Errorf("accept app connections on %s: %w", ln.Addr(), err)
+		}
+		p.accepted.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.handle(ctx, nc)
+		}()
+	}
+}
+
+func (p *Proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.abort()
+	}
+}
+
+// handle connects one app connection to the broker and runs it.
+func (p *Proxy) handle(ctx context.Context, app net.Conn) {
+	log := p.log.With("app", app.RemoteAddr().String())
+	up, err := p.dialUpstream(ctx)
+	if err != nil {
+		log.Error("cannot reach the broker; closing the app's connection so that it retries", "upstream", p.opts.Upstream, "err", err)
+		p.opts.Metrics.upstreamDialFailures.Inc()
+		app.Close()
+		return
+	}
+	c := p.newConn(app, up, log)
+	p.opts.Metrics.connections.Inc()
+	defer p.opts.Metrics.connections.Dec()
+	c.run(ctx)
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		nc, err := p.opts.Dial(attempt, "tcp", p.opts.Upstream)
+		cancelAttempt()
+		if err == nil {
+			return nc, nil
+		}
+		p.log.Warn("broker connection failed; retrying", "upstream", p.opts.Upstream, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to broker %s within %s: %w", p.opts.Upstream, p.opts.ConnectTimeout, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (p *Proxy) newConn(app, up net.Conn, log *slog.Logger) *conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.nextID++
+	c := newConn(p, p.nextID, app, up, log.With("conn", p.nextID))
+	c.mode = p.mode
+	p.conns[c] = struct{}{}
+	return c
+}
+
+func (p *Proxy) snapshotConns() []*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Mode returns the current mode.
+func (p *Proxy) Mode() Mode {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode
+}
+
+func (p *Proxy) setMode(m Mode) {
+	p.mu.Lock()
+	p.mode = m
+	p.mu.Unlock()
+	p.opts.Metrics.mode.Set(float64(m))
+}
+
+// Quiesce holds new deliveries back from the app and waits until the app
+// has settled every delivery it has and those acks are upstream. It returns
+// the checkpoint ID: the last delivery the app was given. ctx bounds the
+// wait; on error the proxy stays quiesced and Resume undoes it.
+func (p *Proxy) Quiesce(ctx context.Context) (uint64, error) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	if p.Mode() == Stopped {
+		return 0, fmt.Errorf("quiesce: %w; resume it first", ErrStopped)
+	}
+	p.setMode(Quiesced)
+	for _, c := range p.snapshotConns() {
+		c.setMode(Quiesced)
+	}
+	if err := p.waitSettled(ctx); err != nil {
+		return 0, err
+	}
+	id := p.tee.Status().LastID
+	p.log.Info("quiesced", "checkpoint_id", id)
+	return id, nil
+}
+
+// waitSettled waits until no delivery is in flight in any connection and the
+// app's acks have been written upstream.
+func (p *Proxy) waitSettled(ctx context.Context) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		inFlight, queued := 0, 0
+		for _, c := range p.snapshotConns() {
+			i, q := c.unsettled()
+			inFlight += i
+			queued += q
+		}
+		if inFlight == 0 && queued == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the app to ack its %d deliveries in flight (%d frames queued for the broker): %w", inFlight, queued, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// waitCancelled waits until the broker confirmed every cancel the stop sent:
+// after that, no more deliveries come.
+func (p *Proxy) waitCancelled(ctx context.Context, conns []*conn) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		pending := false
+		for _, c := range conns {
+			pending = pending || c.cancelsPending()
+		}
+		if !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the broker to confirm the consumer cancels: %w", context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// StopResult is what Stop reports.
+type StopResult struct {
+	CutoffID  uint64    `json:"cutoffId"`
+	Epoch     uint64    `json:"epoch"`
+	Requeued  int       `json:"requeued"`
+	StoppedAt time.Time `json:"stoppedAt"`
+}
+
+// Stop ends this sidecar's tenure of the app's queues: it cancels the app's
+// consumers upstream, waits until the app has settled what it has, gives
+// every delivery the app never saw back to the broker, and writes a cutoff
+// marker with the last delivery ID to the log. It returns once the marker
+// is durable. The app keeps its connection; Resume consumes again.
+func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	if p.Mode() == Stopped {
+		return StopResult{CutoffID: p.cutoffID, Epoch: p.stopEpoch, StoppedAt: p.stopAt}, nil
+	}
+	p.setMode(Stopped)
+	conns := p.snapshotConns()
+	for _, c := range conns {
+		c.setMode(Stopped)
+		c.cancelConsumers()
+	}
+	if err := p.waitSettled(ctx); err != nil {
+		return StopResult{}, err
+	}
+	if err := p.waitCancelled(ctx, conns); err != nil {
+		return StopResult{}, err
+	}
+	requeued := 0
+	for _, c := range conns {
+		requeued += c.requeueHeld()
+	}
+	if err := p.waitSettled(ctx); err != nil {
+		return StopResult{}, err
+	}
+	id, epoch, tk := p.tee.AppendMarker(shadowqueue.KindCutoff)
+	if err := p.tee.Wait(ctx, tk); err != nil {
+		return StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", id, err)
+	}
+	now := p.opts.Now()
+	p.mu.Lock()
+	p.cutoffID, p.stopEpoch, p.stopAt = id, epoch, now
+	p.mu.Unlock()
+	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "requeued", requeued)
+	return StopResult{CutoffID: id, Epoch: epoch, Requeued: requeued, StoppedAt: now}, nil
+}
+
+// Resume hands deliveries to the app again. After a Stop it consumes again
+// with the app's consumers and writes a resume marker that voids the cutoff.
+func (p *Proxy) Resume(ctx context.Context) error {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	was := p.Mode()
+	if was == Serving {
+		return nil
+	}
+	if was == Stopped {
+		_, _, tk := p.tee.AppendMarker(shadowqueue.KindResume)
+		if err := p.tee.Wait(ctx, tk); err != nil {
+			return fmt.Errorf("write the resume marker to the replay log: %w", err)
+		}
+	}
+	p.setMode(Serving)
+	for _, c := range p.snapshotConns() {
+		c.resume(was == Stopped)
+	}
+	p.log.Info("resumed", "from", was.String())
+	return nil
+}
+
+// State is a snapshot of the proxy.
+type State struct {
+	Mode        string                `json:"mode"`
+	Connections int                   `json:"connections"`
+	Held        int                   `json:"held"`
+	Queues      []tracking.QueueStats `json:"queues"`
+	Log         shadowqueue.TeeStatus `json:"log"`
+	Degraded    bool                  `json:"degraded"`
+	CutoffID    uint64                `json:"cutoffId,omitempty"`
+	Epoch       uint64                `json:"epoch,omitempty"`
+}
+
+// State returns a snapshot.
+func (p *Proxy) State() State {
+	conns := p.snapshotConns()
+	held := 0
+	for _, c := range conns {
+		held += c.heldCount()
+	}
+	ts := p.tee.Status()
+	p.mu.Lock()
+	mode, cutoff, epoch := p.mode, p.cutoffID, p.stopEpoch
+	p.mu.Unlock()
+	st := State{
+		Mode:        mode.String(),
+		Connections: len(conns),
+		Held:        held,
+		Queues:      p.tracker.Snapshot(p.opts.Now()),
+		Log:         ts,
+		Degraded:    ts.Degraded,
+	}
+	if mode == Stopped {
+		st.CutoffID, st.Epoch = cutoff, epoch
+	}
+	return st
+}

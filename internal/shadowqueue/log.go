@@ -1,0 +1,20 @@
+package shadowqueue
+
+import "context"
+
+// Log is a durable, append-only replay log. The Tee is its only writer in a
+// sidecar; replay readers use Reader.
+//
+// A RabbitMQ stream implements it today (StreamLog); a NATS JetStream log can
+// follow without changes to the Tee.
+type Log interface {
+	// Write appends recs, in order, and returns once the broker has
+	// confirmed every one of them as durably stored. On error, any prefix of
+	// recs may have been stored: the caller writes the same records again,
+	// and readers skip IDs they have already seen.
+	Write(ctx context.Context, recs []Record) error
+	// Last returns the last record in the log, or ok=false when it is empty.
+	Last(ctx context.Context) (rec Record, ok bool, err error)
+	// Close releases the log's connections.
+	Close() error
+}

@@ -1,0 +1,120 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is the sidecar's configuration, read from the environment. Every
+// field is documented in docs/sidecar.md; keep the two in step.
+type Config struct {
+	// Listen is where the app connects, as if to the broker.
+	Listen string `env:"MS2M_LISTEN" envDefault:"127.0.0.1:5672"`
+	// Upstream is the real broker's AMQP host:port.
+	Upstream string `env:"MS2M_UPSTREAM,required"`
+	// UpstreamConnectTimeout bounds how long an app connection waits for the
+	// broker (retrying) before the sidecar closes it.
+	UpstreamConnectTimeout time.Duration `env:"MS2M_UPSTREAM_CONNECT_TIMEOUT" envDefault:"10s"`
+	// StreamURI is the broker's stream protocol address with credentials:
+	// rabbitmq-stream://user:password@host:5552/vhost.
+	StreamURI string `env:"MS2M_STREAM_URI,required"`
+	// LogName is the replay log's stream name: the workload's stable identity.
+	LogName string `env:"MS2M_LOG_NAME,required"`
+	// LogMaxAge and LogMaxBytes are the log's retention.
+	LogMaxAge   time.Duration `env:"MS2M_LOG_MAX_AGE" envDefault:"24h"`
+	LogMaxBytes int64         `env:"MS2M_LOG_MAX_BYTES" envDefault:"1073741824"`
+	// ControlListen is the control API's address.
+	ControlListen string `env:"MS2M_CONTROL_LISTEN" envDefault:":8089"`
+	// ControlToken, or the contents of ControlTokenFile, is the control
+	// API's bearer token. Exactly one of the two must be set.
+	ControlToken     string `env:"MS2M_CONTROL_TOKEN"`
+	ControlTokenFile string `env:"MS2M_CONTROL_TOKEN_FILE"`
+	// DrainTimeout bounds how long acks still waiting on the log are
+	// forwarded after the app closed its connection.
+	DrainTimeout time.Duration `env:"MS2M_DRAIN_TIMEOUT" envDefault:"10s"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+}
+
+// LoadConfig reads the configuration from the environment and checks it.
+// Errors name the variable at fault.
+func LoadConfig() (Config, error) {
+	cfg, err := env.ParseAs[Config]()
+	if err != nil {
+		return Config{}, fmt.Errorf("sidecar configuration: %w", err)
+	}
+	if err := cfg.complete(); err != nil {
+		return Config{}, fmt.Errorf("sidecar configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// complete checks cfg and reads the token file.
+func (c *Config) complete() error {
+	var errs []error
+	for name, addr := range map[string]string{"MS2M_LISTEN": c.Listen, "MS2M_UPSTREAM": c.Upstream, "MS2M_CONTROL_LISTEN": c.ControlListen} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want host:port, for example 127.0.0.1:5672 (%v)", name, addr, err))
+		}
+	}
+	if u, err := url.Parse(c.StreamURI); err != nil || u.Scheme != "rabbitmq-stream" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost, got %q", redact(c.StreamURI)))
+	}
+	if c.LogName == "" || len(c.LogName) > 255 || strings.ContainsAny(c.LogName, " /") {
+		errs = append(errs, fmt.Errorf("MS2M_LOG_NAME=%q: want a stream name of 1 to 255 characters without spaces or slashes", c.LogName))
+	}
+	if c.LogMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("MS2M_LOG_MAX_AGE=%s: must not be negative (0 keeps records forever)", c.LogMaxAge))
+	}
+	if c.LogMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("MS2M_LOG_MAX_BYTES=%d: must not be negative (0 means no size limit)", c.LogMaxBytes))
+	}
+	if c.UpstreamConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("MS2M_UPSTREAM_CONNECT_TIMEOUT=%s: must be positive", c.UpstreamConnectTimeout))
+	}
+	switch {
+	case c.ControlToken != "" && c.ControlTokenFile != "":
+		errs = append(errs, errors.New("MS2M_CONTROL_TOKEN and MS2M_CONTROL_TOKEN_FILE are both set: set only one"))
+	case c.ControlTokenFile != "":
+		b, err := os.ReadFile(c.ControlTokenFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MS2M_CONTROL_TOKEN_FILE: %w", err))
+		} else if c.ControlToken = strings.TrimSpace(string(b)); c.ControlToken == "" {
+			errs = append(errs, fmt.Errorf("MS2M_CONTROL_TOKEN_FILE=%s: the file is empty", c.ControlTokenFile))
+		}
+	case c.ControlToken == "":
+		errs = append(errs, errors.New("MS2M_CONTROL_TOKEN or MS2M_CONTROL_TOKEN_FILE: one must be set; the control API never runs without a token"))
+	}
+	if _, err := c.Level(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) Level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return 0, fmt.Errorf("MS2M_LOG_LEVEL=%q: want debug, info, warn or error", c.LogLevel)
+	}
+	return l, nil
+}
+
+// redact hides the password in a URI for messages.
+func redact(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.User == nil {
+		return uri
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

@@ -1,0 +1,264 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/proxy"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// Options are the parts of a sidecar that tests replace.
+type Options struct {
+	Logger *slog.Logger
+	// WrapLog, if set, wraps the replay log, for example to make it slow or
+	// failing in a test.
+	WrapLog func(shadowqueue.Log) shadowqueue.Log
+}
+
+// Sidecar is a running sidecar.
+type Sidecar struct {
+	cfg     Config
+	log     *slog.Logger
+	proxy   *proxy.Proxy
+	tee     *shadowqueue.Tee
+	replay  shadowqueue.Log
+	amqp    net.Listener
+	ctlAddr net.Addr
+	ready   atomic.Bool
+
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	err     error
+	cancel  context.CancelFunc
+}
+
+// Run runs a sidecar until ctx is done.
+func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	s, err := Start(ctx, cfg, Options{Logger: logger})
+	if err != nil {
+		return err
+	}
+	return s.Wait()
+}
+
+// Start starts a sidecar. The control API answers at once (/healthz, and
+// /readyz failing); Start then opens the replay log, retrying until it can
+// or ctx is done, and only then listens for the app. It returns once the
+// sidecar accepts app connections.
+func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Sidecar{cfg: cfg, log: opts.Logger, cancel: cancel}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ctlLn, err := net.Listen("tcp", cfg.ControlListen)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("listen for the control API on MS2M_CONTROL_LISTEN=%s: %w", cfg.ControlListen, err)
+	}
+	s.ctlAddr = ctlLn.Addr()
+	srv := &http.Server{Handler: control.Handler(api{s}, cfg.ControlToken, reg), ReadHeaderTimeout: 10 * time.Second}
+	s.goRun(func() error {
+		go func() {
+			<-ctx.Done()
+			shut, c := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer c()
+			srv.Shutdown(shut)
+		}()
+		if err := srv.Serve(ctlLn); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("control API: %w", err)
+		}
+		return nil
+	})
+
+	replay, last, err := s.openLog(ctx)
+	if err != nil {
+		s.fail(err)
+		return nil, errors.Join(err, s.Wait())
+	}
+	if opts.WrapLog != nil {
+		replay = opts.WrapLog(replay)
+	}
+	s.replay = replay
+	s.tee = shadowqueue.NewTee(replay, last, shadowqueue.TeeOptions{Logger: s.log})
+	s.registerLogMetrics(reg)
+	s.goRun(func() error { return s.tee.Run(ctx) })
+
+	metrics := proxy.NewMetrics(reg)
+	s.proxy = proxy.New(s.tee, proxy.Options{
+		Upstream:       cfg.Upstream,
+		ConnectTimeout: cfg.UpstreamConnectTimeout,
+		DrainTimeout:   cfg.DrainTimeout,
+		Logger:         s.log,
+		Metrics:        metrics,
+	})
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", cfg.Listen, err)
+		s.fail(err)
+		return nil, errors.Join(err, s.Wait())
+	}
+	s.amqp = ln
+	s.goRun(func() error { return s.proxy.Serve(ctx, ln) })
+	s.ready.Store(true)
+	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", cfg.Upstream,
+		"log", cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
+	return s, nil
+}
+
+// openLog opens the replay log and reads its last record, retrying with
+// back-off until it succeeds or ctx is done.
+func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		l, last, err := s.tryOpenLog(ctx)
+		if err == nil {
+			return l, last, nil
+		}
+		s.log.Warn("replay log not available yet; retrying", "log", s.cfg.LogName, "attempt", attempt, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil, shadowqueue.Record{}, fmt.Errorf("open replay log %q: %w (last error: %v)", s.cfg.LogName, context.Cause(ctx), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
+	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
+		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+	})
+	if err != nil {
+		return nil, shadowqueue.Record{}, err
+	}
+	last, _, err := l.Last(ctx)
+	if err != nil {
+		l.Close()
+		return nil, shadowqueue.Record{}, err
+	}
+	return l, last, nil
+}
+
+func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
+	gauge := func(name, help string, f func(shadowqueue.TeeStatus) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.tee.Status()) })
+	}
+	reg.MustRegister(
+		gauge("ms2m_sidecar_log_last_id", "Last delivery ID assigned.", func(t shadowqueue.TeeStatus) float64 { return float64(t.LastID) }),
+		gauge("ms2m_sidecar_log_confirmed_id", "Last delivery ID durable in the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.ConfirmedID) }),
+		gauge("ms2m_sidecar_log_pending_records", "Records not yet confirmed by the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.Pending) }),
+		gauge("ms2m_sidecar_log_degraded", "1 while writes to the replay log fail (acks are held).", func(t shadowqueue.TeeStatus) float64 {
+			if t.Degraded {
+				return 1
+			}
+			return 0
+		}),
+	)
+}
+
+func (s *Sidecar) goRun(f func() error) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := f(); err != nil {
+			s.fail(err)
+		}
+	}()
+}
+
+func (s *Sidecar) fail(err error) {
+	s.errOnce.Do(func() { s.err = err })
+	s.cancel()
+}
+
+// Wait blocks until the sidecar has stopped, and returns the first error.
+func (s *Sidecar) Wait() error {
+	s.wg.Wait()
+	if s.replay != nil {
+		s.replay.Close()
+	}
+	return s.err
+}
+
+// Close stops the sidecar and waits for it.
+func (s *Sidecar) Close() error {
+	s.cancel()
+	return s.Wait()
+}
+
+// AMQPAddr is where the app connects.
+func (s *Sidecar) AMQPAddr() string { return s.amqp.Addr().String() }
+
+// ControlAddr is the control API's address.
+func (s *Sidecar) ControlAddr() string { return s.ctlAddr.String() }
+
+// Proxy returns the AMQP proxy.
+func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
+
+// State is what GET /state returns.
+type State struct {
+	Log   string `json:"log"`
+	Ready bool   `json:"ready"`
+	proxy.State
+}
+
+// api adapts a Sidecar to the control API.
+type api struct{ s *Sidecar }
+
+func (a api) State() any {
+	st := State{Log: a.s.cfg.LogName, Ready: a.s.ready.Load()}
+	if st.Ready {
+		st.State = a.s.proxy.State()
+	} else {
+		st.Mode = "starting"
+	}
+	return st
+}
+
+func (a api) Ready() error {
+	if !a.s.ready.Load() {
+		return errors.New("not ready: the replay log is not open yet")
+	}
+	return nil
+}
+
+func (a api) Quiesce(ctx context.Context) (uint64, error) {
+	if err := a.Ready(); err != nil {
+		return 0, fmt.Errorf("%w: %w", control.ErrConflict, err)
+	}
+	id, err := a.s.proxy.Quiesce(ctx)
+	if errors.Is(err, proxy.ErrStopped) {
+		err = fmt.Errorf("%w: %w", control.ErrConflict, err)
+	}
+	return id, err
+}
+
+func (a api) Resume(ctx context.Context) error {
+	if err := a.Ready(); err != nil {
+		return fmt.Errorf("%w: %w", control.ErrConflict, err)
+	}
+	return a.s.proxy.Resume(ctx)
+}
+
+func (a api) Stop(ctx context.Context) (any, error) {
+	if err := a.Ready(); err != nil {
+		return nil, fmt.Errorf("%w: %w", control.ErrConflict, err)
+	}
+	return a.s.proxy.Stop(ctx)
+}
