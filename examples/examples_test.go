@@ -139,9 +139,12 @@ func unavailable(t *testing.T, format string, args ...any) {
 }
 
 // brokerURL returns the broker to test against (AMQP_URL, or the local
-// default) after checking that it is reachable.
+// default) after checking that it is reachable. -short skips the test.
 func brokerURL(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs RabbitMQ; skipped with -short")
+	}
 	url := os.Getenv("AMQP_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"

@@ -27,12 +27,12 @@ type TeeOptions struct {
 
 // TeeStatus is a snapshot of a Tee.
 type TeeStatus struct {
-	LastID      uint64 // last delivery ID assigned
-	ConfirmedID uint64 // last delivery ID known durable
-	Pending     int    // records assigned but not yet confirmed
-	Degraded    bool   // the last write to the log failed
-	LastError   string
-	Epoch       uint64 // epoch of the last marker written
+	LastID      uint64 `json:"lastId"`              // last delivery ID assigned
+	ConfirmedID uint64 `json:"confirmedId"`         // last delivery ID known durable
+	Pending     int    `json:"pending"`             // records assigned but not yet confirmed
+	Degraded    bool   `json:"degraded"`            // the last write to the log failed
+	LastError   string `json:"lastError,omitempty"` // the last write error
+	Epoch       uint64 `json:"epoch"`               // epoch of the last marker written
 }
 
 // Tee numbers deliveries and writes them to a Log, in order.

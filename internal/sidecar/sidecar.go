@@ -25,6 +25,9 @@ type Options struct {
 	// WrapLog, if set, wraps the replay log, for example to make it slow or
 	// failing in a test.
 	WrapLog func(shadowqueue.Log) shadowqueue.Log
+	// Dial, if set, connects to the broker instead of net.Dialer, for
+	// example to watch what the sidecar sends it.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Sidecar is a running sidecar.
@@ -106,6 +109,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		DrainTimeout:   cfg.DrainTimeout,
 		Logger:         s.log,
 		Metrics:        metrics,
+		Dial:           opts.Dial,
 	})
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -213,8 +217,8 @@ func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
 // State is what GET /state returns.
 type State struct {
-	Log   string `json:"log"`
-	Ready bool   `json:"ready"`
+	LogName string `json:"logName"`
+	Ready   bool   `json:"ready"`
 	proxy.State
 }
 
@@ -222,7 +226,7 @@ type State struct {
 type api struct{ s *Sidecar }
 
 func (a api) State() any {
-	st := State{Log: a.s.cfg.LogName, Ready: a.s.ready.Load()}
+	st := State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
 	if st.Ready {
 		st.State = a.s.proxy.State()
 	} else {

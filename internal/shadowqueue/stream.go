@@ -1,0 +1,725 @@
+package shadowqueue
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/amqp"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/message"
+	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
+)
+
+// ErrRecordTooLarge is wrapped by Write when one record cannot fit in a
+// stream protocol frame. Writing it again cannot succeed.
+var ErrRecordTooLarge = errors.New("shadowqueue: record too large for a stream frame")
+
+const (
+	// streamFrameMax is the frame size the stream client asks for; the
+	// broker's stream.frame_max (1 MiB by default) can only lower it.
+	streamFrameMax = 1048574
+	// publishFrameHeader is a publish frame's size without its messages:
+	// length prefix, key, version, publisher ID and message count.
+	publishFrameHeader = 4 + 2 + 2 + 1 + 4
+	// publishMessageOverhead is what a publish frame adds to an encoded
+	// record: publishing ID and length (12), and the AMQP 1.0 data section
+	// header the client wraps it in (at most 8).
+	publishMessageOverhead = 12 + 8
+	// maxRecordLen is the largest encoded record that fits in one frame.
+	maxRecordLen = streamFrameMax - publishFrameHeader - publishMessageOverhead
+
+	// socketBuffer replaces the client's 8 KiB socket buffers, which cap
+	// consumption at about 700 msg/s.
+	socketBuffer = 1 << 20
+	// defaultStreamPort is the stream protocol's port when the URI has none.
+	defaultStreamPort = 5552
+)
+
+// markerVersion is the first byte of a stream message that is not a Record
+// (records start with recordVersion). Last and ReadAll append such a tail
+// marker, followed by a random token, to learn where the log ends: RabbitMQ
+// 3.10 has no stream statistics command. Every reader here skips markers.
+const markerVersion = 0
+
+// StreamOptions configures a StreamLog.
+type StreamOptions struct {
+	URI          string        // rabbitmq-stream://user:pass@host:port/vhost
+	Name         string        // stream name (the pod's replay log)
+	MaxAge       time.Duration // retention, 0 = none
+	MaxBytes     int64         // retention, 0 = none
+	SegmentBytes int64         // 0 = broker default
+	// Logger gets warnings, such as a stream that exists with other
+	// retention. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// StreamLog is a Log on a RabbitMQ stream. Each record is one stream
+// message whose body is AppendRecord's encoding. Write is safe for
+// concurrent use, though writes are sent one call at a time.
+//
+// The client library cannot abandon a connection attempt: when ctx ends
+// while the broker is unreachable, the call returns but a goroutine keeps
+// trying in the background and closes what it gets.
+type StreamLog struct {
+	opts     StreamOptions
+	resolver stream.AddressResolver // the URI's host:port, for every connection
+	logger   *slog.Logger
+
+	mu      sync.Mutex  // serialises writes; guards the fields below
+	conn    *streamConn // nil before the first connection and after a failure
+	nextPub int64       // publishing ID of the next message
+	closed  bool
+
+	// holdConfirms is for tests: connections made while it is set hand out
+	// no confirmation until it is closed.
+	holdConfirms chan struct{}
+}
+
+// OpenStream connects to the broker, declares the stream with the retention
+// in o (an existing stream keeps its own retention, with a warning) and
+// creates the producer that Write uses.
+func OpenStream(ctx context.Context, o StreamOptions) (*StreamLog, error) {
+	if o.Name == "" {
+		return nil, errors.New("open replay log: the stream name is empty")
+	}
+	resolver, err := streamResolver(o.URI)
+	if err != nil {
+		return nil, fmt.Errorf("open replay log stream %q: %w", o.Name, err)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	l := &StreamLog{opts: o, resolver: resolver, logger: o.Logger, nextPub: 1}
+	if err := l.declare(ctx); err != nil {
+		return nil, err
+	}
+	c, err := l.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.conn = c
+	return l, nil
+}
+
+// streamResolver returns the host and port of a rabbitmq-stream URI. The
+// broker advertises its node name as the host to connect to; the resolver
+// makes the client use the configured address instead.
+func streamResolver(uri string) (stream.AddressResolver, error) {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return stream.AddressResolver{}, fmt.Errorf("parse the stream URI: %w", err)
+	}
+	if u.Scheme != "rabbitmq-stream" {
+		return stream.AddressResolver{}, fmt.Errorf("stream URI scheme is %q, want rabbitmq-stream://user:pass@host:port/vhost", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return stream.AddressResolver{}, errors.New("stream URI has no host; want rabbitmq-stream://user:pass@host:port/vhost")
+	}
+	port := defaultStreamPort
+	if p := u.Port(); p != "" {
+		if port, err = strconv.Atoi(p); err != nil {
+			return stream.AddressResolver{}, fmt.Errorf("stream URI port %q: %w", p, err)
+		}
+	}
+	return stream.AddressResolver{Host: u.Hostname(), Port: port}, nil
+}
+
+// newEnvironment connects to the broker. It gives up when ctx is done,
+// leaving the attempt to finish in the background; whatever it yields then
+// goes to abandon.
+func newEnvironment(ctx context.Context, uri string, resolver stream.AddressResolver, setup func(*stream.Environment) error) (*stream.Environment, error) {
+	type result struct {
+		env *stream.Environment
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		opts := stream.NewEnvironmentOptions().
+			SetUri(uri).
+			SetAddressResolver(resolver).
+			SetReadBuffer(socketBuffer).
+			SetWriteBuffer(socketBuffer)
+		env, err := stream.NewEnvironment(opts)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		if setup != nil {
+			if err := setup(env); err != nil {
+				_ = env.Close()
+				done <- result{err: err}
+				return
+			}
+		}
+		done <- result{env: env}
+	}()
+	select {
+	case r := <-done:
+		return r.env, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-done; r.env != nil {
+				_ = r.env.Close()
+			}
+		}()
+		return nil, context.Cause(ctx)
+	}
+}
+
+// declare creates the stream with the configured retention, or keeps an
+// existing one.
+func (l *StreamLog) declare(ctx context.Context) error {
+	opts := stream.NewStreamOptions()
+	if l.opts.MaxAge > 0 {
+		opts.SetMaxAge(l.opts.MaxAge)
+	}
+	if l.opts.MaxBytes > 0 {
+		opts.SetMaxLengthBytes(stream.ByteCapacity{}.B(l.opts.MaxBytes))
+	}
+	if l.opts.SegmentBytes > 0 {
+		opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(l.opts.SegmentBytes))
+	}
+	var differs bool
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, func(env *stream.Environment) error {
+		err := env.DeclareStream(l.opts.Name, opts)
+		if errors.Is(err, stream.PreconditionFailed) {
+			differs = true
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("declare replay log stream %q at %s:%d: %w; check that RabbitMQ runs with the rabbitmq_stream plugin and that the URI's user may configure the stream",
+			l.opts.Name, l.resolver.Host, l.resolver.Port, err)
+	}
+	_ = env.Close()
+	if differs {
+		l.logger.Warn("replay log stream exists with other arguments; keeping its retention",
+			"stream", l.opts.Name, "maxAge", l.opts.MaxAge, "maxBytes", l.opts.MaxBytes, "segmentBytes", l.opts.SegmentBytes)
+	}
+	return nil
+}
+
+// connect opens a new environment and producer. It does not declare the
+// stream: a stream deleted under a running sidecar is an error to report,
+// not something to paper over.
+func (l *StreamLog) connect(ctx context.Context) (*streamConn, error) {
+	c := &streamConn{waiting: make(map[int64]chan<- confirmResult), dead: make(chan struct{}), hold: l.holdConfirms}
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, func(env *stream.Environment) error {
+		p, err := env.NewProducer(l.opts.Name, stream.NewProducerOptions().SetClientProvidedName("ms2m-replay-log"))
+		if err != nil {
+			return err
+		}
+		c.prod = p
+		c.confirms = p.NotifyPublishConfirmation()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect a producer to replay log stream %q at %s:%d: %w; the broker may be down (writes retry) or the stream deleted (restart the sidecar to declare it again)",
+			l.opts.Name, l.resolver.Host, l.resolver.Port, err)
+	}
+	c.env = env
+	go c.dispatch()
+	return c, nil
+}
+
+// streamConn is one environment with its producer. Its dispatch goroutine
+// hands each confirmation to the Write waiting for it.
+type streamConn struct {
+	env      *stream.Environment
+	prod     *stream.Producer
+	confirms stream.ChannelPublishConfirm
+
+	mu      sync.Mutex
+	waiting map[int64]chan<- confirmResult // by publishing ID
+	dead    chan struct{}                  // closed once the producer is gone
+	once    sync.Once
+
+	hold chan struct{} // tests only: nil, or confirmations wait until it is closed
+}
+
+type confirmResult struct {
+	pub int64
+	err error // nil when the broker confirmed the message
+}
+
+func (c *streamConn) dispatch() {
+	for statuses := range c.confirms {
+		if c.hold != nil {
+			<-c.hold
+		}
+		for _, s := range statuses {
+			var err error
+			if !s.IsConfirmed() {
+				err = s.GetError()
+				if err == nil {
+					err = fmt.Errorf("not confirmed, code %d", s.GetErrorCode())
+				}
+				// Timed out or closed: the connection is no use any more.
+				if errors.Is(err, stream.ConfirmationTimoutError) || errors.Is(err, stream.AlreadyClosed) {
+					c.kill()
+				}
+			}
+			c.mu.Lock()
+			w := c.waiting[s.GetPublishingId()]
+			delete(c.waiting, s.GetPublishingId())
+			c.mu.Unlock()
+			if w != nil {
+				w <- confirmResult{pub: s.GetPublishingId(), err: err}
+			}
+		}
+	}
+	c.kill() // the producer closed the channel: it is gone
+}
+
+// kill marks the connection unusable; the next Write opens a new one.
+func (c *streamConn) kill() { c.once.Do(func() { close(c.dead) }) }
+
+func (c *streamConn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait registers pubs to be confirmed on results, which needs room for all
+// of them. forget undoes it for the ones still pending.
+func (c *streamConn) wait(pubs []int64, results chan<- confirmResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range pubs {
+		c.waiting[p] = results
+	}
+}
+
+func (c *streamConn) forget(pubs []int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range pubs {
+		delete(c.waiting, p)
+	}
+}
+
+func (c *streamConn) close() error {
+	c.kill()
+	return c.env.Close()
+}
+
+// Write appends recs to the stream and returns once the broker confirmed
+// all of them. Records go out in frames of up to 1 MiB without waiting in
+// between, so a batch costs about one broker round trip.
+//
+// If the connection is gone (broker restart, network), Write connects again
+// before sending; if it dies during the write, Write sends the whole batch
+// once more on a new connection. Either way some records may be stored
+// twice, which the Log contract allows.
+func (l *StreamLog) Write(ctx context.Context, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	total := 0
+	for i := range recs {
+		n := encodedRecordLen(&recs[i])
+		if n > maxRecordLen {
+			return fmt.Errorf("write to replay log stream %q: record ID %d is %d bytes encoded, over the %d that fit in a stream frame: %w",
+				l.opts.Name, recs[i].ID, n, maxRecordLen, ErrRecordTooLarge)
+		}
+		total += n
+	}
+	buf := make([]byte, 0, total) // one allocation for the whole batch
+	bodies := make([][]byte, len(recs))
+	for i := range recs {
+		start := len(buf)
+		buf = AppendRecord(buf, &recs[i])
+		bodies[i] = buf[start:len(buf):len(buf)]
+	}
+	return l.writeBodies(ctx, bodies, func(i int) string {
+		return fmt.Sprintf("record ID %d (kind %d)", recs[i].ID, recs[i].Kind)
+	})
+}
+
+// writeBodies sends bodies as one message each and waits for their
+// confirmations. describe names bodies[i] in errors.
+func (l *StreamLog) writeBodies(ctx context.Context, bodies [][]byte, describe func(i int) string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("write to replay log stream %q: the log is closed", l.opts.Name)
+	}
+	var err error
+	for attempt := 1; attempt <= 2; attempt++ {
+		if l.conn == nil || l.conn.isDead() {
+			if l.conn != nil {
+				_ = l.conn.close()
+				l.conn = nil
+			}
+			c, cerr := l.connect(ctx)
+			if cerr != nil {
+				return fmt.Errorf("write %s: %w", describe(0), cerr)
+			}
+			l.conn = c
+		}
+		c := l.conn
+		err = l.sendAndWait(ctx, c, bodies, describe)
+		if err == nil || ctx.Err() != nil || !c.isDead() || attempt == 2 {
+			return err
+		}
+		l.logger.Warn("replay log connection lost during a write; sending the batch again on a new connection",
+			"stream", l.opts.Name, "attempt", attempt, "err", err)
+	}
+	return err
+}
+
+func (l *StreamLog) sendAndWait(ctx context.Context, c *streamConn, bodies [][]byte, describe func(i int) string) error {
+	pubs := make([]int64, len(bodies))
+	index := make(map[int64]int, len(bodies)) // publishing ID -> position
+	for i := range bodies {
+		pubs[i] = l.nextPub
+		index[l.nextPub] = i
+		l.nextPub++
+	}
+	results := make(chan confirmResult, len(bodies))
+	c.wait(pubs, results)
+	defer c.forget(pubs)
+
+	// Send in frames that stay under the negotiated frame size.
+	for start := 0; start < len(bodies); {
+		end, size := start, publishFrameHeader
+		for end < len(bodies) && (end == start || size+len(bodies[end])+publishMessageOverhead <= streamFrameMax) {
+			size += len(bodies[end]) + publishMessageOverhead
+			end++
+		}
+		msgs := make([]message.StreamMessage, 0, end-start)
+		for i := start; i < end; i++ {
+			m := amqp.NewMessage(bodies[i])
+			m.SetPublishingId(pubs[i])
+			msgs = append(msgs, m)
+		}
+		if err := c.prod.BatchSend(msgs); err != nil {
+			if !errors.Is(err, stream.FrameTooLarge) {
+				c.kill() // a send error means the socket or producer is broken
+			}
+			return fmt.Errorf("write %s to replay log stream %q: send: %w", describe(start), l.opts.Name, err)
+		}
+		start = end
+	}
+
+	confirmed := make([]bool, len(bodies))
+	firstPending := func() int {
+		for i, ok := range confirmed {
+			if !ok {
+				return i
+			}
+		}
+		return 0
+	}
+	for left := len(bodies); left > 0; left-- {
+		select {
+		case r := <-results:
+			i := index[r.pub]
+			if r.err != nil {
+				return fmt.Errorf("write %s to replay log stream %q: the broker did not confirm it: %w; write the batch again",
+					describe(i), l.opts.Name, r.err)
+			}
+			confirmed[i] = true
+		case <-c.dead:
+			return fmt.Errorf("write %s to replay log stream %q: connection lost before the broker confirmed it; write the batch again",
+				describe(firstPending()), l.opts.Name)
+		case <-ctx.Done():
+			return fmt.Errorf("write %s to replay log stream %q: gave up waiting for the broker's confirmation: %w",
+				describe(firstPending()), l.opts.Name, context.Cause(ctx))
+		}
+	}
+	return nil
+}
+
+// Close closes the producer and its connections. Later writes fail.
+func (l *StreamLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if l.conn == nil {
+		return nil
+	}
+	c := l.conn
+	l.conn = nil
+	if err := c.close(); err != nil {
+		return fmt.Errorf("close replay log stream %q: %w", l.opts.Name, err)
+	}
+	return nil
+}
+
+// Last returns the record at the end of the log. It appends a tail marker
+// (see markerVersion) to find the end, then reads backwards from it in
+// growing windows until it meets a record or the start of the log.
+func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
+	env, err := l.readEnvironment(ctx, "find the last record of")
+	if err != nil {
+		return Record{}, false, err
+	}
+	defer func() { _ = env.Close() }()
+	end, err := l.tail(ctx, env)
+	if err != nil {
+		return Record{}, false, err
+	}
+	for window := int64(16); ; window *= 8 {
+		from := max(0, end-window)
+		r, found, truncated, err := l.lastBetween(ctx, env, from, end)
+		if err != nil || found {
+			return r, found, err
+		}
+		if from == 0 || truncated {
+			return Record{}, false, nil // nothing older is left
+		}
+		end = from
+	}
+}
+
+// lastBetween returns the last record with an offset in [from, end).
+// truncated says that retention removed offsets at or after from.
+func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, from, end int64) (last Record, found, truncated bool, err error) {
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
+	if err != nil {
+		return Record{}, false, false, err
+	}
+	defer sub.close()
+	first := true
+	for {
+		m, err := sub.next(ctx)
+		if err != nil {
+			return Record{}, false, false, err
+		}
+		if first {
+			truncated = m.offset > from
+			first = false
+		}
+		if m.offset >= end {
+			return last, found, truncated, nil
+		}
+		r, ok, err := l.decode(m)
+		if err != nil {
+			return Record{}, false, false, err
+		}
+		if ok {
+			last, found = r, true
+		}
+		if m.offset == end-1 {
+			return last, found, truncated, nil
+		}
+	}
+}
+
+// ReadAll returns every record in the log when it is called, in log order.
+// It appends a tail marker (see markerVersion) to know where to stop.
+func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
+	env, err := l.readEnvironment(ctx, "read")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = env.Close() }()
+	end, err := l.tail(ctx, env)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.First())
+	if err != nil {
+		return nil, err
+	}
+	defer sub.close()
+	var recs []Record
+	for {
+		m, err := sub.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m.offset >= end {
+			return recs, nil
+		}
+		r, ok, err := l.decode(m)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			recs = append(recs, r)
+		}
+	}
+}
+
+// Follow calls fn with each record from the start of the log, then with
+// each new record as it is written, until ctx is done (it returns
+// context.Cause(ctx)), fn returns an error (it returns that error) or the
+// connection fails (call Follow again; fn sees the records again).
+// Records are passed in log order with their stream offsets; fn runs on the
+// calling goroutine and may keep r.
+func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) error) error {
+	env, err := l.readEnvironment(ctx, "follow")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Close() }()
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.First())
+	if err != nil {
+		return err
+	}
+	defer sub.close()
+	for {
+		m, err := sub.next(ctx)
+		if err != nil {
+			return err
+		}
+		r, ok, err := l.decode(m)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := fn(m.offset, r); err != nil {
+			return err
+		}
+	}
+}
+
+// readEnvironment opens a connection of its own for one read, so that a
+// long Follow and the writer's reconnects do not disturb each other.
+func (l *StreamLog) readEnvironment(ctx context.Context, what string) (*stream.Environment, error) {
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s replay log stream %q: connect to %s:%d: %w", what, l.opts.Name, l.resolver.Host, l.resolver.Port, err)
+	}
+	return env, nil
+}
+
+// tail appends a tail marker and returns its offset: every record written
+// before the call has a lower offset. It subscribes at the end first, so
+// the marker is the first or a later message the subscription sees.
+func (l *StreamLog) tail(ctx context.Context, env *stream.Environment) (int64, error) {
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Next())
+	if err != nil {
+		return 0, err
+	}
+	defer sub.close()
+	marker := make([]byte, 1, 17)
+	marker[0] = markerVersion
+	marker = append(marker, rand.Text()[:16]...)
+	if err := l.writeBodies(ctx, [][]byte{marker}, func(int) string { return "the tail marker" }); err != nil {
+		return 0, err
+	}
+	for {
+		m, err := sub.next(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if bytes.Equal(m.body, marker) {
+			return m.offset, nil
+		}
+	}
+}
+
+// decode turns a stream message into a record; ok is false for a tail
+// marker.
+func (l *StreamLog) decode(m streamMessage) (r Record, ok bool, err error) {
+	if len(m.body) > 0 && m.body[0] == markerVersion {
+		return Record{}, false, nil
+	}
+	r, err = DecodeRecord(m.body)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("replay log stream %q offset %d: %w; the stream holds data this sidecar did not write", l.opts.Name, m.offset, err)
+	}
+	return r, true, nil
+}
+
+// streamMessage is one message of a subscription.
+type streamMessage struct {
+	offset int64
+	body   []byte
+}
+
+// subscription hands a consumer's messages to the reading goroutine.
+type subscription struct {
+	stream   string
+	consumer *stream.Consumer
+	msgs     chan streamMessage
+	closed   stream.ChannelClose
+	stop     chan struct{}
+	err      error // set once the consumer closed
+}
+
+func (l *StreamLog) subscribe(env *stream.Environment, from stream.OffsetSpecification) (*subscription, error) {
+	s := &subscription{stream: l.opts.Name, msgs: make(chan streamMessage, 256), stop: make(chan struct{})}
+	handler := func(cc stream.ConsumerContext, m *amqp.Message) {
+		select {
+		case s.msgs <- streamMessage{offset: cc.Consumer.GetOffset(), body: m.GetData()}:
+		case <-s.stop:
+		}
+	}
+	opts := stream.NewConsumerOptions().
+		SetOffset(from).
+		SetManualCommit().
+		SetClientProvidedName("ms2m-replay-reader")
+	consumer, err := env.NewConsumer(l.opts.Name, handler, opts)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to replay log stream %q from %s: %w", l.opts.Name, from, err)
+	}
+	s.consumer = consumer
+	s.closed = consumer.NotifyClose()
+	return s, nil
+}
+
+func (s *subscription) next(ctx context.Context) (streamMessage, error) {
+	if s.err == nil {
+		select {
+		case m := <-s.msgs:
+			return m, nil
+		case <-ctx.Done():
+			return streamMessage{}, context.Cause(ctx)
+		case ev := <-s.closed:
+			s.err = fmt.Errorf("read replay log stream %q: subscription closed (%s); read again", s.stream, ev.Reason)
+		}
+	}
+	// Hand out what arrived before the close, then the error.
+	select {
+	case m := <-s.msgs:
+		return m, nil
+	default:
+		return streamMessage{}, s.err
+	}
+}
+
+func (s *subscription) close() {
+	close(s.stop)
+	_ = s.consumer.Close()
+}
+
+// DeleteStream deletes the stream name. A stream that does not exist is not
+// an error. Tests use it to clean up.
+func DeleteStream(ctx context.Context, uri, name string) error {
+	resolver, err := streamResolver(uri)
+	if err != nil {
+		return fmt.Errorf("delete stream %q: %w", name, err)
+	}
+	env, err := newEnvironment(ctx, uri, resolver, func(env *stream.Environment) error {
+		err := env.DeleteStream(name)
+		if errors.Is(err, stream.StreamDoesNotExist) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete stream %q at %s: %w", name, net.JoinHostPort(resolver.Host, strconv.Itoa(resolver.Port)), err)
+	}
+	return env.Close()
+}

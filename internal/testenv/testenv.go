@@ -1,0 +1,140 @@
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Broker is the RabbitMQ the tests use.
+type Broker struct {
+	AMQPURL   string // amqp://guest:guest@127.0.0.1:5672/
+	AMQPAddr  string // 127.0.0.1:5672
+	StreamURI string // rabbitmq-stream://guest:guest@127.0.0.1:5552/
+}
+
+// Missing fails t under CI=true and skips it elsewhere, saying what is
+// missing and how to get it.
+func Missing(t testing.TB, what, how string) {
+	t.Helper()
+	msg := fmt.Sprintf("\n*** MISSING: %s ***\n*** %s ***", what, how)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + "\n*** skipping (this fails under CI=true) ***")
+}
+
+// RequireBroker returns the broker, after checking that its AMQP and stream
+// ports answer. MS2M_TEST_AMQP_ADDR and MS2M_TEST_STREAM_ADDR override the
+// addresses.
+func RequireBroker(t testing.TB) Broker {
+	t.Helper()
+	amqpAddr := envOr("MS2M_TEST_AMQP_ADDR", "127.0.0.1:5672")
+	streamAddr := envOr("MS2M_TEST_STREAM_ADDR", "127.0.0.1:5552")
+	for _, a := range []string{amqpAddr, streamAddr} {
+		c, err := net.DialTimeout("tcp", a, 2*time.Second)
+		if err != nil {
+			Missing(t, "RabbitMQ at "+a+" ("+err.Error()+")", "run `make test` (hack/setup.sh starts RabbitMQ and enables rabbitmq_stream), or `rabbitmq-server -detached && rabbitmq-plugins enable rabbitmq_stream`")
+		}
+		c.Close()
+	}
+	return Broker{
+		AMQPURL:   "amqp://guest:guest@" + amqpAddr + "/",
+		AMQPAddr:  amqpAddr,
+		StreamURI: "rabbitmq-stream://guest:guest@" + streamAddr + "/",
+	}
+}
+
+// RequirePika checks that Debian's python3 has pika and returns its path.
+func RequirePika(t testing.TB) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import pika").Run(); err != nil {
+		Missing(t, "python3-pika for /usr/bin/python3", "run `make test` (it installs it), or apt-get install python3-pika")
+	}
+	return py
+}
+
+// UniqueName returns prefix with a random suffix, for queues and logs.
+func UniqueName(prefix string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+var (
+	buildMu  sync.Mutex
+	builtDir string
+	built    = map[string]string{}
+)
+
+// Build compiles the main package at pkg (a path relative to the module
+// root, like "examples/consumer") once per test binary and returns the
+// binary's path.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if builtDir == "" {
+		d, err := os.MkdirTemp("", "ms2m-testbin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		builtDir = d
+	}
+	out := filepath.Join(builtDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, "./"+pkg)
+	cmd.Dir = ModuleRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// ModuleRoot is the repository's root folder.
+func ModuleRoot(t testing.TB) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Eventually polls cond every 20 ms until it is true or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
