@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -49,12 +50,33 @@ type Config struct {
 func LoadConfig() (Config, error) {
 	cfg, err := env.ParseAs[Config]()
 	if err != nil {
-		return Config{}, fmt.Errorf("sidecar configuration: %w", err)
+		return Config{}, fmt.Errorf("configuration: %w", nameVariables(err))
 	}
 	if err := cfg.complete(); err != nil {
-		return Config{}, fmt.Errorf("sidecar configuration: %w", err)
+		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, nil
+}
+
+// nameVariables rewrites the env package's parse errors, which name the Go
+// field, to name the environment variable instead.
+func nameVariables(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return err
+	}
+	out := make([]error, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := reflect.TypeFor[Config]().FieldByName(pe.Name); ok {
+				name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+				e = fmt.Errorf("%s=%q: %w", name, os.Getenv(name), pe.Err)
+			}
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
 }
 
 // complete checks cfg and reads the token file.
