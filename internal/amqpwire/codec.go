@@ -17,7 +17,11 @@ type decoder struct {
 
 func (d *decoder) fail(code uint16, field, format string, args ...any) {
 	if d.err == nil {
-		d.err = &Error{Code: code, Text: d.obj + ": " + field + ": " + fmt.Sprintf(format, args...)}
+		where := d.obj + ": "
+		if field != "" {
+			where += field + ": "
+		}
+		d.err = &Error{Code: code, Text: where + fmt.Sprintf(format, args...)}
 	}
 	d.b = nil
 }

@@ -63,7 +63,7 @@ func DecodeMethod(payload []byte) (Method, error) {
 	}
 	m, name := newMethod(class, method)
 	if m == nil {
-		return nil, fmt.Errorf("class %d method %d: %w", class, method, ErrUnsupportedMethod)
+		return nil, fmt.Errorf("%w: class %d method %d; pass the frame through raw", ErrUnsupportedMethod, class, method)
 	}
 	d := decoder{b: payload[4:], obj: name}
 	m.decodeArgs(&d)

@@ -63,7 +63,7 @@ func AppendTable(dst []byte, t Table) (out []byte, err error) {
 // included) that fills all of b.
 func DecodeTable(b []byte) (Table, error) {
 	d := decoder{b: b, obj: "field table"}
-	t := d.table("table")
+	t := d.table("")
 	if err := d.finish(); err != nil {
 		return nil, err
 	}

@@ -170,6 +170,19 @@ func TestAppendRecordAllocs(t *testing.T) {
 	}
 }
 
+func TestDecodeRecordAllocs(t *testing.T) {
+	r := codecCases["full delivery"]
+	enc := AppendRecord(nil, &r)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := DecodeRecord(enc); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 4 {
+		t.Errorf("DecodeRecord allocates %v times, want at most 4 (one per string field)", allocs)
+	}
+}
+
 func BenchmarkAppendRecord(b *testing.B) {
 	r := codecCases["full delivery"]
 	r.Body = make([]byte, 1024)

@@ -26,7 +26,9 @@ const (
 type Record struct {
 	Kind Kind
 	ID   uint64
-	// Epoch numbers the cutoff and resume markers of one log (markers only).
+	// Epoch numbers the cutoff and resume markers of one log. A delivery
+	// carries the epoch of the last marker before it, so that a sidecar that
+	// restarts from the log's last record goes on with the right epoch.
 	Epoch uint64
 	// Time is when the sidecar handed the delivery to the app (or wrote the marker).
 	Time time.Time

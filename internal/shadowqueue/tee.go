@@ -93,6 +93,7 @@ func (t *Tee) Append(r Record) (uint64, Ticket) {
 	t.lastID++
 	r.Kind = KindDelivery
 	r.ID = t.lastID
+	r.Epoch = t.epoch
 	if r.Time.IsZero() {
 		r.Time = t.opts.Now()
 	}

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/sidecar"
+)
+
+// path is the way the consumer reaches the broker.
+type path string
+
+const (
+	direct     path = "direct"
+	viaSidecar path = "sidecar"
+)
+
+// paths is the order of the runs in a round: direct, then sidecar, so the
+// rounds go ABAB...
+var paths = []path{direct, viaSidecar}
+
+const (
+	// queueExpiry makes the broker drop a bench queue that nobody used for
+	// this long, should the bench be killed before it can delete it.
+	queueExpiry = 10 * time.Minute
+	// stallTimeout fails a run in which no delivery arrives for this long.
+	stallTimeout = 30 * time.Second
+	// cleanupTimeout bounds the clean-up at the end.
+	cleanupTimeout = 20 * time.Second
+)
+
+// bench holds the sidecar that every sidecar run goes through, and
+// remembers every queue and replay log it creates so that close can delete
+// them.
+type bench struct {
+	o             options
+	directURL     string
+	sidecarURL    string
+	sc            *sidecar.Sidecar
+	stopSidecar   context.CancelCauseFunc // ends the sidecar's context
+	logName       string
+	token         string // the control API's
+	serverVersion string // from the AMQP handshake
+
+	mu     sync.Mutex
+	queues map[string]bool // created and not yet deleted
+}
+
+// newBench checks the broker and starts a sidecar with a fresh replay log.
+func newBench(ctx context.Context, o options) (*bench, error) {
+	uri, err := amqp.ParseURI(o.amqpURL)
+	if err != nil {
+		return nil, fmt.Errorf("-amqp=%q: %w", o.amqpURL, err)
+	}
+	b := &bench{o: o, directURL: o.amqpURL, logName: uniqueName("ms2m-bench-log"), token: uniqueName("bench-token"), queues: map[string]bool{}}
+
+	conn, err := dial(b.directURL, "ms2m-bench-check")
+	if err != nil {
+		return nil, fmt.Errorf("connect to RabbitMQ at %s: %w (is it running? `bash hack/setup.sh` starts it)", uri.Host, err)
+	}
+	b.serverVersion, _ = conn.Properties["version"].(string)
+	conn.Close()
+
+	progress("starting the sidecar", "log", b.logName)
+	cfg := sidecar.Config{
+		Listen:                 "127.0.0.1:0",
+		Upstream:               net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)),
+		UpstreamConnectTimeout: 5 * time.Second,
+		StreamURI:              o.streamURI,
+		LogName:                b.logName,
+		LogMaxAge:              time.Hour,
+		LogMaxBytes:            256 << 20,
+		ControlListen:          "127.0.0.1:0",
+		ControlToken:           b.token,
+		DrainTimeout:           5 * time.Second,
+		LogLevel:               "warn",
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Start retries the replay log until its context ends; give up after 30 s.
+	// The sidecar lives on ctx, not on the start timer.
+	startCtx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(30*time.Second, func() {
+		cancel(fmt.Errorf("the replay log at %s did not open within 30s (check the stream plugin: `bash hack/setup.sh`)", o.streamURI))
+	})
+	sc, err := sidecar.Start(startCtx, cfg, sidecar.Options{Logger: logger})
+	if !timer.Stop() {
+		err = errors.Join(err, context.Cause(startCtx))
+	}
+	if err != nil {
+		cancel(nil)
+		if sc != nil { // started just as the timer fired
+			sc.Close()
+		}
+		b.deleteLog()
+		return nil, fmt.Errorf("start the sidecar: %w", err)
+	}
+	b.sc, b.stopSidecar = sc, cancel
+	uri.Host, uri.Port = splitHostPort(sc.AMQPAddr())
+	b.sidecarURL = uri.String()
+	return b, nil
+}
+
+// close stops the sidecar and deletes every queue and the replay log, on a
+// context of its own so that it also runs after Ctrl-C.
+func (b *bench) close() error {
+	var errs []error
+	if b.sc != nil {
+		if err := b.sc.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("stop the sidecar: %w", err))
+		}
+		b.stopSidecar(nil)
+	}
+	b.mu.Lock()
+	left := make([]string, 0, len(b.queues))
+	for q := range b.queues {
+		left = append(left, q)
+	}
+	b.mu.Unlock()
+	for _, q := range left {
+		if err := b.deleteQueue(q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := b.deleteLog(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (b *bench) deleteLog() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := shadowqueue.DeleteStream(ctx, b.o.streamURI, b.logName); err != nil {
+		return fmt.Errorf("delete the replay log; delete it by hand with `rabbitmqctl delete_queue %s`: %w", b.logName, err)
+	}
+	return nil
+}
+
+// url is where a consumer on path p connects.
+func (b *bench) url(p path) string {
+	if p == viaSidecar {
+		return b.sidecarURL
+	}
+	return b.directURL
+}
+
+// teedIDs returns the last delivery ID that the sidecar has assigned, that
+// is, how many deliveries it has teed so far.
+func (b *bench) teedIDs() uint64 {
+	return b.sc.Proxy().State().Log.LastID
+}
+
+// gateWaits reads the sidecar's ms2m_sidecar_ack_gate_wait_seconds
+// histogram from its control API: how many app acks have had to wait for
+// their deliveries to be durable in the replay log, and for how long in all.
+func (b *bench) gateWaits(ctx context.Context) (gateWait, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+b.sc.ControlAddr()+"/metrics", nil)
+	if err != nil {
+		return gateWait{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return gateWait{}, fmt.Errorf("read the sidecar's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var g gateWait
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, _ := strings.Cut(sc.Text(), " ")
+		v, _ := strconv.ParseFloat(value, 64)
+		switch name {
+		case "ms2m_sidecar_ack_gate_wait_seconds_count":
+			g.AcksWaited = uint64(v)
+		case "ms2m_sidecar_ack_gate_wait_seconds_sum":
+			g.WaitSeconds = v
+		}
+	}
+	return g, sc.Err()
+}
+
+// newQueue declares a fresh classic queue; close deletes it if the run
+// does not.
+func (b *bench) newQueue() (string, error) {
+	name := uniqueName("ms2m-bench-q")
+	b.mu.Lock()
+	b.queues[name] = true
+	b.mu.Unlock()
+	err := b.withChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, false, false, false, false, amqp.Table{
+			"x-queue-type": "classic",
+			"x-expires":    int32(queueExpiry / time.Millisecond),
+		})
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("declare queue %s: %w", name, err)
+	}
+	return name, nil
+}
+
+// deleteQueue deletes a queue that newQueue declared.
+func (b *bench) deleteQueue(name string) error {
+	err := b.withChannel(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDelete(name, false, false, false)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("delete queue %s; delete it by hand with `rabbitmqctl delete_queue %s`: %w", name, name, err)
+	}
+	b.mu.Lock()
+	delete(b.queues, name)
+	b.mu.Unlock()
+	return nil
+}
+
+// inspect returns a queue's ready messages and consumers.
+func (b *bench) inspect(name string) (amqp.Queue, error) {
+	var q amqp.Queue
+	err := b.withChannel(func(ch *amqp.Channel) error {
+		var err error
+		q, err = ch.QueueDeclarePassive(name, false, false, false, false, nil)
+		return err
+	})
+	return q, err
+}
+
+// withChannel runs f on a channel of a fresh direct connection. Queue
+// management is rare, and a fresh connection cannot have been broken by an
+// earlier error.
+func (b *bench) withChannel(f func(*amqp.Channel) error) error {
+	conn, err := dial(b.directURL, "ms2m-bench-admin")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	return f(ch)
+}
+
+// fill publishes n messages of body to queue straight to the broker, with
+// publisher confirms, and checks that the queue then holds n messages.
+func (b *bench) fill(ctx context.Context, queue string, n int, body []byte) error {
+	conn, err := dial(b.directURL, "ms2m-bench-filler")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	const window = 500
+	pending := make([]*amqp.DeferredConfirmation, 0, window)
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: body})
+		if err != nil {
+			return fmt.Errorf("pre-fill queue %s, message %d of %d: %w", queue, i+1, n, err)
+		}
+		pending = append(pending, dc)
+		if len(pending) < window && i < n-1 {
+			continue
+		}
+		for _, dc := range pending {
+			if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+				return fmt.Errorf("pre-fill queue %s: the broker did not confirm message %d (ok=%v): %w", queue, dc.DeliveryTag, ok, err)
+			}
+		}
+		pending = pending[:0]
+	}
+	q, err := b.inspect(queue)
+	if err != nil {
+		return fmt.Errorf("inspect queue %s: %w", queue, err)
+	}
+	if q.Messages != n {
+		return fmt.Errorf("queue %s holds %d messages after the pre-fill, want %d", queue, q.Messages, n)
+	}
+	return nil
+}
+
+// waitDrained waits until a queue has neither consumers nor ready
+// messages. A consumer whose acks were lost leaves messages requeued.
+func (b *bench) waitDrained(ctx context.Context, queue string) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		q, err := b.inspect(queue)
+		if err != nil {
+			return fmt.Errorf("inspect queue %s: %w", queue, err)
+		}
+		if q.Consumers == 0 && q.Messages == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("queue %s still has %d consumers and %d messages 15s after the consumer closed: acks were lost", queue, q.Consumers, q.Messages)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func dial(url, name string) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(name)
+	return amqp.DialConfig(url, amqp.Config{Properties: props, Dial: amqp.DefaultDial(5 * time.Second)})
+}
+
+// uniqueName returns prefix with a random suffix.
+func uniqueName(prefix string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+func splitHostPort(addr string) (string, int) {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	return host, p
+}
