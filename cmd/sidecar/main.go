@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
 
@@ -30,5 +31,6 @@ func run(ctx context.Context) error {
 	}
 	level, _ := cfg.Level()
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	shadowqueue.RouteClientLogs(logger)
 	return sidecar.Run(ctx, cfg, logger)
 }

@@ -139,32 +139,56 @@ func (c *conn) push(s segment) {
 }
 
 // writeUp writes queued segments to the broker, waiting on the log for
-// gated ones.
+// gated ones. Segments that are ready are written together, in one call.
 func (c *conn) writeUp(ctx context.Context) {
 	broken := false
-	for s := range c.upQ {
-		if s.gated && !broken && !c.p.tee.Durable(s.gate) {
-			start := time.Now()
-			if err := c.p.tee.Wait(ctx, s.gate); err != nil {
-				c.log.Error("app acks not forwarded: their deliveries are not durable in the replay log; the broker will redeliver them",
-					"err", err)
-				broken = true
-			}
-			c.p.opts.Metrics.gateWaits.Observe(time.Since(start).Seconds())
-		}
-		if !broken {
+	var buf []byte
+	done := 0 // segments in buf
+	flush := func() {
+		if len(buf) > 0 && !broken {
 			c.upMu.Lock()
-			_, err := c.up.Write(s.raw)
+			_, err := c.up.Write(buf)
 			c.upMu.Unlock()
 			if err != nil {
 				broken = true
 				c.abort()
 			}
 		}
-		if s.gated {
-			c.gated.Add(-1)
+		buf = buf[:0]
+		c.queued.Add(int64(-done))
+		done = 0
+	}
+	for s := range c.upQ {
+		for {
+			if s.gated && !broken && !c.p.tee.Durable(s.gate) {
+				flush()
+				start := time.Now()
+				if err := c.p.tee.Wait(ctx, s.gate); err != nil {
+					c.log.Error("app acks not forwarded: their deliveries are not durable in the replay log; the broker will redeliver them",
+						"err", err)
+					broken = true
+				}
+				c.p.opts.Metrics.gateWaits.Observe(time.Since(start).Seconds())
+			}
+			buf = append(buf, s.raw...)
+			done++
+			if s.gated {
+				c.gated.Add(-1)
+			}
+			if len(buf) >= 256<<10 {
+				break
+			}
+			var ok bool
+			select {
+			case s, ok = <-c.upQ:
+				if ok {
+					continue
+				}
+			default:
+			}
+			break
 		}
-		c.queued.Add(-1)
+		flush()
 	}
 }
 

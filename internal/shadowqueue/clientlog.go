@@ -10,7 +10,8 @@ import (
 // RouteClientLogs sends the stream client library's own log lines, which it
 // otherwise prints to stdout, to l. Its errors are mostly connection
 // teardown noise, and every failure that matters comes back from a call,
-// so they are logged at info and the rest at debug.
+// so they are logged at info and the rest at debug. The setting is
+// process-wide: call it once, from main, before any stream connection.
 func RouteClientLogs(l *slog.Logger) {
 	logs.SetLogger(clientLogger{l.With("component", "stream-client")})
 }

@@ -64,7 +64,6 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	shadowqueue.RouteClientLogs(opts.Logger)
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Sidecar{cfg: cfg, log: opts.Logger, cancel: cancel}
 
