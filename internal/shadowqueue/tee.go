@@ -2,7 +2,6 @@ package shadowqueue
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -248,5 +247,3 @@ func (t *Tee) setDegraded(err error) {
 	}
 }
 
-// ErrClosed is returned by operations on a Tee whose Run has ended.
-var ErrClosed = errors.New("shadowqueue: tee closed")
