@@ -97,7 +97,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	timer := time.AfterFunc(30*time.Second, func() {
 		cancel(fmt.Errorf("the replay log at %s did not open within 30s (check the stream plugin: `bash hack/setup.sh`)", o.streamURI))
 	})
-	sc, err := sidecar.Start(startCtx, cfg, sidecar.Options{Logger: logger})
+	sc, err := sidecar.Start(startCtx, cfg, sidecar.Options{Logger: logger, WrapLog: diagnosticLog})
 	if !timer.Stop() {
 		err = errors.Join(err, context.Cause(startCtx))
 	}
@@ -340,3 +340,20 @@ func splitHostPort(addr string) (string, int) {
 	p, _ := strconv.Atoi(port)
 	return host, p
 }
+
+// diagnosticLog leaves the replay log as it is, unless
+// MS2M_BENCH_SKIP_LOG_WRITES=1: then writes are acknowledged without being
+// made, which breaks invariant I1 and exists only to tell the cost of the
+// proxy hop from the cost of the log write. Never report such a run as the
+// sidecar's figure.
+func diagnosticLog(l shadowqueue.Log) shadowqueue.Log {
+	if os.Getenv("MS2M_BENCH_SKIP_LOG_WRITES") == "1" {
+		fmt.Fprintln(os.Stderr, "bench: MS2M_BENCH_SKIP_LOG_WRITES=1: replay log writes are SKIPPED (diagnostic run, not the sidecar's figure)")
+		return skipWrites{l}
+	}
+	return l
+}
+
+type skipWrites struct{ shadowqueue.Log }
+
+func (skipWrites) Write(context.Context, []shadowqueue.Record) error { return nil }
