@@ -1,0 +1,113 @@
+package replay
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+func del(id uint64, q string) shadowqueue.Record {
+	return shadowqueue.Record{Kind: shadowqueue.KindDelivery, ID: id, Queue: q}
+}
+
+func marker(kind shadowqueue.Kind, id, epoch uint64) shadowqueue.Record {
+	return shadowqueue.Record{Kind: kind, ID: id, Epoch: epoch}
+}
+
+func ids(recs []shadowqueue.Record) []uint64 {
+	var out []uint64
+	for _, r := range recs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestCollector(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rng          Range
+		log          []shadowqueue.Record
+		wantA, wantB []uint64
+		wantCutoff   uint64
+		wantComplete bool
+		wantErr      error
+	}{
+		"fixed cutoff": {
+			rng: Range{Start: 2, Cutoff: 5},
+			log: []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "a")},
+			wantA: []uint64{3, 5}, wantB: []uint64{4}, wantCutoff: 5, wantComplete: true,
+		},
+		"fixed cutoff not reached yet": {
+			rng:   Range{Start: 0, Cutoff: 5},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "b")},
+			wantA: []uint64{1}, wantB: []uint64{2}, wantCutoff: 5,
+		},
+		"marker cutoff": {
+			rng:   Range{Start: 1},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "b"), marker(shadowqueue.KindCutoff, 3, 1)},
+			wantA: []uint64{2}, wantB: []uint64{3}, wantCutoff: 3, wantComplete: true,
+		},
+		"marker before the start is an older migration's": {
+			rng:   Range{Start: 3},
+			log:   []shadowqueue.Record{del(1, "a"), marker(shadowqueue.KindCutoff, 1, 1), del(2, "a"), del(3, "a"), del(4, "a")},
+			wantA: []uint64{4},
+		},
+		"resume voids the cutoff": {
+			rng:   Range{Start: 0},
+			log:   []shadowqueue.Record{del(1, "a"), marker(shadowqueue.KindCutoff, 1, 1), marker(shadowqueue.KindResume, 1, 1), del(2, "a")},
+			wantA: []uint64{1, 2},
+		},
+		"cutoff at the start replays nothing": {
+			rng:          Range{Start: 2},
+			log:          []shadowqueue.Record{del(1, "a"), del(2, "a"), marker(shadowqueue.KindCutoff, 2, 1)},
+			wantCutoff:   2,
+			wantComplete: true,
+		},
+		"duplicates from a retried write are skipped": {
+			rng:   Range{Start: 0, Cutoff: 3},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(2, "a"), del(3, "a")},
+			wantA: []uint64{1, 2, 3}, wantCutoff: 3, wantComplete: true,
+		},
+		"start older than retention": {
+			rng:     Range{Start: 2},
+			log:     []shadowqueue.Record{del(5, "a")},
+			wantErr: ErrRetention,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := NewCollector(tc.rng)
+			var err error
+			for _, r := range tc.log {
+				if err = c.Add(r); err != nil {
+					break
+				}
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Add error = %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantErr != nil {
+				return
+			}
+			if d := cmp.Diff(tc.wantA, ids(c.Records("a"))); d != "" {
+				t.Errorf("queue a (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantB, ids(c.Records("b"))); d != "" {
+				t.Errorf("queue b (-want +got):\n%s", d)
+			}
+			if cut, _ := c.Cutoff(); cut != tc.wantCutoff || c.Complete() != tc.wantComplete {
+				t.Errorf("cutoff %d complete %v, want %d %v", cut, c.Complete(), tc.wantCutoff, tc.wantComplete)
+			}
+		})
+	}
+}
+
+func TestRangeValidate(t *testing.T) {
+	if err := (Range{Start: 5, Cutoff: 3}).Validate(); err == nil {
+		t.Error("cutoff below start accepted")
+	}
+	if err := (Range{Start: 5}).Validate(); err != nil {
+		t.Errorf("marker range rejected: %v", err)
+	}
+}

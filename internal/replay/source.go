@@ -1,0 +1,228 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// ErrRetention is returned when the log no longer holds the records right
+// after the start ID: replaying would skip messages, so nothing is replayed.
+var ErrRetention = errors.New("the replay log no longer holds the records after the start ID")
+
+// Range says which records to replay.
+type Range struct {
+	// Start is exclusive: the checkpoint ID, whose effects the restored app
+	// already has.
+	Start uint64
+	// Cutoff is inclusive. Zero means: learn it from the first cutoff marker
+	// written after the record with ID Start (a resume marker of the same
+	// epoch voids it).
+	Cutoff uint64
+}
+
+func (r Range) String() string {
+	if r.Cutoff == 0 {
+		return fmt.Sprintf("(%d, cutoff marker]", r.Start)
+	}
+	return fmt.Sprintf("(%d, %d]", r.Start, r.Cutoff)
+}
+
+// Validate checks the range on its own.
+func (r Range) Validate() error {
+	if r.Cutoff != 0 && r.Cutoff < r.Start {
+		return fmt.Errorf("cutoff ID %d is below start ID %d: nothing can be replayed; check the migration's checkpoint and cutoff", r.Cutoff, r.Start)
+	}
+	return nil
+}
+
+// Collector sorts a log's records, in log order, into the per-queue lists
+// to replay. It is pure: Source feeds it from the log.
+type Collector struct {
+	rng      Range
+	cutoff   uint64 // known cutoff, 0 until known
+	epoch    uint64 // epoch of the pending cutoff marker
+	passed   bool   // the record with ID rng.Start has been seen (or Start is 0)
+	lastID   uint64 // highest delivery ID seen
+	seenAny  bool
+	queues   map[string][]shadowqueue.Record
+	complete bool
+}
+
+// NewCollector returns a Collector for rng.
+func NewCollector(rng Range) *Collector {
+	return &Collector{rng: rng, cutoff: rng.Cutoff, passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}}
+}
+
+// Add takes the next record of the log. It returns ErrRetention if the
+// records after Start are gone.
+func (c *Collector) Add(r shadowqueue.Record) error {
+	switch r.Kind {
+	case shadowqueue.KindDelivery:
+		if c.seenAny && r.ID <= c.lastID {
+			return nil // a record written twice by a retried write
+		}
+		if !c.seenAny && r.ID > c.rng.Start+1 {
+			return fmt.Errorf("%w: it starts at ID %d, but replay needs %d onwards (start %d); raise the log's retention (MS2M_LOG_MAX_AGE, MS2M_LOG_MAX_BYTES) or migrate sooner after the checkpoint",
+				ErrRetention, r.ID, c.rng.Start+1, c.rng.Start)
+		}
+		c.seenAny, c.lastID = true, r.ID
+		if r.ID >= c.rng.Start {
+			c.passed = true
+		}
+		if r.ID <= c.rng.Start {
+			return nil
+		}
+		if c.cutoff != 0 && r.ID > c.cutoff {
+			c.complete = true
+			return nil
+		}
+		c.queues[r.Queue] = append(c.queues[r.Queue], r)
+		if c.cutoff != 0 && r.ID == c.cutoff {
+			c.complete = true
+		}
+	case shadowqueue.KindCutoff:
+		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start {
+			return nil
+		}
+		c.cutoff, c.epoch = r.ID, r.Epoch
+		c.complete = c.lastID >= r.ID || r.ID == c.rng.Start
+	case shadowqueue.KindResume:
+		if c.rng.Cutoff == 0 && c.cutoff != 0 && r.Epoch == c.epoch {
+			// The source went on serving: its cutoff no longer holds.
+			c.cutoff, c.epoch, c.complete = 0, 0, false
+		}
+	}
+	return nil
+}
+
+// Cutoff returns the cutoff ID, once known.
+func (c *Collector) Cutoff() (uint64, bool) { return c.cutoff, c.cutoff != 0 }
+
+// Complete reports whether every record up to the cutoff has been seen.
+func (c *Collector) Complete() bool { return c.complete }
+
+// Records returns the records of queue collected so far, in ID order.
+func (c *Collector) Records(queue string) []shadowqueue.Record { return c.queues[queue] }
+
+// Queues returns the queues that have records.
+func (c *Collector) Queues() []string {
+	out := make([]string, 0, len(c.queues))
+	for q := range c.queues {
+		out = append(out, q)
+	}
+	return out
+}
+
+// LastID returns the highest delivery ID seen in the log.
+func (c *Collector) LastID() uint64 { return c.lastID }
+
+// Follower reads a log live, from its first record.
+type Follower interface {
+	Follow(ctx context.Context, fn func(offset int64, r shadowqueue.Record) error) error
+}
+
+// Source follows a replay log and serves its records per queue.
+type Source struct {
+	log Follower
+
+	mu      sync.Mutex
+	col     *Collector
+	err     error
+	changed chan struct{}
+}
+
+// NewSource returns a Source over log for rng. Start it with Run.
+func NewSource(log Follower, rng Range) (*Source, error) {
+	if err := rng.Validate(); err != nil {
+		return nil, err
+	}
+	return &Source{log: log, col: NewCollector(rng), changed: make(chan struct{})}, nil
+}
+
+// Run follows the log until ctx is done or the range is complete.
+func (s *Source) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errDone := errors.New("replay range complete")
+	err := s.log.Follow(ctx, func(_ int64, r shadowqueue.Record) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := s.col.Add(r); err != nil {
+			return err
+		}
+		s.notifyLocked()
+		if s.col.Complete() {
+			return errDone
+		}
+		return nil
+	})
+	if errors.Is(err, errDone) {
+		return nil
+	}
+	if err != nil && ctx.Err() == nil {
+		s.mu.Lock()
+		s.err = err
+		s.notifyLocked()
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Source) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Next returns the i-th record (from 0) to replay for queue. done is true
+// when queue has no more records up to the cutoff. It blocks until one of
+// the two is known, ctx is done, or the log fails.
+func (s *Source) Next(ctx context.Context, queue string, i int) (rec shadowqueue.Record, done bool, err error) {
+	for {
+		s.mu.Lock()
+		recs := s.col.Records(queue)
+		switch {
+		case s.err != nil:
+			err = s.err
+		case i < len(recs):
+			rec = recs[i]
+		case s.col.Complete():
+			done = true
+		default:
+			ch := s.changed
+			s.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return rec, false, context.Cause(ctx)
+			}
+		}
+		s.mu.Unlock()
+		return rec, done, err
+	}
+}
+
+// Status is a snapshot of a Source.
+type Status struct {
+	Range    string `json:"range"`
+	Cutoff   uint64 `json:"cutoffId,omitempty"`
+	Complete bool   `json:"complete"`
+	LogLast  uint64 `json:"logLastId"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Status returns a snapshot.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cut, _ := s.col.Cutoff()
+	st := Status{Range: s.col.rng.String(), Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID()}
+	if s.err != nil {
+		st.Error = s.err.Error()
+	}
+	return st
+}
