@@ -31,9 +31,10 @@ type pendingGet struct {
 // content is a content-bearing method on its way through: its header and
 // body frames follow.
 type content struct {
-	record bool // a delivery to tee; false for basic.return and publishes
-	held   bool // held back from the app (quiesced or stopped)
-	tag    uint64
+	record bool   // a delivery to tee; false for basic.return and publishes
+	held   bool   // held back from the app (quiesced or stopped)
+	tag    uint64 // the app's delivery tag
+	upTag  uint64 // the broker's
 	noAck  bool
 	size   uint64
 	got    uint64
@@ -44,7 +45,8 @@ type content struct {
 
 // delivery is one delivery the app has and has not settled.
 type delivery struct {
-	tag    uint64
+	tag    uint64 // the app's delivery tag
+	upTag  uint64 // the broker's (differs once the channel is renumbered)
 	id     uint64
 	ticket shadowqueue.Ticket
 	queue  string
@@ -70,10 +72,20 @@ type channel struct {
 	awaitCancelOk map[string]bool
 	prefetch      uint16
 	nextTag       int // for consumer tags the sidecar makes up
+
+	// Replay (target sidecars only). replaying holds the app's consumers
+	// served from the log; replayOut the replayed deliveries the app has not
+	// settled. Once a channel has carried a replayed delivery, renumber is
+	// set and the sidecar assigns every delivery tag the app sees on it:
+	// appTag is the last one.
+	replaying map[string]*replayConsumer
+	replayOut []replayDelivery
+	renumber  bool
+	appTag    uint64
 }
 
 func newChannel(id uint16) *channel {
-	return &channel{id: id, consumers: map[string]*consumer{}, awaitCancelOk: map[string]bool{}}
+	return &channel{id: id, consumers: map[string]*consumer{}, awaitCancelOk: map[string]bool{}, replaying: map[string]*replayConsumer{}}
 }
 
 // settle removes and returns the outstanding deliveries that an ack, nack or

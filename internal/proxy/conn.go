@@ -53,10 +53,17 @@ type conn struct {
 
 	downP, upP *amqpwire.Parser
 	closeOnce  sync.Once
+
+	// ctx ends with the connection; replay feeders run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	kickCh chan struct{} // closed (and replaced) to wake replay feeders; guarded by mu
 }
 
 func newConn(p *Proxy, id uint64, app, up net.Conn, log *slog.Logger) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
+		ctx: ctx, cancel: cancel, kickCh: make(chan struct{}),
 		p: p, id: id, app: app, up: up, log: log,
 		chans: map[uint16]*channel{},
 		upQ:   make(chan segment, 256),
@@ -67,6 +74,7 @@ func newConn(p *Proxy, id uint64, app, up net.Conn, log *slog.Logger) *conn {
 
 func (c *conn) abort() {
 	c.closeOnce.Do(func() {
+		c.cancel()
 		c.app.Close()
 		c.up.Close()
 	})
@@ -267,10 +275,12 @@ func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
 			return err
 		}
 	case amqpwire.FrameMethod:
-		forward, err := c.onUpMethod(f, seg)
-		if err != nil || !forward {
+		raw, err := c.onUpMethod(f, seg)
+		if err != nil {
 			return err
 		}
+		seg.raw = append(seg.raw, raw...)
+		return nil
 	case amqpwire.FrameHeader:
 		ch := c.channel(f.Channel)
 		if ch.up == nil || ch.up.header {

@@ -138,12 +138,18 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 		if err != nil {
 			return err
 		}
-		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag}
+		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
 		if cons := ch.consumers[m.ConsumerTag]; cons != nil {
 			d.rec.Queue, d.noAck = cons.queue, cons.noAck
 		}
 		d.rec.ConsumerTag, d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.ConsumerTag, m.Exchange, m.RoutingKey, m.Redelivered
 		ch.down = d
+		if ch.renumber {
+			ch.appTag++
+			m.DeliveryTag, d.tag = ch.appTag, ch.appTag
+			c.emitRaw(d, amqpwire.AppendMethodFrame(nil, f.Channel, m), out)
+			return nil
+		}
 		c.emit(d, f, out)
 		return nil
 	case mBasicGetOk:
@@ -151,13 +157,19 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 		if err != nil {
 			return err
 		}
-		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag}
+		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
 		if len(ch.gets) > 0 {
 			d.rec.Queue, d.noAck = ch.gets[0].queue, ch.gets[0].noAck
 			ch.gets = ch.gets[1:]
 		}
 		d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
 		ch.down = d
+		if ch.renumber {
+			ch.appTag++
+			m.DeliveryTag, d.tag = ch.appTag, ch.appTag
+			c.emitRaw(d, amqpwire.AppendMethodFrame(nil, f.Channel, m), out)
+			return nil
+		}
 		c.emit(d, f, out)
 		return nil
 	case mBasicReturn:
@@ -213,11 +225,15 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 
 // emit passes a frame of a content on, or keeps it while the content is held.
 func (c *conn) emit(d *content, f amqpwire.Frame, out *[]byte) {
+	c.emitRaw(d, f.Raw, out)
+}
+
+func (c *conn) emitRaw(d *content, raw []byte, out *[]byte) {
 	if d.held {
-		d.raw = append(d.raw, f.Raw...)
+		d.raw = append(d.raw, raw...)
 		return
 	}
-	*out = append(*out, f.Raw...)
+	*out = append(*out, raw...)
 }
 
 // complete finishes a content whose last frame has arrived.
@@ -235,7 +251,7 @@ func (c *conn) complete(ch *channel, d *content, out *[]byte) {
 		*out = append(*out, d.raw...)
 		c.deliverLocked(ch, d)
 	case c.requeued:
-		c.late = amqpwire.AppendMethodFrame(c.late, ch.id, &amqpwire.BasicReject{DeliveryTag: d.tag, Requeue: true})
+		c.late = amqpwire.AppendMethodFrame(c.late, ch.id, &amqpwire.BasicReject{DeliveryTag: d.upTag, Requeue: true})
 		c.p.opts.Metrics.requeued.Inc()
 	default:
 		ch.held = append(ch.held, d)
@@ -251,7 +267,7 @@ func (c *conn) deliverLocked(ch *channel, d *content) {
 	c.p.tracker.Delivered(d.rec.Queue, id, now, !d.noAck)
 	c.p.opts.Metrics.deliveries.WithLabelValues(d.rec.Queue).Inc()
 	if !d.noAck {
-		ch.outstanding = append(ch.outstanding, delivery{tag: d.tag, id: id, ticket: tk, queue: d.rec.Queue, at: now})
+		ch.outstanding = append(ch.outstanding, delivery{tag: d.tag, upTag: d.upTag, id: id, ticket: tk, queue: d.rec.Queue, at: now})
 	}
 	d.raw = nil
 }
@@ -361,7 +377,7 @@ func (c *conn) requeueHeld() int {
 				c.deliverLocked(ch, d)
 				continue
 			}
-			c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicReject{DeliveryTag: d.tag, Requeue: true})
+			c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicReject{DeliveryTag: d.upTag, Requeue: true})
 			n++
 		}
 		ch.held = nil

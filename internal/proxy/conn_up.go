@@ -49,27 +49,28 @@ func decode[T amqpwire.Method](payload []byte) (T, error) {
 	return t, nil
 }
 
-// onUpMethod handles one method frame from the app. It returns false for a
-// frame that must not reach the broker. It runs with c.mu held.
-func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
+// onUpMethod handles one method frame from the app. It returns the bytes to
+// send to the broker: the frame as it is, a rewritten frame, or nothing. It
+// runs with c.mu held.
+func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 	key, err := methodKey(f.Payload)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if f.Channel == 0 {
 		if key == mConnectionTuneOk {
 			t, err := decode[*amqpwire.ConnectionTuneOk](f.Payload)
 			if err != nil {
-				return false, err
+				return nil, err
 			}
 			c.upP.SetMaxFrame(t.FrameMax)
 			c.downP.SetMaxFrame(t.FrameMax)
 		}
-		return true, nil
+		return f.Raw, nil
 	}
 	ch := c.channel(f.Channel)
 	if ch.up != nil {
-		return false, unexpected(f, "method frame from the app in the middle of a publish's content")
+		return nil, unexpected(f, "method frame from the app in the middle of a publish's content")
 	}
 	switch key {
 	case mBasicPublish:
@@ -77,13 +78,14 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
 	case mBasicQos:
 		q, err := decode[*amqpwire.BasicQos](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		ch.prefetch = q.PrefetchCount
+		c.kick()
 	case mBasicConsume:
 		m, err := decode[*amqpwire.BasicConsume](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		if c.mode == Stopped {
 			// Consume nothing while stopped: answer for the broker and keep
@@ -96,7 +98,11 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
 			if !m.NoWait {
 				c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicConsumeOk{ConsumerTag: m.ConsumerTag}))
 			}
-			return false, nil
+			return nil, nil
+		}
+		if c.p.replaying(m.Queue) {
+			c.startReplay(ch, m)
+			return nil, nil
 		}
 		if m.NoWait {
 			ch.consumers[m.ConsumerTag] = &consumer{queue: m.Queue, noAck: m.NoAck, consume: m}
@@ -106,7 +112,15 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
 	case mBasicCancel:
 		m, err := decode[*amqpwire.BasicCancel](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
+		}
+		if _, ok := ch.replaying[m.ConsumerTag]; ok {
+			delete(ch.replaying, m.ConsumerTag)
+			c.kick()
+			if !m.NoWait {
+				c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicCancelOk{ConsumerTag: m.ConsumerTag}))
+			}
+			return nil, nil
 		}
 		if m.NoWait {
 			delete(ch.consumers, m.ConsumerTag)
@@ -114,29 +128,46 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
 	case mBasicGet:
 		m, err := decode[*amqpwire.BasicGet](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		if c.mode == Stopped {
+		if c.mode == Stopped || c.p.replaying(m.Queue) {
+			// Stopped, or the queue is still being replayed (polling
+			// consumers are replayed only through basic.consume today).
 			c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicGetEmpty{}))
-			return false, nil
+			return nil, nil
 		}
 		ch.gets = append(ch.gets, pendingGet{queue: m.Queue, noAck: m.NoAck})
 	case mBasicAck:
 		m, err := decode[*amqpwire.BasicAck](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
+		}
+		if ch.renumber {
+			return c.settleRenumbered(ch, seg, m.DeliveryTag, m.Multiple, true, false, func(up uint64) amqpwire.Method {
+				return &amqpwire.BasicAck{DeliveryTag: up, Multiple: m.Multiple}
+			}), nil
 		}
 		c.settle(ch, seg, m.DeliveryTag, m.Multiple, true)
 	case mBasicNack:
 		m, err := decode[*amqpwire.BasicNack](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
+		}
+		if ch.renumber {
+			return c.settleRenumbered(ch, seg, m.DeliveryTag, m.Multiple, false, m.Requeue, func(up uint64) amqpwire.Method {
+				return &amqpwire.BasicNack{DeliveryTag: up, Multiple: m.Multiple, Requeue: m.Requeue}
+			}), nil
 		}
 		c.settle(ch, seg, m.DeliveryTag, m.Multiple, false)
 	case mBasicReject:
 		m, err := decode[*amqpwire.BasicReject](f.Payload)
 		if err != nil {
-			return false, err
+			return nil, err
+		}
+		if ch.renumber {
+			return c.settleRenumbered(ch, seg, m.DeliveryTag, false, false, m.Requeue, func(up uint64) amqpwire.Method {
+				return &amqpwire.BasicReject{DeliveryTag: up, Requeue: m.Requeue}
+			}), nil
 		}
 		c.settle(ch, seg, m.DeliveryTag, false, false)
 	case mBasicRecover, mBasicRecoverAsync:
@@ -145,15 +176,15 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) (bool, error) {
 	case mChannelClose, mChannelCloseOk:
 		c.dropChannel(f.Channel)
 	}
-	return true, nil
+	return f.Raw, nil
 }
 
 // settle records that the app settled the deliveries that tag covers, and
 // gates seg on the log if any of them is not durable yet.
-func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool) {
+func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool) []delivery {
 	covered := ch.settle(tag, multiple)
 	if len(covered) == 0 {
-		return
+		return nil
 	}
 	now := c.p.opts.Now()
 	gate := covered[0].ticket
@@ -175,6 +206,7 @@ func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool)
 		seg.gated = true
 		seg.gate = max(seg.gate, gate)
 	}
+	return covered
 }
 
 // dropOutstanding forgets the channel's unsettled deliveries: the broker
@@ -194,7 +226,9 @@ func (c *conn) dropOutstanding(ch *channel) {
 func (c *conn) dropChannel(id uint16) {
 	if ch := c.chans[id]; ch != nil {
 		c.dropOutstanding(ch)
+		c.dropReplay(ch)
 		delete(c.chans, id)
+		c.kick()
 	}
 }
 

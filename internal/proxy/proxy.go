@@ -21,6 +21,8 @@ type Tee interface {
 	Durable(shadowqueue.Ticket) bool
 	Wait(context.Context, shadowqueue.Ticket) error
 	Status() shadowqueue.TeeStatus
+	// Continue makes the next delivery ID last+1, before any Append.
+	Continue(last, epoch uint64) error
 }
 
 // Mode is what the proxy does with new deliveries.
@@ -68,6 +70,10 @@ type Options struct {
 	Metrics         *Metrics
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Replay, if set, makes this a target sidecar: the app's consumes are
+	// served from the log first, and switched to the broker after the
+	// cutoff.
+	Replay ReplaySource
 	// Dial connects to the broker. Default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -91,6 +97,20 @@ type Proxy struct {
 	opMu sync.Mutex
 
 	accepted atomic.Uint64
+
+	// Replay (target sidecars only).
+	replayQueues map[string]*queueReplay // guarded by mu
+	teeOnce      sync.Once
+	replayed     atomic.Uint64 // replayed deliveries handed to the app
+	firstSwitch  time.Time     // guarded by mu
+}
+
+func (p *Proxy) switchedAt(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstSwitch.IsZero() {
+		p.firstSwitch = t
+	}
 }
 
 // New returns a Proxy that tees into tee.
@@ -387,6 +407,14 @@ type State struct {
 	Degraded    bool                  `json:"degraded"`
 	CutoffID    uint64                `json:"cutoffId,omitempty"`
 	Epoch       uint64                `json:"epoch,omitempty"`
+	Replay      *ReplayState          `json:"replay,omitempty"`
+}
+
+// ReplayState is a target sidecar's replay progress.
+type ReplayState struct {
+	Replayed   uint64     `json:"replayed"`             // replayed deliveries handed to the app
+	Switched   []string   `json:"switched"`             // queues consumed from the broker now
+	SwitchedAt *time.Time `json:"switchedAt,omitempty"` // when the first queue switched
 }
 
 // State returns a snapshot.
@@ -410,6 +438,21 @@ func (p *Proxy) State() State {
 	}
 	if mode == Stopped {
 		st.CutoffID, st.Epoch = cutoff, epoch
+	}
+	if p.opts.Replay != nil {
+		rs := &ReplayState{Replayed: p.replayed.Load(), Switched: []string{}}
+		p.mu.Lock()
+		for q, qr := range p.replayQueues {
+			if qr.isSwitched() {
+				rs.Switched = append(rs.Switched, q)
+			}
+		}
+		if !p.firstSwitch.IsZero() {
+			t := p.firstSwitch
+			rs.SwitchedAt = &t
+		}
+		p.mu.Unlock()
+		st.Replay = rs
 	}
 	return st
 }

@@ -35,8 +35,8 @@ func TestCollector(t *testing.T) {
 		wantErr      error
 	}{
 		"fixed cutoff": {
-			rng: Range{Start: 2, Cutoff: 5},
-			log: []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "a")},
+			rng:   Range{Start: 2, Cutoff: 5},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "a")},
 			wantA: []uint64{3, 5}, wantB: []uint64{4}, wantCutoff: 5, wantComplete: true,
 		},
 		"fixed cutoff not reached yet": {

@@ -82,7 +82,7 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 		}
 		c.queues[r.Queue] = append(c.queues[r.Queue], r)
 		if c.cutoff != 0 && r.ID == c.cutoff {
-			c.complete = true
+			c.complete, c.epoch = true, r.Epoch
 		}
 	case shadowqueue.KindCutoff:
 		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start {
@@ -101,6 +101,9 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 
 // Cutoff returns the cutoff ID, once known.
 func (c *Collector) Cutoff() (uint64, bool) { return c.cutoff, c.cutoff != 0 }
+
+// Epoch returns the epoch the source was in at the cutoff.
+func (c *Collector) Epoch() uint64 { return c.epoch }
 
 // Complete reports whether every record up to the cutoff has been seen.
 func (c *Collector) Complete() bool { return c.complete }
@@ -204,6 +207,15 @@ func (s *Source) Next(ctx context.Context, queue string, i int) (rec shadowqueue
 		s.mu.Unlock()
 		return rec, done, err
 	}
+}
+
+// Cutoff returns the cutoff ID and its epoch, once every record up to it
+// has been read.
+func (s *Source) Cutoff() (id, epoch uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, _ = s.col.Cutoff()
+	return id, s.col.Epoch(), s.col.Complete()
 }
 
 // Status is a snapshot of a Source.

@@ -2,6 +2,7 @@ package shadowqueue
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -81,6 +82,19 @@ func NewTee(log Log, last Record, opts TeeOptions) *Tee {
 		wake:      make(chan struct{}),
 		advanced:  make(chan struct{}),
 	}
+}
+
+// Continue makes the next delivery ID last+1 in epoch: a target sidecar
+// takes over the log at the source's cutoff. It fails once anything was
+// appended.
+func (t *Tee) Continue(last, epoch uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.nextTk != 0 {
+		return fmt.Errorf("continue the replay log at ID %d: the sidecar has already written %d records", last+1, t.nextTk)
+	}
+	t.lastID, t.epoch, t.durableID = last, epoch, last
+	return nil
 }
 
 // Append assigns r the next delivery ID, stamps it, and queues it for the
@@ -246,4 +260,3 @@ func (t *Tee) setDegraded(err error) {
 		t.opts.Logger.Info("replay log recovered")
 	}
 }
-

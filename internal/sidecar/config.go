@@ -8,10 +8,13 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // Config is the sidecar's configuration, read from the environment. Every
@@ -41,6 +44,13 @@ type Config struct {
 	// DrainTimeout bounds how long acks still waiting on the log are
 	// forwarded after the app closed its connection.
 	DrainTimeout time.Duration `env:"MS2M_DRAIN_TIMEOUT" envDefault:"10s"`
+	// ReplayStart, when set, makes this a target sidecar: it replays the
+	// log's deliveries after this ID (the checkpoint ID) to the app before
+	// it consumes the primary queue.
+	ReplayStart string `env:"MS2M_REPLAY_START"`
+	// ReplayCutoff is the last ID to replay, or "marker" to learn it from
+	// the cutoff marker that the source's stop writes.
+	ReplayCutoff string `env:"MS2M_REPLAY_CUTOFF" envDefault:"marker"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
@@ -118,6 +128,9 @@ func (c *Config) complete() error {
 	if _, err := c.Level(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, _, err := c.Replay(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -127,6 +140,27 @@ func (c *Config) Level() (slog.Level, error) {
 		return 0, fmt.Errorf("MS2M_LOG_LEVEL=%q: want debug, info, warn or error", c.LogLevel)
 	}
 	return l, nil
+}
+
+// Replay returns the replay range, and whether this is a target sidecar.
+func (c *Config) Replay() (replay.Range, bool, error) {
+	if c.ReplayStart == "" {
+		return replay.Range{}, false, nil
+	}
+	var r replay.Range
+	var err error
+	if r.Start, err = strconv.ParseUint(c.ReplayStart, 10, 64); err != nil {
+		return r, true, fmt.Errorf("MS2M_REPLAY_START=%q: want the checkpoint ID, a whole number >= 0", c.ReplayStart)
+	}
+	if c.ReplayCutoff != "" && c.ReplayCutoff != "marker" {
+		if r.Cutoff, err = strconv.ParseUint(c.ReplayCutoff, 10, 64); err != nil || r.Cutoff == 0 {
+			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
+		}
+	}
+	if err := r.Validate(); err != nil {
+		return r, true, fmt.Errorf("MS2M_REPLAY_START and MS2M_REPLAY_CUTOFF: %w", err)
+	}
+	return r, true, nil
 }
 
 // redact hides the password in a URI for messages.

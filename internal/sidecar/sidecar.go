@@ -16,6 +16,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/proxy"
+	replaypkg "github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
@@ -37,6 +38,7 @@ type Sidecar struct {
 	proxy   *proxy.Proxy
 	tee     *shadowqueue.Tee
 	replay  shadowqueue.Log
+	source  *replaypkg.Source // target sidecars only
 	amqp    net.Listener
 	ctlAddr net.Addr
 	ready   atomic.Bool
@@ -94,6 +96,27 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		s.fail(err)
 		return nil, errors.Join(err, s.Wait())
 	}
+	var src *replaypkg.Source
+	if rng, ok, _ := cfg.Replay(); ok {
+		follower, isFollower := replay.(replaypkg.Follower)
+		if !isFollower {
+			err := fmt.Errorf("replay mode: the replay log %q cannot be followed", cfg.LogName)
+			s.fail(err)
+			return nil, errors.Join(err, s.Wait())
+		}
+		if src, err = replaypkg.NewSource(follower, rng); err != nil {
+			s.fail(err)
+			return nil, errors.Join(err, s.Wait())
+		}
+		s.source = src
+		last = shadowqueue.Record{} // the tee continues after the cutoff, once replay is done
+		go func() {
+			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("replay stopped: the app gets no more replayed messages and nothing is consumed upstream", "range", rng.String(), "err", err)
+			}
+		}()
+		s.log.Info("replay mode", "range", rng.String(), "log", cfg.LogName)
+	}
 	if opts.WrapLog != nil {
 		replay = opts.WrapLog(replay)
 	}
@@ -103,14 +126,18 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
 	metrics := proxy.NewMetrics(reg)
-	s.proxy = proxy.New(s.tee, proxy.Options{
+	popts := proxy.Options{
 		Upstream:       cfg.Upstream,
 		ConnectTimeout: cfg.UpstreamConnectTimeout,
 		DrainTimeout:   cfg.DrainTimeout,
 		Logger:         s.log,
 		Metrics:        metrics,
 		Dial:           opts.Dial,
-	})
+	}
+	if src != nil {
+		popts.Replay = src
+	}
+	s.proxy = proxy.New(s.tee, popts)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", cfg.Listen, err)
@@ -220,6 +247,7 @@ type State struct {
 	LogName string `json:"logName"`
 	Ready   bool   `json:"ready"`
 	proxy.State
+	Source *replaypkg.Status `json:"source,omitempty"` // target sidecars: what the log holds for the replay
 }
 
 // api adapts a Sidecar to the control API.
@@ -229,6 +257,10 @@ func (a api) State() any {
 	st := State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
 	if st.Ready {
 		st.State = a.s.proxy.State()
+		if a.s.source != nil {
+			ss := a.s.source.Status()
+			st.Source = &ss
+		}
 	} else {
 		st.Mode = "starting"
 	}

@@ -1,0 +1,318 @@
+package proxy
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ms2m/ms2m/internal/amqpwire"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// ReplaySource serves the records a target replays, per queue; a
+// *replay.Source implements it.
+type ReplaySource interface {
+	// Next returns the i-th record (from 0) of queue to replay, or done once
+	// the queue has none left up to the cutoff. It blocks until it knows.
+	Next(ctx context.Context, queue string, i int) (rec shadowqueue.Record, done bool, err error)
+	// Cutoff returns the cutoff ID and the epoch of its marker, once known.
+	Cutoff() (id, epoch uint64, ok bool)
+}
+
+// queueReplay is the replay position of one queue, shared by every
+// consumer of it on any connection, so that a consumer that comes back
+// after a dropped connection goes on where the last one left off.
+type queueReplay struct {
+	mu       sync.Mutex
+	state    []uint8 // per record index: pending, inFlight, acked
+	sent     []bool  // handed to the app at least once (a second time is a redelivery)
+	switched bool    // the app consumes this queue upstream now
+	replayed int     // records acked
+}
+
+const (
+	pending uint8 = iota
+	inFlight
+	acked
+)
+
+func (q *queueReplay) grow(i int) {
+	for len(q.state) <= i {
+		q.state = append(q.state, pending)
+		q.sent = append(q.sent, false)
+	}
+}
+
+// claim returns the lowest pending index and marks it in flight.
+func (q *queueReplay) claim() (i int, redelivered bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i = 0; i < len(q.state); i++ {
+		if q.state[i] == pending {
+			break
+		}
+	}
+	q.grow(i)
+	q.state[i] = inFlight
+	redelivered = q.sent[i]
+	q.sent[i] = true
+	return i, redelivered
+}
+
+// release puts index i back to pending.
+func (q *queueReplay) release(i int, unsent bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state[i] == inFlight {
+		q.state[i] = pending
+	}
+	if unsent {
+		q.sent[i] = false
+	}
+}
+
+func (q *queueReplay) ack(i int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state[i] != acked {
+		q.state[i] = acked
+		q.replayed++
+	}
+}
+
+// allAcked reports whether records 0..n-1 are acked.
+func (q *queueReplay) allAcked(n int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.replayed >= n
+}
+
+func (q *queueReplay) isSwitched() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.switched
+}
+
+// replayConsumer is an app consumer served from the log.
+type replayConsumer struct {
+	m *amqpwire.BasicConsume // with its tag made explicit
+	q *queueReplay
+}
+
+// replayDelivery is a replayed delivery the app has not settled.
+type replayDelivery struct {
+	tag uint64
+	idx int
+	q   *queueReplay
+}
+
+// replaying reports whether the app's consume of queue is served from the
+// log rather than the broker.
+func (p *Proxy) replaying(queue string) bool {
+	return p.opts.Replay != nil && !p.queueReplay(queue).isSwitched()
+}
+
+func (p *Proxy) queueReplay(queue string) *queueReplay {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.replayQueues == nil {
+		p.replayQueues = map[string]*queueReplay{}
+	}
+	q := p.replayQueues[queue]
+	if q == nil {
+		q = &queueReplay{}
+		p.replayQueues[queue] = q
+	}
+	return q
+}
+
+// continueTee makes the tee number new deliveries after the cutoff, once.
+func (p *Proxy) continueTee() {
+	p.teeOnce.Do(func() {
+		id, epoch, _ := p.opts.Replay.Cutoff()
+		if err := p.tee.Continue(id, epoch); err != nil {
+			p.log.Error("cannot continue the replay log after the cutoff", "cutoff_id", id, "err", err)
+		}
+	})
+}
+
+// kick wakes the replay feeders of this connection. Callers hold c.mu.
+func (c *conn) kick() {
+	close(c.kickCh)
+	c.kickCh = make(chan struct{})
+}
+
+// startReplay serves the app's basic.consume m on channel ch from the log.
+// Callers hold c.mu.
+func (c *conn) startReplay(ch *channel, m *amqpwire.BasicConsume) {
+	if m.ConsumerTag == "" {
+		ch.nextTag++
+		m.ConsumerTag = "ms2m.replay." + itoa(uint64(ch.id)) + "." + itoa(uint64(ch.nextTag))
+	}
+	rc := &replayConsumer{m: m, q: c.p.queueReplay(m.Queue)}
+	ch.replaying[m.ConsumerTag] = rc
+	ch.renumber = true
+	if !m.NoWait {
+		c.writeApp(amqpwire.AppendMethodFrame(nil, ch.id, &amqpwire.BasicConsumeOk{ConsumerTag: m.ConsumerTag}))
+	}
+	c.log.Info("replaying to the app's consumer", "queue", m.Queue, "consumer_tag", m.ConsumerTag)
+	go c.feed(ch.id, rc)
+}
+
+func itoa(u uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// feed hands the queue's records to one replay consumer, honouring the
+// channel's prefetch, and switches it to the broker once the app has acked
+// every record up to the cutoff.
+func (c *conn) feed(chID uint16, rc *replayConsumer) {
+	src := c.p.opts.Replay
+	for {
+		c.mu.Lock()
+		ch := c.chans[chID]
+		if c.ctx.Err() != nil || ch == nil || ch.replaying[rc.m.ConsumerTag] != rc {
+			c.mu.Unlock()
+			return
+		}
+		wake := c.kickCh
+		credit := ch.prefetch == 0 || len(ch.replayOut)+len(ch.outstanding) < int(ch.prefetch)
+		c.mu.Unlock()
+		if !credit {
+			if !c.wait(wake) {
+				return
+			}
+			continue
+		}
+
+		idx, redelivered := rc.q.claim()
+		rec, done, err := src.Next(c.ctx, rc.m.Queue, idx)
+		if err != nil {
+			rc.q.release(idx, true)
+			if c.ctx.Err() == nil {
+				c.log.Error("replay failed; the app's consumer gets nothing more and nothing is consumed upstream", "queue", rc.m.Queue, "err", err)
+			}
+			return
+		}
+		if done {
+			rc.q.release(idx, true)
+			if rc.q.allAcked(idx) {
+				c.switchToBroker(chID, rc)
+				return
+			}
+			if !c.wait(wake) {
+				return
+			}
+			continue
+		}
+
+		c.mu.Lock()
+		ch = c.chans[chID]
+		if ch == nil || ch.replaying[rc.m.ConsumerTag] != rc {
+			c.mu.Unlock()
+			rc.q.release(idx, !redelivered)
+			return
+		}
+		ch.appTag++
+		d := &amqpwire.BasicDeliver{ConsumerTag: rc.m.ConsumerTag, DeliveryTag: ch.appTag,
+			Redelivered: rec.Redelivered || redelivered, Exchange: rec.Exchange, RoutingKey: rec.RoutingKey}
+		raw := amqpwire.AppendMethodFrame(nil, chID, d)
+		raw = amqpwire.AppendRawHeaderFrame(raw, chID, 60, uint64(len(rec.Body)), rec.Properties)
+		raw = amqpwire.AppendBodyFrames(raw, chID, rec.Body, c.downP.MaxFrame())
+		if rc.m.NoAck {
+			rc.q.ack(idx)
+		} else {
+			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: rc.q})
+		}
+		c.writeApp(raw)
+		c.p.replayed.Add(1)
+		c.mu.Unlock()
+	}
+}
+
+// wait blocks until wake is closed or the connection ends.
+func (c *conn) wait(wake <-chan struct{}) bool {
+	select {
+	case <-wake:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// switchToBroker issues the app's consume upstream: from now on the app
+// gets the primary queue, with delivery tags renumbered to follow on.
+func (c *conn) switchToBroker(chID uint16, rc *replayConsumer) {
+	c.p.continueTee()
+	rc.q.mu.Lock()
+	rc.q.switched = true
+	rc.q.mu.Unlock()
+	c.mu.Lock()
+	ch := c.chans[chID]
+	if ch == nil || ch.replaying[rc.m.ConsumerTag] != rc {
+		c.mu.Unlock()
+		return
+	}
+	delete(ch.replaying, rc.m.ConsumerTag)
+	m := *rc.m
+	m.NoWait = false
+	ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true})
+	c.late = amqpwire.AppendMethodFrame(c.late, chID, &m)
+	late := c.takeLateLocked()
+	c.mu.Unlock()
+	c.push(segment{raw: late})
+	c.p.switchedAt(c.p.opts.Now())
+	c.log.Info("replay done; consuming the primary queue", "queue", rc.m.Queue, "consumer_tag", rc.m.ConsumerTag)
+}
+
+// settleRenumbered handles an ack, nack or reject on a channel whose tags
+// the sidecar assigns. Replayed deliveries are settled here and never reach
+// the broker; broker deliveries are settled as usual, and the frame is
+// rewritten with the broker's tag. It returns the frame for the broker, or
+// nil. Callers hold c.mu.
+func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple, ack, requeue bool, rewrite func(upTag uint64) amqpwire.Method) []byte {
+	keep := ch.replayOut[:0]
+	for _, r := range ch.replayOut {
+		covered := r.tag == tag || (multiple && (tag == 0 || r.tag <= tag))
+		switch {
+		case !covered:
+			keep = append(keep, r)
+		case ack || !requeue:
+			r.q.ack(r.idx)
+		default:
+			r.q.release(r.idx, false) // comes again, marked redelivered
+		}
+	}
+	ch.replayOut = keep
+	c.kick()
+	covered := c.settle(ch, seg, tag, multiple, ack)
+	if len(covered) == 0 {
+		return nil
+	}
+	up := covered[0].upTag
+	for _, d := range covered {
+		up = max(up, d.upTag)
+	}
+	if multiple && tag == 0 {
+		up = 0
+	}
+	return amqpwire.AppendMethodFrame(nil, ch.id, rewrite(up))
+}
+
+// dropReplay puts the channel's unsettled replayed deliveries back, to be
+// replayed again (as redeliveries) to the app's next consumer.
+func (c *conn) dropReplay(ch *channel) {
+	for _, r := range ch.replayOut {
+		r.q.release(r.idx, false)
+	}
+	ch.replayOut = nil
+	ch.replaying = map[string]*replayConsumer{}
+}
