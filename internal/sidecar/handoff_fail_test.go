@@ -1,0 +1,116 @@
+package sidecar_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// produce runs the sample producer to the end and returns its hash.
+func produce(t *testing.T, e *env, q string, n int, rate string) string {
+	t.Helper()
+	out, err := exec.Command(testenv.Build(t, "examples/producer"),
+		"-url", e.broker.AMQPURL, "-queue", q, "-count", fmt.Sprint(n), "-rate", rate, "-declare=false").Output()
+	if err != nil {
+		t.Fatalf("producer: %v", err)
+	}
+	var p struct {
+		Hash string `json:"hash"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(out), &p); err != nil {
+		t.Fatalf("producer printed %q: %v", out, err)
+	}
+	return p.Hash
+}
+
+func goConsumer(t *testing.T, sc *sidecar.Sidecar, q string, prefetch int) (addr string, cmd *exec.Cmd) {
+	t.Helper()
+	cmd = exec.Command(testenv.Build(t, "examples/consumer"))
+	addr = testenv.FreeAddr(t)
+	runApp(t, cmd, map[string]string{
+		"AMQP_URL": "amqp://guest:guest@" + sc.AMQPAddr() + "/",
+		"QUEUE":    q, "PREFETCH": fmt.Sprint(prefetch), "WORK_MS": "2", "HTTP_ADDR": addr, "DECLARE": "false",
+	})
+	return addr, cmd
+}
+
+// sourceThenStop lets a source consume part of n messages, stops it, and
+// returns the cutoff ID and the producer's hash.
+func sourceThenStop(t *testing.T, e *env, q string, n int) (cutoff uint64, hash string) {
+	t.Helper()
+	source := e.start(sidecar.Options{})
+	src := &env{t: t, broker: e.broker, log: e.log, sc: source}
+	srcApp, _ := goConsumer(t, source, q, 10)
+	hash = produce(t, e, q, n, "0")
+	testenv.Eventually(t, 30*time.Second, "the source to process a part", func() bool {
+		s, _ := appStateAt(srcApp)
+		return s.Count >= n/3
+	})
+	var stop struct {
+		CutoffID uint64 `json:"cutoffId"`
+	}
+	if code := src.call("POST", "/stop?timeout=20s", &stop); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	return stop.CutoffID, hash
+}
+
+// TestHandoffCheckCanFail: a target told to stop one message short of the
+// real cutoff loses that message, and the hash check catches it.
+func TestHandoffCheckCanFail(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	cutoff, want := sourceThenStop(t, e, q, n)
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", fmt.Sprint(cutoff-1) // deliberately wrong
+	target := e.startConfig(cfg, sidecar.Options{})
+	dstApp, _ := goConsumer(t, target, q, 10)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to drain the queue", func() bool {
+		got, _ = appStateAt(dstApp)
+		return got.Count >= n-1
+	})
+	time.Sleep(300 * time.Millisecond)
+	got, _ = appStateAt(dstApp)
+	if got.Count != n-1 || got.Hash == want {
+		t.Fatalf("target with a cutoff one short: %+v; want %d messages and a hash that is NOT the producer's", got, n-1)
+	}
+}
+
+// TestTargetRestartMidReplay: a target killed in the middle of its replay
+// (sidecar and app) and started again replays from the start and ends exact.
+func TestTargetRestartMidReplay(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	_, want := sourceThenStop(t, e, q, n)
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+
+	first := e.startConfig(cfg, sidecar.Options{})
+	firstApp, firstCmd := goConsumer(t, first, q, 5)
+	testenv.Eventually(t, 30*time.Second, "the first target to replay a part", func() bool {
+		s, _ := appStateAt(firstApp)
+		return s.Count >= 20
+	})
+	firstCmd.Process.Kill()
+	first.Close()
+
+	second := e.startConfig(cfg, sidecar.Options{})
+	secondApp, _ := goConsumer(t, second, q, 5)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the restarted target to process everything", func() bool {
+		got, _ = appStateAt(secondApp)
+		return got.Count >= n
+	})
+	if got.Count != n || got.Hash != want {
+		t.Fatalf("restarted target %+v, want %d messages and the producer's hash %s", got, n, want)
+	}
+}
