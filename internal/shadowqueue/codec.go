@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -12,7 +13,8 @@ import (
 var ErrBadRecord = errors.New("shadowqueue: malformed record")
 
 // recordVersion is the first byte of every encoded Record. Version 0 is never
-// a record: StreamLog uses it for its own markers (see markerVersion).
+// a record: StreamLog uses it for its own markers (see markerVersion), and
+// version 2 starts a fragment of a record (see fragmentVersion).
 const recordVersion = 1
 
 // Flag bits of an encoded record.
@@ -227,3 +229,260 @@ func (d *decoder) readBytes(field string) []byte {
 	d.buf = d.buf[l:]
 	return v
 }
+
+// fragmentVersion is the first byte of a stream message that carries one
+// fragment of a record whose encoding does not fit one message.
+const fragmentVersion = 2
+
+// maxAssembledLen caps the encoded length of a fragmented record: StreamLog
+// refuses to write a longer record (ErrRecordTooLarge) and readers refuse a
+// fragment set that claims more, before they allocate. RabbitMQ accepts
+// messages up to 128 MiB by default, so only a broker whose
+// max_message_size is raised above 256 MiB (it allows up to 512 MiB) can
+// hand the sidecar a record this large.
+const maxAssembledLen = 256 << 20
+
+// maxFragmentHeaderLen bounds a fragment header's length: the version byte,
+// a 64-bit ID and three varints below 2^35 (Index < Count <= Total <=
+// maxAssembledLen = 2^28), 5 bytes each.
+const maxFragmentHeaderLen = 1 + binary.MaxVarintLen64 + 3*5
+
+// fragmentHeader starts every fragment message. A record whose encoding (of
+// Total bytes) does not fit one stream message is cut into Count >= 2
+// slices, sent as consecutive messages by one Write, in Index order:
+//
+//	+---------+---------+---------+---------+---------+------------------+
+//	| version | ID      | Index   | Count   | Total   | payload          |
+//	| 1 byte  | uvarint | uvarint | uvarint | uvarint | rest of message, |
+//	|   = 2   |         |         |         |         | at least 1 byte  |
+//	+---------+---------+---------+---------+---------+------------------+
+//
+// The payloads, concatenated in Index order, are AppendRecord's encoding of
+// the record with this ID. Fragment 0's payload length is the chunk size:
+// every fragment but the last carries exactly that many bytes, the last one
+// the 1 to chunk bytes left, so Count is Total divided by the chunk, rounded
+// up. Varints are minimal, as in records.
+type fragmentHeader struct {
+	ID    uint64 // the record's ID, to tell fragment sets apart
+	Index uint64 // 0 to Count-1
+	Count uint64 // fragments in the set, at least 2
+	Total uint64 // length of the record's encoding, at most maxAssembledLen
+}
+
+// encodedLen is the length of encode's output.
+func (h *fragmentHeader) encodedLen() int {
+	return 1 + uvarintLen(h.ID) + uvarintLen(h.Index) + uvarintLen(h.Count) + uvarintLen(h.Total)
+}
+
+// encode appends the header (version byte included) to dst and returns the
+// extended slice; the payload goes right after it.
+func (h *fragmentHeader) encode(dst []byte) []byte {
+	dst = append(dst, fragmentVersion)
+	dst = binary.AppendUvarint(dst, h.ID)
+	dst = binary.AppendUvarint(dst, h.Index)
+	dst = binary.AppendUvarint(dst, h.Count)
+	return binary.AppendUvarint(dst, h.Total)
+}
+
+// decode reads the header at the start of the fragment message src into h
+// and returns the payload. It checks what one message can tell: the version,
+// minimal varints, 2 <= Count <= Total <= maxAssembledLen, Index < Count and
+// a payload of 1 to Total bytes. Whether the payload length suits its set is
+// the reassembler's to check. Errors wrap ErrBadRecord, and also
+// ErrRecordTooLarge for a Total over maxAssembledLen; h is then zero.
+//
+// Buffer lifetime: the payload aliases src.
+func (h *fragmentHeader) decode(src []byte) (payload []byte, err error) {
+	*h = fragmentHeader{}
+	d := decoder{buf: src}
+	version := d.readByte("version")
+	if d.err == nil && version != fragmentVersion {
+		return nil, fmt.Errorf("%w: fragment version %d, want %d", ErrBadRecord, version, fragmentVersion)
+	}
+	var f fragmentHeader
+	f.ID = d.readUvarint("fragment ID")
+	f.Index = d.readUvarint("fragment index")
+	f.Count = d.readUvarint("fragment count")
+	f.Total = d.readUvarint("fragment total")
+	switch {
+	case d.err != nil:
+		return nil, d.err
+	case f.Total > maxAssembledLen:
+		return nil, fmt.Errorf("%w: fragment of record ID %d: the record would be %d bytes, over the %d MiB cap: %w",
+			ErrBadRecord, f.ID, f.Total, maxAssembledLen>>20, ErrRecordTooLarge)
+	case f.Count < 2 || f.Count > f.Total:
+		return nil, fmt.Errorf("%w: fragment of record ID %d: count %d for %d bytes, want 2 to %d",
+			ErrBadRecord, f.ID, f.Count, f.Total, f.Total)
+	case f.Index >= f.Count:
+		return nil, fmt.Errorf("%w: fragment of record ID %d: index %d of %d", ErrBadRecord, f.ID, f.Index, f.Count)
+	case len(d.buf) == 0 || uint64(len(d.buf)) > f.Total:
+		return nil, fmt.Errorf("%w: fragment %d of %d of record ID %d: %d payload bytes, want 1 to %d",
+			ErrBadRecord, f.Index, f.Count, f.ID, len(d.buf), f.Total)
+	}
+	*h = f
+	return d.buf, nil
+}
+
+// fragmentCount is the number of fragments of chunk payload bytes that an
+// encoding of n bytes takes.
+func fragmentCount(n, chunk int) int { return (n + chunk - 1) / chunk }
+
+// fragmentsLen is the length of appendFragments' output for a record with
+// this ID whose encoding is n bytes long.
+func fragmentsLen(id uint64, n, chunk int) int {
+	h := fragmentHeader{ID: id, Count: uint64(fragmentCount(n, chunk)), Total: uint64(n)}
+	total := n
+	for h.Index = 0; h.Index < h.Count; h.Index++ {
+		total += h.encodedLen()
+	}
+	return total
+}
+
+// appendFragments appends the fragment messages of r, with payloads of chunk
+// bytes (the last one shorter), to dst, and each message to bodies; it
+// returns both extended. It suits a record of any length up to
+// maxAssembledLen, though StreamLog only fragments records that do not fit
+// one message.
+//
+// Buffer lifetime: the appended bodies alias the returned dst, capacity
+// capped. Beyond them, appendFragments needs no memory of its own: it
+// encodes the record into the end of the space the fragments take, then
+// moves each slice forward, to just after its header.
+func appendFragments(dst []byte, bodies [][]byte, r *Record, chunk int) ([]byte, [][]byte) {
+	n := encodedRecordLen(r)
+	start := len(dst)
+	size := fragmentsLen(r.ID, n, chunk)
+	dst = slices.Grow(dst, size)[:start+size]
+	enc := start + size - n // where the encoding starts
+	// AppendRecord fills dst[enc:] in place: the capacity is there.
+	AppendRecord(dst[:enc], r)
+
+	h := fragmentHeader{ID: r.ID, Count: uint64(fragmentCount(n, chunk)), Total: uint64(n)}
+	w := start // where the next fragment starts
+	for h.Index = 0; h.Index < h.Count; h.Index++ {
+		lo := enc + int(h.Index)*chunk
+		hi := min(lo+chunk, start+size)
+		// The header ends at or before lo: the headers before this one
+		// and this one fit in the space left for all of them.
+		body := h.encode(dst[w:w])
+		body = body[:len(body)+copy(dst[w+len(body):], dst[lo:hi])]
+		bodies = append(bodies, body[:len(body):len(body)])
+		w += len(body)
+	}
+	return dst, bodies
+}
+
+// reassembler turns the stream's messages, fed to add in log order, back
+// into records. It passes whole records through and skips StreamLog's
+// markers; it buffers a fragment set until its last fragment and then
+// decodes the whole. Because one Write sends a record's fragments
+// consecutively, and a failed Write is retried from a record or a fragment
+// 0, a set still open when a whole record or another fragment 0 comes was
+// cut short by a failed write and is dropped, as is a set still open when
+// the reading stops. A fragment other than 0 with no set open belongs to a
+// set whose start the reader did not see (retention, or a read that began
+// at an offset mid-set) and is skipped. A fragment that does not continue
+// the open set is an error: this writer never produces one.
+//
+// The zero value is ready to use. Its memory is one record's encoding at a
+// time, allocated once per set after fragment 0's Total is checked against
+// maxAssembledLen and against the chunk size.
+type reassembler struct {
+	state  assemblyState
+	set    fragmentHeader // the open set; Index is the fragment expected next
+	chunk  int            // fragment 0's payload length
+	buf    []byte         // the payloads so far
+	offset int64          // fragment 0's offset
+}
+
+type assemblyState uint8
+
+const (
+	assemblyIdle       assemblyState = iota // between records: no set open
+	assemblyCollecting                      // inside a fragment set
+)
+
+// add takes the message at offset, whose body is b. It returns ok=true and a
+// record when b is a whole record or the last fragment of the open set, and
+// ok=false otherwise. Errors wrap ErrBadRecord, and the open set is
+// dropped; an error about a set names the offset where the set began, and
+// the caller names offset.
+//
+// Buffer lifetime: a whole record's Properties and Body alias b, as with
+// DecodeRecord; a reassembled record's alias a buffer of its own.
+func (a *reassembler) add(offset int64, b []byte) (r Record, ok bool, err error) {
+	if len(b) > 0 && b[0] == markerVersion {
+		return Record{}, false, nil
+	}
+	if len(b) == 0 || b[0] != fragmentVersion {
+		a.reset()
+		r, err := DecodeRecord(b)
+		return r, err == nil, err
+	}
+	var h fragmentHeader
+	payload, err := h.decode(b)
+	if err != nil {
+		a.reset()
+		return Record{}, false, err
+	}
+	if h.Index == 0 {
+		return a.begin(offset, h, payload)
+	}
+	if a.state == assemblyIdle {
+		return Record{}, false, nil // its set began before this read did
+	}
+	if h.ID != a.set.ID || h.Count != a.set.Count || h.Total != a.set.Total || h.Index != a.set.Index {
+		err := fmt.Errorf("%w: fragment %d of %d of record ID %d (%d bytes) does not continue the set that began at offset %d, which expects fragment %d of %d of record ID %d (%d bytes)",
+			ErrBadRecord, h.Index, h.Count, h.ID, h.Total, a.offset, a.set.Index, a.set.Count, a.set.ID, a.set.Total)
+		a.reset()
+		return Record{}, false, err
+	}
+	want := a.chunk
+	if h.Index == h.Count-1 {
+		want = int(h.Total) - len(a.buf)
+	}
+	if len(payload) != want {
+		err := fmt.Errorf("%w: fragment %d of %d of record ID %d carries %d bytes, want %d",
+			ErrBadRecord, h.Index, h.Count, h.ID, len(payload), want)
+		a.reset()
+		return Record{}, false, err
+	}
+	a.buf = append(a.buf, payload...)
+	a.set.Index++
+	if a.set.Index < a.set.Count {
+		return Record{}, false, nil
+	}
+	buf, first, set := a.buf, a.offset, a.set
+	a.reset()
+	r, err = DecodeRecord(buf)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("record ID %d reassembled from offsets %d to %d: %w", set.ID, first, offset, err)
+	}
+	if r.ID != set.ID {
+		return Record{}, false, fmt.Errorf("%w: record reassembled from offsets %d to %d has ID %d, but its fragments say %d",
+			ErrBadRecord, first, offset, r.ID, set.ID)
+	}
+	return r, true, nil
+}
+
+// begin opens a set with fragment 0, dropping any set still open.
+func (a *reassembler) begin(offset int64, h fragmentHeader, payload []byte) (Record, bool, error) {
+	a.reset()
+	chunk := uint64(len(payload))
+	// Count = ceil(Total / chunk). decode bounded chunk, Count and Total
+	// by maxAssembledLen = 2^28, so the products cannot overflow.
+	if (h.Count-1)*chunk >= h.Total || h.Count*chunk < h.Total {
+		return Record{}, false, fmt.Errorf("%w: fragment 0 of record ID %d carries %d bytes, which makes %d bytes %d fragments, not %d",
+			ErrBadRecord, h.ID, chunk, h.Total, fragmentCount(int(h.Total), int(chunk)), h.Count)
+	}
+	a.state = assemblyCollecting
+	a.set = h
+	a.set.Index = 1
+	a.chunk = int(chunk)
+	a.offset = offset
+	a.buf = append(make([]byte, 0, h.Total), payload...)
+	return Record{}, false, nil
+}
+
+// reset drops the open set, if any.
+func (a *reassembler) reset() { *a = reassembler{} }

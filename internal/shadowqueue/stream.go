@@ -18,9 +18,12 @@ import (
 	"github.com/rabbitmq/rabbitmq-stream-go-client/pkg/stream"
 )
 
-// ErrRecordTooLarge is wrapped by Write when one record cannot fit in a
-// stream protocol frame. Writing it again cannot succeed.
-var ErrRecordTooLarge = errors.New("shadowqueue: record too large for a stream frame")
+// ErrRecordTooLarge is wrapped by Write when a record's encoding is over
+// 256 MiB (maxAssembledLen), the most a fragmented record may take. Writing
+// it again cannot succeed. RabbitMQ's default message size limit, 128 MiB,
+// keeps such records from reaching the sidecar. Readers wrap it, besides
+// ErrBadRecord, for a fragment that claims a record over the cap.
+var ErrRecordTooLarge = errors.New("shadowqueue: record too large for the replay log")
 
 const (
 	// streamFrameMax is the frame size the stream client asks for; the
@@ -33,8 +36,12 @@ const (
 	// record: publishing ID and length (12), and the AMQP 1.0 data section
 	// header the client wraps it in (at most 8).
 	publishMessageOverhead = 12 + 8
-	// maxRecordLen is the largest encoded record that fits in one frame.
+	// maxRecordLen is the largest message body, so the largest encoded
+	// record, that fits in one frame.
 	maxRecordLen = streamFrameMax - publishFrameHeader - publishMessageOverhead
+	// fragmentChunk is the payload of every fragment but a record's last:
+	// with its header, a fragment fills at most one frame.
+	fragmentChunk = maxRecordLen - maxFragmentHeaderLen
 
 	// socketBuffer replaces the client's 8 KiB socket buffers, which cap
 	// consumption at about 700 msg/s.
@@ -43,10 +50,11 @@ const (
 	defaultStreamPort = 5552
 )
 
-// markerVersion is the first byte of a stream message that is not a Record
-// (records start with recordVersion). Last and ReadAll append such a tail
-// marker, followed by a random token, to learn where the log ends: RabbitMQ
-// 3.10 has no stream statistics command. Every reader here skips markers.
+// markerVersion is the first byte of a stream message that holds no record
+// data (records start with recordVersion, their fragments with
+// fragmentVersion). Last and ReadAll append such a tail marker, followed by
+// a random token, to learn where the log ends: RabbitMQ 3.10 has no stream
+// statistics command. Every reader here skips markers.
 const markerVersion = 0
 
 // StreamOptions configures a StreamLog.
@@ -61,9 +69,24 @@ type StreamOptions struct {
 	Logger *slog.Logger
 }
 
-// StreamLog is a Log on a RabbitMQ stream. Each record is one stream
-// message whose body is AppendRecord's encoding. Write is safe for
-// concurrent use, though writes are sent one call at a time.
+// StreamLog is a Log on a RabbitMQ stream. Write is safe for concurrent
+// use, though writes are sent one call at a time.
+//
+// Format: every stream message body starts with a version byte.
+//
+//   - 1: a whole record, AppendRecord's encoding. Every record whose
+//     encoding fits one stream frame (maxRecordLen, about 1 MiB) is written
+//     so.
+//   - 2: one fragment of a larger record, up to 256 MiB encoded (see
+//     fragmentHeader). Write sends all fragments of a record consecutively,
+//     in order, and returns once all are confirmed; readers put them back
+//     together and hand out whole records only. A set of fragments cut short
+//     by a failed write is dropped when the retry starts over.
+//   - 0: a tail marker that readers append to find the end of the log (see
+//     markerVersion), skipped by every reader.
+//
+// A stream has one writer at a time (the Tee): readers rely on it to tell a
+// cut-short fragment set from a complete one.
 //
 // The client library cannot abandon a connection attempt: when ctx ends
 // while the broker is unreachable, the call returns but a goroutine keeps
@@ -316,36 +339,80 @@ func (c *streamConn) close() error {
 }
 
 // Write appends recs to the stream and returns once the broker confirmed
-// all of them. Records go out in frames of up to 1 MiB without waiting in
-// between, so a batch costs about one broker round trip.
+// all of them. A record whose encoding does not fit one stream frame is
+// split into fragments of about 1 MiB, one message each. Messages go out in
+// frames of up to 1 MiB without waiting in between, so a batch costs about
+// one broker round trip. A record over 256 MiB encoded is refused, with
+// ErrRecordTooLarge, before anything is sent.
 //
 // If the connection is gone (broker restart, network), Write connects again
 // before sending; if it dies during the write, Write sends the whole batch
 // once more on a new connection. Either way some records may be stored
-// twice, which the Log contract allows.
+// twice, and the first fragments of a record may be stored without the
+// rest; the Log contract allows both, and readers drop such an incomplete
+// set.
 func (l *StreamLog) Write(ctx context.Context, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	total := 0
-	for i := range recs {
-		n := encodedRecordLen(&recs[i])
-		if n > maxRecordLen {
-			return fmt.Errorf("write to replay log stream %q: record ID %d is %d bytes encoded, over the %d that fit in a stream frame: %w",
-				l.opts.Name, recs[i].ID, n, maxRecordLen, ErrRecordTooLarge)
-		}
-		total += n
-	}
-	buf := make([]byte, 0, total) // one allocation for the whole batch
-	bodies := make([][]byte, len(recs))
-	for i := range recs {
-		start := len(buf)
-		buf = AppendRecord(buf, &recs[i])
-		bodies[i] = buf[start:len(buf):len(buf)]
+	bodies, parts, err := encodeBodies(recs, fragmentChunk)
+	if err != nil {
+		return fmt.Errorf("write to replay log stream %q: %w", l.opts.Name, err)
 	}
 	return l.writeBodies(ctx, bodies, func(i int) string {
-		return fmt.Sprintf("record ID %d (kind %d)", recs[i].ID, recs[i].Kind)
+		p := parts[i]
+		r := &recs[p.rec]
+		if p.count == 0 {
+			return fmt.Sprintf("record ID %d (kind %d)", r.ID, r.Kind)
+		}
+		return fmt.Sprintf("record ID %d (kind %d, fragment %d of %d)", r.ID, r.Kind, p.index, p.count)
 	})
+}
+
+// bodyPart says what a message body of a Write holds.
+type bodyPart struct {
+	rec          int // index of the record in the batch
+	index, count int // fragment index and count; count 0 for a whole record
+}
+
+// encodeBodies encodes recs as stream message bodies, in order: a whole
+// record when its encoding is at most maxRecordLen bytes, fragments with
+// payloads of chunk bytes otherwise. parts[i] says what bodies[i] holds.
+// All bodies share one allocation.
+func encodeBodies(recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, err error) {
+	total, messages := 0, 0
+	for i := range recs {
+		n := encodedRecordLen(&recs[i])
+		switch {
+		case n <= maxRecordLen:
+			total += n
+			messages++
+		case n <= maxAssembledLen:
+			total += fragmentsLen(recs[i].ID, n, chunk)
+			messages += fragmentCount(n, chunk)
+		default:
+			return nil, nil, fmt.Errorf("record ID %d is %d bytes encoded, over the %d MiB the replay log takes; it cannot be written: %w",
+				recs[i].ID, n, maxAssembledLen>>20, ErrRecordTooLarge)
+		}
+	}
+	buf := make([]byte, 0, total)
+	bodies = make([][]byte, 0, messages)
+	parts = make([]bodyPart, 0, messages)
+	for i := range recs {
+		if encodedRecordLen(&recs[i]) <= maxRecordLen {
+			start := len(buf)
+			buf = AppendRecord(buf, &recs[i])
+			bodies = append(bodies, buf[start:len(buf):len(buf)])
+			parts = append(parts, bodyPart{rec: i})
+			continue
+		}
+		first := len(bodies)
+		buf, bodies = appendFragments(buf, bodies, &recs[i], chunk)
+		for j := first; j < len(bodies); j++ {
+			parts = append(parts, bodyPart{rec: i, index: j - first, count: len(bodies) - first})
+		}
+	}
+	return bodies, parts, nil
 }
 
 // writeBodies sends bodies as one message each and waits for their
@@ -462,9 +529,12 @@ func (l *StreamLog) Close() error {
 	return nil
 }
 
-// Last returns the record at the end of the log. It appends a tail marker
-// (see markerVersion) to find the end, then reads backwards from it in
-// growing windows until it meets a record or the start of the log.
+// Last returns the last complete record in the log: a set of fragments
+// that a failed write cut short is not a record. It appends a tail marker
+// (see markerVersion) to find the end, then reads the offsets before it in
+// growing windows that end there, until one holds a complete record or
+// reaches the start of the log. A window that starts inside a fragment set
+// does not see that record; the next, larger one does.
 func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 	env, err := l.readEnvironment(ctx, "find the last record of")
 	if err != nil {
@@ -484,18 +554,19 @@ func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 		if from == 0 || truncated {
 			return Record{}, false, nil // nothing older is left
 		}
-		end = from
 	}
 }
 
-// lastBetween returns the last record with an offset in [from, end).
-// truncated says that retention removed offsets at or after from.
+// lastBetween returns the last complete record whose last message has an
+// offset in [from, end); a record whose first fragments come before from is
+// not seen. truncated says that retention removed offsets at or after from.
 func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, from, end int64) (last Record, found, truncated bool, err error) {
 	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
 	if err != nil {
 		return Record{}, false, false, err
 	}
 	defer sub.close()
+	var asm reassembler
 	first := true
 	for {
 		m, err := sub.next(ctx)
@@ -509,7 +580,7 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 		if m.offset >= end {
 			return last, found, truncated, nil
 		}
-		r, ok, err := l.decode(m)
+		r, ok, err := l.decode(&asm, m)
 		if err != nil {
 			return Record{}, false, false, err
 		}
@@ -523,7 +594,8 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 }
 
 // ReadAll returns every record in the log when it is called, in log order.
-// It appends a tail marker (see markerVersion) to know where to stop.
+// It appends a tail marker (see markerVersion) to know where to stop; a
+// record whose fragments are not all before it is left out.
 func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 	env, err := l.readEnvironment(ctx, "read")
 	if err != nil {
@@ -540,6 +612,7 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 	}
 	defer sub.close()
 	var recs []Record
+	var asm reassembler
 	for {
 		m, err := sub.next(ctx)
 		if err != nil {
@@ -548,7 +621,7 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 		if m.offset >= end {
 			return recs, nil
 		}
-		r, ok, err := l.decode(m)
+		r, ok, err := l.decode(&asm, m)
 		if err != nil {
 			return nil, err
 		}
@@ -562,8 +635,9 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 // each new record as it is written, until ctx is done (it returns
 // context.Cause(ctx)), fn returns an error (it returns that error) or the
 // connection fails (call Follow again; fn sees the records again).
-// Records are passed in log order with their stream offsets; fn runs on the
-// calling goroutine and may keep r.
+// Records are passed in log order with their stream offsets (for a
+// fragmented record, the offset of its last fragment: fn sees it once all
+// fragments are in); fn runs on the calling goroutine and may keep r.
 func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) error) error {
 	env, err := l.readEnvironment(ctx, "follow")
 	if err != nil {
@@ -575,12 +649,13 @@ func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) 
 		return err
 	}
 	defer sub.close()
+	var asm reassembler
 	for {
 		m, err := sub.next(ctx)
 		if err != nil {
 			return err
 		}
-		r, ok, err := l.decode(m)
+		r, ok, err := l.decode(&asm, m)
 		if err != nil {
 			return err
 		}
@@ -629,17 +704,14 @@ func (l *StreamLog) tail(ctx context.Context, env *stream.Environment) (int64, e
 	}
 }
 
-// decode turns a stream message into a record; ok is false for a tail
-// marker.
-func (l *StreamLog) decode(m streamMessage) (r Record, ok bool, err error) {
-	if len(m.body) > 0 && m.body[0] == markerVersion {
-		return Record{}, false, nil
-	}
-	r, err = DecodeRecord(m.body)
+// decode feeds a stream message to asm, the reader's reassembler. ok is
+// true when m is a whole record or completes one.
+func (l *StreamLog) decode(asm *reassembler, m streamMessage) (r Record, ok bool, err error) {
+	r, ok, err = asm.add(m.offset, m.body)
 	if err != nil {
 		return Record{}, false, fmt.Errorf("replay log stream %q offset %d: %w; the stream holds data this sidecar did not write", l.opts.Name, m.offset, err)
 	}
-	return r, true, nil
+	return r, ok, nil
 }
 
 // streamMessage is one message of a subscription.

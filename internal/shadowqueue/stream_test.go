@@ -250,7 +250,8 @@ func TestStreamLastAfter1000Records(t *testing.T) {
 }
 
 // TestStreamWriteLargeBatch checks that a batch over the frame size is sent
-// in several frames, and that a record that fits no frame is refused.
+// in several frames, and that a record goes out as one message exactly as
+// long as it fits one frame.
 func TestStreamWriteLargeBatch(t *testing.T) {
 	l := openTestStream(t, StreamOptions{})
 	ctx := testCtx(t)
@@ -258,6 +259,26 @@ func TestStreamWriteLargeBatch(t *testing.T) {
 	if err := l.Write(ctx, want); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
+
+	// The largest record that fits one message, and the smallest that
+	// does not.
+	fits := deliveries(13, 1, 0)
+	fits[0].Body = make([]byte, maxRecordLen-encodedRecordLen(&fits[0])-4)
+	for encodedRecordLen(&fits[0]) < maxRecordLen {
+		fits[0].Body = append(fits[0].Body, 0)
+	}
+	over := deliveries(14, 1, 0)
+	over[0].Body = append(bytes.Clone(fits[0].Body), 1)
+	if encodedRecordLen(&over[0]) != maxRecordLen+1 {
+		t.Fatalf("test setup: the record over the limit is %d bytes, want %d", encodedRecordLen(&over[0]), maxRecordLen+1)
+	}
+	for _, recs := range [][]Record{fits, over} {
+		if err := l.Write(ctx, recs); err != nil {
+			t.Fatalf("Write of a record of %d bytes: %v", encodedRecordLen(&recs[0]), err)
+		}
+		want = append(want, recs...)
+	}
+
 	got, err := l.ReadAll(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -265,30 +286,284 @@ func TestStreamWriteLargeBatch(t *testing.T) {
 	if diff := cmp.Diff(want, got, bytesEqual); diff != "" {
 		t.Errorf("ReadAll mismatch (-want +got):\n%s", diff)
 	}
-
-	huge := deliveries(13, 1, maxRecordLen)
-	err = l.Write(ctx, huge)
-	if !errors.Is(err, ErrRecordTooLarge) {
-		t.Fatalf("Write of a %d-byte body = %v, want ErrRecordTooLarge", maxRecordLen, err)
-	}
-	if !strings.Contains(err.Error(), "record ID 13") {
-		t.Errorf("error %q does not name the record", err)
-	}
-	// The largest record that fits does go through.
-	fits := deliveries(13, 1, 0)
-	fits[0].Body = make([]byte, maxRecordLen-encodedRecordLen(&fits[0])-4)
-	for encodedRecordLen(&fits[0]) < maxRecordLen {
-		fits[0].Body = append(fits[0].Body, 0)
-	}
-	if err := l.Write(ctx, fits); err != nil {
-		t.Fatalf("Write of a record of exactly maxRecordLen bytes: %v", err)
+	wantKinds := strings.Repeat("1", 13) + "22" + "0" // ReadAll's marker
+	if got := messageKinds(t, l); got != wantKinds {
+		t.Errorf("messages in the stream, by first byte: %s, want %s", got, wantKinds)
 	}
 	r, ok, err := l.Last(ctx)
 	if err != nil || !ok {
 		t.Fatalf("Last = ok %v, %v", ok, err)
 	}
-	if diff := cmp.Diff(fits[0], r, bytesEqual); diff != "" {
+	if diff := cmp.Diff(over[0], r, bytesEqual); diff != "" {
 		t.Errorf("Last mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// rawMessages returns the stream's messages as they are, up to a tail
+// marker that it appends (and leaves out).
+func rawMessages(t testing.TB, l *StreamLog) []streamMessage {
+	t.Helper()
+	ctx := testCtx(t)
+	env := mustReadEnv(t, l)
+	end, err := l.tail(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.First())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.close()
+	var msgs []streamMessage
+	for {
+		m, err := sub.next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.offset >= end {
+			return msgs
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+// messageKinds returns the first byte of each message in the stream as a
+// digit: 1 for a record, 2 for a fragment, 0 for a marker.
+func messageKinds(t testing.TB, l *StreamLog) string {
+	t.Helper()
+	var b strings.Builder
+	for _, m := range rawMessages(t, l) {
+		if len(m.body) == 0 {
+			b.WriteByte('-')
+			continue
+		}
+		fmt.Fprint(&b, m.body[0])
+	}
+	return b.String()
+}
+
+// bigRecord is a delivery with a body of size bytes, not all alike.
+func bigRecord(id uint64, size int) Record {
+	r := deliveries(id, 1, 0)[0]
+	r.Body = make([]byte, size)
+	for i := range r.Body {
+		r.Body[i] = byte(i % 251) // a prime period: fragments differ
+	}
+	return r
+}
+
+// TestStreamFragmentedRecord writes a 5 MiB record between two small ones
+// and reads it back through every reader.
+func TestStreamFragmentedRecord(t *testing.T) {
+	l := openTestStream(t, StreamOptions{})
+	ctx := testCtx(t)
+	want := []Record{deliveries(1, 1, 10)[0], bigRecord(2, 5<<20), deliveries(3, 1, 10)[0]}
+	start := time.Now()
+	if err := l.Write(ctx, want); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	t.Logf("Write of a %d-byte record between two small ones took %v", encodedRecordLen(&want[1]), time.Since(start))
+
+	got, err := l.ReadAll(ctx)
+	if err != nil {
+		t.Fatalf("ReadAll: %v", err)
+	}
+	if diff := cmp.Diff(want, got, bytesEqual); diff != "" {
+		t.Errorf("ReadAll mismatch (-want +got):\n%s", diff)
+	}
+	if got, want := messageKinds(t, l), "1"+"222222"+"1"+"0"; got != want {
+		t.Errorf("messages in the stream, by first byte: %s, want %s", got, want)
+	}
+
+	r, ok, err := l.Last(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Last = ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(want[2], r, bytesEqual); diff != "" {
+		t.Errorf("Last mismatch (-want +got):\n%s", diff)
+	}
+
+	// Follow sees the three records, then a large one written while it runs.
+	followCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	type seen struct {
+		offset int64
+		r      Record
+	}
+	records := make(chan seen, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Follow(followCtx, func(offset int64, r Record) error {
+			records <- seen{offset, r}
+			return nil
+		})
+	}()
+	next := func() seen {
+		t.Helper()
+		select {
+		case s := <-records:
+			return s
+		case err := <-done:
+			t.Fatalf("Follow returned early: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Follow handed out no record for 10s")
+		}
+		return seen{}
+	}
+	// The fragmented record comes with its last fragment's offset.
+	for i, wantOffset := range []int64{0, 6, 7} {
+		s := next()
+		if s.offset != wantOffset {
+			t.Errorf("Follow record %d at offset %d, want %d", i, s.offset, wantOffset)
+		}
+		if diff := cmp.Diff(want[i], s.r, bytesEqual); diff != "" {
+			t.Errorf("Follow record %d mismatch (-want +got):\n%s", i, diff)
+		}
+	}
+	last := bigRecord(4, 5<<20)
+	start = time.Now()
+	if err := l.Write(ctx, []Record{last}); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	t.Logf("Write of a %d-byte record alone took %v", encodedRecordLen(&last), time.Since(start))
+	if diff := cmp.Diff(last, next().r, bytesEqual); diff != "" {
+		t.Errorf("Follow of a record written while it runs mismatch (-want +got):\n%s", diff)
+	}
+	stop()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Follow returned %v after its context was cancelled, want context.Canceled", err)
+	}
+
+	r, ok, err = l.Last(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Last = ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(last, r, bytesEqual); diff != "" {
+		t.Errorf("Last of a fragmented record mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamInterruptedFragmentedWrite stores the first fragments of a
+// record, as a write that fails half-way does, then writes the record again
+// as the Tee would: readers see it once, whole.
+func TestStreamInterruptedFragmentedWrite(t *testing.T) {
+	l := openTestStream(t, StreamOptions{})
+	ctx := testCtx(t)
+	first := deliveries(1, 1, 10)
+	if err := l.Write(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	big := bigRecord(2, 5<<20)
+	bodies, parts, err := encodeBodies([]Record{big}, fragmentChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bodies) != 6 || parts[5] != (bodyPart{rec: 0, index: 5, count: 6}) {
+		t.Fatalf("test setup: %d fragments, the last %+v; want 6", len(bodies), parts[len(parts)-1])
+	}
+	if err := l.writeBodies(ctx, bodies[:3], func(i int) string { return fmt.Sprintf("fragment %d", i) }); err != nil {
+		t.Fatal(err)
+	}
+
+	// The cut-short record is not in the log yet.
+	r, ok, err := l.Last(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Last = ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(first[0], r); diff != "" {
+		t.Errorf("Last with a cut-short record at the end mismatch (-want +got):\n%s", diff)
+	}
+	got, err := l.ReadAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(first, got); diff != "" {
+		t.Errorf("ReadAll with a cut-short record at the end mismatch (-want +got):\n%s", diff)
+	}
+
+	// The retry.
+	rest := []Record{big, deliveries(3, 1, 10)[0]}
+	if err := l.Write(ctx, rest); err != nil {
+		t.Fatal(err)
+	}
+	want := append(first, rest...)
+	got, err = l.ReadAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, bytesEqual); diff != "" {
+		t.Errorf("ReadAll after the retry mismatch (-want +got):\n%s", diff)
+	}
+	if got, want := messageKinds(t, l), "1"+"222"+"00"+"222222"+"1"+"0"; got != want {
+		t.Errorf("messages in the stream, by first byte: %s, want %s", got, want)
+	}
+	r, ok, err = l.Last(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Last = ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(want[2], r); diff != "" {
+		t.Errorf("Last after the retry mismatch (-want +got):\n%s", diff)
+	}
+	var followed []Record
+	errEnough := errors.New("enough")
+	err = l.Follow(ctx, func(_ int64, r Record) error {
+		followed = append(followed, r)
+		if len(followed) == len(want) {
+			return errEnough
+		}
+		return nil
+	})
+	if !errors.Is(err, errEnough) {
+		t.Fatalf("Follow = %v", err)
+	}
+	if diff := cmp.Diff(want, followed, bytesEqual); diff != "" {
+		t.Errorf("Follow after the retry mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamLastFragmentsBeforeWindow checks that Last finds a fragmented
+// record whose first fragments lie before its first window: the tail
+// markers after the record push its start out of the last 16 offsets.
+func TestStreamLastFragmentsBeforeWindow(t *testing.T) {
+	l := openTestStream(t, StreamOptions{})
+	ctx := testCtx(t)
+	want := []Record{deliveries(1, 1, 10)[0], bigRecord(2, 5<<20)} // offsets 0, 1 to 6
+	if err := l.Write(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	env := mustReadEnv(t, l)
+	for range 12 { // offsets 7 to 18; Last's marker at 19 reads from 3 first
+		if _, err := l.tail(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, ok, err := l.Last(ctx)
+	if err != nil || !ok {
+		t.Fatalf("Last = ok %v, %v", ok, err)
+	}
+	if diff := cmp.Diff(want[1], r, bytesEqual); diff != "" {
+		t.Errorf("Last mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamWriteTooLarge checks that a record over the 256 MiB cap is
+// refused before anything is sent.
+func TestStreamWriteTooLarge(t *testing.T) {
+	l := openTestStream(t, StreamOptions{})
+	ctx := testCtx(t)
+	huge := deliveries(13, 1, 0)
+	huge[0].Body = make([]byte, maxAssembledLen) // never written to: the pages stay untouched
+	err := l.Write(ctx, append(deliveries(12, 1, 10), huge...))
+	if !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("Write of a %d-byte body = %v, want ErrRecordTooLarge", len(huge[0].Body), err)
+	}
+	for _, s := range []string{l.opts.Name, "record ID 13", "256 MiB"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+	if got := messageKinds(t, l); got != "" {
+		t.Errorf("a refused batch left messages of kinds %s in the stream", got)
 	}
 }
 
@@ -608,6 +883,21 @@ func TestStreamResolver(t *testing.T) {
 				t.Errorf("streamResolver(%q) = %s:%d, want %s:%d", tc.uri, r.Host, r.Port, tc.wantHost, tc.wantPort)
 			}
 		})
+	}
+}
+
+// BenchmarkStreamWriteFragmented measures one Write of a record with a
+// 5 MiB body, sent as six fragments.
+func BenchmarkStreamWriteFragmented(b *testing.B) {
+	l := openTestStream(b, StreamOptions{})
+	ctx := context.Background()
+	recs := []Record{bigRecord(1, 5<<20)}
+	b.ReportAllocs()
+	b.SetBytes(int64(encodedRecordLen(&recs[0])))
+	for b.Loop() {
+		if err := l.Write(ctx, recs); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
