@@ -20,6 +20,7 @@ type consumer struct {
 type pendingConsume struct {
 	m         *amqpwire.BasicConsume
 	bySidecar bool // sent by the sidecar on resume: swallow its consume-ok
+	switching bool // sent by the sidecar at the end of replay
 }
 
 // pendingGet is a basic.get sent upstream and not yet answered.

@@ -196,6 +196,9 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 			c.cancelLocked(f.Channel, ch, m.ConsumerTag, cons)
 		}
 		if pc.bySidecar {
+			if pc.switching {
+				c.p.markSwitched(c.p.opts.Now())
+			}
 			return nil
 		}
 	case mBasicCancelOk:
@@ -264,6 +267,9 @@ func (c *conn) deliverLocked(ch *channel, d *content) {
 	now := c.p.opts.Now()
 	d.rec.Time = now
 	id, tk := c.p.tee.Append(d.rec)
+	if c.p.opts.Replay != nil {
+		c.p.markPrimary(now)
+	}
 	c.p.tracker.Delivered(d.rec.Queue, id, now, !d.noAck)
 	c.p.opts.Metrics.deliveries.WithLabelValues(d.rec.Queue).Inc()
 	if !d.noAck {

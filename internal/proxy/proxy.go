@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,18 +100,13 @@ type Proxy struct {
 	accepted atomic.Uint64
 
 	// Replay (target sidecars only).
-	replayQueues map[string]*queueReplay // guarded by mu
-	teeOnce      sync.Once
-	replayed     atomic.Uint64 // replayed deliveries handed to the app
-	firstSwitch  time.Time     // guarded by mu
-}
-
-func (p *Proxy) switchedAt(t time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.firstSwitch.IsZero() {
-		p.firstSwitch = t
-	}
+	replayQueues   map[string]*queueReplay // guarded by mu
+	teeOnce        sync.Once
+	replayed       atomic.Uint64 // replayed deliveries handed to the app
+	lastReplayedID uint64        // guarded by mu
+	lastReplayedAt time.Time     // guarded by mu
+	firstSwitch    time.Time     // guarded by mu
+	firstPrimary   time.Time     // guarded by mu
 }
 
 // New returns a Proxy that tees into tee.
@@ -326,6 +322,9 @@ func (p *Proxy) waitCancelled(ctx context.Context, conns []*conn) error {
 
 // StopResult is what Stop reports.
 type StopResult struct {
+	// StartedAt is when the stop began cancelling the app's consumers: from
+	// then on this instance accepts no primary-queue deliveries.
+	StartedAt time.Time `json:"startedAt"`
 	CutoffID  uint64    `json:"cutoffId"`
 	Epoch     uint64    `json:"epoch"`
 	Requeued  int       `json:"requeued"`
@@ -343,6 +342,7 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	if p.Mode() == Stopped {
 		return StopResult{CutoffID: p.cutoffID, Epoch: p.stopEpoch, StoppedAt: p.stopAt}, nil
 	}
+	started := p.opts.Now()
 	p.setMode(Stopped)
 	conns := p.snapshotConns()
 	for _, c := range conns {
@@ -371,7 +371,7 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	p.cutoffID, p.stopEpoch, p.stopAt = id, epoch, now
 	p.mu.Unlock()
 	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "requeued", requeued)
-	return StopResult{CutoffID: id, Epoch: epoch, Requeued: requeued, StoppedAt: now}, nil
+	return StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Requeued: requeued, StoppedAt: now}, nil
 }
 
 // Resume hands deliveries to the app again. After a Stop it consumes again
@@ -412,9 +412,20 @@ type State struct {
 
 // ReplayState is a target sidecar's replay progress.
 type ReplayState struct {
-	Replayed   uint64     `json:"replayed"`             // replayed deliveries handed to the app
-	Switched   []string   `json:"switched"`             // queues consumed from the broker now
-	SwitchedAt *time.Time `json:"switchedAt,omitempty"` // when the first queue switched
+	Replayed       uint64     `json:"replayed"`                 // replayed deliveries handed to the app
+	LastReplayedID uint64     `json:"lastReplayedId"`           // highest ID replayed to the app
+	LastReplayedAt *time.Time `json:"lastReplayedAt,omitempty"` // when the last replayed delivery went to the app
+	Replaying      int        `json:"replaying"`                // app consumers still served from the log
+	Switched       []string   `json:"switched"`                 // queues consumed from the broker now
+	SwitchedAt     *time.Time `json:"switchedAt,omitempty"`     // when the broker confirmed the first switch
+	FirstPrimaryAt *time.Time `json:"firstPrimaryAt,omitempty"` // first primary-queue delivery after replay
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // State returns a snapshot.
@@ -441,17 +452,21 @@ func (p *Proxy) State() State {
 	}
 	if p.opts.Replay != nil {
 		rs := &ReplayState{Replayed: p.replayed.Load(), Switched: []string{}}
+		for _, c := range conns {
+			rs.Replaying += c.replayingCount()
+		}
 		p.mu.Lock()
 		for q, qr := range p.replayQueues {
 			if qr.isSwitched() {
 				rs.Switched = append(rs.Switched, q)
 			}
 		}
-		if !p.firstSwitch.IsZero() {
-			t := p.firstSwitch
-			rs.SwitchedAt = &t
-		}
+		rs.LastReplayedID = p.lastReplayedID
+		rs.LastReplayedAt = timePtr(p.lastReplayedAt)
+		rs.SwitchedAt = timePtr(p.firstSwitch)
+		rs.FirstPrimaryAt = timePtr(p.firstPrimary)
 		p.mu.Unlock()
+		sort.Strings(rs.Switched)
 		st.Replay = rs
 	}
 	return st

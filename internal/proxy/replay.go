@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -135,6 +136,34 @@ func (p *Proxy) continueTee() {
 	})
 }
 
+// markReplayed records that the record with ID id went to the app at t.
+func (p *Proxy) markReplayed(id uint64, t time.Time) {
+	p.replayed.Add(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lastReplayedID = max(p.lastReplayedID, id)
+	p.lastReplayedAt = t
+}
+
+// markSwitched records when the broker confirmed a switch to the primary
+// queue: from then on the target accepts primary deliveries.
+func (p *Proxy) markSwitched(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstSwitch.IsZero() {
+		p.firstSwitch = t
+	}
+}
+
+// markPrimary records the first primary-queue delivery after replay.
+func (p *Proxy) markPrimary(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstPrimary.IsZero() {
+		p.firstPrimary = t
+	}
+}
+
 // kick wakes the replay feeders of this connection. Callers hold c.mu.
 func (c *conn) kick() {
 	close(c.kickCh)
@@ -233,7 +262,7 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: rc.q})
 		}
 		c.writeApp(raw)
-		c.p.replayed.Add(1)
+		c.p.markReplayed(rec.ID, c.p.opts.Now())
 		c.mu.Unlock()
 	}
 }
@@ -264,12 +293,11 @@ func (c *conn) switchToBroker(chID uint16, rc *replayConsumer) {
 	delete(ch.replaying, rc.m.ConsumerTag)
 	m := *rc.m
 	m.NoWait = false
-	ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true})
+	ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true, switching: true})
 	c.late = amqpwire.AppendMethodFrame(c.late, chID, &m)
 	late := c.takeLateLocked()
 	c.mu.Unlock()
 	c.push(segment{raw: late})
-	c.p.switchedAt(c.p.opts.Now())
 	c.log.Info("replay done; consuming the primary queue", "queue", rc.m.Queue, "consumer_tag", rc.m.ConsumerTag)
 }
 
@@ -315,4 +343,15 @@ func (c *conn) dropReplay(ch *channel) {
 	}
 	ch.replayOut = nil
 	ch.replaying = map[string]*replayConsumer{}
+}
+
+// replayingCount counts the app's consumers still served from the log.
+func (c *conn) replayingCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, ch := range c.chans {
+		n += len(ch.replaying)
+	}
+	return n
 }

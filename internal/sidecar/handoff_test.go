@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -38,7 +40,6 @@ func TestHandoff(t *testing.T) {
 			cfg := e.config()
 			cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
 			target := e.startConfig(cfg, sidecar.Options{})
-			src := &env{t: t, broker: e.broker, log: e.log, sc: source}
 			dst := &env{t: t, broker: e.broker, log: e.log, sc: target}
 
 			startApp := func(sc *sidecar.Sidecar) string {
@@ -69,12 +70,19 @@ func TestHandoff(t *testing.T) {
 
 			// Hand over at a random point while the producer is running.
 			time.Sleep(time.Duration(300+rand.IntN(900)) * time.Millisecond)
-			var stop struct {
-				CutoffID uint64 `json:"cutoffId"`
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			stop, err := replay.Handover(ctx,
+				replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
+				replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token},
+				replay.HandoverOptions{MaxLag: 5})
+			if err != nil {
+				t.Fatalf("handover: %v", err)
 			}
-			if code := src.call("POST", "/stop?timeout=20s", &stop); code != 200 {
-				t.Fatalf("stop the source = %d", code)
+			if stop.Switched.Before(stop.StopStarted) || stop.Downtime <= 0 || stop.Stopped.Before(stop.StopStarted) {
+				t.Errorf("handover timings out of order: %+v", stop)
 			}
+			t.Logf("handover: cutoff %d, lag at stop %d, downtime %s", stop.CutoffID, stop.LagAtStop, stop.Downtime)
 			if err := producer.Wait(); err != nil {
 				t.Fatalf("producer: %v", err)
 			}

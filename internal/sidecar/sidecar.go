@@ -138,6 +138,14 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		popts.Replay = src
 	}
 	s.proxy = proxy.New(s.tee, popts)
+	if src != nil {
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
+				func() float64 { return float64(s.replayLag()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
+				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
+		)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", cfg.Listen, err)
@@ -248,6 +256,19 @@ type State struct {
 	Ready   bool   `json:"ready"`
 	proxy.State
 	Source *replaypkg.Status `json:"source,omitempty"` // target sidecars: what the log holds for the replay
+	// ReplayLag is, on a target, how many records the log holds beyond the
+	// last one replayed to the app.
+	ReplayLag *uint64 `json:"replayLag,omitempty"`
+}
+
+// replayLag returns the target's lag behind the log.
+func (s *Sidecar) replayLag() uint64 {
+	st := s.proxy.State()
+	last := s.source.Status().LogLast
+	if st.Replay == nil || last <= st.Replay.LastReplayedID {
+		return 0
+	}
+	return last - st.Replay.LastReplayedID
 }
 
 // api adapts a Sidecar to the control API.
@@ -260,6 +281,8 @@ func (a api) State() any {
 		if a.s.source != nil {
 			ss := a.s.source.Status()
 			st.Source = &ss
+			lag := a.s.replayLag()
+			st.ReplayLag = &lag
 		}
 	} else {
 		st.Mode = "starting"

@@ -1,0 +1,187 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Endpoint is a sidecar's control API.
+type Endpoint struct {
+	URL   string // http://host:port
+	Token string
+}
+
+// HandoverOptions tune Handover.
+type HandoverOptions struct {
+	// MaxLag: the source is stopped once the target's replay lag (records in
+	// the log beyond the last one replayed) is at most MaxLag.
+	MaxLag uint64
+	// Deadline, if set, stops the source when it passes even if the lag is
+	// higher: the ms2m-cutoff strategy's T_cutoff.
+	Deadline time.Time
+	// SwitchTimeout bounds the wait for the target to replay to the cutoff
+	// and switch. Default 5 minutes.
+	SwitchTimeout time.Duration
+	// Poll is the interval between state reads. Default 10 ms.
+	Poll time.Duration
+	// HTTP is the client. Default a client with a 10 s timeout.
+	HTTP *http.Client
+}
+
+// Timings are what a handover measured, from the sidecars' clocks.
+type Timings struct {
+	// CutoffID is the last delivery the source handed to its app.
+	CutoffID uint64 `json:"cutoffId"`
+	// StopStarted is when the source stopped accepting primary deliveries;
+	// Stopped when its cutoff marker was durable.
+	StopStarted time.Time `json:"stopStarted"`
+	Stopped     time.Time `json:"stopped"`
+	// LastReplayed is when the target handed the app its last replayed
+	// delivery (zero if there was nothing to replay after the stop).
+	LastReplayed time.Time `json:"lastReplayed,omitzero"`
+	// Switched is when the broker confirmed the target's consume on the
+	// primary queue; FirstPrimary is its first primary delivery, if one came
+	// while Handover waited.
+	Switched     time.Time `json:"switched"`
+	FirstPrimary time.Time `json:"firstPrimary,omitzero"`
+	// Downtime is Switched - StopStarted: no instance accepted primary
+	// deliveries in between.
+	Downtime time.Duration `json:"downtime"`
+	// LagAtStop is the target's replay lag when the source was stopped.
+	LagAtStop uint64 `json:"lagAtStop"`
+}
+
+// targetState is the part of a target's GET /state that Handover reads.
+type targetState struct {
+	Ready     bool    `json:"ready"`
+	ReplayLag *uint64 `json:"replayLag"`
+	Replay    *struct {
+		Replaying      int        `json:"replaying"`
+		LastReplayedAt *time.Time `json:"lastReplayedAt"`
+		SwitchedAt     *time.Time `json:"switchedAt"`
+		FirstPrimaryAt *time.Time `json:"firstPrimaryAt"`
+	} `json:"replay"`
+	Source *Status `json:"source"`
+}
+
+// Handover stops the source and lets the target take over: it waits until
+// the target's replay lag is at most MaxLag (or Deadline passes), stops the
+// source at a cutoff, and waits until the target has replayed up to it and
+// consumes the primary queue. If it fails after the stop, the source stays
+// stopped: the caller decides whether to resume it (POST /resume).
+func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (Timings, error) {
+	if o.SwitchTimeout <= 0 {
+		o.SwitchTimeout = 5 * time.Minute
+	}
+	if o.Poll <= 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	var t Timings
+
+	// 1. Let the target catch up.
+	for {
+		st, err := getState(ctx, o.HTTP, target)
+		if err != nil {
+			return t, fmt.Errorf("handover: read the target's state: %w", err)
+		}
+		if st.Source == nil || st.ReplayLag == nil {
+			return t, fmt.Errorf("handover: the target at %s is not in replay mode (start it with MS2M_REPLAY_START)", target.URL)
+		}
+		if st.Source.Error != "" {
+			return t, fmt.Errorf("handover: the target cannot replay: %s", st.Source.Error)
+		}
+		if st.Ready && *st.ReplayLag <= o.MaxLag {
+			t.LagAtStop = *st.ReplayLag
+			break
+		}
+		if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
+			t.LagAtStop = *st.ReplayLag
+			break
+		}
+		if err := sleep(ctx, o.Poll); err != nil {
+			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w", *st.ReplayLag, o.MaxLag, err)
+		}
+	}
+
+	// 2. Stop the source at a cutoff.
+	var stop struct {
+		StartedAt time.Time `json:"startedAt"`
+		CutoffID  uint64    `json:"cutoffId"`
+		StoppedAt time.Time `json:"stoppedAt"`
+	}
+	if err := call(ctx, o.HTTP, source, http.MethodPost, "/stop?timeout=60s", &stop); err != nil {
+		return t, fmt.Errorf("handover: stop the source: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
+	}
+	t.CutoffID, t.StopStarted, t.Stopped = stop.CutoffID, stop.StartedAt, stop.StoppedAt
+
+	// 3. Wait for the target to replay to the cutoff and switch.
+	ctx, cancel := context.WithTimeout(ctx, o.SwitchTimeout)
+	defer cancel()
+	for {
+		st, err := getState(ctx, o.HTTP, target)
+		if err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but reading the target failed: %w", t.CutoffID, err)
+		}
+		if st.Source != nil && st.Source.Error != "" {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target cannot replay: %s", t.CutoffID, st.Source.Error)
+		}
+		if r := st.Replay; r != nil && st.Source != nil && st.Source.Complete && r.SwitchedAt != nil && r.Replaying == 0 {
+			t.Switched = *r.SwitchedAt
+			if r.LastReplayedAt != nil && r.LastReplayedAt.After(t.StopStarted) {
+				t.LastReplayed = *r.LastReplayedAt
+			}
+			if r.FirstPrimaryAt != nil {
+				t.FirstPrimary = *r.FirstPrimaryAt
+			}
+			t.Downtime = t.Switched.Sub(t.StopStarted)
+			return t, nil
+		}
+		if err := sleep(ctx, o.Poll); err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target did not switch to the primary queue in %s: %w", t.CutoffID, o.SwitchTimeout, err)
+		}
+	}
+}
+
+func getState(ctx context.Context, hc *http.Client, e Endpoint) (targetState, error) {
+	var st targetState
+	err := call(ctx, hc, e, http.MethodGet, "/state", &st)
+	return st, err
+}
+
+func call(ctx context.Context, hc *http.Client, e Endpoint, method, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(e.URL, "/")+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+e.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return json.Unmarshal(b, v)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(d):
+		return nil
+	}
+}
