@@ -107,6 +107,7 @@ type Proxy struct {
 	lastReplayedAt time.Time     // guarded by mu
 	firstSwitch    time.Time     // guarded by mu
 	firstPrimary   time.Time     // guarded by mu
+	replayErr      string        // guarded by mu
 }
 
 // New returns a Proxy that tees into tee.
@@ -419,6 +420,7 @@ type ReplayState struct {
 	Switched       []string   `json:"switched"`                 // queues consumed from the broker now
 	SwitchedAt     *time.Time `json:"switchedAt,omitempty"`     // when the broker confirmed the first switch
 	FirstPrimaryAt *time.Time `json:"firstPrimaryAt,omitempty"` // first primary-queue delivery after replay
+	Error          string     `json:"error,omitempty"`          // why a replay stopped, if one did
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -465,6 +467,7 @@ func (p *Proxy) State() State {
 		rs.LastReplayedAt = timePtr(p.lastReplayedAt)
 		rs.SwitchedAt = timePtr(p.firstSwitch)
 		rs.FirstPrimaryAt = timePtr(p.firstPrimary)
+		rs.Error = p.replayErr
 		p.mu.Unlock()
 		sort.Strings(rs.Switched)
 		st.Replay = rs

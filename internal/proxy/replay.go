@@ -145,6 +145,13 @@ func (p *Proxy) markReplayed(id uint64, t time.Time) {
 	p.lastReplayedAt = t
 }
 
+// replayFailed keeps the last replay error for /state.
+func (p *Proxy) replayFailed(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.replayErr = err.Error()
+}
+
 // markSwitched records when the broker confirmed a switch to the primary
 // queue: from then on the target accepts primary deliveries.
 func (p *Proxy) markSwitched(t time.Time) {
@@ -228,6 +235,7 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 			rc.q.release(idx, true)
 			if c.ctx.Err() == nil {
 				c.log.Error("replay failed; the app's consumer gets nothing more and nothing is consumed upstream", "queue", rc.m.Queue, "err", err)
+				c.p.replayFailed(err)
 			}
 			return
 		}

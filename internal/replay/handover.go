@@ -65,6 +65,7 @@ type targetState struct {
 		LastReplayedAt *time.Time `json:"lastReplayedAt"`
 		SwitchedAt     *time.Time `json:"switchedAt"`
 		FirstPrimaryAt *time.Time `json:"firstPrimaryAt"`
+		Error          string     `json:"error"`
 	} `json:"replay"`
 	Source *Status `json:"source"`
 }
@@ -132,6 +133,9 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		}
 		if st.Source != nil && st.Source.Error != "" {
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target cannot replay: %s", t.CutoffID, st.Source.Error)
+		}
+		if st.Replay != nil && st.Replay.Error != "" {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target's replay failed: %s", t.CutoffID, st.Replay.Error)
 		}
 		if r := st.Replay; r != nil && st.Source != nil && st.Source.Complete && r.SwitchedAt != nil && r.Replaying == 0 {
 			t.Switched = *r.SwitchedAt

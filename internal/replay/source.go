@@ -13,6 +13,11 @@ import (
 // after the start ID: replaying would skip messages, so nothing is replayed.
 var ErrRetention = errors.New("the replay log no longer holds the records after the start ID")
 
+// ErrUnknownQueue is returned for a queue that the app consumes but that
+// never appears in the log: most likely the app or the log is not the one
+// the migration is about.
+var ErrUnknownQueue = errors.New("the app consumes a queue that never appears in the replay log")
+
 // Range says which records to replay.
 type Range struct {
 	// Start is exclusive: the checkpoint ID, whose effects the restored app
@@ -49,12 +54,13 @@ type Collector struct {
 	lastID   uint64 // highest delivery ID seen
 	seenAny  bool
 	queues   map[string][]shadowqueue.Record
+	known    map[string]bool // every queue with a delivery anywhere in the log
 	complete bool
 }
 
 // NewCollector returns a Collector for rng.
 func NewCollector(rng Range) *Collector {
-	return &Collector{rng: rng, cutoff: rng.Cutoff, passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}}
+	return &Collector{rng: rng, cutoff: rng.Cutoff, passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
 }
 
 // Add takes the next record of the log. It returns ErrRetention if the
@@ -70,6 +76,7 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 				ErrRetention, r.ID, c.rng.Start+1, c.rng.Start)
 		}
 		c.seenAny, c.lastID = true, r.ID
+		c.known[r.Queue] = true
 		if r.ID >= c.rng.Start {
 			c.passed = true
 		}
@@ -110,6 +117,9 @@ func (c *Collector) Complete() bool { return c.complete }
 
 // Records returns the records of queue collected so far, in ID order.
 func (c *Collector) Records(queue string) []shadowqueue.Record { return c.queues[queue] }
+
+// Known reports whether queue has a delivery anywhere in the log read so far.
+func (c *Collector) Known(queue string) bool { return c.known[queue] }
 
 // Queues returns the queues that have records.
 func (c *Collector) Queues() []string {
@@ -192,6 +202,8 @@ func (s *Source) Next(ctx context.Context, queue string, i int) (rec shadowqueue
 			err = s.err
 		case i < len(recs):
 			rec = recs[i]
+		case s.col.Complete() && !s.col.Known(queue):
+			err = fmt.Errorf("%w: queue %q; the sidecar consumes nothing upstream for it (check the app's queue and MS2M_LOG_NAME)", ErrUnknownQueue, queue)
 		case s.col.Complete():
 			done = true
 		default:

@@ -210,16 +210,19 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		unset   string
 		wantErr string
 	}{
-		"missing upstream":     {unset: "MS2M_UPSTREAM", wantErr: "MS2M_UPSTREAM"},
-		"upstream not an addr": {set: map[string]string{"MS2M_UPSTREAM": "broker"}, wantErr: "MS2M_UPSTREAM"},
-		"bad stream uri":       {set: map[string]string{"MS2M_STREAM_URI": "amqp://x"}, wantErr: "MS2M_STREAM_URI"},
-		"log name with slash":  {set: map[string]string{"MS2M_LOG_NAME": "a/b"}, wantErr: "MS2M_LOG_NAME"},
-		"no token":             {unset: "MS2M_CONTROL_TOKEN", wantErr: "MS2M_CONTROL_TOKEN"},
-		"two tokens":           {set: map[string]string{"MS2M_CONTROL_TOKEN_FILE": empty}, wantErr: "MS2M_CONTROL_TOKEN_FILE"},
-		"empty token file":     {set: map[string]string{"MS2M_CONTROL_TOKEN": "", "MS2M_CONTROL_TOKEN_FILE": empty}, wantErr: "is empty"},
-		"bad duration":         {set: map[string]string{"MS2M_LOG_MAX_AGE": "soon"}, wantErr: "MS2M_LOG_MAX_AGE"},
-		"bad level":            {set: map[string]string{"MS2M_LOG_LEVEL": "loud"}, wantErr: "MS2M_LOG_LEVEL"},
-		"negative bytes":       {set: map[string]string{"MS2M_LOG_MAX_BYTES": "-1"}, wantErr: "MS2M_LOG_MAX_BYTES"},
+		"missing upstream":          {unset: "MS2M_UPSTREAM", wantErr: "MS2M_UPSTREAM"},
+		"upstream not an addr":      {set: map[string]string{"MS2M_UPSTREAM": "broker"}, wantErr: "MS2M_UPSTREAM"},
+		"bad stream uri":            {set: map[string]string{"MS2M_STREAM_URI": "amqp://x"}, wantErr: "MS2M_STREAM_URI"},
+		"log name with slash":       {set: map[string]string{"MS2M_LOG_NAME": "a/b"}, wantErr: "MS2M_LOG_NAME"},
+		"no token":                  {unset: "MS2M_CONTROL_TOKEN", wantErr: "MS2M_CONTROL_TOKEN"},
+		"two tokens":                {set: map[string]string{"MS2M_CONTROL_TOKEN_FILE": empty}, wantErr: "MS2M_CONTROL_TOKEN_FILE"},
+		"empty token file":          {set: map[string]string{"MS2M_CONTROL_TOKEN": "", "MS2M_CONTROL_TOKEN_FILE": empty}, wantErr: "is empty"},
+		"bad duration":              {set: map[string]string{"MS2M_LOG_MAX_AGE": "soon"}, wantErr: "MS2M_LOG_MAX_AGE"},
+		"bad level":                 {set: map[string]string{"MS2M_LOG_LEVEL": "loud"}, wantErr: "MS2M_LOG_LEVEL"},
+		"negative bytes":            {set: map[string]string{"MS2M_LOG_MAX_BYTES": "-1"}, wantErr: "MS2M_LOG_MAX_BYTES"},
+		"replay start not a number": {set: map[string]string{"MS2M_REPLAY_START": "x"}, wantErr: "MS2M_REPLAY_START"},
+		"cutoff below start":        {set: map[string]string{"MS2M_REPLAY_START": "10", "MS2M_REPLAY_CUTOFF": "5"}, wantErr: "below start"},
+		"cutoff not a number":       {set: map[string]string{"MS2M_REPLAY_START": "1", "MS2M_REPLAY_CUTOFF": "soon"}, wantErr: "MS2M_REPLAY_CUTOFF"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range base {

@@ -91,6 +91,12 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		return nil
 	})
 
+	if _, isTarget, _ := cfg.Replay(); isTarget {
+		if err := s.requireLog(ctx); err != nil {
+			s.fail(err)
+			return nil, errors.Join(err, s.Wait())
+		}
+	}
 	replay, last, err := s.openLog(ctx)
 	if err != nil {
 		s.fail(err)
@@ -158,6 +164,29 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", cfg.Upstream,
 		"log", cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
 	return s, nil
+}
+
+// requireLog checks, retrying while the broker is unreachable, that a
+// target's replay log exists: replaying from a log that is not there would
+// replay nothing and hand the app an empty state.
+func (s *Sidecar) requireLog(ctx context.Context) error {
+	delay := 100 * time.Millisecond
+	for {
+		ok, err := shadowqueue.StreamExists(ctx, s.cfg.StreamURI, s.cfg.LogName)
+		if err == nil && !ok {
+			return fmt.Errorf("replay mode: the replay log %q does not exist on the broker; check MS2M_LOG_NAME (it must name the source's log)", s.cfg.LogName)
+		}
+		if err == nil {
+			return nil
+		}
+		s.log.Warn("cannot check the replay log yet; retrying", "log", s.cfg.LogName, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replay mode: check that the replay log %q exists: %w (last error: %v)", s.cfg.LogName, context.Cause(ctx), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // openLog opens the replay log and reads its last record, retrying with
