@@ -54,6 +54,9 @@ type Timings struct {
 	Downtime time.Duration `json:"downtime"`
 	// LagAtStop is the target's replay lag when the source was stopped.
 	LagAtStop uint64 `json:"lagAtStop"`
+	// Requeued counts deliveries the source held and never gave its app:
+	// the stop gave them back to the broker, and the target gets them next.
+	Requeued int `json:"requeued"`
 }
 
 // targetState is the part of a target's GET /state that Handover reads.
@@ -117,11 +120,12 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		StartedAt time.Time `json:"startedAt"`
 		CutoffID  uint64    `json:"cutoffId"`
 		StoppedAt time.Time `json:"stoppedAt"`
+		Requeued  int       `json:"requeued"`
 	}
 	if err := call(ctx, o.HTTP, source, http.MethodPost, "/stop?timeout=60s", &stop); err != nil {
 		return t, fmt.Errorf("handover: stop the source: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
 	}
-	t.CutoffID, t.StopStarted, t.Stopped = stop.CutoffID, stop.StartedAt, stop.StoppedAt
+	t.CutoffID, t.StopStarted, t.Stopped, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Requeued
 
 	// 3. Wait for the target to replay to the cutoff and switch.
 	ctx, cancel := context.WithTimeout(ctx, o.SwitchTimeout)

@@ -1,0 +1,208 @@
+package sidecar_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// chain folds SHA-256 over bodies, as the sample apps do.
+type chain struct {
+	h     [32]byte
+	count int
+}
+
+func (c *chain) add(body []byte) {
+	c.h = sha256.Sum256(append(c.h[:], body...))
+	c.count++
+}
+
+func (c *chain) hex() string { return hex.EncodeToString(c.h[:]) }
+
+// multiApp is a stateful amqp091-go consumer of several queues, one channel
+// each, that folds one hash chain per queue.
+type multiApp struct {
+	mu     sync.Mutex
+	chains map[string]*chain
+}
+
+func startMultiApp(t *testing.T, addr string, queues []string, prefetch int, work time.Duration) *multiApp {
+	t.Helper()
+	a := &multiApp{chains: map[string]*chain{}}
+	conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, q := range queues {
+		a.chains[q] = &chain{}
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch.Qos(prefetch, 0, false)
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for d := range ds {
+				time.Sleep(work)
+				a.mu.Lock()
+				a.chains[q].add(d.Body)
+				a.mu.Unlock()
+				d.Ack(false)
+			}
+		}()
+	}
+	return a
+}
+
+func (a *multiApp) state(q string) (int, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.chains[q].count, a.chains[q].hex()
+}
+
+// publishPaced publishes n bodies "<q>-i" to q at rate per second, and
+// returns their hash chain.
+func publishPaced(t *testing.T, e *env, q string, n int, rate float64, done *sync.WaitGroup) *chain {
+	want := &chain{}
+	for i := 1; i <= n; i++ {
+		want.add([]byte(fmt.Sprintf("%s-%d", q, i)))
+	}
+	done.Add(1)
+	go func() {
+		defer done.Done()
+		ch := e.direct()
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		for i := 1; i <= n; i++ {
+			<-tick.C
+			if err := ch.Publish("", q, false, false, amqp.Publishing{Body: []byte(fmt.Sprintf("%s-%d", q, i))}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	return want
+}
+
+func handover(t *testing.T, source, target *sidecar.Sidecar, o replay.HandoverOptions) replay.Timings {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tm, err := replay.Handover(ctx,
+		replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
+		replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token}, o)
+	if err != nil {
+		t.Fatalf("handover: %v", err)
+	}
+	return tm
+}
+
+func targetConfig(e *env) sidecar.Config {
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	return cfg
+}
+
+// TestHandoffTwoQueues: two queues on two channels, handed over together.
+func TestHandoffTwoQueues(t *testing.T) {
+	const n = 200
+	e := newEnv(t)
+	qs := []string{e.queue(), e.queue()}
+	source := e.start(sidecar.Options{})
+	target := e.startConfig(targetConfig(e), sidecar.Options{})
+	startMultiApp(t, source.AMQPAddr(), qs, 5, time.Millisecond)
+	dst := startMultiApp(t, target.AMQPAddr(), qs, 5, time.Millisecond)
+
+	var producers sync.WaitGroup
+	want := map[string]*chain{}
+	for _, q := range qs {
+		want[q] = publishPaced(t, e, q, n, 150, &producers)
+	}
+	time.Sleep(500 * time.Millisecond)
+	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 5})
+	producers.Wait()
+	for _, q := range qs {
+		testenv.Eventually(t, 30*time.Second, "the target to finish "+q, func() bool {
+			c, _ := dst.state(q)
+			return c >= n
+		})
+		if c, h := dst.state(q); c != n || h != want[q].hex() {
+			t.Errorf("queue %s: target processed %d with hash %s, want %d and %s (cutoff %d)", q, c, h, n, want[q].hex(), tm.CutoffID)
+		}
+	}
+}
+
+// TestHandoffNearSaturation: λ close to μ (18/s against 20/s), so the
+// target has a backlog to replay after the stop.
+func TestHandoffNearSaturation(t *testing.T) {
+	const n = 120
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	target := e.startConfig(targetConfig(e), sidecar.Options{})
+	startMultiApp(t, source.AMQPAddr(), []string{q}, 10, 50*time.Millisecond)
+	dst := startMultiApp(t, target.AMQPAddr(), []string{q}, 10, 50*time.Millisecond)
+	var producers sync.WaitGroup
+	want := publishPaced(t, e, q, n, 18, &producers)
+	time.Sleep(2 * time.Second)
+	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 3})
+	producers.Wait()
+	testenv.Eventually(t, 60*time.Second, "the target to finish", func() bool {
+		c, _ := dst.state(q)
+		return c >= n
+	})
+	if c, h := dst.state(q); c != n || h != want.hex() {
+		t.Fatalf("target processed %d with hash %s, want %d and %s", c, h, n, want.hex())
+	}
+	t.Logf("cutoff %d, lag at stop %d, downtime %s", tm.CutoffID, tm.LagAtStop, tm.Downtime)
+}
+
+// TestHandoffHeldDeliveries: deliveries the source held and never gave its
+// app go back to the queue at the stop, and the target consumes each once.
+func TestHandoffHeldDeliveries(t *testing.T) {
+	const n = 100
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	src := &env{t: t, broker: e.broker, log: e.log, sc: source}
+	target := e.startConfig(targetConfig(e), sidecar.Options{})
+	startMultiApp(t, source.AMQPAddr(), []string{q}, 20, 5*time.Millisecond)
+	dst := startMultiApp(t, target.AMQPAddr(), []string{q}, 20, time.Millisecond)
+	want := &chain{}
+	var bodies []string
+	for i := 1; i <= n; i++ {
+		b := fmt.Sprintf("%s-%d", q, i)
+		want.add([]byte(b))
+		bodies = append(bodies, b)
+	}
+	e.publish(q, bodies...)
+	if code := src.call("POST", "/quiesce?timeout=10s", nil); code != 200 {
+		t.Fatalf("quiesce = %d", code)
+	}
+	testenv.Eventually(t, 10*time.Second, "held deliveries", func() bool { return src.state().Held > 0 })
+	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 0})
+	if tm.Requeued == 0 {
+		t.Fatal("the stop requeued nothing; the test needs held deliveries")
+	}
+	testenv.Eventually(t, 30*time.Second, "the target to finish", func() bool {
+		c, _ := dst.state(q)
+		return c >= n
+	})
+	if c, h := dst.state(q); c != n || h != want.hex() {
+		t.Fatalf("target processed %d with hash %s, want %d and %s (requeued %d)", c, h, n, want.hex(), tm.Requeued)
+	}
+}
