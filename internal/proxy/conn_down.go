@@ -143,14 +143,7 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 			d.rec.Queue, d.noAck = cons.queue, cons.noAck
 		}
 		d.rec.ConsumerTag, d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.ConsumerTag, m.Exchange, m.RoutingKey, m.Redelivered
-		ch.down = d
-		if ch.renumber {
-			ch.appTag++
-			m.DeliveryTag, d.tag = ch.appTag, ch.appTag
-			c.emitRaw(d, amqpwire.AppendMethodFrame(nil, f.Channel, m), out)
-			return nil
-		}
-		c.emit(d, f, out)
+		c.startContent(ch, d, f, m, &m.DeliveryTag, out)
 		return nil
 	case mBasicGetOk:
 		m, err := decode[*amqpwire.BasicGetOk](f.Payload)
@@ -163,14 +156,7 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 			ch.gets = ch.gets[1:]
 		}
 		d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
-		ch.down = d
-		if ch.renumber {
-			ch.appTag++
-			m.DeliveryTag, d.tag = ch.appTag, ch.appTag
-			c.emitRaw(d, amqpwire.AppendMethodFrame(nil, f.Channel, m), out)
-			return nil
-		}
-		c.emit(d, f, out)
+		c.startContent(ch, d, f, m, &m.DeliveryTag, out)
 		return nil
 	case mBasicReturn:
 		ch.down = &content{}
@@ -224,6 +210,20 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 	}
 	*out = append(*out, f.Raw...)
 	return nil
+}
+
+// startContent begins a delivery on ch with its method frame m, whose
+// delivery tag is *tag. On a renumbered channel the frame goes out with the
+// sidecar's tag instead of the broker's.
+func (c *conn) startContent(ch *channel, d *content, f amqpwire.Frame, m amqpwire.Method, tag *uint64, out *[]byte) {
+	ch.down = d
+	if !ch.renumber {
+		c.emit(d, f, out)
+		return
+	}
+	ch.appTag++
+	*tag, d.tag = ch.appTag, ch.appTag
+	c.emitRaw(d, amqpwire.AppendMethodFrame(nil, f.Channel, m), out)
 }
 
 // emit passes a frame of a content on, or keeps it while the content is held.
