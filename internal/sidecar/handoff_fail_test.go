@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,5 +115,85 @@ func TestTargetRestartMidReplay(t *testing.T) {
 	})
 	if got.Count != n || got.Hash != want {
 		t.Fatalf("restarted target %+v, want %d messages and the producer's hash %s", got, n, want)
+	}
+}
+
+// cutter relays TCP connections to addr and can cut all of them at once.
+type cutter struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCutter(t *testing.T, addr string) *cutter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{ln: ln}
+	t.Cleanup(func() { ln.Close(); c.cut() })
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", addr)
+			if err != nil {
+				a.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns = append(c.conns, a, b)
+			c.mu.Unlock()
+			go func() { io.Copy(b, a); b.Close() }()
+			go func() { io.Copy(a, b); a.Close() }()
+		}
+	}()
+	return c
+}
+
+func (c *cutter) addr() string { return c.ln.Addr().String() }
+
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.conns {
+		x.Close()
+	}
+	c.conns = nil
+}
+
+// TestTargetAppReconnectsMidReplay: the restored app's connection drops in
+// the middle of the replay (as after a CRIU restore with --tcp-close); the
+// app reconnects, and the replay goes on from its first unacked record, with
+// the redelivered flag, and ends exact.
+func TestTargetAppReconnectsMidReplay(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	_, want := sourceThenStop(t, e, q, n)
+	target := e.startConfig(targetConfig(e), sidecar.Options{})
+	cut := newCutter(t, target.AMQPAddr())
+	addr := testenv.FreeAddr(t)
+	runApp(t, exec.Command(testenv.Build(t, "examples/consumer")), map[string]string{
+		"AMQP_URL": "amqp://guest:guest@" + cut.addr() + "/",
+		"QUEUE":    q, "PREFETCH": "10", "WORK_MS": "2", "HTTP_ADDR": addr, "DECLARE": "false",
+	})
+	testenv.Eventually(t, 30*time.Second, "the target to replay a part", func() bool {
+		s, _ := appStateAt(addr)
+		return s.Count >= 30
+	})
+	cut.cut()
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to process everything after reconnecting", func() bool {
+		got, _ = appStateAt(addr)
+		return got.Count >= n
+	})
+	time.Sleep(200 * time.Millisecond)
+	got, _ = appStateAt(addr)
+	if got.Count != n || got.Hash != want {
+		t.Fatalf("target after a reconnect: %+v, want %d messages and the producer's hash %s", got, n, want)
 	}
 }
