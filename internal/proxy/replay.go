@@ -101,9 +101,12 @@ type replayConsumer struct {
 
 // replayDelivery is a replayed delivery the app has not settled.
 type replayDelivery struct {
-	tag uint64
-	idx int
-	q   *queueReplay
+	tag   uint64
+	idx   int
+	q     *queueReplay
+	id    uint64    // the record's ID
+	queue string    // the record's queue
+	at    time.Time // when it went to the app
 }
 
 // replaying reports whether the app's consume of queue is served from the
@@ -264,13 +267,15 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 		raw := amqpwire.AppendMethodFrame(nil, chID, d)
 		raw = amqpwire.AppendRawHeaderFrame(raw, chID, 60, uint64(len(rec.Body)), rec.Properties)
 		raw = amqpwire.AppendBodyFrames(raw, chID, rec.Body, c.downP.MaxFrame())
+		now := c.p.opts.Now()
+		c.p.tracker.Delivered(rc.m.Queue, rec.ID, now, !rc.m.NoAck)
 		if rc.m.NoAck {
 			rc.q.ack(idx)
 		} else {
-			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: rc.q})
+			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: rc.q, id: rec.ID, queue: rc.m.Queue, at: now})
 		}
 		c.writeApp(raw)
-		c.p.markReplayed(rec.ID, c.p.opts.Now())
+		c.p.markReplayed(rec.ID, now)
 		c.mu.Unlock()
 	}
 }
@@ -316,15 +321,24 @@ func (c *conn) switchToBroker(chID uint16, rc *replayConsumer) {
 // nil. Callers hold c.mu.
 func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple, ack, requeue bool, rewrite func(upTag uint64) amqpwire.Method) []byte {
 	keep := ch.replayOut[:0]
+	now := c.p.opts.Now()
 	for _, r := range ch.replayOut {
 		covered := r.tag == tag || (multiple && (tag == 0 || r.tag <= tag))
 		switch {
 		case !covered:
 			keep = append(keep, r)
+			continue
 		case ack || !requeue:
 			r.q.ack(r.idx)
 		default:
 			r.q.release(r.idx, false) // comes again, marked redelivered
+		}
+		// The target's μ counts replayed work too: the migrator sizes the
+		// cutoff with it.
+		if ack {
+			c.p.tracker.Acked(r.queue, r.id, r.at, now, 1)
+		} else {
+			c.p.tracker.Rejected(r.queue, 1)
 		}
 	}
 	ch.replayOut = keep
@@ -348,6 +362,7 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 func (c *conn) dropReplay(ch *channel) {
 	for _, r := range ch.replayOut {
 		r.q.release(r.idx, false)
+		c.p.tracker.Dropped(r.queue, 1)
 	}
 	ch.replayOut = nil
 	ch.replaying = map[string]*replayConsumer{}
