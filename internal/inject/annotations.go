@@ -1,0 +1,71 @@
+package inject
+
+// Every annotation and label key ms2m reads or writes, under one prefix.
+// docs/webhook.md lists them with their values; keep the two in step.
+const (
+	Prefix = "ms2m.io/"
+
+	// AnnotationInject opts a pod in: "true" injects, "false" opts out even
+	// where the namespace opted in.
+	AnnotationInject = Prefix + "inject"
+	// LabelNamespaceInject on a namespace opts in all its pods: "enabled".
+	LabelNamespaceInject = Prefix + "inject"
+
+	// AnnotationStatus is written by the webhook: what it injected and
+	// rewrote, as JSON (Status). Its presence with the sidecar container
+	// means "already injected".
+	AnnotationStatus = Prefix + "status"
+
+	// AnnotationContainer names the app container when the pod has more
+	// than one. Default: the first container.
+	AnnotationContainer = Prefix + "container"
+	// AnnotationBrokerEnv names further env vars, comma separated, that hold
+	// a broker URL (amqp://…) or host:port, beyond the well-known ones.
+	AnnotationBrokerEnv = Prefix + "broker-env"
+	// AnnotationLogName overrides the replay log's name, which is derived
+	// from the workload's stable identity by default.
+	AnnotationLogName = Prefix + "log-name"
+	// AnnotationLogMaxAge and AnnotationLogMaxBytes override the log's
+	// retention (a Go duration; a byte count).
+	AnnotationLogMaxAge   = Prefix + "log-max-age"
+	AnnotationLogMaxBytes = Prefix + "log-max-bytes"
+
+	// Migration requests, read by the migrator and validated here.
+	AnnotationMigrateTo = Prefix + "migrate-to" // target node name (a DNS-1123 subdomain)
+	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
+	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
+
+	// The restore hook. The migrator sets these on a target pod it creates
+	// (or records them in a pending Migration for a StatefulSet pod); the
+	// webhook turns the pod into a restore.
+	AnnotationRestoreImage  = Prefix + "restore-image" // checkpoint image for the app container
+	AnnotationRestoreNode   = Prefix + "restore-node"  // node to pin the pod to
+	AnnotationReplayStart   = Prefix + "replay-start"  // checkpoint ID (replay after it)
+	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
+	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+)
+
+// knownAnnotations are the keys under Prefix that ms2m reads or writes.
+// An annotation under Prefix that is not here draws a warning (a typo is
+// otherwise silent). A package that adds a key adds it here too.
+var knownAnnotations = map[string]bool{
+	AnnotationInject:        true,
+	AnnotationStatus:        true,
+	AnnotationContainer:     true,
+	AnnotationBrokerEnv:     true,
+	AnnotationLogName:       true,
+	AnnotationLogMaxAge:     true,
+	AnnotationLogMaxBytes:   true,
+	AnnotationMigrateTo:     true,
+	AnnotationStrategy:      true,
+	AnnotationReplayMax:     true,
+	AnnotationRestoreImage:  true,
+	AnnotationRestoreNode:   true,
+	AnnotationReplayStart:   true,
+	AnnotationReplayCutoff:  true,
+	AnnotationMigrationName: true,
+}
+
+// Strategies are the values AnnotationStrategy accepts, in the order the
+// design lists them.
+var Strategies = []string{"auto", "stop-and-copy", "ms2m", "ms2m-cutoff", "statefulset", "statefulset-shadow"}

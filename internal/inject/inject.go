@@ -1,0 +1,287 @@
+package inject
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// StatusVersion is Status.Version as this package writes it.
+const StatusVersion = "v1"
+
+// Skip reasons that callers may match. Every other reason is prose for
+// people (an admission warning, an Event).
+const (
+	// ReasonAlreadyInjected is the whole of Result.Skipped when the pod
+	// already has the sidecar and the status annotation.
+	ReasonAlreadyInjected = "already injected"
+	// ReasonNotOptedIn starts the one skip reason of a pod that did not
+	// opt in; the rest says why.
+	ReasonNotOptedIn = "not opted in: "
+)
+
+// Inject decides what to do with a pod at its creation, and does it on a
+// copy: in.Pod is never modified.
+//
+// It returns one of:
+//   - Result.Pod set: the pod, mutated. Result.Skipped may still list env
+//     vars that could not be rewritten; Result.Rewritten says what changed;
+//     Result.Restore is set when the pod was turned into a restore.
+//   - Result.Pod nil and a nil error: the pod is left alone, for the
+//     reasons in Result.Skipped (ReasonAlreadyInjected, ReasonNotOptedIn…,
+//     or why the sidecar cannot proxy its broker). Admit it unchanged.
+//   - a *DenyError: the pod asks for something wrong (a bad ms2m.io/
+//     annotation value, a container of the sidecar's name, a restore that
+//     lacks its annotations or cannot be carried out). Deny the request
+//     with its message. Result.Warnings may still be set.
+//   - another error: the Config is invalid (see Config.Validate) or in.Pod
+//     is nil. Nothing about the pod is known.
+//
+// Result.Warnings (unknown annotations under ms2m.io/, ignored settings)
+// go back in the admission response in every case.
+//
+// Injection is idempotent: Inject on its own output returns
+// ReasonAlreadyInjected, and so does it on any pod with the sidecar init
+// container and the status annotation, except one that asks to be the
+// restore target of a migration its status does not record (the migrator
+// copied an injected pod): then only the restore is applied, to the
+// sidecar that is there.
+func Inject(in Input, cfg Config) (Result, error) {
+	if in.Pod == nil {
+		return Result{}, errors.New("inject: Input.Pod is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.withDefaults()
+	pod := in.Pod
+
+	if err := checkInjectAnnotation(pod); err != nil {
+		return Result{}, err
+	}
+
+	asked, askedName := restoreAsked(pod, in.Pending)
+	status, injected := injectedStatus(pod)
+	if injected && (!asked || (askedName != "" && askedName == status.Restore)) {
+		return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
+	}
+
+	var warnings []string
+	if reason, ok := optedIn(pod, in.NamespaceLabels); !ok {
+		if !asked {
+			return Result{Skipped: []string{ReasonNotOptedIn + reason}}, nil
+		}
+		if pod.Annotations[AnnotationInject] == "false" {
+			warnings = append(warnings, fmt.Sprintf("annotation %s is \"false\", but the pod is a restore target: injected all the same", AnnotationInject))
+		}
+	}
+
+	if !injected {
+		if name, ok := foreignSidecar(pod); ok {
+			return Result{Warnings: warnings}, denyf("%s named %s exists but was not injected by ms2m (the pod has no %s annotation); rename it",
+				name, SidecarName, AnnotationStatus)
+		}
+	}
+
+	w, err := checkAnnotations(pod)
+	warnings = append(warnings, w...)
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	restore, w, err := restoreRequest(pod, in.Pending)
+	warnings = append(warnings, w...)
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+
+	// leaveAlone skips the pod, or denies it when it is a restore target:
+	// a restore must not start without its sidecar and replay.
+	leaveAlone := func(reasons []string) (Result, error) {
+		if restore != nil {
+			return Result{Warnings: warnings}, denyf("the pod is the restore target of migration %s, but ms2m cannot inject it: %s",
+				restore.Name, strings.Join(reasons, "; "))
+		}
+		return Result{Skipped: reasons, Warnings: warnings}, nil
+	}
+
+	if reasons := podProblems(pod, cfg); len(reasons) > 0 {
+		return leaveAlone(reasons)
+	}
+	out := pod.DeepCopy()
+	app := appContainer(out)
+	if app == nil {
+		return leaveAlone([]string{"the pod has no containers"})
+	}
+
+	if injected {
+		// A copy of an injected pod: the app's settings point at the
+		// sidecar already; make that sidecar replay.
+		sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
+		lines := applyRestore(out, app, sidecar, restore)
+		var kept []string
+		for _, l := range status.Rewritten {
+			if !isRestoreLine(l) {
+				kept = append(kept, l)
+			}
+		}
+		st := Status{Version: StatusVersion, Sidecar: sidecar.Image, Rewritten: append(kept, lines...), Restore: restore.Name}
+		if err := setStatus(out, st); err != nil {
+			return Result{Warnings: warnings}, err
+		}
+		return Result{Pod: out, Rewritten: lines, Warnings: warnings, Restore: restore}, nil
+	}
+
+	br := rewriteBroker(app, pod.Annotations[AnnotationBrokerEnv], cfg.ListenPort)
+	if br.fatal != "" {
+		return leaveAlone(append(br.skipped, br.fatal))
+	}
+	app.Env = br.env
+	rewritten := br.rewritten
+
+	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
+	if v, ok := pod.Annotations[AnnotationLogName]; ok {
+		spec.logName = v
+	}
+	spec.logMaxAge = cfg.LogMaxAge
+	if v, ok := pod.Annotations[AnnotationLogMaxAge]; ok {
+		spec.logMaxAge = v
+	}
+	if cfg.LogMaxBytes > 0 {
+		spec.logMaxBytes = fmt.Sprint(cfg.LogMaxBytes)
+	}
+	if v, ok := pod.Annotations[AnnotationLogMaxBytes]; ok {
+		spec.logMaxBytes = v
+	}
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+
+	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
+	if restore != nil {
+		sidecar := &out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
+		rewritten = append(rewritten, applyRestore(out, app, sidecar, restore)...)
+		st.Restore = restore.Name
+	}
+	st.Rewritten = rewritten
+	if err := setStatus(out, st); err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	return Result{Pod: out, Skipped: br.skipped, Rewritten: rewritten, Warnings: warnings, Restore: restore}, nil
+}
+
+// optedIn says whether the pod opted in, and if not, why not.
+// AnnotationInject has been checked to be "true", "false" or absent.
+func optedIn(pod *corev1.Pod, nsLabels map[string]string) (string, bool) {
+	label, hasLabel := nsLabels[LabelNamespaceInject]
+	switch v, ok := pod.Annotations[AnnotationInject]; {
+	case ok && v == "true":
+		return "", true
+	case ok && v == "false" && label == "enabled":
+		return fmt.Sprintf("annotation %s is \"false\" (it overrides the namespace's label %s=enabled)", AnnotationInject, LabelNamespaceInject), false
+	case ok && v == "false":
+		return fmt.Sprintf("annotation %s is \"false\"", AnnotationInject), false
+	case label == "enabled":
+		return "", true
+	case hasLabel:
+		return fmt.Sprintf("the pod has no annotation %s: \"true\", and its namespace's label %s is %s, not \"enabled\"",
+			AnnotationInject, LabelNamespaceInject, quote(label)), false
+	}
+	return fmt.Sprintf("the pod has no annotation %s: \"true\", nor its namespace the label %s=enabled", AnnotationInject, LabelNamespaceInject), false
+}
+
+// injectedStatus reads the status of an earlier injection. The pod counts
+// as injected when it has both the sidecar init container and the status
+// annotation; a status that does not parse reads as empty.
+func injectedStatus(pod *corev1.Pod) (Status, bool) {
+	raw, ok := pod.Annotations[AnnotationStatus]
+	if !ok || sidecarIndex(pod.Spec.InitContainers) < 0 {
+		return Status{}, false
+	}
+	var st Status
+	_ = json.Unmarshal([]byte(raw), &st)
+	return st, true
+}
+
+// foreignSidecar finds a container of the sidecar's name in a pod that
+// ms2m did not inject, and says which kind it is.
+func foreignSidecar(pod *corev1.Pod) (string, bool) {
+	if sidecarIndex(pod.Spec.InitContainers) >= 0 {
+		return "an init container", true
+	}
+	if sidecarIndex(pod.Spec.Containers) >= 0 {
+		return "a container", true
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		if c.Name == SidecarName {
+			return "an ephemeral container", true
+		}
+	}
+	return "", false
+}
+
+func sidecarIndex(cs []corev1.Container) int {
+	for i, c := range cs {
+		if c.Name == SidecarName {
+			return i
+		}
+	}
+	return -1
+}
+
+// appContainer is the container whose broker settings are rewritten and
+// whose image a restore replaces: the one AnnotationContainer names
+// (checked to exist), else the first.
+func appContainer(pod *corev1.Pod) *corev1.Container {
+	if len(pod.Spec.Containers) == 0 {
+		return nil
+	}
+	if name, ok := pod.Annotations[AnnotationContainer]; ok {
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == name {
+				return &pod.Spec.Containers[i]
+			}
+		}
+	}
+	return &pod.Spec.Containers[0]
+}
+
+// podProblems are the reasons the sidecar cannot run in this pod at all.
+func podProblems(pod *corev1.Pod, cfg Config) []string {
+	var reasons []string
+	if pod.Spec.HostNetwork {
+		reasons = append(reasons, "the pod uses hostNetwork: the sidecar's ports would be the node's")
+	}
+	if pod.Spec.OS != nil && pod.Spec.OS.Name != corev1.Linux {
+		reasons = append(reasons, fmt.Sprintf("the pod runs on %s: the sidecar runs on Linux only", pod.Spec.OS.Name))
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == SidecarName {
+				continue // ms2m's own, in an injected pod
+			}
+			for _, p := range c.Ports {
+				switch p.ContainerPort {
+				case cfg.ListenPort:
+					reasons = append(reasons, fmt.Sprintf("container %q declares port %d, where the sidecar listens for the app", c.Name, p.ContainerPort))
+				case cfg.ControlPort:
+					reasons = append(reasons, fmt.Sprintf("container %q declares port %d, the sidecar's control port", c.Name, p.ContainerPort))
+				}
+			}
+		}
+	}
+	return reasons
+}
+
+// setStatus writes st as the pod's AnnotationStatus.
+func setStatus(pod *corev1.Pod, st Status) error {
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("inject: encode the %s annotation: %w", AnnotationStatus, err)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationStatus] = string(raw)
+	return nil
+}

@@ -1,0 +1,152 @@
+package inject
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// restoreAnnotations are set together by the migrator on a target pod.
+var restoreAnnotations = []string{
+	AnnotationRestoreImage,
+	AnnotationRestoreNode,
+	AnnotationReplayStart,
+	AnnotationReplayCutoff,
+	AnnotationLogName,
+	AnnotationMigrationName,
+}
+
+// restoreOnly are the restore annotations that mean nothing without
+// AnnotationRestoreImage (AnnotationLogName does: it names the log).
+var restoreOnly = []string{AnnotationRestoreNode, AnnotationReplayStart, AnnotationReplayCutoff, AnnotationMigrationName}
+
+// restoreAsked says whether the pod asks to be a restore, and the
+// migration's name as far as it is known ("" when it is not).
+func restoreAsked(pod *corev1.Pod, pending *Migration) (bool, string) {
+	if _, ok := pod.Annotations[AnnotationRestoreImage]; ok {
+		return true, pod.Annotations[AnnotationMigrationName]
+	}
+	if pending != nil {
+		return true, pending.Name
+	}
+	return false, ""
+}
+
+// restoreRequest is the restore the pod is the target of: from its
+// annotations (the migrator created it), else from the pending migration
+// (a StatefulSet controller created it). The annotations' values have been
+// checked already; here their presence is.
+func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, error) {
+	ann := pod.Annotations
+	var warnings []string
+	if _, ok := ann[AnnotationRestoreImage]; ok {
+		var missing []string
+		for _, k := range restoreAnnotations {
+			if _, ok := ann[k]; !ok {
+				missing = append(missing, k)
+			}
+		}
+		if len(missing) > 0 {
+			verb := "are"
+			if len(missing) == 1 {
+				verb = "is"
+			}
+			return nil, nil, denyf("annotation %s makes the pod a restore target, but %s %s missing: the migrator sets %s together",
+				AnnotationRestoreImage, strings.Join(missing, ", "), verb, strings.Join(restoreAnnotations, ", "))
+		}
+		m := &Migration{
+			Name:         ann[AnnotationMigrationName],
+			Image:        ann[AnnotationRestoreImage],
+			Node:         ann[AnnotationRestoreNode],
+			LogName:      ann[AnnotationLogName],
+			ReplayStart:  ann[AnnotationReplayStart],
+			ReplayCutoff: ann[AnnotationReplayCutoff],
+		}
+		if pending != nil {
+			warnings = append(warnings, fmt.Sprintf("pending migration %q ignored: the pod's restore annotations (migration %q) win", pending.Name, m.Name))
+		}
+		return m, warnings, nil
+	}
+	for _, k := range restoreOnly {
+		if _, ok := ann[k]; ok {
+			warnings = append(warnings, fmt.Sprintf("annotation %s ignored without %s", k, AnnotationRestoreImage))
+		}
+	}
+	if pending == nil {
+		return nil, warnings, nil
+	}
+	if err := checkPending(pending); err != nil {
+		return nil, warnings, err
+	}
+	m := *pending
+	return &m, warnings, nil
+}
+
+// checkPending checks a pending migration that the migrator recorded.
+func checkPending(p *Migration) error {
+	var bad []string
+	add := func(field, v, allowed string) {
+		if allowed != "" {
+			bad = append(bad, fmt.Sprintf("%s is %s: %s", field, quote(v), allowed))
+		}
+	}
+	add("name", p.Name, checkMigrationName(p.Name))
+	if p.Image == "" || strings.ContainsAny(p.Image, " \t\r\n") {
+		add("image", p.Image, "use the checkpoint image's reference")
+	}
+	add("node", p.Node, checkNodeName(p.Node))
+	add("logName", p.LogName, checkLogName(p.LogName))
+	add("replayStart", p.ReplayStart, checkReplayStart(p.ReplayStart))
+	add("replayCutoff", p.ReplayCutoff, checkReplayCutoff(p.ReplayCutoff))
+	if msg := checkReplayRange(p.ReplayStart, p.ReplayCutoff); msg != "" {
+		bad = append(bad, msg)
+	}
+	if len(bad) > 0 {
+		return denyf("pending migration %q for this pod is invalid (%s): the migrator must fix or delete it", p.Name, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// Prefixes of the Rewritten lines that a restore writes; a later restore
+// of a copy of the pod replaces them.
+const (
+	restoreLineImage   = "image of container "
+	restoreLineNode    = "spec.nodeName: "
+	restoreLineSidecar = SidecarName + ": "
+)
+
+func isRestoreLine(s string) bool {
+	return strings.HasPrefix(s, restoreLineImage) || strings.HasPrefix(s, restoreLineNode) || strings.HasPrefix(s, restoreLineSidecar)
+}
+
+// applyRestore turns an injected pod into the restore m: the app's image
+// becomes the checkpoint image, the pod is pinned to the target node, and
+// the sidecar replays the source's log over m's range.
+func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration) []string {
+	var lines []string
+	if app.Image != m.Image {
+		lines = append(lines, fmt.Sprintf("%s%q: %s → %s (the checkpoint of migration %s)", restoreLineImage, app.Name, orUnset(app.Image), m.Image, m.Name))
+		app.Image = m.Image
+	}
+	if pod.Spec.NodeName != m.Node {
+		lines = append(lines, fmt.Sprintf("%s%s → %s (pinned to the restore's target node)", restoreLineNode, orUnset(pod.Spec.NodeName), m.Node))
+		pod.Spec.NodeName = m.Node
+	}
+	setEnv(sidecar, envLogName, m.LogName)
+	setEnv(sidecar, envReplayStart, m.ReplayStart)
+	setEnv(sidecar, envReplayCutoff, m.ReplayCutoff)
+	cutoff := "the cutoff marker"
+	if m.ReplayCutoff != "marker" {
+		cutoff = "ID " + m.ReplayCutoff
+	}
+	lines = append(lines, fmt.Sprintf("%sreplays log %s after ID %s up to %s (migration %s)", restoreLineSidecar, m.LogName, m.ReplayStart, cutoff, m.Name))
+	return lines
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "(unset)"
+	}
+	return s
+}

@@ -1,0 +1,90 @@
+package inject
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SidecarName is the injected container's name.
+const SidecarName = "ms2m-sidecar"
+
+// SecretKey points at one key of a Secret in the pod's namespace.
+type SecretKey struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// Config is the webhook's configuration of what it injects.
+type Config struct {
+	// SidecarImage is the sidecar's image.
+	SidecarImage    string            `json:"sidecarImage"`
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// StreamURI is the Secret key holding the broker's stream URI with
+	// credentials (rabbitmq-stream://user:password@host:5552/vhost): the
+	// sidecar's MS2M_STREAM_URI.
+	StreamURI SecretKey `json:"streamURI"`
+	// ControlToken is the Secret key holding the sidecar's control token.
+	ControlToken SecretKey `json:"controlToken"`
+	// ListenPort is where the sidecar listens for the app, on 127.0.0.1.
+	// Default 5672.
+	ListenPort int32 `json:"listenPort,omitempty"`
+	// ControlPort is the sidecar's control API port. Default 8089.
+	ControlPort int32 `json:"controlPort,omitempty"`
+	// LogMaxAge and LogMaxBytes are the default retention of replay logs.
+	LogMaxAge   string `json:"logMaxAge,omitempty"`
+	LogMaxBytes int64  `json:"logMaxBytes,omitempty"`
+	// Resources are the sidecar's requests and limits.
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// RunAsUser is the sidecar's non-root user. Default 65532.
+	RunAsUser int64 `json:"runAsUser,omitempty"`
+}
+
+// Migration is a pending migration of a pod's identity, as the migrator
+// records it in the API server, for pods the webhook must turn into a
+// restore without the migrator creating them (the StatefulSet strategies).
+type Migration struct {
+	Name         string `json:"name"`
+	Image        string `json:"image"`        // checkpoint image
+	Node         string `json:"node"`         // target node
+	LogName      string `json:"logName"`      // the source's replay log
+	ReplayStart  string `json:"replayStart"`  // checkpoint ID
+	ReplayCutoff string `json:"replayCutoff"` // "marker" or an ID
+}
+
+// Input is what Inject decides on.
+type Input struct {
+	Pod             *corev1.Pod
+	NamespaceLabels map[string]string
+	// Pending is a pending migration for this pod's identity, if the
+	// webhook found one.
+	Pending *Migration
+}
+
+// Result is what Inject decided.
+type Result struct {
+	// Pod is the mutated copy, or nil when the pod is left alone.
+	Pod *corev1.Pod
+	// Skipped says why the pod was left alone (or partly: an env var that
+	// could not be rewritten).
+	Skipped []string
+	// Rewritten says, one line each, what was changed in the app.
+	Rewritten []string
+	// Warnings go back in the admission response (unknown annotations
+	// under our prefix, for example).
+	Warnings []string
+	// Restore is set when the pod was turned into a restore.
+	Restore *Migration
+}
+
+// Status is the JSON in AnnotationStatus.
+type Status struct {
+	Version   string   `json:"version"`
+	Sidecar   string   `json:"sidecar"`
+	Rewritten []string `json:"rewritten,omitempty"`
+	Restore   string   `json:"restore,omitempty"` // migration name, if restored
+}
+
+// DenyError is a bad input: the admission request is denied with its
+// message, which names the annotation, the value and what is allowed.
+type DenyError struct{ Msg string }
+
+func (e *DenyError) Error() string { return e.Msg }
