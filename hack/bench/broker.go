@@ -18,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
@@ -44,30 +45,30 @@ const (
 	cleanupTimeout = 20 * time.Second
 )
 
-// bench holds the sidecar that every sidecar run goes through, and
-// remembers every queue and replay log it creates so that close can delete
-// them.
+// bench holds the sidecar that the overhead runs go through, and remembers
+// every queue and replay log it creates so that close can delete them.
 type bench struct {
 	o             options
 	directURL     string
-	sidecarURL    string
-	sc            *sidecar.Sidecar
-	stopSidecar   context.CancelCauseFunc // ends the sidecar's context
-	logName       string
-	token         string // the control API's
-	serverVersion string // from the AMQP handshake
+	sidecarURL    string                  // the overhead sidecar's; empty unless the overhead part runs
+	sc            *sidecar.Sidecar        // the overhead sidecar
+	stopSidecar   context.CancelCauseFunc // ends the overhead sidecar's context
+	token         string                  // every sidecar's control API token
+	serverVersion string                  // from the AMQP handshake
 
 	mu     sync.Mutex
 	queues map[string]bool // created and not yet deleted
+	logs   map[string]bool // replay logs named and not yet deleted
 }
 
-// newBench checks the broker and starts a sidecar with a fresh replay log.
+// newBench checks the broker and, if the overhead part runs, starts the
+// sidecar that its runs go through, with a fresh replay log.
 func newBench(ctx context.Context, o options) (*bench, error) {
 	uri, err := amqp.ParseURI(o.amqpURL)
 	if err != nil {
 		return nil, fmt.Errorf("-amqp=%q: %w", o.amqpURL, err)
 	}
-	b := &bench{o: o, directURL: o.amqpURL, logName: uniqueName("ms2m-bench-log"), token: uniqueName("bench-token"), queues: map[string]bool{}}
+	b := &bench{o: o, directURL: o.amqpURL, token: uniqueName("bench-token"), queues: map[string]bool{}, logs: map[string]bool{}}
 
 	conn, err := dial(b.directURL, "ms2m-bench-check")
 	if err != nil {
@@ -75,14 +76,38 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	}
 	b.serverVersion, _ = conn.Properties["version"].(string)
 	conn.Close()
+	if !o.runs(partOverhead) {
+		return b, nil
+	}
 
-	progress("starting the sidecar", "log", b.logName)
-	cfg := sidecar.Config{
+	logName := b.newLogName()
+	progress("starting the sidecar", "log", logName)
+	rs, err := b.startSidecar(ctx, b.sidecarConfig(logName), sidecar.Options{WrapLog: diagnosticLog})
+	if err != nil {
+		return nil, errors.Join(err, b.deleteLog(logName))
+	}
+	b.sc, b.stopSidecar, b.sidecarURL = rs.Sidecar, rs.stop, rs.url
+	return b, nil
+}
+
+// runningSidecar is an in-process sidecar that the bench started.
+type runningSidecar struct {
+	*sidecar.Sidecar
+	url   string // where an app connects, with the broker's credentials
+	token string
+	stop  context.CancelCauseFunc
+}
+
+// sidecarConfig is the configuration of a bench sidecar on the replay log
+// logName: both listeners on free loopback ports, warnings only.
+func (b *bench) sidecarConfig(logName string) sidecar.Config {
+	uri, _ := amqp.ParseURI(b.o.amqpURL) // parsed by newBench already
+	return sidecar.Config{
 		Listen:                 "127.0.0.1:0",
 		Upstream:               net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)),
 		UpstreamConnectTimeout: 5 * time.Second,
-		StreamURI:              o.streamURI,
-		LogName:                b.logName,
+		StreamURI:              b.o.streamURI,
+		LogName:                logName,
 		LogMaxAge:              time.Hour,
 		LogMaxBytes:            256 << 20,
 		ControlListen:          "127.0.0.1:0",
@@ -90,14 +115,20 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 		DrainTimeout:           5 * time.Second,
 		LogLevel:               "warn",
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// Start retries the replay log until its context ends; give up after 30 s.
-	// The sidecar lives on ctx, not on the start timer.
+}
+
+// startSidecar starts a sidecar with cfg. It lives on ctx until its close;
+// Start retries the replay log until its context ends, so the start gives
+// up after 30 s.
+func (b *bench) startSidecar(ctx context.Context, cfg sidecar.Config, opts sidecar.Options) (*runningSidecar, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	startCtx, cancel := context.WithCancelCause(ctx)
 	timer := time.AfterFunc(30*time.Second, func() {
-		cancel(fmt.Errorf("the replay log at %s did not open within 30s (check the stream plugin: `bash hack/setup.sh`)", o.streamURI))
+		cancel(fmt.Errorf("the replay log at %s did not open within 30s (check the stream plugin: `bash hack/setup.sh`)", cfg.StreamURI))
 	})
-	sc, err := sidecar.Start(startCtx, cfg, sidecar.Options{Logger: logger, WrapLog: diagnosticLog})
+	sc, err := sidecar.Start(startCtx, cfg, opts)
 	if !timer.Stop() {
 		err = errors.Join(err, context.Cause(startCtx))
 	}
@@ -106,17 +137,30 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 		if sc != nil { // started just as the timer fired
 			sc.Close()
 		}
-		b.deleteLog()
-		return nil, fmt.Errorf("start the sidecar: %w", err)
+		return nil, fmt.Errorf("start a sidecar on replay log %s: %w", cfg.LogName, err)
 	}
-	b.sc, b.stopSidecar = sc, cancel
+	uri, _ := amqp.ParseURI(b.o.amqpURL)
 	uri.Host, uri.Port = splitHostPort(sc.AMQPAddr())
-	b.sidecarURL = uri.String()
-	return b, nil
+	return &runningSidecar{Sidecar: sc, url: uri.String(), token: cfg.ControlToken, stop: cancel}, nil
 }
 
-// close stops the sidecar and deletes every queue and the replay log, on a
-// context of its own so that it also runs after Ctrl-C.
+// close stops the sidecar and waits for it.
+func (s *runningSidecar) close() error {
+	err := s.Close()
+	s.stop(nil)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stop the sidecar: %w", err)
+	}
+	return nil
+}
+
+// endpoint is the sidecar's control API, for replay.Handover.
+func (s *runningSidecar) endpoint() replay.Endpoint {
+	return replay.Endpoint{URL: "http://" + s.ControlAddr(), Token: s.token}
+}
+
+// close stops the overhead sidecar and deletes every queue and replay log
+// left, on a context of its own so that it also runs after Ctrl-C.
 func (b *bench) close() error {
 	var errs []error
 	if b.sc != nil {
@@ -126,28 +170,49 @@ func (b *bench) close() error {
 		b.stopSidecar(nil)
 	}
 	b.mu.Lock()
-	left := make([]string, 0, len(b.queues))
+	queues := make([]string, 0, len(b.queues))
 	for q := range b.queues {
-		left = append(left, q)
+		queues = append(queues, q)
+	}
+	logs := make([]string, 0, len(b.logs))
+	for l := range b.logs {
+		logs = append(logs, l)
 	}
 	b.mu.Unlock()
-	for _, q := range left {
+	for _, q := range queues {
 		if err := b.deleteQueue(q); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := b.deleteLog(); err != nil {
-		errs = append(errs, err)
+	for _, l := range logs {
+		if err := b.deleteLog(l); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-func (b *bench) deleteLog() error {
+// newLogName returns a fresh replay log name; close deletes the log if the
+// run does not.
+func (b *bench) newLogName() string {
+	name := uniqueName("ms2m-bench-log")
+	b.mu.Lock()
+	b.logs[name] = true
+	b.mu.Unlock()
+	return name
+}
+
+// deleteLog deletes a replay log that newLogName named, on a context of its
+// own. A log that was never created is not an error.
+func (b *bench) deleteLog(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if err := shadowqueue.DeleteStream(ctx, b.o.streamURI, b.logName); err != nil {
-		return fmt.Errorf("delete the replay log; delete it by hand with `rabbitmqctl delete_queue %s`: %w", b.logName, err)
+	if err := shadowqueue.DeleteStream(ctx, b.o.streamURI, name); err != nil {
+		return fmt.Errorf("delete the replay log; delete it by hand with `rabbitmqctl delete_queue %s`: %w", name, err)
 	}
+	b.mu.Lock()
+	delete(b.logs, name)
+	b.mu.Unlock()
 	return nil
 }
 

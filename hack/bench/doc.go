@@ -1,9 +1,16 @@
-// Command bench measures what the ms2m sidecar costs an app: it runs the
-// same consumer straight against RabbitMQ and through an in-process sidecar
-// (tee to the replay log on), alternating the two paths round by round so
-// that a noisy machine hurts both alike. It measures consumer throughput at
-// prefetch 100 and 1, and delivery latency at a paced 1,000 msg/s, prints a
-// Markdown block for BENCHMARKS.md to stdout and writes the raw figures to
-// out/bench/sidecar.json. Every queue and replay log it creates is deleted
-// before it exits, on error and on Ctrl-C too. Run it with `make bench`.
+// Command bench measures what the ms2m sidecar costs an app and what a
+// handover costs it, in three parts (select them with -only). overhead runs
+// the same consumer straight against RabbitMQ and through an in-process
+// sidecar (tee to the replay log on): consumer throughput at prefetch 100
+// and 1, and delivery latency at a paced 1,000 msg/s. replay compares a
+// consumer behind a target sidecar that replays a replay log with the same
+// consumer draining a queue straight from the broker. handover runs a
+// source and a target sidecar, each with a 50 ms-per-message consumer, under
+// a steady producer, hands over with replay.Handover, and reports the
+// downtime and whether every message was processed exactly once. Compared
+// paths alternate round by round so that a noisy machine hurts both alike.
+// It prints a Markdown block for BENCHMARKS.md to stdout and writes the raw
+// figures to out/bench/sidecar.json (out/bench/sidecar-<parts>.json when not
+// every part runs). Every queue and replay log it creates is deleted before
+// it exits, on error and on Ctrl-C too. Run it with `make bench`.
 package main

@@ -10,38 +10,62 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
+// The parts of the bench, in the order they run.
+const (
+	partOverhead = "overhead" // sidecar overhead: throughput and latency, direct against sidecar
+	partReplay   = "replay"   // replay throughput against direct
+	partHandover = "handover" // handover downtime and exactness
+)
+
+var allParts = []string{partOverhead, partReplay, partHandover}
+
 // options are the command line.
 type options struct {
+	parts      []string // which parts run, in allParts order
 	quick      bool
 	rounds     int
 	msgs       int           // messages per throughput run at prefetch 100
 	msgsP1     int           // messages per throughput run at prefetch 1
 	duration   time.Duration // measured time per latency round
-	out        string
-	cpuProfile string
-	amqpURL    string
-	streamURI  string
-	command    string // the command as typed, for the report
+	replayMsgs int           // records per replay throughput run
+	// handover part
+	handoverRounds int
+	handoverRates  []float64 // msg/s
+	handoverWarmup time.Duration
+	handoverMaxLag uint64
+	out            string
+	cpuProfile     string
+	amqpURL        string
+	streamURI      string
+	command        string // the command as typed, for the report
 }
 
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench [flags]\n\nDirect-to-broker against through-the-sidecar, side by side. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench [flags]\n\nWhat the sidecar costs (direct against through the sidecar), how fast a target replays (against direct), and how long a handover stops the flow. Flags:")
 		fs.PrintDefaults()
 	}
-	fs.BoolVar(&o.quick, "quick", false, "smoke run: 2000/500 messages, 2s latency rounds, 1 round (flags set explicitly still win)")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds per case; each round runs direct, then through the sidecar")
+	only := fs.String("only", strings.Join(allParts, ","), "comma-separated parts to run: overhead (sidecar throughput and latency), replay (replay throughput), handover (handover downtime)")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run: 2000/500/2000 messages, 2s latency rounds, 1 round, 1 handover round per rate after 3s (flags set explicitly still win)")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per overhead and replay case; each round runs direct, then through the sidecar (or the replay)")
 	fs.IntVar(&o.msgs, "msgs", 20000, "messages per throughput run at prefetch 100")
 	fs.IntVar(&o.msgsP1, "msgs-p1", 5000, "messages per throughput run at prefetch 1")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time per latency round, after a 0.5s warm-up")
-	fs.StringVar(&o.out, "out", filepath.Join("out", "bench", "sidecar.json"), "where to write the raw results as JSON")
+	fs.IntVar(&o.replayMsgs, "replay-msgs", 20000, "records in the replay log, and messages in the direct queue, per replay throughput run")
+	fs.IntVar(&o.handoverRounds, "handover-rounds", 5, "handovers per rate")
+	rates := fs.String("handover-rates", "4,10,16", "comma-separated producer rates for the handover part, msg/s (the consumers process 20 msg/s)")
+	fs.DurationVar(&o.handoverWarmup, "handover-warmup", 5*time.Second, "how long source and target run before each handover")
+	fs.Uint64Var(&o.handoverMaxLag, "handover-max-lag", 0, "the target's replay lag at which the handover stops the source")
+	fs.StringVar(&o.out, "out", "", "where to write the raw results as JSON (default out/bench/sidecar.json, or out/bench/sidecar-<parts>.json when -only leaves a part out)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (clients and sidecar) to this file")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "the broker's AMQP URL")
 	fs.StringVar(&o.streamURI, "stream-uri", "rabbitmq-stream://guest:guest@127.0.0.1:5552/", "the broker's stream URI, for the sidecar's replay log")
@@ -66,13 +90,75 @@ func parseFlags(args []string) (options, error) {
 		if !set["duration"] {
 			o.duration = 2 * time.Second
 		}
+		if !set["replay-msgs"] {
+			o.replayMsgs = 2000
+		}
+		if !set["handover-rounds"] {
+			o.handoverRounds = 1
+		}
+		if !set["handover-warmup"] {
+			o.handoverWarmup = 3 * time.Second
+		}
 	}
-	if o.rounds < 1 || o.msgs < 1 || o.msgsP1 < 1 || o.duration < latencyRateInterval {
-		return o, errors.New("-rounds, -msgs and -msgs-p1 must be at least 1, and -duration at least 1ms")
+	if o.rounds < 1 || o.msgs < 1 || o.msgsP1 < 1 || o.replayMsgs < 1 || o.handoverRounds < 1 || o.duration < latencyRateInterval {
+		return o, errors.New("-rounds, -msgs, -msgs-p1, -replay-msgs and -handover-rounds must be at least 1, and -duration at least 1ms")
+	}
+	if o.handoverWarmup <= 0 || o.handoverWarmup > 10*time.Minute {
+		return o, fmt.Errorf("-handover-warmup=%s: want more than 0 and at most 10m", o.handoverWarmup)
+	}
+	var err error
+	if o.parts, err = parseParts(*only); err != nil {
+		return o, err
+	}
+	if o.handoverRates, err = parseRates(*rates); err != nil {
+		return o, err
+	}
+	if o.out == "" {
+		name := "sidecar.json"
+		if len(o.parts) < len(allParts) {
+			name = "sidecar-" + strings.Join(o.parts, "-") + ".json"
+		}
+		o.out = filepath.Join("out", "bench", name)
 	}
 	o.command = strings.TrimSpace("go run ./hack/bench " + strings.Join(args, " "))
 	return o, nil
 }
+
+// parseParts reads -only.
+func parseParts(s string) ([]string, error) {
+	want := map[string]bool{}
+	for p := range strings.SplitSeq(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allParts, p) {
+			return nil, fmt.Errorf("-only=%q: unknown part %q; want a comma-separated list of %s", s, p, strings.Join(allParts, ", "))
+		}
+		want[p] = true
+	}
+	var parts []string
+	for _, p := range allParts {
+		if want[p] {
+			parts = append(parts, p)
+		}
+	}
+	return parts, nil
+}
+
+// parseRates reads -handover-rates. A rate must stay below what the
+// consumers process, else the queue and the replay lag only grow.
+func parseRates(s string) ([]float64, error) {
+	var rates []float64
+	for f := range strings.SplitSeq(s, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || r <= 0 || r >= float64(handoverServiceRate) {
+			return nil, fmt.Errorf("-handover-rates=%q: %q is not a rate above 0 and below %g msg/s, what the consumers process", s, f, float64(handoverServiceRate))
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+// runs reports whether part is selected.
+func (o options) runs(part string) bool { return slices.Contains(o.parts, part) }
 
 func main() {
 	o, err := parseFlags(os.Args[1:])
@@ -121,18 +207,48 @@ func run(ctx context.Context, o options) (err error) {
 		err = errors.Join(err, b.close())
 	}()
 
-	for _, tc := range []struct{ prefetch, msgs int }{{100, o.msgs}, {1, o.msgsP1}} {
-		t, err := b.throughput(ctx, tc.prefetch, tc.msgs)
-		if err != nil {
-			return err
+	res.PartSeconds = map[string]float64{}
+	timed := func(part string, f func() error) error {
+		if !o.runs(part) {
+			return nil
 		}
-		res.Throughput = append(res.Throughput, t)
+		t0 := time.Now()
+		err := f()
+		res.PartSeconds[part] = time.Since(t0).Seconds()
+		progress("part done", "part", part, "took", time.Since(t0).Round(100*time.Millisecond))
+		return err
 	}
-	lat, err := b.latency(ctx, o.duration)
+	err = timed(partOverhead, func() error {
+		for _, tc := range []struct{ prefetch, msgs int }{{100, o.msgs}, {1, o.msgsP1}} {
+			t, err := b.throughput(ctx, tc.prefetch, tc.msgs)
+			if err != nil {
+				return err
+			}
+			res.Throughput = append(res.Throughput, t)
+		}
+		lat, err := b.latency(ctx, o.duration)
+		res.Latency = lat
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	res.Latency = lat
+	err = timed(partReplay, func() error {
+		var err error
+		res.Replay, err = b.replayThroughput(ctx, o.replayMsgs)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = timed(partHandover, func() error {
+		var err error
+		res.Handover, err = b.handover(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	res.Machine = machineInfo(ctx, b.serverVersion)
 	res.ElapsedSeconds = time.Since(start).Seconds()
 	res.Goals = goals(res)

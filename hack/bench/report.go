@@ -11,18 +11,24 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // results is everything one run measured; it is written as JSON.
 type results struct {
-	Date           time.Time          `json:"date"`
-	Command        string             `json:"command"`
-	ElapsedSeconds float64            `json:"elapsedSeconds"`
-	Machine        machine            `json:"machine"`
-	Settings       settings           `json:"settings"`
-	Throughput     []throughputResult `json:"throughput"`
-	Latency        *latencyResult     `json:"latency"`
-	Goals          []goal             `json:"goals"`
+	Date           time.Time `json:"date"`
+	Command        string    `json:"command"`
+	ElapsedSeconds float64   `json:"elapsedSeconds"`
+	// PartSeconds is how long each part that ran took.
+	PartSeconds map[string]float64 `json:"partSeconds"`
+	Machine     machine            `json:"machine"`
+	Settings    settings           `json:"settings"`
+	Throughput  []throughputResult `json:"throughput,omitempty"`
+	Latency     *latencyResult     `json:"latency,omitempty"`
+	Replay      *replayResult      `json:"replay,omitempty"`
+	Handover    *handoverResult    `json:"handover,omitempty"`
+	Goals       []goal             `json:"goals"`
 }
 
 type machine struct {
@@ -34,18 +40,26 @@ type machine struct {
 }
 
 type settings struct {
-	Rounds          int     `json:"rounds"`
-	Order           string  `json:"order"`
-	MsgsPrefetch100 int     `json:"msgsPrefetch100"`
-	MsgsPrefetch1   int     `json:"msgsPrefetch1"`
-	LatencySeconds  float64 `json:"latencySecondsPerRound"`
-	Quick           bool    `json:"quick"`
+	Parts                 []string  `json:"parts"`
+	Rounds                int       `json:"rounds"`
+	Order                 string    `json:"order"`
+	MsgsPrefetch100       int       `json:"msgsPrefetch100"`
+	MsgsPrefetch1         int       `json:"msgsPrefetch1"`
+	LatencySeconds        float64   `json:"latencySecondsPerRound"`
+	ReplayMsgs            int       `json:"replayMsgs"`
+	HandoverRounds        int       `json:"handoverRounds"`
+	HandoverRates         []float64 `json:"handoverRatesMsgsPerSec"`
+	HandoverWarmupSeconds float64   `json:"handoverWarmupSeconds"`
+	HandoverMaxLag        uint64    `json:"handoverMaxLag"`
+	Quick                 bool      `json:"quick"`
 }
 
 func settingsOf(o options) settings {
 	return settings{
-		Rounds: o.rounds, Order: "per round: direct, then sidecar (ABAB...)",
-		MsgsPrefetch100: o.msgs, MsgsPrefetch1: o.msgsP1, LatencySeconds: o.duration.Seconds(), Quick: o.quick,
+		Parts: o.parts, Rounds: o.rounds, Order: "per round: direct, then sidecar or replay (ABAB...); handover: per round, each rate in turn",
+		MsgsPrefetch100: o.msgs, MsgsPrefetch1: o.msgsP1, LatencySeconds: o.duration.Seconds(),
+		ReplayMsgs: o.replayMsgs, HandoverRounds: o.handoverRounds, HandoverRates: o.handoverRates,
+		HandoverWarmupSeconds: o.handoverWarmup.Seconds(), HandoverMaxLag: o.handoverMaxLag, Quick: o.quick,
 	}
 }
 
@@ -95,6 +109,118 @@ type percentiles struct {
 	MaxMs   float64 `json:"maxMs"`
 }
 
+// replayResult is the replay throughput case: one figure per round and
+// path.
+type replayResult struct {
+	Messages         int           `json:"messages"`
+	BodyBytes        int           `json:"bodyBytes"`
+	Prefetch         int           `json:"prefetch"`
+	DirectMsgsPerSec []float64     `json:"directMsgsPerSec"`
+	Replay           []replayRound `json:"replay"`
+	DirectMedian     float64       `json:"directMedian"`
+	ReplayMedian     float64       `json:"replayMedian"`
+	// ReplayFromStartMedian counts from the call that starts the target
+	// sidecar instead of from basic.consume.
+	ReplayFromStartMedian float64 `json:"replayFromStartMedian"`
+	Ratio                 float64 `json:"ratio"` // ReplayMedian / DirectMedian
+}
+
+type replayRound struct {
+	MsgsPerSec          float64 `json:"msgsPerSec"`          // from basic.consume to the last ack
+	MsgsPerSecFromStart float64 `json:"msgsPerSecFromStart"` // from sidecar.Start to the last ack
+	SidecarStartMs      float64 `json:"sidecarStartMs"`      // how long sidecar.Start took
+}
+
+// handoverResult is the handover case: per rate, one handover per round.
+type handoverResult struct {
+	WorkMs        float64        `json:"workMsPerMessage"`
+	Prefetch      int            `json:"prefetch"`
+	WarmupSeconds float64        `json:"warmupSeconds"`
+	AfterSeconds  float64        `json:"afterSeconds"` // the producer's run after the handover
+	MaxLag        uint64         `json:"maxLag"`
+	Rates         []handoverRate `json:"rates"`
+}
+
+type handoverRate struct {
+	RateMsgsPerSec   float64 `json:"rateMsgsPerSec"`
+	DowntimeMedianMs float64 `json:"downtimeMedianMs"`
+	DowntimeMaxMs    float64 `json:"downtimeMaxMs"`
+	StopMedianMs     float64 `json:"stopMedianMs"`
+	// StopToFirstPrimaryMedianMs is over the rounds in which the target got
+	// a primary delivery; nil if none did.
+	StopToFirstPrimaryMedianMs *float64        `json:"stopToFirstPrimaryMedianMs"`
+	CallMedianMs               float64         `json:"handoverCallMedianMs"`
+	Lost                       int             `json:"lost"`       // all rounds
+	Duplicated                 int             `json:"duplicated"` // all rounds
+	ExactRounds                int             `json:"exactRounds"`
+	UnsteadyRounds             int             `json:"unsteadyRounds"` // handed over before the consumers caught up
+	Rounds                     []handoverRound `json:"rounds"`
+}
+
+// handoverRound is one handover. Times are from the sidecars' clocks
+// (replay.Timings), relative to the start of the source's stop.
+type handoverRound struct {
+	Produced  int    `json:"produced"`
+	CutoffID  uint64 `json:"cutoffId"`
+	LagAtStop uint64 `json:"lagAtStop"`
+	// DowntimeMs is Timings.Downtime: from the start of the stop until the
+	// broker confirmed the target's consume of the primary queue.
+	DowntimeMs           float64  `json:"downtimeMs"`
+	StopMs               float64  `json:"stopMs"` // until the cutoff marker was durable
+	StopToLastReplayedMs *float64 `json:"stopToLastReplayedMs"`
+	StopToFirstPrimaryMs *float64 `json:"stopToFirstPrimaryMs"`
+	CallMs               float64  `json:"handoverCallMs"` // replay.Handover, wall clock, catch-up wait included
+	// Where the downtime went: messages published (confirmed) and not yet
+	// processed by the source when the stop started, and when the source's
+	// app acked its last message and the target's app the replayed cutoff
+	// message (bench clock, relative to the stop's start).
+	BacklogAtStop      int      `json:"backlogAtStop"`
+	TargetBehindAtStop int      `json:"targetBehindAtStop"` // replayed messages up to the cutoff its app had not processed
+	SourceLastAckMs    float64  `json:"sourceLastAckMs"`
+	TargetCutoffAckMs  *float64 `json:"targetCutoffAckMs"`
+	// SteadyWaitMs is how long, after the warm-up, the bench waited for
+	// both consumers to catch up before it called replay.Handover; Steady
+	// is false if they had not within 30 s.
+	SteadyWaitMs float64 `json:"steadyWaitMs"`
+	Steady       bool    `json:"steady"`
+	// Exactness: what each consumer processed, by message ID.
+	SourceProcessed  int  `json:"sourceProcessed"`
+	TargetProcessed  int  `json:"targetProcessed"`
+	TargetReplayed   int  `json:"targetReplayed"`
+	TargetPrimary    int  `json:"targetPrimary"`
+	Lost             int  `json:"lost"`            // IDs 1..Produced the target never processed
+	Duplicated       int  `json:"duplicated"`      // processings by the target beyond the first
+	SplitLost        int  `json:"splitLost"`       // the same over the source's and the target's primary share
+	SplitDuplicated  int  `json:"splitDuplicated"` // the same
+	ReplayMismatches int  `json:"replayMismatches"`
+	Exact            bool `json:"exact"`
+
+	Timings replay.Timings `json:"timings"`
+}
+
+func (h *handoverRate) summarise() {
+	var down, stop, call, first []float64
+	for _, r := range h.Rounds {
+		down, stop, call = append(down, r.DowntimeMs), append(stop, r.StopMs), append(call, r.CallMs)
+		if r.StopToFirstPrimaryMs != nil {
+			first = append(first, *r.StopToFirstPrimaryMs)
+		}
+		h.Lost += max(r.Lost, r.SplitLost)
+		h.Duplicated += max(r.Duplicated, r.SplitDuplicated)
+		if r.Exact {
+			h.ExactRounds++
+		}
+		if !r.Steady {
+			h.UnsteadyRounds++
+		}
+	}
+	h.DowntimeMedianMs, h.DowntimeMaxMs = median(down), slices.Max(down)
+	h.StopMedianMs, h.CallMedianMs = median(stop), median(call)
+	if len(first) > 0 {
+		h.StopToFirstPrimaryMedianMs = new(median(first))
+	}
+}
+
 type goal struct {
 	Name     string `json:"name"`
 	Target   string `json:"target"`
@@ -105,6 +231,8 @@ type goal struct {
 const (
 	goalThroughputRatio = 0.90 // of direct, at prefetch 100
 	goalAddedP99Ms      = 1.0
+	goalReplayRatio     = 0.80 // of direct
+	goalDowntimeMs      = 100.0
 )
 
 func goals(res results) []goal {
@@ -123,10 +251,29 @@ func goals(res results) []goal {
 			Measured: fmtSignedMs(l.AddedP99Ms), Pass: l.AddedP99Ms <= goalAddedP99Ms,
 		})
 	}
+	if r := res.Replay; r != nil {
+		gs = append(gs, goal{
+			Name: "replay throughput at prefetch 100", Target: fmt.Sprintf("≥ %.0f%% of direct", goalReplayRatio*100),
+			Measured: pct(r.Ratio), Pass: r.Ratio >= goalReplayRatio,
+		})
+	}
+	if h := res.Handover; h != nil {
+		for _, hr := range h.Rates {
+			gs = append(gs, goal{
+				Name: fmt.Sprintf("handover downtime at %g msg/s (median of %d)", hr.RateMsgsPerSec, len(hr.Rounds)), Target: fmt.Sprintf("≤ %g ms", goalDowntimeMs),
+				Measured: fmtMs(hr.DowntimeMedianMs) + " ms", Pass: hr.DowntimeMedianMs <= goalDowntimeMs,
+			}, goal{
+				Name: fmt.Sprintf("handover exactness at %g msg/s", hr.RateMsgsPerSec), Target: "0 lost, 0 duplicated",
+				Measured: fmt.Sprintf("%d lost, %d duplicated; %d of %d rounds exact", hr.Lost, hr.Duplicated, hr.ExactRounds, len(hr.Rounds)),
+				Pass:     hr.ExactRounds == len(hr.Rounds),
+			})
+		}
+	}
 	return gs
 }
 
-// markdown is the block to paste into BENCHMARKS.md.
+// markdown is the block to paste into BENCHMARKS.md: the run, then a
+// section per part that ran.
 func markdown(res results) string {
 	var sb strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
@@ -135,18 +282,36 @@ func markdown(res results) string {
 	if m.CPUModel != "" {
 		cpu += " (" + m.CPUModel + ")"
 	}
-	w("\n### Sidecar overhead, %s\n\n", res.Date.Format("2006-01-02"))
+	w("\n### Sidecar bench, %s\n\n", res.Date.Format("2006-01-02"))
 	w("- Machine: %s, Linux %s, RabbitMQ %s, %s\n", cpu, m.Kernel, m.RabbitMQ, m.Go)
 	w("- Command: `%s` (`make bench` runs it with `$(BENCHFLAGS)`)\n", res.Command)
-	w("- Date: %s; the run took %s\n", res.Date.Format(time.RFC3339), (time.Duration(res.ElapsedSeconds) * time.Second).Round(time.Second))
-	w("- Method: the same amqp091-go consumer, straight to the broker or through an in-process sidecar (tee to the replay log on, acks held until the log confirms), which shares the machine with the clients and RabbitMQ. ")
+	took := make([]string, 0, len(res.Settings.Parts))
+	for _, p := range res.Settings.Parts {
+		took = append(took, p+" "+time.Duration(res.PartSeconds[p]*float64(time.Second)).Round(100*time.Millisecond).String())
+	}
+	w("- Date: %s; the run took %s (%s)\n", res.Date.Format(time.RFC3339), (time.Duration(res.ElapsedSeconds) * time.Second).Round(time.Second), strings.Join(took, ", "))
+	if len(res.Throughput) > 0 || res.Latency != nil {
+		markdownOverhead(w, res)
+	}
+	if res.Replay != nil {
+		markdownReplay(w, res.Replay, res.Settings.Rounds)
+	}
+	if res.Handover != nil {
+		markdownHandover(w, res.Handover)
+	}
+	return sb.String()
+}
+
+func markdownOverhead(w func(string, ...any), res results) {
+	w("\n#### Sidecar overhead\n\n")
+	w("Method: the same amqp091-go consumer, straight to the broker or through an in-process sidecar (tee to the replay log on, acks held until the log confirms), which shares the machine with the clients and RabbitMQ. ")
 	w("Each case alternates direct and sidecar runs, %d round(s) of each. ", res.Settings.Rounds)
 	w("Throughput: a fresh queue pre-filled with 100-byte messages, drained with manual acks, one ack per message, timed from basic.consume to the last ack; the median of the rounds. ")
 	if l := res.Latency; l != nil {
-		w("Latency: a publisher straight to the broker, paced at %d msg/s for %gs after a %gs warm-up, stamps each body with its send time; the consumer (prefetch %d, manual ack) subtracts it from the receive time; p50, p99 and max over all rounds' samples pooled (nearest rank); the goal is judged on the median of the per-round p99s, so that one round hit by a stall of the shared machine does not decide it.\n\n",
+		w("Latency: a publisher straight to the broker, paced at %d msg/s for %gs after a %gs warm-up, stamps each body with its send time; the consumer (prefetch %d, manual ack) subtracts it from the receive time; p50, p99 and max over all rounds' samples pooled (nearest rank); the goal is judged on the median of the per-round p99s, so that one round hit by a stall of the shared machine does not decide it.",
 			l.RateMsgsPerSec, l.DurationSeconds, l.WarmupSeconds, l.Prefetch)
 	}
-
+	w("\n\n")
 	w("| Measure | Direct | Sidecar | Sidecar vs direct | Goal | Result |\n")
 	w("|---|---:|---:|---:|---|---|\n")
 	for _, t := range res.Throughput {
@@ -176,7 +341,59 @@ func markdown(res results) string {
 		w("- Latency p50/p99/max (ms): direct %s; sidecar %s (%s samples per path)\n",
 			joinLatency(l.Direct.Rounds), joinLatency(l.Sidecar.Rounds), thousands(float64(l.Direct.Pooled.Samples)))
 	}
-	return sb.String()
+}
+
+func markdownReplay(w func(string, ...any), r *replayResult, rounds int) {
+	w("\n#### Replay throughput\n\n")
+	w("Method: a target sidecar (replay start 0, cutoff %s) replays a replay log of %s delivery records with %d-byte bodies, written beforehand as a source sidecar writes them, to an amqp091-go consumer (prefetch %d, one manual ack per message), timed from basic.consume to the ack of the %s-th delivery. ",
+		thousands(float64(r.Messages)), thousands(float64(r.Messages)), r.BodyBytes, r.Prefetch, thousands(float64(r.Messages)))
+	w("Direct: the same consumer drains a queue pre-filled with as many messages of the same size, straight from the broker. ")
+	w("%d round(s), each a direct run and then a replay run, with a fresh log, queue and target sidecar; the median of the rounds. ", rounds)
+	w("The target starts following the log when it starts, before the consumer connects; \"from sidecar start\" also counts the start (opening the log).\n\n")
+	w("| Measure | Direct | Replay | Replay vs direct | Goal | Result |\n")
+	w("|---|---:|---:|---:|---|---|\n")
+	w("| Consumer throughput, prefetch %d, %s msgs (msg/s) | %s | %s | %s | ≥ %.0f%% of direct | %s |\n",
+		r.Prefetch, thousands(float64(r.Messages)), thousands(r.DirectMedian), thousands(r.ReplayMedian), pct(r.Ratio), goalReplayRatio*100, passFail(r.Ratio >= goalReplayRatio))
+	w("| The same, replay timed from sidecar start (msg/s) | %s | %s | %s | none (reported) | – |\n",
+		thousands(r.DirectMedian), thousands(r.ReplayFromStartMedian), pct(r.ReplayFromStartMedian/r.DirectMedian))
+	replay, fromStart, start := make([]float64, len(r.Replay)), make([]float64, len(r.Replay)), make([]string, len(r.Replay))
+	for i, run := range r.Replay {
+		replay[i], fromStart[i], start[i] = run.MsgsPerSec, run.MsgsPerSecFromStart, fmtMs(run.SidecarStartMs)
+	}
+	w("\nPer round, in run order (msg/s): direct %s; replay %s; replay/direct within each round %s; replay from sidecar start %s (the start took %s ms)\n",
+		joinRates(r.DirectMsgsPerSec), joinRates(replay), joinRatios(r.DirectMsgsPerSec, replay), joinRates(fromStart), strings.Join(start, ", "))
+}
+
+func markdownHandover(w func(string, ...any), h *handoverResult) {
+	w("\n#### Handover downtime\n\n")
+	w("Method: a source sidecar and a target sidecar in replay mode (replay start 0, cutoff from the marker) on one fresh replay log, each in front of a consumer like examples/consumer (prefetch %d, %g ms of work per message, then the ack: %d msg/s at most); ",
+		h.Prefetch, h.WorkMs, handoverServiceRate)
+	w("a producer straight to the broker publishes at a steady rate λ with publisher confirms, message IDs 1..N. After %gs plus a random part of one publish interval (so that the stop falls at a random point of the producer's cycle), and once both consumers have caught up (the source has at most one published message left, the target's app has processed all but at most one of the source's; `replay.Handover`'s lag counts replayed messages handed to the app, not processed), ",
+		h.WarmupSeconds)
+	w("`replay.Handover` (max lag %d) stops the source at a cutoff; the target replays up to it and switches to the primary queue; the producer goes on for %gs. ", h.MaxLag, h.AfterSeconds)
+	w("Downtime is `Timings.Downtime`: from the start of the source's stop until the broker confirmed the target's consume of the primary queue (sidecar clocks). ")
+	w("Exact: the target (which starts empty) processed every ID 1..N exactly once, the source's share plus the target's share after the cutoff is N with no ID twice, the replayed deliveries are the source's in its order, and the source processed exactly the cutoff ID's count. ")
+	w("The rates take turns, round by round.\n\n")
+	w("| λ (msg/s) | Rounds | Downtime median (ms) | Downtime max (ms) | Stop → cutoff durable, median (ms) | Stop → first primary delivery, median (ms) | Handover call, median (ms) | Lost / duplicated | Exact rounds | Goal | Result |\n")
+	w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n")
+	for _, r := range h.Rates {
+		w("| %g | %d | %s | %s | %s | %s | %s | %d / %d | %d of %d | median ≤ %g ms, exact | %s |\n",
+			r.RateMsgsPerSec, len(r.Rounds), fmtMs(r.DowntimeMedianMs), fmtMs(r.DowntimeMaxMs), fmtMs(r.StopMedianMs),
+			fmtOptMs(r.StopToFirstPrimaryMedianMs), fmtMs(r.CallMedianMs), r.Lost, r.Duplicated, r.ExactRounds, len(r.Rounds),
+			goalDowntimeMs, passFail(r.DowntimeMedianMs <= goalDowntimeMs && r.ExactRounds == len(r.Rounds)))
+	}
+	w("\nPer round, in run order: downtime in ms (cutoff ID; at the stop, messages published but not yet processed by the source, and replayed messages up to the cutoff not yet processed by the target; the source app's last ack and the target app's ack of the replayed cutoff message, ms after the stop started; how long the bench waited for both to catch up, ms):\n\n")
+	for _, r := range h.Rates {
+		parts := make([]string, len(r.Rounds))
+		for i, rd := range r.Rounds {
+			parts[i] = fmt.Sprintf("%s (%d; %d, %d; %s, %s; %s)", fmtMs(rd.DowntimeMs), rd.CutoffID, rd.BacklogAtStop, rd.TargetBehindAtStop,
+				fmtMs(rd.SourceLastAckMs), fmtOptMs(rd.TargetCutoffAckMs), fmtMs(rd.SteadyWaitMs))
+			if !rd.Steady {
+				parts[i] += " **not caught up**"
+			}
+		}
+		w("- λ = %g msg/s: %s\n", r.RateMsgsPerSec, strings.Join(parts, "; "))
+	}
 }
 
 // machineInfo describes the machine. The RabbitMQ version comes from
