@@ -18,8 +18,9 @@ type Endpoint struct {
 
 // HandoverOptions tune Handover.
 type HandoverOptions struct {
-	// MaxLag: the source is stopped once the target's replay lag (records in
-	// the log beyond the last one replayed) is at most MaxLag.
+	// MaxLag: the source is stopped once the target's app is at most MaxLag
+	// deliveries behind the source's (the source's last delivery ID minus
+	// the last replayed one the target's app acked).
 	MaxLag uint64
 	// Deadline, if set, stops the source when it passes even if the lag is
 	// higher: the ms2m-cutoff strategy's T_cutoff.
@@ -52,17 +53,28 @@ type Timings struct {
 	// Downtime is Switched - StopStarted: no instance accepted primary
 	// deliveries in between.
 	Downtime time.Duration `json:"downtime"`
-	// LagAtStop is the target's replay lag when the source was stopped.
+	// LagAtStop is how many of the source's deliveries the target's app had
+	// not acked when the source was stopped.
 	LagAtStop uint64 `json:"lagAtStop"`
 	// Requeued counts deliveries the source held and never gave its app:
 	// the stop gave them back to the broker, and the target gets them next.
 	Requeued int `json:"requeued"`
 }
 
+// sourceState is the part of a source's GET /state that Handover reads.
+type sourceState struct {
+	Log struct {
+		LastID uint64 `json:"lastId"`
+	} `json:"log"`
+}
+
 // targetState is the part of a target's GET /state that Handover reads.
 type targetState struct {
 	Ready     bool    `json:"ready"`
 	ReplayLag *uint64 `json:"replayLag"`
+	Queues    []struct {
+		LastAckedID uint64 `json:"lastAckedId"`
+	} `json:"queues"`
 	Replay    *struct {
 		Replaying      int        `json:"replaying"`
 		LastReplayedAt *time.Time `json:"lastReplayedAt"`
@@ -90,7 +102,8 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 	}
 	var t Timings
 
-	// 1. Let the target catch up.
+	// 1. Let the target catch up: lag is the source's last delivery ID
+	// minus the last replayed one the target's app has acked.
 	for {
 		st, err := getState(ctx, o.HTTP, target)
 		if err != nil {
@@ -102,16 +115,21 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		if st.Source.Error != "" {
 			return t, fmt.Errorf("handover: the target cannot replay: %s", st.Source.Error)
 		}
-		if st.Ready && *st.ReplayLag <= o.MaxLag {
-			t.LagAtStop = *st.ReplayLag
+		var src sourceState
+		if err := call(ctx, o.HTTP, source, http.MethodGet, "/state", &src); err != nil {
+			return t, fmt.Errorf("handover: read the source's state: %w", err)
+		}
+		lag := st.lagBehind(src.Log.LastID)
+		if st.Ready && lag <= o.MaxLag {
+			t.LagAtStop = lag
 			break
 		}
 		if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
-			t.LagAtStop = *st.ReplayLag
+			t.LagAtStop = lag
 			break
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
-			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w", *st.ReplayLag, o.MaxLag, err)
+			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w", lag, o.MaxLag, err)
 		}
 	}
 
@@ -156,6 +174,19 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target did not switch to the primary queue in %s: %w", t.CutoffID, o.SwitchTimeout, err)
 		}
 	}
+}
+
+// lagBehind is how many of the source's deliveries up to last the target's
+// app has not acked yet.
+func (st targetState) lagBehind(last uint64) uint64 {
+	var acked uint64
+	for _, q := range st.Queues {
+		acked = max(acked, q.LastAckedID)
+	}
+	if last <= acked {
+		return 0
+	}
+	return last - acked
 }
 
 func getState(ctx context.Context, hc *http.Client, e Endpoint) (targetState, error) {
