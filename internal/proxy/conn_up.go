@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -130,10 +131,13 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.mode == Stopped || c.p.replaying(m.Queue) {
-			// Stopped, or the queue is still being replayed (polling
-			// consumers are replayed only through basic.consume today).
+		if c.mode == Stopped {
 			c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicGetEmpty{}))
+			return nil, nil
+		}
+		if c.p.replaying(m.Queue) {
+			ch.renumber = true
+			go c.replayGet(f.Channel, m, bytes.Clone(f.Raw))
 			return nil, nil
 		}
 		ch.gets = append(ch.gets, pendingGet{queue: m.Queue, noAck: m.NoAck})

@@ -378,3 +378,70 @@ func (c *conn) replayingCount() int {
 	}
 	return n
 }
+
+// getWait bounds how long a replayed basic.get waits for its record to
+// reach the log before it answers get-empty, as a broker would for an
+// empty queue.
+const getWait = 100 * time.Millisecond
+
+// replayGet answers the app's basic.get m on a queue still being replayed:
+// with the next record, with get-empty if none is there yet, or, once the
+// app has acked every record up to the cutoff, by switching the queue to
+// the broker and sending m (raw) there.
+func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
+	q := c.p.queueReplay(m.Queue)
+	idx, redelivered := q.claim()
+	ctx, cancel := context.WithTimeout(c.ctx, getWait)
+	rec, done, err := c.p.opts.Replay.Next(ctx, m.Queue, idx)
+	cancel()
+	empty := amqpwire.AppendMethodFrame(nil, chID, &amqpwire.BasicGetEmpty{})
+
+	c.mu.Lock()
+	ch := c.chans[chID]
+	if c.ctx.Err() != nil || ch == nil {
+		c.mu.Unlock()
+		q.release(idx, !redelivered)
+		return
+	}
+	switch {
+	case err != nil && ctx.Err() == nil && c.ctx.Err() == nil:
+		q.release(idx, true)
+		c.p.replayFailed(err)
+		c.log.Error("replay failed; basic.get gets get-empty and nothing is consumed upstream", "queue", m.Queue, "err", err)
+		c.writeApp(empty)
+	case err != nil:
+		q.release(idx, !redelivered)
+		c.writeApp(empty)
+	case done:
+		q.release(idx, true)
+		if !q.allAcked(idx) {
+			c.writeApp(empty) // replayed records still unacked
+			break
+		}
+		q.mu.Lock()
+		q.switched = true
+		q.mu.Unlock()
+		c.p.continueTee()
+		c.p.markSwitched(c.p.opts.Now())
+		ch.gets = append(ch.gets, pendingGet{queue: m.Queue, noAck: m.NoAck})
+		c.late = append(c.late, raw...)
+	default:
+		ch.appTag++
+		now := c.p.opts.Now()
+		out := amqpwire.AppendMethodFrame(nil, chID, &amqpwire.BasicGetOk{DeliveryTag: ch.appTag,
+			Redelivered: rec.Redelivered || redelivered, Exchange: rec.Exchange, RoutingKey: rec.RoutingKey})
+		out = amqpwire.AppendRawHeaderFrame(out, chID, 60, uint64(len(rec.Body)), rec.Properties)
+		out = amqpwire.AppendBodyFrames(out, chID, rec.Body, c.downP.MaxFrame())
+		c.p.tracker.Delivered(m.Queue, rec.ID, now, !m.NoAck)
+		if m.NoAck {
+			q.ack(idx)
+		} else {
+			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: q, id: rec.ID, queue: m.Queue, at: now})
+		}
+		c.writeApp(out)
+		c.p.markReplayed(rec.ID, now)
+	}
+	late := c.takeLateLocked()
+	c.mu.Unlock()
+	c.push(segment{raw: late})
+}

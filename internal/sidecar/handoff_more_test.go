@@ -206,3 +206,69 @@ func TestHandoffHeldDeliveries(t *testing.T) {
 		t.Fatalf("target processed %d with hash %s, want %d and %s (requeued %d)", c, h, n, want.hex(), tm.Requeued)
 	}
 }
+
+// TestHandoffPollingConsumer: the target's app polls with basic.get; it is
+// served the log's records first, then the primary queue.
+func TestHandoffPollingConsumer(t *testing.T) {
+	const n = 150
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	target := e.startConfig(targetConfig(e), sidecar.Options{})
+	startMultiApp(t, source.AMQPAddr(), []string{q}, 5, 2*time.Millisecond)
+
+	conn, err := amqp.Dial("amqp://guest:guest@" + target.AMQPAddr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	got := &chain{}
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			d, ok, err := ch.Get(q, false)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !ok {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			mu.Lock()
+			got.add(d.Body)
+			mu.Unlock()
+			d.Ack(false)
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-polled })
+
+	var producers sync.WaitGroup
+	want := publishPaced(t, e, q, n, 150, &producers)
+	time.Sleep(400 * time.Millisecond)
+	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 3})
+	producers.Wait()
+	testenv.Eventually(t, 30*time.Second, "the polling target to finish", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got.count >= n
+	})
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if got.count != n || got.hex() != want.hex() {
+		t.Fatalf("polling target processed %d with hash %s, want %d and %s (cutoff %d)", got.count, got.hex(), n, want.hex(), tm.CutoffID)
+	}
+}
