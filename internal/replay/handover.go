@@ -75,7 +75,7 @@ type targetState struct {
 	Queues    []struct {
 		LastAckedID uint64 `json:"lastAckedId"`
 	} `json:"queues"`
-	Replay    *struct {
+	Replay *struct {
 		Replaying      int        `json:"replaying"`
 		LastReplayedAt *time.Time `json:"lastReplayedAt"`
 		SwitchedAt     *time.Time `json:"switchedAt"`

@@ -1,0 +1,190 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ms2m/ms2m/internal/inject"
+)
+
+// EventSource is the reporting controller of the webhook's Events.
+const EventSource = "ms2m-webhook"
+
+// Setup builds a Handler on mgr's clients and registers it at Path on the
+// manager's webhook server: namespace metadata comes from the manager's
+// cache (its informer registered here, so that it syncs when the manager
+// starts), pending-migration ConfigMaps straight from the API server, and
+// Events go through the manager's recorder. wrap, if not nil, wraps the
+// handler before it is registered (tests time it).
+func Setup(mgr manager.Manager, cfg inject.Config, m *Metrics, wrap func(admission.Handler) admission.Handler) (*Handler, error) {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if _, err := mgr.GetCache().GetInformer(context.Background(), ns); err != nil {
+		return nil, fmt.Errorf("set up the namespace cache: %w", err)
+	}
+	h, err := NewHandler(cfg, mgr.GetScheme(), mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(EventSource), m)
+	if err != nil {
+		return nil, err
+	}
+	var ah admission.Handler = h
+	if wrap != nil {
+		ah = wrap(h)
+	}
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: ah})
+	return h, nil
+}
+
+// Scheme is the scheme the webhook's clients use: the built-in types.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err) // only on a broken build
+	}
+	return s
+}
+
+// Run runs the webhook until ctx is done: it makes its certificates if
+// cfg.SelfSigned, then serves the admission endpoint (HTTPS on cfg.Port),
+// /healthz and /readyz (cfg.HealthAddr) and /metrics (cfg.MetricsAddr).
+// restCfg reaches the API server.
+func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger) error {
+	ic, err := cfg.Inject()
+	if err != nil {
+		return err
+	}
+	var ca []byte
+	if cfg.SelfSigned {
+		hosts := append(ServiceHosts(cfg.ServiceName, cfg.ServiceNamespace), cfg.CertHosts...)
+		certs, err := GenerateSelfSigned(hosts, time.Now(), cfg.CertValidity)
+		if err != nil {
+			return err
+		}
+		if err := certs.Write(cfg.CertDir); err != nil {
+			return err
+		}
+		ca = certs.CA
+		log.Info("wrote a self-signed serving certificate", "dir", cfg.CertDir, "hosts", hosts, "validUntil", time.Now().Add(cfg.CertValidity).UTC())
+	} else if err := certsPresent(cfg.CertDir); err != nil {
+		return err
+	}
+
+	mgr, err := manager.New(restCfg, manager.Options{
+		Scheme: Scheme(),
+		Logger: log,
+		Cache: cache.Options{
+			// Only namespace metadata is cached; drop what it does not need.
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+		// Everything else is read straight from the API server, rarely.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{
+			&corev1.ConfigMap{}, &admissionregistrationv1.MutatingWebhookConfiguration{},
+		}}},
+		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress: cfg.HealthAddr,
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: cfg.Port, CertDir: cfg.CertDir}),
+	})
+	if err != nil {
+		return fmt.Errorf("set up the controller-runtime manager: %w", err)
+	}
+	m, err := NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if _, err := Setup(mgr, ic, m, nil); err != nil {
+		return err
+	}
+
+	var caReady atomic.Bool
+	caReady.Store(!cfg.SelfSigned)
+	if cfg.SelfSigned {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			patchCABundleUntilDone(ctx, mgr.GetClient(), cfg.ConfigName, ca, log)
+			caReady.Store(true)
+			return nil
+		})); err != nil {
+			return err
+		}
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook-server", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("namespace-cache", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the namespace cache has not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ca-bundle", func(*http.Request) error {
+		if !caReady.Load() {
+			return fmt.Errorf("the caBundle of MutatingWebhookConfiguration %s is not set yet", cfg.ConfigName)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+
+	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned)
+	return mgr.Start(ctx)
+}
+
+// patchCABundleUntilDone sets the caBundle, retrying with back-off until it
+// succeeds or ctx is done: the MutatingWebhookConfiguration may be created
+// after the webhook starts (one Helm release makes both).
+func patchCABundleUntilDone(ctx context.Context, c client.Client, name string, ca []byte, log logr.Logger) {
+	wait := 500 * time.Millisecond
+	for {
+		err := PatchCABundle(ctx, c, name, ca)
+		if err == nil {
+			log.Info("set the caBundle", "mutatingWebhookConfiguration", name)
+			return
+		}
+		log.Error(err, "could not set the caBundle; retrying", "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// certsPresent checks, at start, that the cert dir has a certificate and a
+// key, so that a missing Secret mount fails with a message that says so.
+func certsPresent(dir string) error {
+	for _, f := range []string{CertFile, KeyFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return fmt.Errorf("MS2M_WEBHOOK_CERT_DIR=%s: %w: mount a TLS Secret there (cert-manager makes one), or set MS2M_WEBHOOK_SELF_SIGNED=true", dir, err)
+		}
+	}
+	return nil
+}
