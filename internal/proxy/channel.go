@@ -42,6 +42,7 @@ type content struct {
 	header bool
 	raw    []byte // the frames, while held
 	rec    shadowqueue.Record
+	absorb bool // an app publish absorbed during replay (tag is its confirm number, 0 if none)
 }
 
 // delivery is one delivery the app has and has not settled.
@@ -83,6 +84,14 @@ type channel struct {
 	replayOut []replayDelivery
 	renumber  bool
 	appTag    uint64
+
+	// Publisher confirms. confirm is set by the app's confirm.select; pubSeq
+	// is the app's last publish sequence number; absorbed counts the
+	// publishes the sidecar absorbed during replay and confirmed itself, by
+	// which the broker's confirm numbers lag the app's.
+	confirm  bool
+	pubSeq   uint64
+	absorbed uint64
 }
 
 func newChannel(id uint16) *channel {

@@ -291,8 +291,12 @@ func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
 			return err
 		}
 		ch.up.header, ch.up.size = true, size
+		absorb := ch.up.absorb
 		if size == 0 {
-			ch.up = nil
+			c.publishDone(ch)
+		}
+		if absorb {
+			return nil
 		}
 	case amqpwire.FrameBody:
 		ch := c.channel(f.Channel)
@@ -303,14 +307,28 @@ func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
 		if ch.up.got > ch.up.size {
 			return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("body on channel %d is longer than its content header says (%d bytes)", f.Channel, ch.up.size)}
 		}
+		absorb := ch.up.absorb
 		if ch.up.got == ch.up.size {
-			ch.up = nil
+			c.publishDone(ch)
+		}
+		if absorb {
+			return nil
 		}
 	default:
 		return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("unknown frame type %d on channel %d", f.Type, f.Channel)}
 	}
 	seg.raw = append(seg.raw, f.Raw...)
 	return nil
+}
+
+// publishDone ends an app publish's content. An absorbed publish on a
+// confirm channel is confirmed to the app by the sidecar.
+func (c *conn) publishDone(ch *channel) {
+	if ch.up.absorb && ch.up.tag != 0 {
+		c.writeApp(amqpwire.AppendMethodFrame(nil, ch.id, &amqpwire.BasicAck{DeliveryTag: ch.up.tag}))
+		ch.absorbed++
+	}
+	ch.up = nil
 }
 
 func unexpected(f amqpwire.Frame, what string) error {

@@ -158,6 +158,12 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 		d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
 		c.startContent(ch, d, f, m, &m.DeliveryTag, out)
 		return nil
+	case mBasicAck, mBasicNack:
+		// Publisher confirms from the broker: number them after the ones
+		// the sidecar gave for absorbed publishes.
+		if ch.absorbed > 0 {
+			return c.renumberConfirm(ch, f, key, out)
+		}
 	case mBasicReturn:
 		ch.down = &content{}
 	case mBasicGetEmpty:
@@ -209,6 +215,29 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 		c.dropChannel(f.Channel)
 	}
 	*out = append(*out, f.Raw...)
+	return nil
+}
+
+// renumberConfirm shifts a broker confirm's sequence number past the
+// publishes the sidecar absorbed and confirmed itself.
+func (c *conn) renumberConfirm(ch *channel, f amqpwire.Frame, key uint32, out *[]byte) error {
+	var m amqpwire.Method
+	if key == mBasicAck {
+		a, err := decode[*amqpwire.BasicAck](f.Payload)
+		if err != nil {
+			return err
+		}
+		a.DeliveryTag += ch.absorbed
+		m = a
+	} else {
+		n, err := decode[*amqpwire.BasicNack](f.Payload)
+		if err != nil {
+			return err
+		}
+		n.DeliveryTag += ch.absorbed
+		m = n
+	}
+	*out = amqpwire.AppendMethodFrame(*out, f.Channel, m)
 	return nil
 }
 

@@ -29,6 +29,7 @@ const (
 	mBasicRecoverAsync = 60<<16 | 100
 	mBasicRecover      = 60<<16 | 110
 	mBasicNack         = 60<<16 | 120
+	mConfirmSelect     = 85<<16 | 10
 )
 
 func methodKey(payload []byte) (uint32, error) {
@@ -75,7 +76,24 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 	}
 	switch key {
 	case mBasicPublish:
+		if ch.confirm {
+			ch.pubSeq++
+		}
+		if c.p.absorbing() {
+			m, err := decode[*amqpwire.BasicPublish](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			c.p.suppressed(m.Exchange, m.RoutingKey)
+			ch.up = &content{absorb: true}
+			if ch.confirm {
+				ch.up.tag = ch.pubSeq
+			}
+			return nil, nil
+		}
 		ch.up = &content{}
+	case mConfirmSelect:
+		ch.confirm = true
 	case mBasicQos:
 		q, err := decode[*amqpwire.BasicQos](f.Payload)
 		if err != nil {
@@ -117,6 +135,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 		}
 		if _, ok := ch.replaying[m.ConsumerTag]; ok {
 			delete(ch.replaying, m.ConsumerTag)
+			c.p.replayActive.Add(-1)
 			c.kick()
 			if !m.NoWait {
 				c.writeApp(amqpwire.AppendMethodFrame(nil, f.Channel, &amqpwire.BasicCancelOk{ConsumerTag: m.ConsumerTag}))

@@ -12,6 +12,7 @@ type Metrics struct {
 	upstreamDialFailures prometheus.Counter
 	requeued             prometheus.Counter
 	mode                 prometheus.Gauge
+	suppressed           *prometheus.CounterVec
 }
 
 // NewMetrics makes the proxy's metrics and registers them with reg, unless
@@ -44,10 +45,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		mode: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ms2m_sidecar_mode", Help: "0 serving, 1 quiesced, 2 stopped.",
 		}),
+		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_suppressed_publishes_total", Help: "App publishes absorbed during replay (the source already made them), by exchange and routing key.",
+		}, []string{"exchange", "routing_key"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.mode)
+			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed)
 	}
 	return m
 }

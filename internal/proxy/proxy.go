@@ -108,6 +108,11 @@ type Proxy struct {
 	firstSwitch    time.Time     // guarded by mu
 	firstPrimary   time.Time     // guarded by mu
 	replayErr      string        // guarded by mu
+	// replayActive counts the app's consumers still served from the log and
+	// replayed basic.get deliveries it has not settled: while it is above
+	// zero, the app's publishes are absorbed.
+	replayActive atomic.Int64
+	suppressedBy map[[2]string]uint64 // by exchange and routing key; guarded by mu
 }
 
 // New returns a Proxy that tees into tee.
@@ -421,6 +426,16 @@ type ReplayState struct {
 	SwitchedAt     *time.Time `json:"switchedAt,omitempty"`     // when the broker confirmed the first switch
 	FirstPrimaryAt *time.Time `json:"firstPrimaryAt,omitempty"` // first primary-queue delivery after replay
 	Error          string     `json:"error,omitempty"`          // why a replay stopped, if one did
+	// Suppressed counts the app's publishes absorbed during replay, by
+	// exchange and routing key: the source already made them.
+	Suppressed []Suppressed `json:"suppressed"`
+}
+
+// Suppressed is a count of absorbed publishes.
+type Suppressed struct {
+	Exchange   string `json:"exchange"`
+	RoutingKey string `json:"routingKey"`
+	Count      uint64 `json:"count"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -468,7 +483,15 @@ func (p *Proxy) State() State {
 		rs.SwitchedAt = timePtr(p.firstSwitch)
 		rs.FirstPrimaryAt = timePtr(p.firstPrimary)
 		rs.Error = p.replayErr
+		rs.Suppressed = []Suppressed{}
+		for k, n := range p.suppressedBy {
+			rs.Suppressed = append(rs.Suppressed, Suppressed{Exchange: k[0], RoutingKey: k[1], Count: n})
+		}
 		p.mu.Unlock()
+		sort.Slice(rs.Suppressed, func(i, j int) bool {
+			a, b := rs.Suppressed[i], rs.Suppressed[j]
+			return a.Exchange < b.Exchange || (a.Exchange == b.Exchange && a.RoutingKey < b.RoutingKey)
+		})
 		sort.Strings(rs.Switched)
 		st.Replay = rs
 	}

@@ -101,12 +101,31 @@ type replayConsumer struct {
 
 // replayDelivery is a replayed delivery the app has not settled.
 type replayDelivery struct {
-	tag   uint64
-	idx   int
-	q     *queueReplay
-	id    uint64    // the record's ID
-	queue string    // the record's queue
-	at    time.Time // when it went to the app
+	tag     uint64
+	idx     int
+	q       *queueReplay
+	id      uint64    // the record's ID
+	queue   string    // the record's queue
+	at      time.Time // when it went to the app
+	fromGet bool      // answered a basic.get: counts in replayActive until settled
+}
+
+// absorbing reports whether the app's publishes are absorbed: while it is
+// still being handed replayed messages, whose results the source already
+// published.
+func (p *Proxy) absorbing() bool {
+	return p.opts.Replay != nil && p.replayActive.Load() > 0
+}
+
+// suppressed counts an absorbed publish.
+func (p *Proxy) suppressed(exchange, routingKey string) {
+	p.opts.Metrics.suppressed.WithLabelValues(exchange, routingKey).Inc()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.suppressedBy == nil {
+		p.suppressedBy = map[[2]string]uint64{}
+	}
+	p.suppressedBy[[2]string{exchange, routingKey}]++
 }
 
 // replaying reports whether the app's consume of queue is served from the
@@ -189,6 +208,7 @@ func (c *conn) startReplay(ch *channel, m *amqpwire.BasicConsume) {
 	}
 	rc := &replayConsumer{m: m, q: c.p.queueReplay(m.Queue)}
 	ch.replaying[m.ConsumerTag] = rc
+	c.p.replayActive.Add(1)
 	ch.renumber = true
 	if !m.NoWait {
 		c.writeApp(amqpwire.AppendMethodFrame(nil, ch.id, &amqpwire.BasicConsumeOk{ConsumerTag: m.ConsumerTag}))
@@ -304,6 +324,7 @@ func (c *conn) switchToBroker(chID uint16, rc *replayConsumer) {
 		return
 	}
 	delete(ch.replaying, rc.m.ConsumerTag)
+	c.p.replayActive.Add(-1)
 	m := *rc.m
 	m.NoWait = false
 	ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true, switching: true})
@@ -332,6 +353,9 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 			r.q.ack(r.idx)
 		default:
 			r.q.release(r.idx, false) // comes again, marked redelivered
+		}
+		if r.fromGet {
+			c.p.replayActive.Add(-1)
 		}
 		// The target's μ counts replayed work too: the migrator sizes the
 		// cutoff with it.
@@ -363,8 +387,12 @@ func (c *conn) dropReplay(ch *channel) {
 	for _, r := range ch.replayOut {
 		r.q.release(r.idx, false)
 		c.p.tracker.Dropped(r.queue, 1)
+		if r.fromGet {
+			c.p.replayActive.Add(-1)
+		}
 	}
 	ch.replayOut = nil
+	c.p.replayActive.Add(-int64(len(ch.replaying)))
 	ch.replaying = map[string]*replayConsumer{}
 }
 
@@ -436,7 +464,8 @@ func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
 		if m.NoAck {
 			q.ack(idx)
 		} else {
-			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: q, id: rec.ID, queue: m.Queue, at: now})
+			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: q, id: rec.ID, queue: m.Queue, at: now, fromGet: true})
+			c.p.replayActive.Add(1)
 		}
 		c.writeApp(out)
 		c.p.markReplayed(rec.ID, now)

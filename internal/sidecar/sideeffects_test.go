@@ -1,0 +1,165 @@
+package sidecar_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// publishingApp consumes q and publishes one result per message to out,
+// waiting for the broker's confirm before it acks when confirms is set. It
+// records the confirm tags it got.
+type publishingApp struct {
+	mu       sync.Mutex
+	handled  int
+	confirms []uint64
+	nacks    int
+}
+
+func startPublishingApp(t *testing.T, addr, q, out string, confirms bool) *publishingApp {
+	t.Helper()
+	a := &publishingApp{}
+	conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acks chan amqp.Confirmation
+	if confirms {
+		if err := ch.Confirm(false); err != nil {
+			t.Fatal(err)
+		}
+		acks = ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	}
+	ch.Qos(1, 0, false)
+	ds, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for d := range ds {
+			time.Sleep(2 * time.Millisecond)
+			if err := ch.Publish("", out, false, false, amqp.Publishing{Body: append([]byte("result-"), d.Body...)}); err != nil {
+				return
+			}
+			if confirms {
+				c, ok := <-acks
+				if !ok {
+					return
+				}
+				a.mu.Lock()
+				a.confirms = append(a.confirms, c.DeliveryTag)
+				if !c.Ack {
+					a.nacks++
+				}
+				a.mu.Unlock()
+			}
+			a.mu.Lock()
+			a.handled++
+			a.mu.Unlock()
+			d.Ack(false)
+		}
+	}()
+	return a
+}
+
+// TestReplayHasNoSideEffects: an app that publishes one result per message
+// goes through a handoff; downstream, every result arrives exactly once and
+// in order, and the target app's confirms run without a gap.
+func TestReplayHasNoSideEffects(t *testing.T) {
+	const n = 150
+	for _, confirms := range []bool{false, true} {
+		t.Run(fmt.Sprintf("confirms=%v", confirms), func(t *testing.T) {
+			e := newEnv(t)
+			q, out := e.queue(), e.queue()
+			source := e.start(sidecar.Options{})
+			target := e.startConfig(targetConfig(e), sidecar.Options{})
+			startPublishingApp(t, source.AMQPAddr(), q, out, confirms)
+			dst := startPublishingApp(t, target.AMQPAddr(), q, out, confirms)
+
+			var mu sync.Mutex
+			var results []string
+			down, err := e.direct().Consume(out, "", true, false, false, false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				for d := range down {
+					mu.Lock()
+					results = append(results, string(d.Body))
+					mu.Unlock()
+				}
+			}()
+
+			var producers sync.WaitGroup
+			publishPaced(t, e, q, n, 150, &producers)
+			time.Sleep(400 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			tm, err := replay.Handover(ctx,
+				replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
+				replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token},
+				replay.HandoverOptions{MaxLag: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			producers.Wait()
+			testenv.Eventually(t, 30*time.Second, "every result downstream", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(results) >= n
+			})
+			time.Sleep(300 * time.Millisecond) // a duplicate would show up by now
+			want := make([]string, n)
+			for i := range want {
+				want[i] = fmt.Sprintf("result-%s-%d", q, i+1)
+			}
+			mu.Lock()
+			if d := cmp.Diff(want, results); d != "" {
+				t.Errorf("results downstream (-want +got):\n%s", d)
+			}
+			mu.Unlock()
+
+			// The target replayed what the source had handled: it absorbed
+			// exactly those publishes.
+			var st struct {
+				Replay struct {
+					Suppressed []struct {
+						RoutingKey string `json:"routingKey"`
+						Count      uint64 `json:"count"`
+					} `json:"suppressed"`
+				} `json:"replay"`
+			}
+			dstEnv := &env{t: t, broker: e.broker, log: e.log, sc: target}
+			dstEnv.call("GET", "/state", &st)
+			if s := st.Replay.Suppressed; len(s) != 1 || s[0].RoutingKey != out || s[0].Count != tm.CutoffID {
+				t.Errorf("suppressed publishes = %+v, want %d to %s (the cutoff)", s, tm.CutoffID, out)
+			}
+			if confirms {
+				dst.mu.Lock()
+				defer dst.mu.Unlock()
+				for i, tag := range dst.confirms {
+					if tag != uint64(i+1) {
+						t.Fatalf("target app's confirm %d has tag %d: want one gap-free sequence (%v)", i+1, tag, dst.confirms)
+					}
+				}
+				if len(dst.confirms) != n || dst.nacks != 0 {
+					t.Errorf("target app got %d confirms (%d nacks), want %d acks", len(dst.confirms), dst.nacks, n)
+				}
+			}
+		})
+	}
+}
