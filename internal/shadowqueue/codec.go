@@ -13,9 +13,14 @@ import (
 var ErrBadRecord = errors.New("shadowqueue: malformed record")
 
 // recordVersion is the first byte of every encoded Record. Version 0 is never
-// a record: StreamLog uses it for its own markers (see markerVersion), and
-// version 2 starts a fragment of a record (see fragmentVersion).
+// a record: StreamLog uses it for its own markers (see markerVersion),
+// version 2 starts a fragment of a record (see fragmentVersion) and version
+// 3 a batch of records (see batchVersion).
 const recordVersion = 1
+
+// minRecordLen is the length of the shortest encoded Record: version, kind
+// and flags, a one-byte ID and Epoch, no time, and six empty fields.
+const minRecordLen = 3 + 1 + 1 + 6
 
 // Flag bits of an encoded record.
 const (
@@ -372,17 +377,111 @@ func appendFragments(dst []byte, bodies [][]byte, r *Record, chunk int) ([]byte,
 	return dst, bodies
 }
 
+// batchVersion is the first byte of a stream message that carries several
+// whole records.
+const batchVersion = 3
+
+// minBatchEntryLen is the length of the shortest entry of a batch: a
+// one-byte length and the shortest record.
+const minBatchEntryLen = 1 + minRecordLen
+
+// A batch message carries Count >= 2 records, in log order, each as
+// AppendRecord encodes it, behind its length:
+//
+//	+---------+---------+-----------------------------------------------+
+//	| version | Count   | Count entries, each:                          |
+//	| 1 byte  | uvarint |   +---------+-------------------------------+ |
+//	|   = 3   | >= 2    |   | length  | AppendRecord's encoding       | |
+//	|         |         |   | uvarint | (length bytes, version 1)     | |
+//	|         |         |   +---------+-------------------------------+ |
+//	+---------+---------+-----------------------------------------------+
+//
+// Nothing follows the last entry. Varints are minimal, as in records. A
+// batch has at least two records: StreamLog writes a lone record as a
+// plain record message, so that every list of records has one encoding.
+
+// batchHeaderLen is the length of the header of a batch of count records.
+func batchHeaderLen(count int) int { return 1 + uvarintLen(uint64(count)) }
+
+// batchLen is the length of appendBatch's output for recs.
+func batchLen(recs []Record) int {
+	n := batchHeaderLen(len(recs))
+	for i := range recs {
+		n += fieldLen(encodedRecordLen(&recs[i]))
+	}
+	return n
+}
+
+// appendBatch appends the batch message of recs to dst and returns the
+// extended slice. recs must hold at least two records, or decodeBatch
+// refuses the message.
+func appendBatch(dst []byte, recs []Record) []byte {
+	dst = append(dst, batchVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(recs)))
+	for i := range recs {
+		dst = binary.AppendUvarint(dst, uint64(encodedRecordLen(&recs[i])))
+		dst = AppendRecord(dst, &recs[i])
+	}
+	return dst
+}
+
+// decodeBatch decodes the batch message b and appends its records to dst,
+// in order. It checks the version, Count against the bytes there are
+// (before it decodes anything), every entry's length against the bytes
+// left and every record as DecodeRecord does, and rejects trailing bytes.
+// On error, which wraps ErrBadRecord and names the entry at fault, it
+// returns dst as it was: a batch is decoded whole or not at all.
+//
+// Buffer lifetime: as with DecodeRecord, the records' Properties and Body
+// alias b.
+func decodeBatch(dst []Record, b []byte) ([]Record, error) {
+	d := decoder{buf: b}
+	version := d.readByte("batch version")
+	if d.err == nil && version != batchVersion {
+		return dst, fmt.Errorf("%w: batch version %d, want %d", ErrBadRecord, version, batchVersion)
+	}
+	count := d.readUvarint("batch count")
+	if d.err != nil {
+		return dst, d.err
+	}
+	if most := uint64(len(d.buf) / minBatchEntryLen); count < 2 || count > most {
+		return dst, fmt.Errorf("%w: batch of %d records in %d bytes: want at least 2 records, of at least %d bytes each",
+			ErrBadRecord, count, len(d.buf), minBatchEntryLen)
+	}
+	n := len(dst)
+	fail := func(err error) ([]Record, error) {
+		clear(dst[n:]) // drop the references to b
+		return dst[:n], err
+	}
+	for i := range count {
+		enc := d.readBytes("batch entry")
+		if d.err != nil {
+			return fail(fmt.Errorf("record %d of %d in the batch: %w", i, count, d.err))
+		}
+		r, err := DecodeRecord(enc)
+		if err != nil {
+			return fail(fmt.Errorf("record %d of %d in the batch: %w", i, count, err))
+		}
+		dst = append(dst, r)
+	}
+	if len(d.buf) != 0 {
+		return fail(fmt.Errorf("%w: %d trailing bytes after the batch's %d records", ErrBadRecord, len(d.buf), count))
+	}
+	return dst, nil
+}
+
 // reassembler turns the stream's messages, fed to add in log order, back
-// into records. It passes whole records through and skips StreamLog's
-// markers; it buffers a fragment set until its last fragment and then
-// decodes the whole. Because one Write sends a record's fragments
-// consecutively, and a failed Write is retried from a record or a fragment
-// 0, a set still open when a whole record or another fragment 0 comes was
-// cut short by a failed write and is dropped, as is a set still open when
-// the reading stops. A fragment other than 0 with no set open belongs to a
-// set whose start the reader did not see (retention, or a read that began
-// at an offset mid-set) and is skipped. A fragment that does not continue
-// the open set is an error: this writer never produces one.
+// into records. It passes whole records through, expands batches into their
+// records and skips StreamLog's markers; it buffers a fragment set until its
+// last fragment and then decodes the whole. Because one Write sends a
+// record's fragments consecutively, and a failed Write is retried from a
+// record, a batch or a fragment 0, a set still open when a whole record, a
+// batch or another fragment 0 comes was cut short by a failed write and is
+// dropped, as is a set still open when the reading stops. A fragment other
+// than 0 with no set open belongs to a set whose start the reader did not
+// see (retention, or a read that began at an offset mid-set) and is
+// skipped. A fragment that does not continue the open set is an error: this
+// writer never produces one.
 //
 // The zero value is ready to use. Its memory is one record's encoding at a
 // time, allocated once per set after fragment 0's Total is checked against
@@ -402,23 +501,52 @@ const (
 	assemblyCollecting                      // inside a fragment set
 )
 
-// add takes the message at offset, whose body is b. It returns ok=true and a
-// record when b is a whole record or the last fragment of the open set, and
-// ok=false otherwise. Errors wrap ErrBadRecord, and the open set is
-// dropped; an error about a set names the offset where the set began, and
-// the caller names offset.
+// add takes the message at offset, whose body is b, and appends the
+// records it yields to dst: the record of a record message, the records of
+// a batch, in order, or the reassembled record when b is the last fragment
+// of the open set; nothing for a marker or any other fragment. Errors wrap
+// ErrBadRecord, dst comes back as it was, and the open set is dropped; an
+// error about a set names the offset where the set began, and the caller
+// names offset.
 //
-// Buffer lifetime: a whole record's Properties and Body alias b, as with
-// DecodeRecord; a reassembled record's alias a buffer of its own.
-func (a *reassembler) add(offset int64, b []byte) (r Record, ok bool, err error) {
-	if len(b) > 0 && b[0] == markerVersion {
-		return Record{}, false, nil
+// Buffer lifetime: the Properties and Body of a record from a record or
+// batch message alias b, as with DecodeRecord; a reassembled record's alias
+// a buffer of its own.
+func (a *reassembler) add(dst []Record, offset int64, b []byte) ([]Record, error) {
+	if len(b) == 0 {
+		a.reset()
+		return dst, fmt.Errorf("%w: empty message", ErrBadRecord)
 	}
-	if len(b) == 0 || b[0] != fragmentVersion {
+	switch b[0] {
+	case markerVersion:
+		return dst, nil
+	case recordVersion:
 		a.reset()
 		r, err := DecodeRecord(b)
-		return r, err == nil, err
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, r), nil
+	case batchVersion:
+		a.reset()
+		return decodeBatch(dst, b)
+	case fragmentVersion:
+		r, ok, err := a.addFragment(offset, b)
+		if err != nil || !ok {
+			return dst, err
+		}
+		return append(dst, r), nil
+	default:
+		a.reset()
+		return dst, fmt.Errorf("%w: unknown message version %d: want %d (record), %d (fragment), %d (batch) or %d (marker)",
+			ErrBadRecord, b[0], recordVersion, fragmentVersion, batchVersion, markerVersion)
 	}
+}
+
+// addFragment takes the fragment message at offset, whose body is b. It
+// returns ok=true and the record when b is the last fragment of the open
+// set.
+func (a *reassembler) addFragment(offset int64, b []byte) (r Record, ok bool, err error) {
 	var h fragmentHeader
 	payload, err := h.decode(b)
 	if err != nil {

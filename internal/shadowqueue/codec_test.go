@@ -390,12 +390,15 @@ type msg struct {
 func feed(msgs []msg) (recs []Record, at []int64, err error) {
 	var a reassembler
 	for _, m := range msgs {
-		r, ok, err := a.add(m.offset, m.body)
+		n := len(recs)
+		recs, err = a.add(recs, m.offset, m.body)
 		if err != nil {
+			if len(recs) != n {
+				return recs, at, fmt.Errorf("add returned %d records with its error %w", len(recs)-n, err)
+			}
 			return recs, at, err
 		}
-		if ok {
-			recs = append(recs, r)
+		for range len(recs) - n {
 			at = append(at, m.offset)
 		}
 	}
@@ -414,6 +417,7 @@ func TestReassembler(t *testing.T) {
 	const chunk = 20000 // "large body" makes 4 fragments
 	frags := func(r Record) [][]byte { return naiveFragments(&r, chunk) }
 	whole := func(r Record) [][]byte { return [][]byte{AppendRecord(nil, &r)} }
+	batch := func(recs ...Record) [][]byte { return [][]byte{appendBatch(nil, recs)} }
 	marker := [][]byte{{markerVersion, 'm', 'k'}}
 	// numbered numbers the messages of parts from offset 0.
 	numbered := func(parts ...[][]byte) []msg {
@@ -513,12 +517,40 @@ func TestReassembler(t *testing.T) {
 			wantErr: "unknown kind 9",
 		},
 		"unknown version": {
-			msgs:    numbered([][]byte{{3, 1, 0}}),
-			wantErr: "version 3, want 1",
+			msgs:    numbered([][]byte{{4, 1, 0}}),
+			wantErr: "unknown message version 4: want 1 (record), 2 (fragment), 3 (batch) or 0 (marker)",
 		},
 		"empty message": {
 			msgs:    numbered([][]byte{{}}),
-			wantErr: "version: truncated",
+			wantErr: "empty message",
+		},
+		"batches, records and markers": {
+			msgs: numbered(batch(small(1), small(2), small(3)), marker, whole(small(4)), batch(small(5), small(6))),
+			want: []Record{small(1), small(2), small(3), small(4), small(5), small(6)}, wantAt: []int64{0, 0, 0, 2, 3, 3},
+		},
+		"batches around fragments": {
+			msgs: numbered(batch(small(1), small(2)), frags(b1), batch(small(4), small(5))),
+			want: []Record{small(1), small(2), b1, small(4), small(5)}, wantAt: []int64{0, 0, 4, 5, 5},
+		},
+		"retry that starts with a batch": {
+			msgs: numbered(batch(small(1), small(2)), frags(b1)[:2], batch(small(1), small(2)), frags(b1)),
+			want: []Record{small(1), small(2), small(1), small(2), b1}, wantAt: []int64{0, 0, 3, 3, 7},
+		},
+		"batch after a cut-short set": {
+			msgs: numbered(frags(b1)[:2], batch(small(3), small(4)), frags(b1)[2:]),
+			want: []Record{small(3), small(4)}, wantAt: []int64{2, 2},
+		},
+		"bad record in a batch": {
+			msgs: numbered(batch(small(1), small(2)), [][]byte{func() []byte {
+				b := appendBatch(nil, []Record{small(3), small(4)})
+				b[4] = 9 // version, count, length, record version, kind
+				return b
+			}()}),
+			wantErr: "record 0 of 2 in the batch: shadowqueue: malformed record: unknown kind 9",
+		},
+		"batch of one": {
+			msgs:    numbered(batch(small(1))),
+			wantErr: "batch of 1 records",
 		},
 		"over the cap": {
 			msgs:    numbered(frags(b1)[:2], [][]byte{fragment(fragmentHeader{ID: 5, Count: 2, Total: maxAssembledLen + 1}, []byte("x"))}),
@@ -552,18 +584,19 @@ func TestReassembler(t *testing.T) {
 func TestReassemblerRecordOwnsItsBytes(t *testing.T) {
 	r := codecCases["large body"]
 	var a reassembler
-	var got Record
+	var got []Record
 	for i, f := range naiveFragments(&r, 30000) {
-		rec, ok, err := a.add(int64(i), f)
+		var err error
+		got, err = a.add(got, int64(i), f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
-			got = rec
-		}
 		clear(f)
 	}
-	if diff := cmp.Diff(r, got, bytesEqual); diff != "" {
+	if len(got) != 1 {
+		t.Fatalf("the fragments made %d records, want 1", len(got))
+	}
+	if diff := cmp.Diff(r, got[0], bytesEqual); diff != "" {
 		t.Errorf("record mismatch after its fragments were overwritten (-want +got):\n%s", diff)
 	}
 }
@@ -605,7 +638,7 @@ func FuzzFragmentHeader(f *testing.F) {
 // panic, and must hand out only records that DecodeRecord would accept. The
 // input is cut into messages at the points that cuts lists, each a byte
 // giving the length of the next message. The seeds fragment records at
-// several chunk sizes.
+// several chunk sizes and batch records.
 func FuzzReassembler(f *testing.F) {
 	for _, name := range []string{"full delivery", "unicode strings", "zero delivery"} {
 		r := codecCases[name]
@@ -625,6 +658,16 @@ func FuzzReassembler(f *testing.F) {
 			f.Add(in, cuts)
 		}
 	}
+	// A batch, a fragmented record cut short by another batch, and the
+	// record again.
+	zero, full := codecCases["zero delivery"], codecCases["full delivery"]
+	var in, cuts []byte
+	frags := naiveFragments(&full, 40)
+	for _, b := range append([][]byte{appendBatch(nil, []Record{zero, zero, full}), frags[0], appendBatch(nil, []Record{full, zero})}, frags...) {
+		in = append(in, b...)
+		cuts = append(cuts, byte(len(b)))
+	}
+	f.Add(in, cuts)
 	f.Fuzz(func(t *testing.T, in, cuts []byte) {
 		var msgs []msg
 		for _, c := range cuts {

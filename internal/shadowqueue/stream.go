@@ -52,9 +52,10 @@ const (
 
 // markerVersion is the first byte of a stream message that holds no record
 // data (records start with recordVersion, their fragments with
-// fragmentVersion). Last and ReadAll append such a tail marker, followed by
-// a random token, to learn where the log ends: RabbitMQ 3.10 has no stream
-// statistics command. Every reader here skips markers.
+// fragmentVersion, batches of them with batchVersion). Last and ReadAll
+// append such a tail marker, followed by a random token, to learn where the
+// log ends: RabbitMQ 3.10 has no stream statistics command. Every reader
+// here skips markers.
 const markerVersion = 0
 
 // StreamOptions configures a StreamLog.
@@ -74,9 +75,18 @@ type StreamOptions struct {
 //
 // Format: every stream message body starts with a version byte.
 //
-//   - 1: a whole record, AppendRecord's encoding. Every record whose
-//     encoding fits one stream frame (maxRecordLen, about 1 MiB) is written
-//     so.
+//   - 3: a batch of two or more whole records, each AppendRecord's encoding
+//     behind its length (see batchVersion). Write packs consecutive records
+//     whose encodings fit one stream frame (maxRecordLen, about 1 MiB) into
+//     batches as large as one frame takes: a Write of hundreds of small
+//     records is one message, and the broker's and the client's work is
+//     per message. Readers hand out a batch's records in order, each with
+//     the batch message's offset.
+//   - 1: a whole record, AppendRecord's encoding. A record that fits one
+//     frame but has no neighbour to share a batch with (the only record of
+//     a Write, or one whose neighbours are too large to share its frame) is
+//     written so. Logs written before batches existed hold only these,
+//     fragments and markers, and read as they always did.
 //   - 2: one fragment of a larger record, up to 256 MiB encoded (see
 //     fragmentHeader). Write sends all fragments of a record consecutively,
 //     in order, and returns once all are confirmed; readers put them back
@@ -86,7 +96,8 @@ type StreamOptions struct {
 //     markerVersion), skipped by every reader.
 //
 // A stream has one writer at a time (the Tee): readers rely on it to tell a
-// cut-short fragment set from a complete one.
+// cut-short fragment set from a complete one. A batch is one message, so
+// the broker stores it whole or not at all.
 //
 // The client library cannot abandon a connection attempt: when ctx ends
 // while the broker is unreachable, the call returns but a goroutine keeps
@@ -339,14 +350,16 @@ func (c *streamConn) close() error {
 }
 
 // Write appends recs to the stream and returns once the broker confirmed
-// all of them. A record whose encoding does not fit one stream frame is
-// split into fragments of about 1 MiB, one message each. Messages go out in
-// frames of up to 1 MiB without waiting in between, so a batch costs about
-// one broker round trip. A record over 256 MiB encoded is refused, with
-// ErrRecordTooLarge, before anything is sent.
+// all of them. Consecutive records go out together in batch messages of up
+// to about 1 MiB; a record left alone, because its neighbours are too large
+// to join it, goes as a record message. A record whose encoding does not
+// fit one stream frame is split into fragments of about 1 MiB, one message
+// each. Messages go out in frames of up to 1 MiB without waiting in
+// between, so a Write costs about one broker round trip. A record over 256
+// MiB encoded is refused, with ErrRecordTooLarge, before anything is sent.
 //
 // If the connection is gone (broker restart, network), Write connects again
-// before sending; if it dies during the write, Write sends the whole batch
+// before sending; if it dies during the write, Write sends all of recs
 // once more on a new connection. Either way some records may be stored
 // twice, and the first fragments of a record may be stored without the
 // rest; the Log contract allows both, and readers drop such an incomplete
@@ -362,55 +375,109 @@ func (l *StreamLog) Write(ctx context.Context, recs []Record) error {
 	return l.writeBodies(ctx, bodies, func(i int) string {
 		p := parts[i]
 		r := &recs[p.rec]
-		if p.count == 0 {
+		switch {
+		case p.batch > 0:
+			return fmt.Sprintf("record ID %d to %d (a batch of %d records)", r.ID, recs[p.rec+p.batch-1].ID, p.batch)
+		case p.count > 0:
+			return fmt.Sprintf("record ID %d (kind %d, fragment %d of %d)", r.ID, r.Kind, p.index, p.count)
+		default:
 			return fmt.Sprintf("record ID %d (kind %d)", r.ID, r.Kind)
 		}
-		return fmt.Sprintf("record ID %d (kind %d, fragment %d of %d)", r.ID, r.Kind, p.index, p.count)
 	})
 }
 
 // bodyPart says what a message body of a Write holds.
 type bodyPart struct {
-	rec          int // index of the record in the batch
-	index, count int // fragment index and count; count 0 for a whole record
+	rec          int // index of the record, or of a batch's first record, in recs
+	batch        int // records in a batch message; 0 for a record or a fragment
+	index, count int // fragment index and count; count 0 unless a fragment
 }
 
-// encodeBodies encodes recs as stream message bodies, in order: a whole
-// record when its encoding is at most maxRecordLen bytes, fragments with
-// payloads of chunk bytes otherwise. parts[i] says what bodies[i] holds.
-// All bodies share one allocation.
-func encodeBodies(recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, err error) {
-	total, messages := 0, 0
+// messageSpan is the records of recs that one message holds, or that one
+// set of fragments holds.
+type messageSpan struct {
+	first, n   int  // recs[first:first+n]; n >= 2 makes a batch
+	fragmented bool // n is 1, and the record goes in fragments
+}
+
+// planMessages groups recs into messages, in order: consecutive records
+// share a batch message for as long as its encoding stays within
+// maxRecordLen; a record whose encoding is over maxRecordLen goes in
+// fragments of chunk payload bytes, and a batch that ends up with one
+// record is written as a record message. size and messages are the bytes
+// and the message bodies that encoding the plan takes.
+func planMessages(recs []Record, chunk int) (spans []messageSpan, size, messages int, err error) {
+	open := messageSpan{}
+	entries := 0 // the open batch's entries, in bytes
+	closeOpen := func() {
+		switch open.n {
+		case 0:
+			return
+		case 1:
+			size += encodedRecordLen(&recs[open.first])
+		default:
+			size += batchHeaderLen(open.n) + entries
+		}
+		spans = append(spans, open)
+		messages++
+		open, entries = messageSpan{}, 0
+	}
 	for i := range recs {
 		n := encodedRecordLen(&recs[i])
 		switch {
 		case n <= maxRecordLen:
-			total += n
-			messages++
+			if open.n > 0 && batchHeaderLen(open.n+1)+entries+fieldLen(n) > maxRecordLen {
+				closeOpen()
+			}
+			if open.n == 0 {
+				open.first = i
+			}
+			open.n++
+			entries += fieldLen(n)
 		case n <= maxAssembledLen:
-			total += fragmentsLen(recs[i].ID, n, chunk)
+			closeOpen()
+			spans = append(spans, messageSpan{first: i, n: 1, fragmented: true})
+			size += fragmentsLen(recs[i].ID, n, chunk)
 			messages += fragmentCount(n, chunk)
 		default:
-			return nil, nil, fmt.Errorf("record ID %d is %d bytes encoded, over the %d MiB the replay log takes; it cannot be written: %w",
+			return nil, 0, 0, fmt.Errorf("record ID %d is %d bytes encoded, over the %d MiB the replay log takes; it cannot be written: %w",
 				recs[i].ID, n, maxAssembledLen>>20, ErrRecordTooLarge)
 		}
 	}
-	buf := make([]byte, 0, total)
+	closeOpen()
+	return spans, size, messages, nil
+}
+
+// encodeBodies encodes recs as stream message bodies, in order, as
+// planMessages groups them: batch messages, record messages, and fragments
+// with payloads of chunk bytes. parts[i] says what bodies[i] holds. All
+// bodies share one allocation.
+func encodeBodies(recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, err error) {
+	spans, size, messages, err := planMessages(recs, chunk)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, 0, size)
 	bodies = make([][]byte, 0, messages)
 	parts = make([]bodyPart, 0, messages)
-	for i := range recs {
-		if encodedRecordLen(&recs[i]) <= maxRecordLen {
-			start := len(buf)
-			buf = AppendRecord(buf, &recs[i])
-			bodies = append(bodies, buf[start:len(buf):len(buf)])
-			parts = append(parts, bodyPart{rec: i})
+	for _, s := range spans {
+		start := len(buf)
+		switch {
+		case s.fragmented:
+			first := len(bodies)
+			buf, bodies = appendFragments(buf, bodies, &recs[s.first], chunk)
+			for j := first; j < len(bodies); j++ {
+				parts = append(parts, bodyPart{rec: s.first, index: j - first, count: len(bodies) - first})
+			}
 			continue
+		case s.n == 1:
+			buf = AppendRecord(buf, &recs[s.first])
+			parts = append(parts, bodyPart{rec: s.first})
+		default:
+			buf = appendBatch(buf, recs[s.first:s.first+s.n])
+			parts = append(parts, bodyPart{rec: s.first, batch: s.n})
 		}
-		first := len(bodies)
-		buf, bodies = appendFragments(buf, bodies, &recs[i], chunk)
-		for j := first; j < len(bodies); j++ {
-			parts = append(parts, bodyPart{rec: i, index: j - first, count: len(bodies) - first})
-		}
+		bodies = append(bodies, buf[start:len(buf):len(buf)])
 	}
 	return bodies, parts, nil
 }
@@ -529,12 +596,13 @@ func (l *StreamLog) Close() error {
 	return nil
 }
 
-// Last returns the last complete record in the log: a set of fragments
-// that a failed write cut short is not a record. It appends a tail marker
-// (see markerVersion) to find the end, then reads the offsets before it in
-// growing windows that end there, until one holds a complete record or
-// reaches the start of the log. A window that starts inside a fragment set
-// does not see that record; the next, larger one does.
+// Last returns the last complete record in the log (of a batch, its last
+// record): a set of fragments that a failed write cut short is not a
+// record. It appends a tail marker (see markerVersion) to find the end,
+// then reads the offsets before it in growing windows that end there,
+// until one holds a complete record or reaches the start of the log. A
+// window that starts inside a fragment set does not see that record; the
+// next, larger one does.
 func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 	env, err := l.readEnvironment(ctx, "find the last record of")
 	if err != nil {
@@ -567,6 +635,7 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 	}
 	defer sub.close()
 	var asm reassembler
+	var recs []Record
 	first := true
 	for {
 		m, err := sub.next(ctx)
@@ -580,12 +649,12 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 		if m.offset >= end {
 			return last, found, truncated, nil
 		}
-		r, ok, err := l.decode(&asm, m)
+		recs, err = l.decode(recs[:0], &asm, m)
 		if err != nil {
 			return Record{}, false, false, err
 		}
-		if ok {
-			last, found = r, true
+		if len(recs) > 0 {
+			last, found = recs[len(recs)-1], true
 		}
 		if m.offset == end-1 {
 			return last, found, truncated, nil
@@ -621,12 +690,9 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 		if m.offset >= end {
 			return recs, nil
 		}
-		r, ok, err := l.decode(&asm, m)
+		recs, err = l.decode(recs, &asm, m)
 		if err != nil {
 			return nil, err
-		}
-		if ok {
-			recs = append(recs, r)
 		}
 	}
 }
@@ -635,9 +701,12 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 // each new record as it is written, until ctx is done (it returns
 // context.Cause(ctx)), fn returns an error (it returns that error) or the
 // connection fails (call Follow again; fn sees the records again).
-// Records are passed in log order with their stream offsets (for a
-// fragmented record, the offset of its last fragment: fn sees it once all
-// fragments are in); fn runs on the calling goroutine and may keep r.
+// Records are passed in log order with their stream offsets (for a record
+// from a batch, the batch message's offset, which the batch's records
+// share; for a fragmented record, the offset of its last fragment: fn sees
+// it once all fragments are in); fn runs on the calling goroutine and may
+// keep r. r.Body and r.Properties of a record from a batch share the batch
+// message's memory, so keeping one record keeps the whole message.
 func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) error) error {
 	env, err := l.readEnvironment(ctx, "follow")
 	if err != nil {
@@ -650,21 +719,22 @@ func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) 
 	}
 	defer sub.close()
 	var asm reassembler
+	var recs []Record
 	for {
 		m, err := sub.next(ctx)
 		if err != nil {
 			return err
 		}
-		r, ok, err := l.decode(&asm, m)
+		recs, err = l.decode(recs[:0], &asm, m)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			continue
+		for _, r := range recs {
+			if err := fn(m.offset, r); err != nil {
+				return err
+			}
 		}
-		if err := fn(m.offset, r); err != nil {
-			return err
-		}
+		clear(recs) // let go of m's body: fn has its own copies
 	}
 }
 
@@ -704,14 +774,14 @@ func (l *StreamLog) tail(ctx context.Context, env *stream.Environment) (int64, e
 	}
 }
 
-// decode feeds a stream message to asm, the reader's reassembler. ok is
-// true when m is a whole record or completes one.
-func (l *StreamLog) decode(asm *reassembler, m streamMessage) (r Record, ok bool, err error) {
-	r, ok, err = asm.add(m.offset, m.body)
+// decode feeds a stream message to asm, the reader's reassembler, and
+// appends the records that m holds or completes to dst.
+func (l *StreamLog) decode(dst []Record, asm *reassembler, m streamMessage) ([]Record, error) {
+	dst, err := asm.add(dst, m.offset, m.body)
 	if err != nil {
-		return Record{}, false, fmt.Errorf("replay log stream %q offset %d: %w; the stream holds data this sidecar did not write", l.opts.Name, m.offset, err)
+		return dst, fmt.Errorf("replay log stream %q offset %d: %w; the stream holds data this sidecar did not write", l.opts.Name, m.offset, err)
 	}
-	return r, ok, nil
+	return dst, nil
 }
 
 // streamMessage is one message of a subscription.

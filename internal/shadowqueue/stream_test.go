@@ -249,13 +249,13 @@ func TestStreamLastAfter1000Records(t *testing.T) {
 	}
 }
 
-// TestStreamWriteLargeBatch checks that a batch over the frame size is sent
-// in several frames, and that a record goes out as one message exactly as
-// long as it fits one frame.
+// TestStreamWriteLargeBatch checks that a Write over the frame size is sent
+// as several batch messages, in several frames, and that a record goes out
+// as one message exactly as long as it fits one frame.
 func TestStreamWriteLargeBatch(t *testing.T) {
 	l := openTestStream(t, StreamOptions{})
 	ctx := testCtx(t)
-	want := deliveries(1, 12, 300_000) // about 3.6 MB: four frames
+	want := deliveries(1, 12, 300_000) // about 3.6 MB: four batches of three
 	if err := l.Write(ctx, want); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
@@ -286,7 +286,7 @@ func TestStreamWriteLargeBatch(t *testing.T) {
 	if diff := cmp.Diff(want, got, bytesEqual); diff != "" {
 		t.Errorf("ReadAll mismatch (-want +got):\n%s", diff)
 	}
-	wantKinds := strings.Repeat("1", 13) + "22" + "0" // ReadAll's marker
+	wantKinds := "3333" + "1" + "22" + "0" // ReadAll's marker
 	if got := messageKinds(t, l); got != wantKinds {
 		t.Errorf("messages in the stream, by first byte: %s, want %s", got, wantKinds)
 	}
@@ -328,7 +328,7 @@ func rawMessages(t testing.TB, l *StreamLog) []streamMessage {
 }
 
 // messageKinds returns the first byte of each message in the stream as a
-// digit: 1 for a record, 2 for a fragment, 0 for a marker.
+// digit: 1 for a record, 2 for a fragment, 3 for a batch, 0 for a marker.
 func messageKinds(t testing.TB, l *StreamLog) string {
 	t.Helper()
 	var b strings.Builder
@@ -807,7 +807,7 @@ func TestStreamFollow(t *testing.T) {
 		done <- l.Follow(followCtx, func(offset int64, r Record) error {
 			mu.Lock()
 			defer mu.Unlock()
-			if offset <= lastOffset {
+			if offset < lastOffset { // equal for the records of one batch
 				return fmt.Errorf("offset %d after %d", offset, lastOffset)
 			}
 			lastOffset = offset
