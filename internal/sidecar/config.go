@@ -7,13 +7,11 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
-
+	"github.com/ms2m/ms2m/internal/envconfig"
 	"github.com/ms2m/ms2m/internal/replay"
 )
 
@@ -58,35 +56,14 @@ type Config struct {
 // LoadConfig reads the configuration from the environment and checks it.
 // Errors name the variable at fault.
 func LoadConfig() (Config, error) {
-	cfg, err := env.ParseAs[Config]()
+	cfg, err := envconfig.Parse[Config]()
 	if err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", nameVariables(err))
+		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	if err := cfg.complete(); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, nil
-}
-
-// nameVariables rewrites the env package's parse errors, which name the Go
-// field, to name the environment variable instead.
-func nameVariables(err error) error {
-	var agg env.AggregateError
-	if !errors.As(err, &agg) {
-		return err
-	}
-	out := make([]error, 0, len(agg.Errors))
-	for _, e := range agg.Errors {
-		var pe env.ParseError
-		if errors.As(e, &pe) {
-			if f, ok := reflect.TypeFor[Config]().FieldByName(pe.Name); ok {
-				name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-				e = fmt.Errorf("%s=%q: %w", name, os.Getenv(name), pe.Err)
-			}
-		}
-		out = append(out, e)
-	}
-	return errors.Join(out...)
 }
 
 // complete checks cfg and reads the token file.

@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"reflect"
 	"strings"
 	"time"
 
-	"github.com/caarlos0/env/v11"
+	"github.com/ms2m/ms2m/internal/envconfig"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -66,35 +64,14 @@ type Config struct {
 // LoadConfig reads the configuration from the environment and checks it.
 // Errors name the variable at fault.
 func LoadConfig() (Config, error) {
-	cfg, err := env.ParseAs[Config]()
+	cfg, err := envconfig.Parse[Config]()
 	if err != nil {
-		return Config{}, fmt.Errorf("configuration: %w", nameVariables(err))
+		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	if err := cfg.check(); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
 	}
 	return cfg, nil
-}
-
-// nameVariables rewrites the env package's parse errors, which name the Go
-// field, to name the environment variable instead.
-func nameVariables(err error) error {
-	var agg env.AggregateError
-	if !errors.As(err, &agg) {
-		return err
-	}
-	out := make([]error, 0, len(agg.Errors))
-	for _, e := range agg.Errors {
-		var pe env.ParseError
-		if errors.As(e, &pe) {
-			if f, ok := reflect.TypeFor[Config]().FieldByName(pe.Name); ok {
-				name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-				e = fmt.Errorf("%s=%q: %w", name, os.Getenv(name), pe.Err)
-			}
-		}
-		out = append(out, e)
-	}
-	return errors.Join(out...)
 }
 
 func (c *Config) check() error {
