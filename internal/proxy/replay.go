@@ -285,7 +285,7 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 		d := &amqpwire.BasicDeliver{ConsumerTag: rc.m.ConsumerTag, DeliveryTag: ch.appTag,
 			Redelivered: rec.Redelivered || redelivered, Exchange: rec.Exchange, RoutingKey: rec.RoutingKey}
 		raw := amqpwire.AppendMethodFrame(nil, chID, d)
-		raw = amqpwire.AppendRawHeaderFrame(raw, chID, 60, uint64(len(rec.Body)), rec.Properties)
+		raw = amqpwire.AppendRawHeaderFrame(raw, chID, 60, uint64(len(rec.Body)), propsOf(rec))
 		raw = amqpwire.AppendBodyFrames(raw, chID, rec.Body, c.downP.MaxFrame())
 		now := c.p.opts.Now()
 		c.p.tracker.Delivered(rc.m.Queue, rec.ID, now, !rc.m.NoAck)
@@ -458,7 +458,7 @@ func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
 		now := c.p.opts.Now()
 		out := amqpwire.AppendMethodFrame(nil, chID, &amqpwire.BasicGetOk{DeliveryTag: ch.appTag,
 			Redelivered: rec.Redelivered || redelivered, Exchange: rec.Exchange, RoutingKey: rec.RoutingKey})
-		out = amqpwire.AppendRawHeaderFrame(out, chID, 60, uint64(len(rec.Body)), rec.Properties)
+		out = amqpwire.AppendRawHeaderFrame(out, chID, 60, uint64(len(rec.Body)), propsOf(rec))
 		out = amqpwire.AppendBodyFrames(out, chID, rec.Body, c.downP.MaxFrame())
 		c.p.tracker.Delivered(m.Queue, rec.ID, now, !m.NoAck)
 		if m.NoAck {
@@ -473,4 +473,13 @@ func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
 	late := c.takeLateLocked()
 	c.mu.Unlock()
 	c.push(segment{raw: late})
+}
+
+// propsOf returns a record's raw basic properties, or an empty property
+// list (flags 0) for a record written without any.
+func propsOf(rec shadowqueue.Record) []byte {
+	if len(rec.Properties) < 2 {
+		return []byte{0, 0}
+	}
+	return rec.Properties
 }

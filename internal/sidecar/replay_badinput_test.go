@@ -116,3 +116,39 @@ func TestReplayBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetStateShowsReplay: a target's /state says it is replaying, where
+// it is, the cutoff once known, and its lag.
+func TestTargetStateShowsReplay(t *testing.T) {
+	e := newEnv(t)
+	q := e.queue()
+	e.writeLog(q, 1, 2, 3)
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "3"
+	e.startConfig(cfg, sidecar.Options{})
+	var st struct {
+		Mode      string  `json:"mode"`
+		ReplayLag *uint64 `json:"replayLag"`
+		Source    struct {
+			Cutoff   uint64 `json:"cutoffId"`
+			Complete bool   `json:"complete"`
+			LogLast  uint64 `json:"logLastId"`
+		} `json:"source"`
+	}
+	testenv.Eventually(t, 10*time.Second, "the target to read the log", func() bool {
+		e.call("GET", "/state", &st)
+		return st.Source.Complete
+	})
+	if st.Mode != "replaying" || st.ReplayLag == nil || *st.ReplayLag != 3 || st.Source.Cutoff != 3 || st.Source.LogLast != 3 {
+		t.Fatalf("target state before its app consumed = %+v (lag %v), want replaying, lag 3, cutoff 3", st, st.ReplayLag)
+	}
+	ch, _ := e.dial(amqp.Config{}).Channel()
+	ds, _ := ch.Consume(q, "", false, false, false, false, nil)
+	for range 3 {
+		recv(t, ds).Ack(false)
+	}
+	testenv.Eventually(t, 10*time.Second, "the target to switch", func() bool {
+		e.call("GET", "/state", &st)
+		return st.Mode == "serving" && st.ReplayLag != nil && *st.ReplayLag == 0
+	})
+}

@@ -312,6 +312,9 @@ func (a api) State() any {
 			st.Source = &ss
 			lag := a.s.replayLag()
 			st.ReplayLag = &lag
+			if r := st.Replay; r != nil && (r.SwitchedAt == nil || r.Replaying > 0) {
+				st.Mode = "replaying" // a target that has not taken over yet
+			}
 		}
 	} else {
 		st.Mode = "starting"
