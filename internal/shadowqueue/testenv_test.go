@@ -22,6 +22,7 @@ func requireStream(t testing.TB) string {
 	if testing.Short() {
 		t.Skip("needs RabbitMQ streams; skipped under -short")
 	}
+	testenv.Watchdog(t)
 	uri := os.Getenv("MS2M_TEST_STREAM_URI")
 	if uri == "" {
 		uri = defaultTestStreamURI

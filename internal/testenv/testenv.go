@@ -35,8 +35,12 @@ func Missing(t testing.TB, what, how string) {
 // RequireBroker returns the broker, after checking that its AMQP and stream
 // ports answer. MS2M_TEST_AMQP_ADDR and MS2M_TEST_STREAM_ADDR override the
 // addresses.
+//
+// It also arms a Watchdog for t: every broker test is an integration test
+// that must end by itself.
 func RequireBroker(t testing.TB) Broker {
 	t.Helper()
+	Watchdog(t)
 	amqpAddr := envOr("MS2M_TEST_AMQP_ADDR", "127.0.0.1:5672")
 	streamAddr := envOr("MS2M_TEST_STREAM_ADDR", "127.0.0.1:5552")
 	for _, a := range []string{amqpAddr, streamAddr} {
