@@ -3,6 +3,9 @@
 #   - a running RabbitMQ with the stream plugin (AMQP on 5672, streams on 5552);
 #   - a broker user for processes outside loopback (guest may only use loopback);
 #   - Debian's python3-pika, for the unmodified Python consumer.
+# With the argument "node" (make node-setup) it prepares a real node instead:
+#   - Debian's runc, containernetworking-plugins (bridge, host-local,
+#     loopback in /usr/lib/cni), iproute2 and nftables.
 # Under CI=true anything missing fails the run; elsewhere it warns loudly and
 # the tests that need it skip.
 set -uo pipefail
@@ -74,8 +77,40 @@ setup_pika() {
 		fail "Debian's python3-pika for /usr/bin/python3" "run as root: apt-get install python3-pika"
 }
 
-setup_rabbitmq
-setup_pika
+# What a real node needs from Debian besides the binaries that make node-bin
+# builds and make criu installs: containerd's runc shim calls runc, CRI calls
+# the CNI plugins, and the node tests make network namespaces and nft rules.
+setup_node_packages() {
+	local want=(
+		"runc /usr/sbin/runc"
+		"containernetworking-plugins /usr/lib/cni/bridge"
+		"containernetworking-plugins /usr/lib/cni/host-local"
+		"containernetworking-plugins /usr/lib/cni/loopback"
+		"iproute2 /usr/sbin/ip"
+		"nftables /usr/sbin/nft"
+	)
+	local missing=() w pkg file
+	for w in "${want[@]}"; do
+		read -r pkg file <<<"$w"
+		[ -x "$file" ] || missing+=("$pkg")
+	done
+	[ ${#missing[@]} -eq 0 ] || {
+		mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+		say "installing ${missing[*]} from Debian's packages"
+		apt_install "${missing[@]}" || true
+	}
+	for w in "${want[@]}"; do
+		read -r pkg file <<<"$w"
+		[ -x "$file" ] || fail "$file (Debian's $pkg)" "run as root: apt-get install $pkg"
+	done
+	[ "$failed" = 1 ] || say "node packages ready: $(/usr/sbin/runc --version | head -n1), CNI plugins in /usr/lib/cni, ip, nft"
+}
+
+case "${1:-}" in
+node) setup_node_packages ;;
+'') setup_rabbitmq; setup_pika ;;
+*) echo "usage: hack/setup.sh [node]" >&2; exit 2 ;;
+esac
 
 if [ "$failed" = 1 ]; then
 	if [ "${CI:-}" = true ]; then
