@@ -74,6 +74,12 @@ mkdir -p "$PREFIX"
 PREFIX=$(cd "$PREFIX" && pwd)
 WRAPPER=$PREFIX/criu
 
+# One install at a time per PREFIX; a second caller waits, then finds it done.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$PREFIX/.lock"
+	flock 9
+fi
+
 # --- already installed? -----------------------------------------------------
 
 if [ -x "$WRAPPER" ]; then
@@ -138,6 +144,8 @@ system_mirror() {
 		sed -e 's/#.*//' -e 's/\[[^]]*\]//' "$f" | awk '$1 == "deb" && $3 !~ /-security/ { print $2 }'
 	done
 }
+mirror_from="the system's apt sources"
+[ -z "${CRIU_MIRROR:-}" ] || mirror_from=CRIU_MIRROR
 MIRROR=${CRIU_MIRROR:-$(system_mirror | grep -m1 -E '^(https?|file):' || true)}
 MIRROR=${MIRROR%/}
 [ -n "$MIRROR" ] ||
@@ -145,7 +153,7 @@ MIRROR=${MIRROR%/}
 		"set CRIU_MIRROR to a Debian mirror URL (the folder that holds dists/ and pool/)"
 
 say "installing criu >= $MIN from Debian $SUITE into $PREFIX (about 10 s, up to 40 s on a busy machine; most of it is downloading)"
-say "mirror $MIRROR (from the system's apt sources); the system's apt and dpkg state stay untouched"
+say "mirror $MIRROR (from $mirror_from); the system's apt and dpkg state stay untouched"
 
 work=$PREFIX/.work
 rm -rf "$work"
