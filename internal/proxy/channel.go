@@ -42,7 +42,8 @@ type content struct {
 	header bool
 	raw    []byte // the frames, while held
 	rec    shadowqueue.Record
-	absorb bool // an app publish absorbed during replay (tag is its confirm number, 0 if none)
+	absorb bool        // an app publish absorbed during replay (tag is its confirm number, 0 if none)
+	pub    *pubCapture // an app publish being digested for publish checking
 }
 
 // delivery is one delivery the app has and has not settled.

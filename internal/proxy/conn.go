@@ -304,6 +304,9 @@ func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
 			return unexpected(f, "body frame from the app without a content header")
 		}
 		ch.up.got += uint64(len(f.Payload))
+		if ch.up.pub != nil {
+			ch.up.pub.sum.Write(f.Payload)
+		}
 		if ch.up.got > ch.up.size {
 			return &amqpwire.Error{Code: amqpwire.FrameError, Text: fmt.Sprintf("body on channel %d is longer than its content header says (%d bytes)", f.Channel, ch.up.size)}
 		}
@@ -327,6 +330,14 @@ func (c *conn) publishDone(ch *channel) {
 	if ch.up.absorb && ch.up.tag != 0 {
 		c.writeApp(amqpwire.AppendMethodFrame(nil, ch.id, &amqpwire.BasicAck{DeliveryTag: ch.up.tag}))
 		ch.absorbed++
+	}
+	if pc := ch.up.pub; pc != nil {
+		pub := pc.publish()
+		if ch.up.absorb {
+			c.p.observe(pc.forID, pub)
+		} else {
+			c.p.tee.AppendPublish(pc.forID, pub.Exchange, pub.RoutingKey, pub.Digest[:])
+		}
 	}
 	ch.up = nil
 }

@@ -89,9 +89,21 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			if ch.confirm {
 				ch.up.tag = ch.pubSeq
 			}
+			if c.p.opts.CheckPublishes {
+				ch.up.pub = newPubCapture(c.attribute(ch), m.Exchange, m.RoutingKey)
+			}
 			return nil, nil
 		}
 		ch.up = &content{}
+		if c.p.recordsPublishes() {
+			m, err := decode[*amqpwire.BasicPublish](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if id := c.attribute(ch); id != 0 {
+				ch.up.pub = newPubCapture(id, m.Exchange, m.RoutingKey)
+			}
+		}
 	case mConfirmSelect:
 		ch.confirm = true
 	case mBasicQos:
@@ -215,6 +227,9 @@ func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool)
 	for _, d := range covered {
 		gate = max(gate, d.ticket)
 		byQueue[d.queue] = append(byQueue[d.queue], d)
+	}
+	if ack {
+		c.p.lastAcked.Store(covered[len(covered)-1].id)
 	}
 	for q, ds := range byQueue {
 		if ack {

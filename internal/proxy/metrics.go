@@ -13,6 +13,8 @@ type Metrics struct {
 	requeued             prometheus.Counter
 	mode                 prometheus.Gauge
 	suppressed           *prometheus.CounterVec
+	pubChecked           prometheus.Counter
+	pubMismatches        prometheus.Counter
 }
 
 // NewMetrics makes the proxy's metrics and registers them with reg, unless
@@ -48,10 +50,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		suppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ms2m_sidecar_suppressed_publishes_total", Help: "App publishes absorbed during replay (the source already made them), by exchange and routing key.",
 		}, []string{"exchange", "routing_key"}),
+		pubChecked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_publish_checked_total", Help: "Replayed deliveries whose absorbed publishes were compared against the source's (publish checking on).",
+		}),
+		pubMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_publish_mismatches_total", Help: "Replayed deliveries for which the app published differently than on the source: a sign of a non-deterministic app.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed)
+			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed, m.pubChecked, m.pubMismatches)
 	}
 	return m
 }

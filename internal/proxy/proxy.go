@@ -24,6 +24,8 @@ type Tee interface {
 	Status() shadowqueue.TeeStatus
 	// Continue makes the next delivery ID last+1, before any Append.
 	Continue(last, epoch uint64) error
+	// AppendPublish records an app publish for publish checking.
+	AppendPublish(forID uint64, exchange, routingKey string, digest []byte) shadowqueue.Ticket
 }
 
 // Mode is what the proxy does with new deliveries.
@@ -75,6 +77,10 @@ type Options struct {
 	// served from the log first, and switched to the broker after the
 	// cutoff.
 	Replay ReplaySource
+	// CheckPublishes turns publish checking on (see pubcheck.go): a serving
+	// sidecar records the app's publishes in the log, and a target compares
+	// the publishes it absorbs during replay against them.
+	CheckPublishes bool
 	// Dial connects to the broker. Default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
@@ -113,6 +119,11 @@ type Proxy struct {
 	// zero, the app's publishes are absorbed.
 	replayActive atomic.Int64
 	suppressedBy map[[2]string]uint64 // by exchange and routing key; guarded by mu
+
+	// Publish checking.
+	lastAcked    atomic.Uint64 // the last delivery ID the app acked
+	teeContinued atomic.Bool   // a target has taken the log over
+	pubs         pubCheck      // guarded by mu
 }
 
 // New returns a Proxy that tees into tee.
@@ -429,6 +440,9 @@ type ReplayState struct {
 	// Suppressed counts the app's publishes absorbed during replay, by
 	// exchange and routing key: the source already made them.
 	Suppressed []Suppressed `json:"suppressed"`
+	// PublishCheck compares the absorbed publishes against the source's,
+	// when publish checking is on.
+	PublishCheck *PublishCheck `json:"publishCheck,omitempty"`
 }
 
 // Suppressed is a count of absorbed publishes.
@@ -483,6 +497,7 @@ func (p *Proxy) State() State {
 		rs.SwitchedAt = timePtr(p.firstSwitch)
 		rs.FirstPrimaryAt = timePtr(p.firstPrimary)
 		rs.Error = p.replayErr
+		rs.PublishCheck = p.publishCheckLocked()
 		rs.Suppressed = []Suppressed{}
 		for k, n := range p.suppressedBy {
 			rs.Suppressed = append(rs.Suppressed, Suppressed{Exchange: k[0], RoutingKey: k[1], Count: n})

@@ -154,7 +154,10 @@ func (p *Proxy) continueTee() {
 		id, epoch, _ := p.opts.Replay.Cutoff()
 		if err := p.tee.Continue(id, epoch); err != nil {
 			p.log.Error("cannot continue the replay log after the cutoff", "cutoff_id", id, "err", err)
+			return
 		}
+		p.teeContinued.Store(true)
+		p.comparePublishes()
 	})
 }
 
@@ -351,8 +354,12 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 			continue
 		case ack || !requeue:
 			r.q.ack(r.idx)
+			if ack {
+				c.p.replayAcked(r.id)
+			}
 		default:
 			r.q.release(r.idx, false) // comes again, marked redelivered
+			c.p.replayRequeued(r.id)
 		}
 		if r.fromGet {
 			c.p.replayActive.Add(-1)
@@ -386,6 +393,7 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 func (c *conn) dropReplay(ch *channel) {
 	for _, r := range ch.replayOut {
 		r.q.release(r.idx, false)
+		c.p.replayRequeued(r.id)
 		c.p.tracker.Dropped(r.queue, 1)
 		if r.fromGet {
 			c.p.replayActive.Add(-1)

@@ -111,3 +111,59 @@ func TestRangeValidate(t *testing.T) {
 		t.Errorf("marker range rejected: %v", err)
 	}
 }
+
+func pub(last, forID uint64, rk string) shadowqueue.Record {
+	return shadowqueue.Record{Kind: shadowqueue.KindPublish, ID: last, For: forID, Exchange: "x", RoutingKey: rk, Body: make([]byte, shadowqueue.PublishDigestLen)}
+}
+
+// TestCollectorPublishes: the source's publishes are kept for the range's
+// deliveries, and given out only once a cutoff marker closed the range.
+func TestCollectorPublishes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rng    Range
+		log    []shadowqueue.Record
+		want   map[uint64][]string // routing keys by delivery ID
+		wantOK bool
+	}{
+		"marker cutoff": {
+			rng: Range{Start: 1},
+			log: []shadowqueue.Record{del(1, "a"), pub(1, 1, "r1"), del(2, "a"), pub(2, 2, "r2a"), pub(2, 2, "r2b"),
+				del(3, "a"), pub(3, 3, "r3"), marker(shadowqueue.KindCutoff, 3, 1), pub(3, 3, "late")},
+			want:   map[uint64][]string{2: {"r2a", "r2b"}, 3: {"r3"}},
+			wantOK: true,
+		},
+		"not complete yet": {
+			rng: Range{Start: 0},
+			log: []shadowqueue.Record{del(1, "a"), pub(1, 1, "r1")},
+		},
+		"cutoff up front": {
+			rng: Range{Start: 0, Cutoff: 1},
+			log: []shadowqueue.Record{del(1, "a"), pub(1, 1, "r1")},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := NewCollector(tc.rng)
+			for _, r := range tc.log {
+				if err := c.Add(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := c.Publishes()
+			if ok != tc.wantOK {
+				t.Fatalf("Publishes ok = %v, want %v", ok, tc.wantOK)
+			}
+			keys := map[uint64][]string{}
+			for id, ps := range got {
+				for _, p := range ps {
+					keys[id] = append(keys[id], p.RoutingKey)
+				}
+			}
+			if tc.want == nil {
+				tc.want = map[uint64][]string{}
+			}
+			if diff := cmp.Diff(tc.want, keys); diff != "" {
+				t.Errorf("publishes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

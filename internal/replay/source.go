@@ -56,6 +56,9 @@ type Collector struct {
 	queues   map[string][]shadowqueue.Record
 	known    map[string]bool // every queue with a delivery anywhere in the log
 	complete bool
+	// pubs holds the source's recorded publishes (publish checking) by the
+	// delivery ID they are attributed to, for IDs in the range.
+	pubs map[uint64][]shadowqueue.Publish
 }
 
 // NewCollector returns a Collector for rng.
@@ -97,6 +100,13 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 		}
 		c.cutoff, c.epoch = r.ID, r.Epoch
 		c.complete = c.lastID >= r.ID || r.ID == c.rng.Start
+	case shadowqueue.KindPublish:
+		if r.For > c.rng.Start && (c.cutoff == 0 || r.For <= c.cutoff) && !c.complete {
+			if c.pubs == nil {
+				c.pubs = map[uint64][]shadowqueue.Publish{}
+			}
+			c.pubs[r.For] = append(c.pubs[r.For], r.Publish())
+		}
 	case shadowqueue.KindResume:
 		if c.rng.Cutoff == 0 && c.cutoff != 0 && r.Epoch == c.epoch {
 			// The source went on serving: its cutoff no longer holds.
@@ -128,6 +138,18 @@ func (c *Collector) Queues() []string {
 		out = append(out, q)
 	}
 	return out
+}
+
+// Publishes returns the source's recorded publishes by delivery ID. They
+// are complete only once the cutoff came from a marker and the range is
+// complete: the source wrote every publish before its cutoff marker. With
+// a cutoff given up front, the publishes made for the last deliveries may
+// follow them in the log, so ok is false.
+func (c *Collector) Publishes() (byID map[uint64][]shadowqueue.Publish, ok bool) {
+	if !c.complete || c.rng.Cutoff != 0 {
+		return nil, false
+	}
+	return c.pubs, true
 }
 
 // LastID returns the highest delivery ID seen in the log.
@@ -228,6 +250,14 @@ func (s *Source) Cutoff() (id, epoch uint64, ok bool) {
 	defer s.mu.Unlock()
 	id, _ = s.col.Cutoff()
 	return id, s.col.Epoch(), s.col.Complete()
+}
+
+// ExpectedPublishes returns what the source published per delivery ID,
+// once known (see Collector.Publishes).
+func (s *Source) ExpectedPublishes() (map[uint64][]shadowqueue.Publish, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.col.Publishes()
 }
 
 // Status is a snapshot of a Source.

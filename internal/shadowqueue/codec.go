@@ -26,7 +26,8 @@ const minRecordLen = 3 + 1 + 1 + 6
 const (
 	flagRedelivered = 1 << 0
 	flagTime        = 1 << 1 // a time field follows; absent for the zero time.Time
-	knownFlags      = flagRedelivered | flagTime
+	flagFor         = 1 << 2 // a For field follows the time; absent when For is 0
+	knownFlags      = flagRedelivered | flagTime | flagFor
 )
 
 // AppendRecord appends the encoding of r to dst and returns the extended
@@ -37,11 +38,13 @@ const (
 //	| 1 byte  | 1    | 1     | uvarint | uvarint   | 8, BE int64  |
 //	|   = 1   |      |       |         |           | (if flagTime)|
 //	+---------+------+-------+---------+-----------+--------------+
-//	| Queue | Exchange | RoutingKey | ConsumerTag | Properties | Body |
-//	+-------+----------+------------+-------------+------------+------+
-//	  each: uvarint length, then that many bytes
+//	| For         | Queue | Exchange | RoutingKey | ConsumerTag | Properties | Body |
+//	| uvarint     +-------+----------+------------+-------------+------------+------+
+//	| (if flagFor)|  each: uvarint length, then that many bytes
+//	+-------------+
 //
-// flags: bit 0 Redelivered, bit 1 time present. Time is Unix nanoseconds,
+// flags: bit 0 Redelivered, bit 1 time present, bit 2 For present (For is
+// never encoded as zero). Time is Unix nanoseconds,
 // so it must lie between the years 1678 and 2262; the zero time.Time is
 // encoded as "no time" and decodes as the zero time.Time again. The encoding
 // of a record is unique: DecodeRecord rejects every other spelling of it.
@@ -53,11 +56,17 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	if !r.Time.IsZero() {
 		flags |= flagTime
 	}
+	if r.For != 0 {
+		flags |= flagFor
+	}
 	dst = append(dst, recordVersion, byte(r.Kind), flags)
 	dst = binary.AppendUvarint(dst, r.ID)
 	dst = binary.AppendUvarint(dst, r.Epoch)
 	if flags&flagTime != 0 {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(r.Time.UnixNano()))
+	}
+	if flags&flagFor != 0 {
+		dst = binary.AppendUvarint(dst, r.For)
 	}
 	dst = appendString(dst, r.Queue)
 	dst = appendString(dst, r.Exchange)
@@ -73,6 +82,9 @@ func encodedRecordLen(r *Record) int {
 	n := 3 + uvarintLen(r.ID) + uvarintLen(r.Epoch)
 	if !r.Time.IsZero() {
 		n += 8
+	}
+	if r.For != 0 {
+		n += uvarintLen(r.For)
 	}
 	n += fieldLen(len(r.Queue)) + fieldLen(len(r.Exchange)) + fieldLen(len(r.RoutingKey))
 	n += fieldLen(len(r.ConsumerTag)) + fieldLen(len(r.Properties)) + fieldLen(len(r.Body))
@@ -118,7 +130,7 @@ func DecodeRecord(b []byte) (Record, error) {
 		return Record{}, fmt.Errorf("%w: version %d, want %d", ErrBadRecord, version, recordVersion)
 	}
 	r.Kind = Kind(d.readByte("kind"))
-	if d.err == nil && (r.Kind < KindDelivery || r.Kind > KindResume) {
+	if d.err == nil && (r.Kind < KindDelivery || r.Kind > KindPublish) {
 		return Record{}, fmt.Errorf("%w: unknown kind %d", ErrBadRecord, r.Kind)
 	}
 	flags := d.readByte("flags")
@@ -130,6 +142,11 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Epoch = d.readUvarint("Epoch")
 	if flags&flagTime != 0 {
 		r.Time = time.Unix(0, int64(d.readUint64("Time")))
+	}
+	if flags&flagFor != 0 {
+		if r.For = d.readUvarint("For"); d.err == nil && r.For == 0 {
+			return Record{}, fmt.Errorf("%w: field For: zero is never encoded", ErrBadRecord)
+		}
 	}
 	r.Queue = string(d.readBytes("Queue"))
 	r.Exchange = string(d.readBytes("Exchange"))

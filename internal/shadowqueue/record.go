@@ -15,14 +15,27 @@ const (
 	// KindResume voids the KindCutoff record with the same Epoch: the source
 	// went on serving after a migration was abandoned.
 	KindResume Kind = 3
+	// KindPublish is a publish the app made while it handled the delivery
+	// with ID For. Only a sidecar with publish checking on writes it (see
+	// Record.For); replay compares the target app's publishes against it.
+	KindPublish Kind = 4
 )
+
+// PublishDigestLen is the length of a KindPublish record's Body: the
+// SHA-256 of the published body.
+const PublishDigestLen = 32
 
 // Record is one entry of a pod's replay log.
 //
 // For KindDelivery, ID is the delivery's sequence ID: it grows by one per
 // delivery, across connections, channels and sidecar restarts. For
-// KindCutoff and KindResume, ID is the last delivery ID handed out before
-// the marker, and Epoch tells markers apart.
+// KindCutoff, KindResume and KindPublish, ID is the last delivery ID handed
+// out before the record, and Epoch tells markers apart.
+//
+// A KindPublish record carries the publish's Exchange and RoutingKey, the
+// delivery it is attributed to in For, and in Body the SHA-256 of the
+// published body (not the body: the log stays small, and the check only
+// needs equality).
 type Record struct {
 	Kind Kind
 	ID   uint64
@@ -43,4 +56,21 @@ type Record struct {
 	// the property values. Replay can send it back byte for byte.
 	Properties []byte
 	Body       []byte
+	// For is the delivery ID a KindPublish record is attributed to; zero
+	// for every other kind.
+	For uint64
+}
+
+// Publish is what publish checking compares of one app publish.
+type Publish struct {
+	Exchange   string
+	RoutingKey string
+	Digest     [PublishDigestLen]byte // SHA-256 of the body
+}
+
+// Publish returns the publish a KindPublish record describes.
+func (r *Record) Publish() Publish {
+	p := Publish{Exchange: r.Exchange, RoutingKey: r.RoutingKey}
+	copy(p.Digest[:], r.Body)
+	return p
 }

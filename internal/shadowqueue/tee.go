@@ -126,6 +126,16 @@ func (t *Tee) AppendMarker(kind Kind) (id, epoch uint64, tk Ticket) {
 	return r.ID, r.Epoch, t.enqueueLocked(r)
 }
 
+// AppendPublish queues a KindPublish record: the app published digest (the
+// SHA-256 of the body) to exchange with routingKey while it handled delivery
+// forID. Nothing waits for it: the publish itself is never held.
+func (t *Tee) AppendPublish(forID uint64, exchange, routingKey string, digest []byte) Ticket {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := Record{Kind: KindPublish, ID: t.lastID, Epoch: t.epoch, Time: t.opts.Now(), For: forID, Exchange: exchange, RoutingKey: routingKey, Body: digest}
+	return t.enqueueLocked(r)
+}
+
 func (t *Tee) enqueueLocked(r Record) Ticket {
 	tk := t.nextTk
 	t.nextTk++

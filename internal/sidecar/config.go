@@ -49,6 +49,12 @@ type Config struct {
 	// ReplayCutoff is the last ID to replay, or "marker" to learn it from
 	// the cutoff marker that the source's stop writes.
 	ReplayCutoff string `env:"MS2M_REPLAY_CUTOFF" envDefault:"marker"`
+	// PublishCheck turns publish checking on: serving, the sidecar records
+	// the app's publishes in the log (a digest per publish); replaying, it
+	// compares the publishes it absorbs against the source's and reports
+	// mismatches as a sign of a non-deterministic app. Set it on source and
+	// target alike.
+	PublishCheck bool `env:"MS2M_PUBLISH_CHECK" envDefault:"false"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }

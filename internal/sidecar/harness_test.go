@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -374,4 +376,28 @@ func noDelivery(t *testing.T, ch <-chan amqp.Delivery, d time.Duration, why stri
 		t.Fatalf("got delivery %q, want none: %s", m.Body, why)
 	case <-time.After(d):
 	}
+}
+
+// metricValue reads one unlabelled metric from the control API at base.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q: %v", name, v, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not in /metrics", name)
+	return 0
 }

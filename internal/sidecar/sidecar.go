@@ -139,6 +139,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		Logger:         s.log,
 		Metrics:        metrics,
 		Dial:           opts.Dial,
+		CheckPublishes: cfg.PublishCheck,
 	}
 	if src != nil {
 		popts.Replay = src

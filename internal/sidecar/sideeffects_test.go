@@ -26,6 +26,11 @@ type publishingApp struct {
 }
 
 func startPublishingApp(t *testing.T, addr, q, out string, confirms bool) *publishingApp {
+	return startResultApp(t, addr, q, out, confirms, func(body []byte) []byte { return append([]byte("result-"), body...) })
+}
+
+// startResultApp is startPublishingApp with the result made by result.
+func startResultApp(t *testing.T, addr, q, out string, confirms bool, result func(body []byte) []byte) *publishingApp {
 	t.Helper()
 	a := &publishingApp{}
 	conn, err := amqp.Dial("amqp://guest:guest@" + addr + "/")
@@ -52,7 +57,7 @@ func startPublishingApp(t *testing.T, addr, q, out string, confirms bool) *publi
 	go func() {
 		for d := range ds {
 			time.Sleep(2 * time.Millisecond)
-			if err := ch.Publish("", out, false, false, amqp.Publishing{Body: append([]byte("result-"), d.Body...)}); err != nil {
+			if err := ch.Publish("", out, false, false, amqp.Publishing{Body: result(d.Body)}); err != nil {
 				return
 			}
 			if confirms {
@@ -159,6 +164,92 @@ func TestReplayHasNoSideEffects(t *testing.T) {
 				if len(dst.confirms) != n || dst.nacks != 0 {
 					t.Errorf("target app got %d confirms (%d nacks), want %d acks", len(dst.confirms), dst.nacks, n)
 				}
+			}
+		})
+	}
+}
+
+// TestPublishCheck: with MS2M_PUBLISH_CHECK on, a target compares what the
+// app publishes while it handles replayed messages against what the source
+// published for them. A deterministic app passes; one whose results differ
+// between source and target is reported.
+func TestPublishCheck(t *testing.T) {
+	for name, deterministic := range map[string]bool{"deterministic": true, "non-deterministic": false} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			q, out := e.queue(), e.queue()
+			cfg := e.config()
+			cfg.PublishCheck = true
+			source := e.startConfig(cfg, sidecar.Options{})
+			tcfg := targetConfig(e)
+			tcfg.PublishCheck = true
+			target := e.startConfig(tcfg, sidecar.Options{})
+			result := func(instance string) func([]byte) []byte {
+				return func(body []byte) []byte {
+					r := append([]byte("result-"), body...)
+					if !deterministic && body[len(body)-1]%2 == 1 {
+						r = append(r, instance...) // odd messages: depends on which process handles them
+					}
+					return r
+				}
+			}
+			startResultApp(t, source.AMQPAddr(), q, out, true, result("-on-source"))
+			startResultApp(t, target.AMQPAddr(), q, out, true, result("-on-target"))
+
+			var producers sync.WaitGroup
+			publishPaced(t, e, q, 80, 200, &producers)
+			time.Sleep(300 * time.Millisecond)
+			tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 1000})
+			producers.Wait()
+			if tm.CutoffID == 0 {
+				t.Fatal("the source handled nothing before the stop; the check has nothing to compare")
+			}
+
+			type check struct {
+				Checked    uint64 `json:"checked"`
+				Mismatched uint64 `json:"mismatched"`
+				Pending    int    `json:"pending"`
+				Mismatches []struct {
+					ID     uint64 `json:"id"`
+					Source []struct {
+						RoutingKey string `json:"routingKey"`
+						BodySHA256 string `json:"bodySha256"`
+					} `json:"source"`
+					Target []struct {
+						RoutingKey string `json:"routingKey"`
+						BodySHA256 string `json:"bodySha256"`
+					} `json:"target"`
+				} `json:"mismatches"`
+			}
+			var st struct {
+				Replay struct {
+					PublishCheck *check `json:"publishCheck"`
+				} `json:"replay"`
+			}
+			dst := &env{t: t, broker: e.broker, log: e.log, sc: target}
+			testenv.Eventually(t, 20*time.Second, "every replayed message checked", func() bool {
+				dst.call("GET", "/state", &st)
+				c := st.Replay.PublishCheck
+				return c != nil && c.Checked == tm.CutoffID && c.Pending == 0
+			})
+			c := st.Replay.PublishCheck
+			// Messages 1..cutoff were replayed; the odd ones differ.
+			wantMismatched := uint64(0)
+			if !deterministic {
+				wantMismatched = (tm.CutoffID + 1) / 2
+			}
+			if c.Mismatched != wantMismatched {
+				t.Fatalf("publish check = %+v, want %d of %d mismatched", c, wantMismatched, tm.CutoffID)
+			}
+			if !deterministic {
+				m := c.Mismatches[0]
+				if m.ID%2 != 1 || len(m.Source) != 1 || len(m.Target) != 1 || m.Source[0].RoutingKey != out ||
+					m.Target[0].RoutingKey != out || m.Source[0].BodySHA256 == m.Target[0].BodySHA256 {
+					t.Errorf("first mismatch = %+v, want an odd delivery with one publish to %s on each side, bodies differing", m, out)
+				}
+			}
+			if got := metricValue(t, "http://"+target.ControlAddr(), "ms2m_sidecar_publish_mismatches_total"); got != float64(wantMismatched) {
+				t.Errorf("ms2m_sidecar_publish_mismatches_total = %v, want %d", got, wantMismatched)
 			}
 		})
 	}
