@@ -176,6 +176,28 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 	}
 }
 
+// Quiesce asks a sidecar to hold new deliveries and waits (up to timeout)
+// until the app has settled what it has: a consistent cut to checkpoint
+// at. It returns the checkpoint ID, the last delivery the app was given.
+func Quiesce(ctx context.Context, hc *http.Client, e Endpoint, timeout time.Duration) (uint64, error) {
+	var out struct {
+		CheckpointID uint64 `json:"checkpointId"`
+	}
+	if err := call(ctx, hc, e, http.MethodPost, "/quiesce?timeout="+timeout.String(), &out); err != nil {
+		return 0, fmt.Errorf("quiesce the sidecar at %s: %w", e.URL, err)
+	}
+	return out.CheckpointID, nil
+}
+
+// Resume undoes a quiesce or a stop: the sidecar serves again.
+func Resume(ctx context.Context, hc *http.Client, e Endpoint) error {
+	var out map[string]any
+	if err := call(ctx, hc, e, http.MethodPost, "/resume", &out); err != nil {
+		return fmt.Errorf("resume the sidecar at %s: %w", e.URL, err)
+	}
+	return nil
+}
+
 // lagBehind is how many of the source's deliveries up to last the target's
 // app has not acked yet.
 func (st targetState) lagBehind(last uint64) uint64 {

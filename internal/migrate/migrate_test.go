@@ -1,0 +1,97 @@
+package migrate
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/inject"
+)
+
+func TestParseCheckpointResponse(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body    string
+		want    string
+		wantErr string
+	}{
+		"one archive":   {body: `{"items":["/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"]}`, want: "/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"},
+		"no items":      {body: `{"items":[]}`, wantErr: "want one archive path"},
+		"two items":     {body: `{"items":["a","b"]}`, wantErr: "want one archive path"},
+		"not json":      {body: `checkpointing failed`, wantErr: "not the expected JSON"},
+		"empty archive": {body: `{"items":[""]}`, wantErr: "want one archive path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseCheckpointResponse([]byte(tc.body))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("= %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestKubeletSays(t *testing.T) {
+	status := `{"kind":"Status","message":"checkpointing of default/app/app failed: criu failed: type NOTIFY errno 0"}`
+	if got := kubeletSays([]byte(status)); !strings.Contains(got, "criu failed") || strings.Contains(got, "kind") {
+		t.Errorf("kubeletSays(status) = %q, want the message only", got)
+	}
+	if got := kubeletSays(nil); got != "" {
+		t.Errorf("kubeletSays(nil) = %q, want nothing", got)
+	}
+}
+
+// TestTargetPodBecomesARestore: the target made from an injected source is
+// turned into a restore by the same injection logic the webhook runs.
+func TestTargetPodBecomesARestore(t *testing.T) {
+	cfg := inject.Config{
+		SidecarImage: "ms2m/sidecar:dev",
+		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
+		ControlToken: inject.SecretKey{Name: "ms2m", Key: "token"},
+	}
+	app := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{inject.AnnotationInject: "true"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "consumer-1", UID: "u"}}},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "ms2m/consumer:dev",
+			Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://u:p@10.77.0.1:5672/"}}}}},
+	}
+	res, err := inject.Inject(inject.Input{Pod: app}, cfg)
+	if err != nil || res.Pod == nil {
+		t.Fatalf("inject the source: %v %+v", err, res)
+	}
+	source := res.Pod
+	source.UID, source.ResourceVersion, source.Spec.NodeName = "uid-1", "7", "node-1"
+
+	target := TargetPod(source, "consumer-m1", Restore{Migration: "m1", Image: "10.77.0.1:5000/ckpt:m1", Node: "node-2", LogName: "default.consumer", Start: 42})
+	if target.UID != "" || target.ResourceVersion != "" || len(target.OwnerReferences) != 0 || target.Spec.NodeName != "" {
+		t.Errorf("target keeps the source's identity: %+v", target.ObjectMeta)
+	}
+	res, err = inject.Inject(inject.Input{Pod: target}, cfg)
+	if err != nil || res.Pod == nil || res.Restore == nil {
+		t.Fatalf("inject the target: %v %+v", err, res)
+	}
+	got := res.Pod
+	if got.Spec.NodeName != "node-2" || got.Spec.Containers[0].Image != "10.77.0.1:5000/ckpt:m1" {
+		t.Errorf("restore pod: node %q, image %q", got.Spec.NodeName, got.Spec.Containers[0].Image)
+	}
+	env := map[string]string{}
+	for _, c := range got.Spec.InitContainers {
+		if c.Name == inject.SidecarName {
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+		}
+	}
+	if env["MS2M_REPLAY_START"] != "42" || env["MS2M_REPLAY_CUTOFF"] != "marker" || env["MS2M_LOG_NAME"] != "default.consumer" {
+		t.Errorf("sidecar replay env = %v", env)
+	}
+	if source.Annotations[inject.AnnotationRestoreImage] != "" {
+		t.Error("TargetPod changed the source's annotations")
+	}
+}

@@ -1,0 +1,144 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ms2m/ms2m/internal/inject"
+)
+
+// Restore names what a target pod restores.
+type Restore struct {
+	Migration string // the migration's name
+	Image     string // the checkpoint image of the app container
+	Node      string // the target node
+	LogName   string // the source's replay log
+	Start     uint64 // the checkpoint ID
+	// Cutoff is the last ID to replay; 0 means the source's cutoff marker.
+	Cutoff uint64
+}
+
+// TargetPod returns the pod to create for r: a copy of the injected source
+// pod under a new name, with the restore annotations that the webhook (or
+// inject.Inject) turns into a restore. Owner references are dropped: the
+// copy is the migrator's until it replaces the source.
+func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
+	cutoff := "marker"
+	if r.Cutoff != 0 {
+		cutoff = fmt.Sprint(r.Cutoff)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   source.Namespace,
+			Labels:      copyMap(source.Labels),
+			Annotations: copyMap(source.Annotations),
+		},
+		Spec: *source.Spec.DeepCopy(),
+	}
+	p.Spec.NodeName = ""
+	for k, v := range map[string]string{
+		inject.AnnotationRestoreImage:  r.Image,
+		inject.AnnotationRestoreNode:   r.Node,
+		inject.AnnotationReplayStart:   fmt.Sprint(r.Start),
+		inject.AnnotationReplayCutoff:  cutoff,
+		inject.AnnotationLogName:       r.LogName,
+		inject.AnnotationMigrationName: r.Migration,
+	} {
+		p.Annotations[k] = v
+	}
+	return p
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// WaitRunning waits until pod ns/name runs with every container ready, and
+// returns it. It fails early, with the container's own reason, when a
+// container cannot start (a failed restore shows here).
+func WaitRunning(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last *corev1.Pod
+	for {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+			if problem := podProblem(p); problem != "" {
+				return p, fmt.Errorf("pod %s/%s: %s", ns, name, problem)
+			}
+			if podReady(p) {
+				return p, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return last, fmt.Errorf("pod %s/%s not running and ready after %s: %s", ns, name, timeout, describe(last))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podProblem returns why a pod cannot become ready, if that is certain.
+func podProblem(p *corev1.Pod) string {
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return fmt.Sprintf("phase %s: %s", p.Status.Phase, describe(p))
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "CreateContainerError", "CreateContainerConfigError", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff", "RunContainerError":
+				return fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+			}
+		}
+	}
+	return ""
+}
+
+// describe summarises a pod's status for an error message.
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "the pod was never seen"
+	}
+	var parts []string
+	parts = append(parts, "phase "+string(p.Status.Phase))
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("%s waiting (%s: %s)", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+		case cs.State.Terminated != nil:
+			parts = append(parts, fmt.Sprintf("%s terminated (%s, exit %d: %s)", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode, cs.State.Terminated.Message))
+		case cs.State.Running != nil:
+			parts = append(parts, fmt.Sprintf("%s running (ready %v)", cs.Name, cs.Ready))
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			parts = append(parts, fmt.Sprintf("%s: %s", c.Type, c.Message))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
