@@ -1,0 +1,125 @@
+package ociimage
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// PushOptions tune Push.
+type PushOptions struct {
+	// Insecure allows plain HTTP to the registry. Loopback, localhost and
+	// private (RFC 1918) addresses use plain HTTP even without it.
+	Insecure bool
+	// AuthFile is the path of a docker config.json whose "auths" entry for
+	// the registry's host gives the credentials. Empty means anonymous.
+	AuthFile string
+	// Jobs is how many blobs upload at once; 0 means the library default.
+	Jobs int
+}
+
+// Push pushes img to ref, a tag or digest reference with a registry host
+// (for example 127.0.0.1:5000/ms2m/sidecar:dev). It returns when the
+// manifest is in the registry, or when ctx ends.
+func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
+	var nopts []name.Option
+	if o.Insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return fmt.Errorf("push: ref %q: %w", ref, err)
+	}
+	auth := authn.Anonymous
+	if o.AuthFile != "" {
+		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
+	if o.Jobs > 0 {
+		ropts = append(ropts, remote.WithJobs(o.Jobs))
+	}
+	if err := remote.Write(r, img, ropts...); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
+}
+
+// dockerConfig is the part of a docker config.json that Push reads.
+type dockerConfig struct {
+	Auths map[string]dockerAuth `json:"auths"`
+}
+
+type dockerAuth struct {
+	Auth          string `json:"auth"`
+	Username      string `json:"username"`
+	Password      string `json:"password"`
+	IdentityToken string `json:"identitytoken"`
+	RegistryToken string `json:"registrytoken"`
+}
+
+// authFromConfig returns the credentials for host from the docker
+// config.json at path. A config without an entry for host is an error, so
+// that a typo does not silently push anonymously.
+func authFromConfig(path, host string) (authn.Authenticator, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read auth file: %w", err)
+	}
+	cfg, err := parseDockerConfig(data, host)
+	if err != nil {
+		return nil, fmt.Errorf("auth file %s: %w", path, err)
+	}
+	return authn.FromConfig(cfg), nil
+}
+
+// parseDockerConfig finds host among the "auths" keys of a docker
+// config.json, ignoring a scheme and a path on the key
+// ("https://host/v1/" matches "host").
+func parseDockerConfig(data []byte, host string) (authn.AuthConfig, error) {
+	var cfg dockerConfig
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return authn.AuthConfig{}, fmt.Errorf("not a docker config.json: %w", err)
+	}
+	for key, a := range cfg.Auths {
+		if authKeyHost(key) != host {
+			continue
+		}
+		out := authn.AuthConfig{
+			Username:      a.Username,
+			Password:      a.Password,
+			IdentityToken: a.IdentityToken,
+			RegistryToken: a.RegistryToken,
+		}
+		if a.Auth != "" {
+			raw, err := base64.StdEncoding.DecodeString(a.Auth)
+			if err != nil {
+				return authn.AuthConfig{}, fmt.Errorf("auths[%q].auth is not base64: %w", key, err)
+			}
+			user, pass, ok := strings.Cut(string(raw), ":")
+			if !ok {
+				return authn.AuthConfig{}, fmt.Errorf("auths[%q].auth is not user:password", key)
+			}
+			out.Username, out.Password = user, pass
+		}
+		return out, nil
+	}
+	return authn.AuthConfig{}, fmt.Errorf("no auths entry for registry %q; add one or push anonymously", host)
+}
+
+func authKeyHost(key string) string {
+	if _, rest, ok := strings.Cut(key, "://"); ok {
+		key = rest
+	}
+	host, _, _ := strings.Cut(key, "/")
+	return host
+}
