@@ -2,6 +2,7 @@ package inject
 
 import (
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -127,3 +128,22 @@ func setEnv(c *corev1.Container, name, value string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// LogName returns the replay log the injected sidecar of pod writes to:
+// its MS2M_LOG_NAME with the pod's name and namespace filled in, as the
+// kubelet expands them. It is "" for a pod without the sidecar.
+func LogName(pod *corev1.Pod) string {
+	i := sidecarIndex(pod.Spec.InitContainers)
+	if i < 0 {
+		return ""
+	}
+	for _, e := range pod.Spec.InitContainers[i].Env {
+		if e.Name == envLogName {
+			return strings.NewReplacer(
+				"$("+envPodNamespace+")", pod.Namespace,
+				"$("+envPodName+")", pod.Name,
+			).Replace(e.Value)
+		}
+	}
+	return ""
+}

@@ -95,3 +95,21 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 		t.Error("TargetPod changed the source's annotations")
 	}
 }
+
+func TestLogNameOfTheSource(t *testing.T) {
+	cfg := inject.Config{SidecarImage: "s", StreamURI: inject.SecretKey{Name: "m", Key: "u"}, ControlToken: inject.SecretKey{Name: "m", Key: "t"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-7d9f", Namespace: "shop", Annotations: map[string]string{inject.AnnotationInject: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://h/"}}}}},
+	}
+	res, err := inject.Inject(inject.Input{Pod: pod}, cfg)
+	if err != nil || res.Pod == nil {
+		t.Fatal(err)
+	}
+	if got := inject.LogName(res.Pod); got != "shop.consumer-7d9f" {
+		t.Errorf("LogName = %q, want shop.consumer-7d9f", got)
+	}
+	if got := inject.LogName(pod); got != "" {
+		t.Errorf("LogName of a pod without sidecar = %q", got)
+	}
+}

@@ -198,6 +198,52 @@ func Resume(ctx context.Context, hc *http.Client, e Endpoint) error {
 	return nil
 }
 
+// StopResult is what a sidecar's POST /stop answers.
+type StopResult struct {
+	StartedAt time.Time `json:"startedAt"`
+	CutoffID  uint64    `json:"cutoffId"`
+	Epoch     uint64    `json:"epoch"`
+	Requeued  int       `json:"requeued"`
+	StoppedAt time.Time `json:"stoppedAt"`
+}
+
+// Stop ends a sidecar's tenure at a cutoff: it cancels the app's consumers
+// upstream, waits until the app settled what it has, requeues what the app
+// never saw and writes the cutoff marker.
+func Stop(ctx context.Context, hc *http.Client, e Endpoint, timeout time.Duration) (StopResult, error) {
+	var out StopResult
+	if err := call(ctx, hc, e, http.MethodPost, "/stop?timeout="+timeout.String(), &out); err != nil {
+		return out, fmt.Errorf("stop the sidecar at %s: %w", e.URL, err)
+	}
+	return out, nil
+}
+
+// WaitSwitched waits until a target sidecar consumes the primary queue
+// (its replay is done), and returns when the broker confirmed the switch.
+func WaitSwitched(ctx context.Context, hc *http.Client, target Endpoint, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		st, err := getState(ctx, hc, target)
+		if err == nil {
+			if st.Source != nil && st.Source.Error != "" {
+				return time.Time{}, fmt.Errorf("the target cannot replay: %s", st.Source.Error)
+			}
+			if r := st.Replay; r != nil {
+				if r.Error != "" {
+					return time.Time{}, fmt.Errorf("the target's replay failed: %s", r.Error)
+				}
+				if r.SwitchedAt != nil && r.Replaying == 0 {
+					return *r.SwitchedAt, nil
+				}
+			}
+		}
+		if serr := sleep(ctx, 20*time.Millisecond); serr != nil {
+			return time.Time{}, fmt.Errorf("the target at %s did not switch to the primary queue in %s (last error: %v): %w", target.URL, timeout, err, serr)
+		}
+	}
+}
+
 // lagBehind is how many of the source's deliveries up to last the target's
 // app has not acked yet.
 func (st targetState) lagBehind(last uint64) uint64 {

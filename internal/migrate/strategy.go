@@ -1,0 +1,333 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/replay"
+)
+
+// Strategy names a way to migrate.
+type Strategy string
+
+const (
+	// StopAndCopy stops the source at a cutoff, checkpoints it, and
+	// restores the target; nothing consumes in between.
+	StopAndCopy Strategy = "stop-and-copy"
+	// MS2M checkpoints the source while it keeps serving, restores the
+	// target, lets it replay the log, and hands over at a cutoff.
+	MS2M Strategy = "ms2m"
+	// CRIUAlone checkpoints and restores with no quiesce and no replay: the
+	// baseline that shows what replay is for. It loses what the source
+	// handled after its checkpoint.
+	CRIUAlone Strategy = "criu-alone"
+)
+
+// ImageBuilder turns a checkpoint archive on a node into a pushed image.
+// The migrator's node agent does it where the archive is; a local cluster,
+// whose nodes share the host's file system, can do it in-process.
+type ImageBuilder interface {
+	Build(ctx context.Context, node, archive, container, ref string) error
+}
+
+// Env is what the steps need from the cluster.
+type Env struct {
+	Client kubernetes.Interface
+	// Images builds and pushes checkpoint images.
+	Images ImageBuilder
+	// ImageRepo is the repository checkpoint images go to, as the nodes
+	// pull them (host:port/path); the tag is the migration's name.
+	ImageRepo string
+	// Admit, if set, does to a pod what the webhook would, before it is
+	// created: for clusters without the webhook (tests). Nil leaves it to
+	// the webhook.
+	Admit func(*corev1.Pod) (*corev1.Pod, error)
+	// ControlToken is the sidecars' control token; ControlPort their
+	// control port (default 8089).
+	ControlToken string
+	ControlPort  int
+	// HTTP talks to the sidecars. Default: a client with a 10 s timeout.
+	HTTP *http.Client
+	// Progress, if set, hears each phase as it ends.
+	Progress func(phase string, took time.Duration)
+}
+
+// Plan is one migration.
+type Plan struct {
+	Name       string // the migration's name; the checkpoint image's tag
+	Namespace  string
+	Pod        string // the source pod
+	Container  string // the app container
+	TargetNode string
+	TargetPod  string // the new pod's name
+	Strategy   Strategy
+	// MaxLag is how far behind the target may be when the source is
+	// stopped (ms2m). Default 0: the target has replayed everything.
+	MaxLag uint64
+	// Timeout bounds each wait. Default 3 minutes.
+	Timeout time.Duration
+}
+
+// Report is what a migration measured.
+type Report struct {
+	Strategy  Strategy        `json:"strategy"`
+	Total     time.Duration   `json:"total"`
+	Downtime  time.Duration   `json:"downtime"`
+	CutoffID  uint64          `json:"cutoffId,omitempty"`
+	Start     uint64          `json:"checkpointId"`
+	Phases    []Phase         `json:"phases"`
+	Archive   string          `json:"archive"`
+	Image     string          `json:"image"`
+	TargetPod string          `json:"targetPod"`
+	Handover  *replay.Timings `json:"handover,omitempty"`
+}
+
+// Phase is one timed step.
+type Phase struct {
+	Name string        `json:"name"`
+	Took time.Duration `json:"took"`
+}
+
+// Run migrates p.Pod to p.TargetNode by p.Strategy. On a failure before the
+// handover, the source is resumed and keeps serving, and a target pod that
+// was created is deleted.
+func Run(ctx context.Context, env Env, p Plan) (Report, error) {
+	if env.HTTP == nil {
+		env.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	if env.ControlPort == 0 {
+		env.ControlPort = 8089
+	}
+	if p.Timeout == 0 {
+		p.Timeout = 3 * time.Minute
+	}
+	r := &run{env: env, p: p, rep: Report{Strategy: p.Strategy, TargetPod: p.TargetPod}, began: time.Now()}
+	err := r.do(ctx)
+	r.rep.Total = time.Since(r.began)
+	return r.rep, err
+}
+
+type run struct {
+	env    Env
+	p      Plan
+	rep    Report
+	began  time.Time
+	last   time.Time
+	source *corev1.Pod
+}
+
+func (r *run) phase(name string) {
+	now := time.Now()
+	if r.last.IsZero() {
+		r.last = r.began
+	}
+	took := now.Sub(r.last)
+	r.last = now
+	r.rep.Phases = append(r.rep.Phases, Phase{Name: name, Took: took})
+	if r.env.Progress != nil {
+		r.env.Progress(name, took)
+	}
+}
+
+func (r *run) endpoint(pod *corev1.Pod) replay.Endpoint {
+	return replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(r.env.ControlPort)), Token: r.env.ControlToken}
+}
+
+func (r *run) do(ctx context.Context) (err error) {
+	p, cs := r.p, r.env.Client
+	src, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Pod, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("migration %s: the source pod: %w", p.Name, err)
+	}
+	if err := preconditions(ctx, cs, src, p); err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	r.source = src
+	srcEP := r.endpoint(src)
+	r.phase("preconditions")
+
+	// resumeOnFailure puts the source back to serving if a later step fails
+	// before the target has taken over.
+	resumeSource := false
+	targetCreated := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if targetCreated {
+			if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.TargetPod, metav1.DeleteOptions{}); derr != nil {
+				err = errors.Join(err, fmt.Errorf("delete the failed target %s: %w", p.TargetPod, derr))
+			}
+		}
+		if resumeSource {
+			if rerr := replay.Resume(context.Background(), r.env.HTTP, srcEP); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("the source could not be resumed: %w", rerr))
+			} else {
+				err = fmt.Errorf("%w (the source was resumed and keeps serving)", err)
+			}
+		}
+	}()
+
+	var stopped replay.StopResult
+	switch p.Strategy {
+	case MS2M:
+		if r.rep.Start, err = replay.Quiesce(ctx, r.env.HTTP, srcEP, 30*time.Second); err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		resumeSource = true
+		r.phase("quiesce")
+	case StopAndCopy:
+		if stopped, err = replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second); err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		resumeSource = true
+		r.rep.Start, r.rep.CutoffID = stopped.CutoffID, stopped.CutoffID
+		r.phase("stop")
+	case CRIUAlone:
+	default:
+		return fmt.Errorf("migration %s: unknown strategy %q (want %s, %s or %s)", p.Name, p.Strategy, MS2M, StopAndCopy, CRIUAlone)
+	}
+
+	archive, err := Checkpoint(ctx, cs.CoreV1().RESTClient(), src.Spec.NodeName, p.Namespace, p.Pod, p.Container, time.Minute)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	r.rep.Archive = archive
+	r.phase("checkpoint")
+	if p.Strategy == MS2M {
+		if err := replay.Resume(ctx, r.env.HTTP, srcEP); err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		r.phase("resume")
+	}
+
+	r.rep.Image = r.env.ImageRepo + ":" + p.Name
+	if err := r.env.Images.Build(ctx, src.Spec.NodeName, archive, p.Container, r.rep.Image); err != nil {
+		return fmt.Errorf("migration %s: build and push the checkpoint image %s from %s: %w", p.Name, r.rep.Image, filepath.Base(archive), err)
+	}
+	r.phase("image")
+
+	target, err := r.targetPod(src)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, target, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("migration %s: create the target pod %s: %w", p.Name, p.TargetPod, err)
+	}
+	targetCreated = true
+	running, err := WaitRunning(ctx, cs, p.Namespace, p.TargetPod, p.Timeout)
+	if err != nil {
+		return fmt.Errorf("migration %s: the restore failed: %w", p.Name, err)
+	}
+	r.phase("restore")
+	dstEP := r.endpoint(running)
+
+	switch p.Strategy {
+	case MS2M:
+		tm, err := replay.Handover(ctx, srcEP, dstEP, replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
+		r.phase("replay and handover")
+	case StopAndCopy:
+		switched, err := replay.WaitSwitched(ctx, r.env.HTTP, dstEP, p.Timeout)
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		r.rep.Downtime = switched.Sub(stopped.StartedAt)
+		r.phase("switch")
+	}
+	resumeSource, targetCreated = false, false
+
+	grace := int64(0)
+	if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Pod, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		return fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)
+	}
+	r.phase("finalise")
+	return nil
+}
+
+// targetPod makes the pod to create, admitted as the webhook would when
+// Env.Admit is set.
+func (r *run) targetPod(src *corev1.Pod) (*corev1.Pod, error) {
+	restore := Restore{Migration: r.p.Name, Image: r.rep.Image, Node: r.p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start}
+	if r.p.Strategy == StopAndCopy {
+		restore.Cutoff = r.rep.CutoffID
+	}
+	t := TargetPod(src, r.p.TargetPod, restore)
+	if r.env.Admit != nil {
+		admitted, err := r.env.Admit(t)
+		if err != nil {
+			return nil, fmt.Errorf("admit the target pod: %w", err)
+		}
+		t = admitted
+	}
+	if r.p.Strategy == CRIUAlone {
+		// No replay: the target's sidecar serves at once, on a log of its
+		// own so that it does not write into the source's.
+		for i := range t.Spec.InitContainers {
+			c := &t.Spec.InitContainers[i]
+			if c.Name != inject.SidecarName {
+				continue
+			}
+			var env []corev1.EnvVar
+			for _, e := range c.Env {
+				switch e.Name {
+				case "MS2M_REPLAY_START", "MS2M_REPLAY_CUTOFF":
+				case "MS2M_LOG_NAME":
+					env = append(env, corev1.EnvVar{Name: e.Name, Value: inject.LogName(src) + "." + r.p.Name})
+				default:
+					env = append(env, e)
+				}
+			}
+			c.Env = env
+		}
+	}
+	return t, nil
+}
+
+// preconditions checks what a migration needs before it touches anything.
+func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
+	if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
+		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, inject.AnnotationStatus, inject.AnnotationInject)
+	}
+	if !podReady(src) {
+		return fmt.Errorf("pod %s/%s is not running and ready: %s", src.Namespace, src.Name, describe(src))
+	}
+	if src.Spec.NodeName == p.TargetNode {
+		return fmt.Errorf("pod %s/%s already runs on node %s: pick another target", src.Namespace, src.Name, p.TargetNode)
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, p.TargetNode, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("target node %s: %w", p.TargetNode, err)
+	}
+	ready := false
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			ready = true
+		}
+	}
+	if !ready || node.Spec.Unschedulable {
+		return fmt.Errorf("target node %s is not Ready and schedulable", p.TargetNode)
+	}
+	found := false
+	for _, c := range src.Spec.Containers {
+		found = found || c.Name == p.Container
+	}
+	if !found {
+		return fmt.Errorf("pod %s/%s has no container %q", src.Namespace, src.Name, p.Container)
+	}
+	return nil
+}
