@@ -1,0 +1,728 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options configure a cluster. The zero value asks for the defaults.
+type Options struct {
+	// Nodes is how many nodes to run, 1 to 9. Default 2.
+	Nodes int
+	// StateDir holds everything the cluster writes. Default DefaultStateDir.
+	StateDir string
+	// RepoDir is the repository's root; default: found upwards from the
+	// working directory.
+	RepoDir string
+	// BinDir has k8s/, containerd/ and criu/ as the Makefile builds them.
+	// Default RepoDir/bin.
+	BinDir string
+	// Helper is an executable with the `serve-host -state DIR` subcommand
+	// (hack/cluster). Default: hack/cluster built into the state folder.
+	Helper string
+	// Log receives progress lines. Default: discarded.
+	Log io.Writer
+	// Timeout bounds each wait in Up (apiserver ready, nodes Ready).
+	// Default 3 minutes.
+	Timeout time.Duration
+	// WaitForNetwork makes Up wait, until its context ends, while another
+	// cluster owns the network (ErrNetworkInUse), instead of failing at
+	// once. Test packages that each bring up a cluster set it, because
+	// go test runs packages in parallel.
+	WaitForNetwork bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.Nodes == 0 {
+		o.Nodes = 2
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if abs, err := filepath.Abs(o.StateDir); err == nil {
+		o.StateDir = abs
+	}
+	if o.RepoDir == "" {
+		o.RepoDir = findRepo()
+	}
+	if o.BinDir == "" && o.RepoDir != "" {
+		o.BinDir = filepath.Join(o.RepoDir, "bin")
+	}
+	if abs, err := filepath.Abs(o.BinDir); err == nil {
+		o.BinDir = abs
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 3 * time.Minute
+	}
+	return o
+}
+
+// findRepo walks up from the working directory to the folder whose go.mod
+// declares this module.
+func findRepo() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/ms2m/ms2m\n") {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// record is what a running cluster remembers in STATE/cluster.json, so that
+// down and status need nothing but the state folder.
+type record struct {
+	Nodes  int    `json:"nodes"`
+	BinDir string `json:"binDir"`
+}
+
+// NodeInfo describes one node as tests need it.
+type NodeInfo struct {
+	Name           string // Kubernetes node name, network namespace and hostname
+	IP             string // InternalIP, on the bridge
+	PodCIDR        string // the node's pod subnet
+	KubeletRoot    string // the kubelet's --root-dir
+	CheckpointDir  string // where the kubelet writes checkpoint archives
+	ContainerdSock string // containerd's socket, for ctr -a
+	Netns          string // /run/netns/<Name>
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	l     layout
+	nodes int
+	bin   string
+	log   io.Writer
+	rest  *rest.Config
+}
+
+// Kubeconfig is the path of the admin kubeconfig (group system:masters).
+func (c *Cluster) Kubeconfig() string { return c.l.kubeconfig() }
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.rest) }
+
+// StateDir is the folder that holds the cluster's state.
+func (c *Cluster) StateDir() string { return c.l.dir }
+
+// Nodes is the number of nodes.
+func (c *Cluster) Nodes() int { return c.nodes }
+
+// Node describes node i, 1-based.
+func (c *Cluster) Node(i int) NodeInfo {
+	n := c.l.node(i)
+	return NodeInfo{
+		Name:           NodeName(i),
+		IP:             NodeIP(i),
+		PodCIDR:        PodCIDR(i),
+		KubeletRoot:    n.kubeletRoot(),
+		CheckpointDir:  filepath.Join(n.kubeletRoot(), "checkpoints"),
+		ContainerdSock: n.containerdSock(),
+		Netns:          netnsPath(i),
+	}
+}
+
+// APIServer is the apiserver's URL.
+func (c *Cluster) APIServer() string { return "https://" + hostAddr(APIServerPort) }
+
+// RegistryAddr is the image registry's address, the same for the host, the
+// nodes and the pods. containerd pulls from it over plain HTTP.
+func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
+
+// BrokerAMQPAddr is where pods reach RabbitMQ's AMQP port.
+func (c *Cluster) BrokerAMQPAddr() string { return hostAddr(AMQPPort) }
+
+// BrokerStreamAddr is where pods reach RabbitMQ's stream port.
+func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
+
+// ImportImage imports an image tarball (docker-archive or OCI archive) into
+// node i's containerd, where the kubelet's pods can use it with
+// imagePullPolicy Never or IfNotPresent.
+func (c *Cluster) ImportImage(i int, tarball string) error {
+	return importImage(c.bin, c.l.node(i), tarball)
+}
+
+func importImage(bin string, n nodeLayout, tarball string) error {
+	ctr := filepath.Join(bin, "containerd", "ctr")
+	if _, err := run(ctr, "-a", n.containerdSock(), "-n", "k8s.io", "images", "import", tarball); err != nil {
+		return fmt.Errorf("import %s into %s: %w", tarball, NodeName(n.i), err)
+	}
+	return nil
+}
+
+// Down takes the cluster down; see the package function Down.
+func (c *Cluster) Down() error {
+	return Down(Options{StateDir: c.l.dir, Log: c.log})
+}
+
+// progress prints timed progress lines.
+type progress struct {
+	w     io.Writer
+	start time.Time
+	mu    sync.Mutex
+}
+
+func (p *progress) say(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "[%5.1fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// lock serializes up and down across processes: the network names are
+// global, so one lock for the machine.
+func lock(ctx context.Context) (func(), error) {
+	f, err := os.OpenFile("/run/ms2m-cluster.lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for another ms2m cluster up/down to finish (/run/ms2m-cluster.lock): %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Up brings a cluster up, or returns the one that is already up in the
+// same state folder. A cluster that is only partly up is taken down first.
+// On failure Up leaves what it started running for inspection, says which
+// log to read, and a Down cleans it all away.
+func Up(ctx context.Context, opts Options) (*Cluster, error) {
+	opts = opts.withDefaults()
+	p := &progress{w: opts.Log, start: time.Now()}
+	if err := Preflight(opts); err != nil {
+		return nil, err
+	}
+	l := layout{dir: opts.StateDir}
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, err
+	}
+	for {
+		c, err := upLocked(ctx, opts, l, p)
+		if !errors.Is(err, ErrNetworkInUse) || !opts.WaitForNetwork {
+			return c, err
+		}
+		p.say("waiting: %v", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluster, error) {
+	unlock, err := lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if rec, err := readRecord(l); err == nil {
+		c, err := attach(l, rec, opts.Log)
+		if err == nil {
+			var down []string
+			for _, comp := range components(rec.Nodes) {
+				if _, ok := running(l, comp); !ok {
+					down = append(down, comp)
+				}
+			}
+			if len(down) == 0 && rec.Nodes == opts.Nodes && c.apiReady(ctx) == nil {
+				p.say("cluster already up (%d nodes, state %s); kubeconfig %s", rec.Nodes, l.dir, c.Kubeconfig())
+				return c, nil
+			}
+			if len(down) > 0 {
+				p.say("cluster in %s is only partly up (not running: %s); taking it down first", l.dir, strings.Join(down, ", "))
+			} else {
+				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
+			}
+		}
+		if err := downLocked(l, p); err != nil {
+			return nil, fmt.Errorf("taking down the old cluster: %w", err)
+		}
+	}
+
+	if err := claimNetwork(l); err != nil {
+		return nil, err
+	}
+	c, err := up(ctx, l, opts, p)
+	if err != nil {
+		return nil, err
+	}
+	p.say("cluster up: %d nodes; kubeconfig %s", opts.Nodes, c.Kubeconfig())
+	return c, nil
+}
+
+func components(nodes int) []string {
+	comps := []string{compEtcd, compAPIServer, compKCM, compScheduler, compHost}
+	for i := 1; i <= nodes; i++ {
+		comps = append(comps, compContainerd(i), compKubelet(i))
+	}
+	return comps
+}
+
+func readRecord(l layout) (record, error) {
+	var rec record
+	b, err := os.ReadFile(l.record())
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", l.record(), err)
+	}
+	return rec, nil
+}
+
+// Attach returns the cluster that is up in opts.StateDir, without changing
+// anything.
+func Attach(opts Options) (*Cluster, error) {
+	opts = opts.withDefaults()
+	l := layout{dir: opts.StateDir}
+	rec, err := readRecord(l)
+	if err != nil {
+		return nil, fmt.Errorf("no cluster in %s (%w); start one with: go run ./hack/cluster up", l.dir, err)
+	}
+	return attach(l, rec, opts.Log)
+}
+
+func attach(l layout, rec record, log io.Writer) (*Cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("read kubeconfig %s: %w", l.kubeconfig(), err)
+	}
+	cfg.Timeout = 30 * time.Second
+	if log == nil {
+		log = io.Discard
+	}
+	return &Cluster{l: l, nodes: rec.Nodes, bin: rec.BinDir, log: log, rest: cfg}, nil
+}
+
+func (c *Cluster) apiReady(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(c.rest)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err
+}
+
+// up starts everything, in an order that overlaps the slow parts: the
+// control plane first (etcd and the apiserver take seconds), then while
+// it starts the host services, the containerds and the image imports, then
+// the controllers and the kubelets.
+func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, error) {
+	if err := wipeRuntime(l); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"run", "logs", "bin", "images", "kubeconfigs", l.etcdData(), l.registryDir()} {
+		if err := os.MkdirAll(l.path(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := recordHostPaths(l); err != nil {
+		return nil, err
+	}
+	rec := record{Nodes: opts.Nodes, BinDir: opts.BinDir}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(l.record(), b, 0o644); err != nil {
+		return nil, err
+	}
+	if err := ensurePKI(l, opts.Nodes); err != nil {
+		return nil, err
+	}
+	if err := writeNodeFiles(l, opts.Nodes); err != nil {
+		return nil, err
+	}
+	p.say("state, certificates and configs ready in %s", l.dir)
+	if err := setupNetwork(opts.Nodes); err != nil {
+		return nil, err
+	}
+	if err := setupCgroups(opts.Nodes); err != nil {
+		return nil, err
+	}
+	p.say("network up: bridge %s %s/%d, %d node namespaces", BridgeName, HostIP, HostPrefix, opts.Nodes)
+
+	k8s := func(name string) string { return filepath.Join(opts.BinDir, "k8s", name) }
+	if _, err := start(l, process{name: compEtcd, bin: k8s("etcd"), args: etcdArgs(l)}); err != nil {
+		return nil, err
+	}
+	if _, err := start(l, process{name: compAPIServer, bin: k8s("kube-apiserver"), args: apiserverArgs(l)}); err != nil {
+		return nil, err
+	}
+	c, err := attach(l, rec, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+
+	// While the apiserver starts: host services, containerds, images.
+	helper, pause := make(chan error, 1), make(chan error, 1)
+	go func() { helper <- startHelper(ctx, l, opts, p) }()
+	go func() { pause <- ensurePauseImage(ctx, l, opts) }()
+	nodeEnv := []string{"PATH=" + filepath.Join(opts.BinDir, "criu") + ":" + filepath.Join(opts.BinDir, "containerd") + ":" + strings.TrimPrefix(baseEnv()[0], "PATH=")}
+	for i := 1; i <= opts.Nodes; i++ {
+		n := l.node(i)
+		if _, err := start(l, process{name: compContainerd(i), bin: filepath.Join(opts.BinDir, "containerd", "containerd"),
+			args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: nodeEnv}); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		n := l.node(i)
+		if err := waitFor(ctx, 30*time.Second, func() bool { return socketAnswers(n.containerdSock()) }); err != nil {
+			return nil, fmt.Errorf("containerd of %s did not open %s: %w\n--- last lines of %s:\n%s",
+				NodeName(i), n.containerdSock(), err, l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
+		}
+	}
+	p.say("containerd up on %d nodes", opts.Nodes)
+	if err := <-pause; err != nil {
+		return nil, err
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		if err := importImage(opts.BinDir, l.node(i), l.pauseTarball()); err != nil {
+			return nil, err
+		}
+	}
+	p.say("pause image imported into every node")
+
+	if err := waitFor(ctx, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }); err != nil {
+		return nil, fmt.Errorf("kube-apiserver not ready at %s: %w\n--- last lines of %s:\n%s",
+			c.APIServer(), err, l.log(compAPIServer), tail(l.log(compAPIServer), 30))
+	}
+	p.say("kube-apiserver ready at %s", c.APIServer())
+	if _, err := start(l, process{name: compKCM, bin: k8s("kube-controller-manager"), args: kcmArgs(l)}); err != nil {
+		return nil, err
+	}
+	if _, err := start(l, process{name: compScheduler, bin: k8s("kube-scheduler"), args: schedulerArgs(l)}); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		if _, err := start(l, process{name: compKubelet(i), bin: k8s("kubelet"), args: kubeletArgs(l, i), netns: NodeName(i), env: nodeEnv}); err != nil {
+			return nil, err
+		}
+	}
+	if err := <-helper; err != nil {
+		return nil, err
+	}
+
+	cs, err := kubernetes.NewForConfig(c.rest)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		name := NodeName(i)
+		err := waitFor(ctx, opts.Timeout, func() bool {
+			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			return err == nil && nodeReady(node)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("node %s not Ready: %w\n--- last lines of %s:\n%s\n--- last lines of %s:\n%s", name, err,
+				l.log(compKubelet(i)), tail(l.log(compKubelet(i)), 30), l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
+		}
+		p.say("node %s Ready (%s, pods %s)", name, NodeIP(i), PodCIDR(i))
+	}
+	// Pods are admitted once their namespace's service account exists, and
+	// their token volume is mounted once the root CA config map does.
+	err = waitFor(ctx, opts.Timeout, func() bool {
+		_, err1 := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		_, err2 := cs.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err1 == nil && err2 == nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("default service account or kube-root-ca.crt never appeared: %w\n--- last lines of %s:\n%s",
+			err, l.log(compKCM), tail(l.log(compKCM), 30))
+	}
+	p.say("controllers ready (default service account and root CA published)")
+	return c, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitFor polls cond every 100 ms until it holds, d passes or ctx ends.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func socketAnswers(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// wipeRuntime removes what a previous cluster left in the state folder,
+// keeping the certificates, the built helper and images, and the logs.
+func wipeRuntime(l layout) error {
+	if errs := unmountAll(l.dir); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{"pki": true, "bin": true, "images": true, "logs": true, "cluster.json": true}
+	for _, e := range ents {
+		if keep[e.Name()] {
+			continue
+		}
+		if e.Name() == "run" {
+			// keep the record of host folders Up found missing
+			continue
+		}
+		if err := os.RemoveAll(l.path(e.Name())); err != nil {
+			return fmt.Errorf("clean %s: %w", l.path(e.Name()), err)
+		}
+	}
+	return nil
+}
+
+// writeNodeFiles writes each node's containerd, CNI, registry and kubelet
+// configuration.
+func writeNodeFiles(l layout, nodes int) error {
+	for i := 1; i <= nodes; i++ {
+		n := l.node(i)
+		for _, d := range []string{n.cniConfDir(), n.cniIPAMDir(), n.kubeletRoot(), n.kubeletCerts(), n.podLogs(),
+			filepath.Join(n.registryHosts(), hostAddr(RegistryPort))} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		cni, err := cniConfList(i, n.cniIPAMDir())
+		if err != nil {
+			return err
+		}
+		files := map[string][]byte{
+			n.containerdConfig():                                                   []byte(containerdConfig(n)),
+			filepath.Join(n.cniConfDir(), "10-ms2m.conflist"):                      cni,
+			filepath.Join(n.registryHosts(), hostAddr(RegistryPort), "hosts.toml"): []byte(registryHostsTOML()),
+			n.kubeletConfig():                                                      []byte(kubeletConfig(n, l.pki("ca.crt"))),
+		}
+		for path, data := range files {
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func etcdArgs(l layout) []string {
+	client := "http://127.0.0.1:" + strconv.Itoa(etcdClientPort)
+	peer := "http://127.0.0.1:" + strconv.Itoa(etcdPeerPort)
+	return []string{
+		"--name=ms2m", "--data-dir=" + l.etcdData(),
+		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=ms2m=" + peer,
+		"--listen-metrics-urls=", // none
+		"--unsafe-no-fsync",      // a throwaway test cluster: speed over durability
+		"--log-level=warn",
+	}
+}
+
+func apiserverArgs(l layout) []string {
+	return []string{
+		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(etcdClientPort),
+		"--bind-address=" + HostIP, "--advertise-address=" + HostIP, "--secure-port=" + strconv.Itoa(APIServerPort),
+		"--tls-cert-file=" + l.pki("apiserver.crt"), "--tls-private-key-file=" + l.pki("apiserver.key"),
+		"--client-ca-file=" + l.pki("ca.crt"),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--service-account-key-file=" + l.pki("sa.pub"),
+		"--service-account-signing-key-file=" + l.pki("sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--allow-privileged=true",
+		"--endpoint-reconciler-type=none",
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + l.pki(idKubeletClient.file+".crt"),
+		"--kubelet-client-key=" + l.pki(idKubeletClient.file+".key"),
+		"--profiling=false",
+	}
+}
+
+func kcmArgs(l layout) []string {
+	kc := l.compKubeconfig(compKCM)
+	return []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
+		"--service-account-private-key-file=" + l.pki("sa.key"),
+		"--root-ca-file=" + l.pki("ca.crt"),
+		"--cluster-signing-cert-file=" + l.pki("ca.crt"), "--cluster-signing-key-file=" + l.pki("ca.key"),
+		"--use-service-account-credentials=true",
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--cluster-name=ms2m",
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}
+
+func schedulerArgs(l layout) []string {
+	kc := l.compKubeconfig(compScheduler)
+	return []string{
+		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(schedulerPort),
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}
+
+func kubeletArgs(l layout, i int) []string {
+	n := l.node(i)
+	return []string{
+		"--config=" + n.kubeletConfig(),
+		"--kubeconfig=" + n.kubeletKubeconfig(),
+		"--root-dir=" + n.kubeletRoot(),
+		"--cert-dir=" + n.kubeletCerts(),
+		"--hostname-override=" + NodeName(i),
+		"--node-ip=" + NodeIP(i),
+		"--v=1",
+	}
+}
+
+// startHelper starts the detached host-services process and waits until
+// the registry answers on HostIP.
+func startHelper(ctx context.Context, l layout, opts Options, p *progress) error {
+	bin, err := ensureHelper(ctx, l, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := start(l, process{name: compHost, bin: bin, args: []string{"serve-host", "-state", l.dir}}); err != nil {
+		return err
+	}
+	err = waitFor(ctx, 30*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", hostAddr(RegistryPort), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	if err != nil {
+		return fmt.Errorf("host services: registry not answering on %s: %w\n--- last lines of %s:\n%s",
+			hostAddr(RegistryPort), err, l.log(compHost), tail(l.log(compHost), 30))
+	}
+	p.say("host services up: registry %s, broker forwarders %s and %s", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort))
+	return nil
+}
+
+// Status is what `status` prints.
+type Status struct {
+	StateDir   string
+	Kubeconfig string
+	APIServer  string
+	APIReady   bool
+	Components []ComponentStatus
+	Nodes      []NodeStatus
+}
+
+// ComponentStatus is one process of the cluster.
+type ComponentStatus struct {
+	Name    string
+	PID     int
+	Running bool
+	Log     string
+}
+
+// NodeStatus is one node as the apiserver sees it.
+type NodeStatus struct {
+	NodeInfo
+	Registered bool
+	Ready      bool
+}
+
+// GetStatus reports the cluster in opts.StateDir.
+func GetStatus(ctx context.Context, opts Options) (Status, error) {
+	opts = opts.withDefaults()
+	l := layout{dir: opts.StateDir}
+	rec, err := readRecord(l)
+	if err != nil {
+		return Status{StateDir: l.dir}, fmt.Errorf("no cluster in %s: %w", l.dir, err)
+	}
+	st := Status{StateDir: l.dir, Kubeconfig: l.kubeconfig(), APIServer: "https://" + hostAddr(APIServerPort)}
+	for _, comp := range components(rec.Nodes) {
+		pid, ok := running(l, comp)
+		st.Components = append(st.Components, ComponentStatus{Name: comp, PID: pid, Running: ok, Log: l.log(comp)})
+	}
+	c, err := attach(l, rec, nil)
+	if err != nil {
+		return st, err
+	}
+	st.APIReady = c.apiReady(ctx) == nil
+	var cs *kubernetes.Clientset
+	if st.APIReady {
+		cs, _ = kubernetes.NewForConfig(c.rest)
+	}
+	for i := 1; i <= rec.Nodes; i++ {
+		ns := NodeStatus{NodeInfo: c.Node(i)}
+		if cs != nil {
+			node, err := cs.CoreV1().Nodes().Get(ctx, NodeName(i), metav1.GetOptions{})
+			if err == nil {
+				ns.Registered, ns.Ready = true, nodeReady(node)
+			} else if !apierrors.IsNotFound(err) {
+				return st, err
+			}
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	return st, nil
+}

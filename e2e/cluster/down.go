@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Down takes the cluster in opts.StateDir down and removes what Up made:
+// the kubelets, the pods' containers and tasks (through each node's
+// containerd), the containerds and any shim or container process left in
+// a node's cgroups, the control plane and the host services; every mount
+// under the state folder, deepest first; the node namespaces (and with them
+// the kubelets' firewall rules, the pod bridges and the pod veths), the
+// host veths, the bridge and the host routes; the per-node cgroup trees;
+// the kubelet's log symlinks and CNI cache entries that point at this
+// cluster; and the host folders Up found missing, if they are empty. It
+// keeps the certificates, the built images and helper, and the logs.
+//
+// It never touches what it did not create: processes are matched by pid
+// file and executable, and the network and cgroups are removed only when
+// this state folder owns them. Down of a cluster that is not up does
+// nothing and returns nil.
+func Down(opts Options) error {
+	opts = opts.withDefaults()
+	l := layout{dir: opts.StateDir}
+	if _, err := os.Stat(l.dir); err != nil {
+		return nil
+	}
+	unlock, err := lock(context.Background())
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return downLocked(l, &progress{w: opts.Log, start: time.Now()})
+}
+
+func downLocked(l layout, p *progress) error {
+	rec, _ := readRecord(l)
+	bin := rec.BinDir
+	var errs []error
+	note := func(es ...error) {
+		for _, e := range es {
+			if e != nil {
+				errs = append(errs, e)
+			}
+		}
+	}
+
+	for i := 1; i <= maxNodes; i++ {
+		note(stop(l, compKubelet(i), 10*time.Second))
+	}
+	for i := 1; i <= maxNodes; i++ {
+		n := l.node(i)
+		if _, ok := running(l, compContainerd(i)); ok && bin != "" {
+			n := removeContainers(bin, n)
+			if n > 0 {
+				p.say("%s: removed %d containers", NodeName(i), n)
+			}
+		}
+		note(stop(l, compContainerd(i), 10*time.Second))
+		note(killLeftovers(bin, l, i)...)
+	}
+	for _, comp := range []string{compKCM, compScheduler, compAPIServer, compEtcd, compHost} {
+		note(stop(l, comp, 10*time.Second))
+	}
+	p.say("processes stopped")
+
+	note(unmountAll(l.dir)...)
+	if owner() == l.dir {
+		note(teardownNetwork()...)
+		for i := 1; i <= maxNodes; i++ {
+			note(removeCgroupsRetry(i)...)
+		}
+		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			note(err)
+		}
+		p.say("network, namespaces and cgroups removed")
+	}
+	note(cleanHostPaths(l)...)
+	note(wipeRuntime(l))
+	for _, f := range []string{l.record(), l.path("run", "created-host-paths")} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			note(err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cluster down left something behind: %w", errors.Join(errs...))
+	}
+	p.say("cluster down (state kept in %s: certificates, images, logs)", l.dir)
+	return nil
+}
+
+// removeContainers kills every task and removes every container in every
+// namespace of a node's containerd, and returns how many containers it
+// removed.
+func removeContainers(bin string, n nodeLayout) int {
+	ctr := func(args ...string) ([]string, bool) {
+		out, err := run(filepath.Join(bin, "containerd", "ctr"), append([]string{"-a", n.containerdSock(), "--timeout", "10s"}, args...)...)
+		return strings.Fields(out), err == nil
+	}
+	removed := 0
+	namespaces, _ := ctr("namespaces", "ls", "-q")
+	for _, ns := range namespaces {
+		tasks, _ := ctr("-n", ns, "tasks", "ls", "-q")
+		for _, t := range tasks {
+			ctr("-n", ns, "tasks", "kill", "-a", "-s", "SIGKILL", t)
+		}
+		for _, t := range tasks {
+			ctr("-n", ns, "tasks", "delete", "-f", t)
+		}
+		containers, _ := ctr("-n", ns, "containers", "ls", "-q")
+		for _, c := range containers {
+			if _, ok := ctr("-n", ns, "containers", "delete", c); ok {
+				removed++
+			}
+		}
+	}
+	return removed
+}
+
+// killLeftovers kills what may outlive node i's containerd: shims started
+// for its socket, and any process in its cgroup tree.
+func killLeftovers(bin string, l layout, i int) []error {
+	sock := l.node(i).containerdSock()
+	shim := filepath.Join(bin, "containerd", "containerd-shim-runc-v2")
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || bin == "" || !pidRuns(pid, shim) {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if arg == sock {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if owner() == l.dir {
+		pids = append(pids, cgroupProcs(i)...)
+	}
+	var errs []error
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill leftover pid %d of %s: %w", pid, NodeName(i), err))
+		}
+	}
+	for _, pid := range pids {
+		waitGone(pid, 5*time.Second)
+	}
+	return errs
+}
+
+// removeCgroupsRetry removes node i's cgroups, retrying for a few seconds
+// while the last processes in them finish exiting.
+func removeCgroupsRetry(i int) []error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		errs := removeCgroups(i)
+		if len(errs) == 0 || time.Now().After(deadline) {
+			return errs
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,99 @@
+// Command cluster runs ms2m's local Kubernetes cluster of real nodes (see
+// docs/local-cluster.md):
+//
+//	go run ./hack/cluster up     [-nodes 2] [-state DIR]
+//	go run ./hack/cluster status [-state DIR]
+//	go run ./hack/cluster down   [-state DIR]
+//
+// `serve-host -state DIR` is the detached helper that `up` starts for the
+// registry and the broker forwarders; it is not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: cluster up|down|status [-nodes N] [-state DIR] [-bin DIR]`
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	nodes := fs.Int("nodes", 2, "number of nodes (up)")
+	state := fs.String("state", cluster.DefaultStateDir, "state folder")
+	bin := fs.String("bin", "", "folder with k8s/, containerd/ and criu/ (default: the repository's bin/)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	opts := cluster.Options{Nodes: *nodes, StateDir: *state, BinDir: *bin, Log: os.Stdout}
+	switch cmd {
+	case "up":
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		opts.Helper = exe
+		c, err := cluster.Up(ctx, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\nexport KUBECONFIG=%s\n", c.Kubeconfig())
+		return nil
+	case "down":
+		return cluster.Down(opts)
+	case "status":
+		return status(ctx, opts)
+	case "serve-host":
+		log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		return cluster.ServeHost(ctx, opts.StateDir, log)
+	default:
+		return errors.New(usage)
+	}
+}
+
+func status(ctx context.Context, opts cluster.Options) error {
+	st, err := cluster.GetStatus(ctx, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("state       %s\nkubeconfig  %s\napiserver   %s (ready: %t)\nregistry    %s:%d\nbroker      amqp %s:%d, stream %s:%d (as pods see them)\n\n",
+		st.StateDir, st.Kubeconfig, st.APIServer, st.APIReady,
+		cluster.HostIP, cluster.RegistryPort, cluster.HostIP, cluster.AMQPPort, cluster.HostIP, cluster.StreamPort)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "COMPONENT\tPID\tRUNNING\tLOG")
+	for _, c := range st.Components {
+		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", c.Name, c.PID, c.Running, c.Log)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NODE\tIP\tPOD CIDR\tREADY\tCONTAINERD SOCKET\tCHECKPOINTS")
+	for _, n := range st.Nodes {
+		ready := fmt.Sprint(n.Ready)
+		if !n.Registered {
+			ready = "not registered"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.IP, n.PodCIDR, ready, n.ContainerdSock, n.CheckpointDir)
+	}
+	return w.Flush()
+}
