@@ -51,9 +51,12 @@ build:
 setup:
 	@bash hack/setup.sh
 
-## test: the whole suite against the real broker and real clients (CI runs this)
+## test: the whole suite against the real broker, real clients, a real
+## control plane and a local cluster of real nodes (CI runs this). A first run
+## builds the control plane, kubelet and containerd (10-18 minutes on 2 cores)
+## and installs CRIU; warm runs reuse them.
 test: export KUBEBUILDER_ASSETS := $(K8S_BIN)
-test: setup k8s-bin
+test: setup k8s-bin node-setup node-bin criu
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m ./...
 
