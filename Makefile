@@ -4,7 +4,7 @@ GOFLAGS ?=
 BIN     := bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all build test test-unit setup bench bench-webhook fuzz demo vet clean k8s-bin
+.PHONY: images push registry all build test test-unit setup bench bench-webhook fuzz demo vet clean k8s-bin
 .PHONY: node-bin criu node-setup
 
 # Test control plane for the envtest suites (internal/webhook): a real
@@ -104,6 +104,22 @@ criu:
 ## node-setup: install Debian's runc, CNI plugins, iproute2 and nftables for a real node (idempotent)
 node-setup:
 	@bash hack/setup.sh node
+
+## images: build every image (static binaries on an empty base, no Docker) into out/images
+IMAGES_DIR ?= out/images
+IMAGE_TAG  ?= dev
+REGISTRY   ?= 127.0.0.1:5000
+images:
+	$(GO) run ./hack/images build -o $(IMAGES_DIR) -tag $(IMAGE_TAG)
+
+## push: push the built images to REGISTRY (host:port) over plain HTTP
+push: images
+	$(GO) run ./hack/images push -registry $(REGISTRY) -insecure -from $(IMAGES_DIR)
+
+## registry: serve an image registry on REGISTRY with data in out/registry until SIGTERM
+registry:
+	$(GO) build -o $(BIN)/images ./hack/images
+	$(BIN)/images registry -addr $(REGISTRY) -dir out/registry
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s
