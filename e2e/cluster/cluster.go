@@ -198,25 +198,21 @@ func (p *progress) say(format string, args ...any) {
 }
 
 // lock serializes up and down across processes: the network names are
-// global, so one lock for the machine.
+// global, so there is one lock for the machine. It is an abstract unix
+// socket, which leaves no file behind and is released when its holder
+// exits, however it exits.
 func lock(ctx context.Context) (func(), error) {
-	f, err := os.OpenFile("/run/ms2m-cluster.lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		ln, err := net.Listen("unix", "@ms2m-cluster.lock")
 		if err == nil {
-			return func() { f.Close() }, nil
+			return func() { ln.Close() }, nil
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("take the cluster lock: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for another ms2m cluster up/down to finish (/run/ms2m-cluster.lock): %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for another ms2m cluster up or down to finish: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -329,7 +325,9 @@ func attach(l layout, rec record, log io.Writer) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read kubeconfig %s: %w", l.kubeconfig(), err)
 	}
-	cfg.Timeout = 30 * time.Second
+	// No cfg.Timeout: client-go would send it as every request's "timeout"
+	// query parameter, which the kubelet's checkpoint endpoint, reached
+	// through the node proxy, reads as its own (whole seconds) and rejects.
 	if log == nil {
 		log = io.Discard
 	}
@@ -586,6 +584,11 @@ func apiserverArgs(l layout) []string {
 		"--bind-address=" + HostIP, "--advertise-address=" + HostIP, "--secure-port=" + strconv.Itoa(APIServerPort),
 		"--tls-cert-file=" + l.pki("apiserver.crt"), "--tls-private-key-file=" + l.pki("apiserver.key"),
 		"--client-ca-file=" + l.pki("ca.crt"),
+		"--requestheader-client-ca-file=" + l.pki("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-key-file=" + l.pki("sa.pub"),

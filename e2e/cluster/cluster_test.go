@@ -54,6 +54,10 @@ func TestRealCluster(t *testing.T) {
 	defer cancel()
 	downDone := false
 	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("MS2M_E2E_KEEP") != "" {
+			t.Logf("MS2M_E2E_KEEP is set: the cluster stays up for inspection; take it down with: go run ./hack/cluster down -state %s", opts.StateDir)
+			return
+		}
 		if !downDone {
 			if err := cluster.Down(opts); err != nil {
 				t.Errorf("down after failure: %v", err)
@@ -96,6 +100,12 @@ func TestRealCluster(t *testing.T) {
 		t.Log("RabbitMQ is not on 127.0.0.1:5672; the pod will not check the AMQP forwarder")
 	}
 	scheduled := pod("scheduled", probeRef, corev1.PullAlways, probeArgs)
+	// CRIU reads the rlimits of the process it dumps, which needs the same
+	// uid or CAP_SYS_RESOURCE, and root on this machine lacks the latter:
+	// a container running as another user cannot be checkpointed here
+	// ("Can't get rlimit 0: Operation not permitted").
+	root := int64(0)
+	scheduled.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: &root, RunAsGroup: &root}
 
 	t1 := time.Now()
 	for _, p := range []*corev1.Pod{pinned, scheduled} {

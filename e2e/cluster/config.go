@@ -12,7 +12,7 @@ import (
 
 // containerdConfig is node n's containerd configuration: its own root, state
 // and socket under the node's folder, CRIU enabled for checkpoint and
-// restore-via-create, Debian's runc with cgroupfs, the locally built pause
+// restore-via-create, Debian's runc with cgroupfs and its own root, the locally built pause
 // image pinned, CNI from the node's own conf dir, network namespaces kept
 // under the state dir (so they never land in /run/netns), NRI off (it would
 // open a socket shared by every containerd on the machine), and registry
@@ -42,6 +42,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
+        Root = %s
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
@@ -55,7 +56,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = %s
 `, q(n.containerdRoot()), q(n.containerdState()), q(n.containerdSock()), q(n.containerdOpt()),
-		q(n.cniConfDir()), q(PauseImage), q(n.registryHosts()))
+		q(n.runcRoot()), q(n.cniConfDir()), q(PauseImage), q(n.registryHosts()))
 	return b.String()
 }
 

@@ -46,6 +46,7 @@ func TestContainerdConfig(t *testing.T) {
 		`netns_mounts_under_state_dir = true`,
 		`BinaryName = "/usr/sbin/runc"`,
 		`SystemdCgroup = false`,
+		`Root = "/s/ms2m-node-2/containerd/runc"`,
 		`conf_dir = "/s/ms2m-node-2/cni/net.d"`,
 		`sandbox = "registry.k8s.io/pause:3.10"`,
 		`config_path = "/s/ms2m-node-2/certs.d"`,
@@ -141,7 +142,7 @@ func TestPKI(t *testing.T) {
 	if string(before) != string(after) {
 		t.Error("a second ensurePKI replaced the CA")
 	}
-	c, err := loadOrCreateCA(l)
+	c, err := loadOrCreateCA(l.pki("ca"), "ms2m-cluster-ca")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -58,14 +60,16 @@ func downLocked(l layout, p *progress) error {
 	}
 	for i := 1; i <= maxNodes; i++ {
 		n := l.node(i)
+		var ids []string
 		if _, ok := running(l, compContainerd(i)); ok && bin != "" {
-			n := removeContainers(bin, n)
-			if n > 0 {
-				p.say("%s: removed %d containers", NodeName(i), n)
+			ids = removeContainers(bin, n)
+			if len(ids) > 0 {
+				p.say("%s: removed %d containers", NodeName(i), len(ids))
 			}
 		}
 		note(stop(l, compContainerd(i), 10*time.Second))
 		note(killLeftovers(bin, l, i)...)
+		removeShimSockets(n, ids)
 	}
 	for _, comp := range []string{compKCM, compScheduler, compAPIServer, compEtcd, compHost} {
 		note(stop(l, comp, 10*time.Second))
@@ -98,14 +102,14 @@ func downLocked(l layout, p *progress) error {
 }
 
 // removeContainers kills every task and removes every container in every
-// namespace of a node's containerd, and returns how many containers it
-// removed.
-func removeContainers(bin string, n nodeLayout) int {
+// namespace of a node's containerd, and returns them as "namespace/id".
+func removeContainers(bin string, n nodeLayout) []string {
 	ctr := func(args ...string) ([]string, bool) {
-		out, err := run(filepath.Join(bin, "containerd", "ctr"), append([]string{"-a", n.containerdSock(), "--timeout", "10s"}, args...)...)
-		return strings.Fields(out), err == nil
+		// stdout only: ctr warns about cgroup v1 on stderr.
+		out, err := exec.Command(filepath.Join(bin, "containerd", "ctr"), append([]string{"-a", n.containerdSock(), "--timeout", "10s"}, args...)...).Output()
+		return strings.Fields(string(out)), err == nil
 	}
-	removed := 0
+	var removed []string
 	namespaces, _ := ctr("namespaces", "ls", "-q")
 	for _, ns := range namespaces {
 		tasks, _ := ctr("-n", ns, "tasks", "ls", "-q")
@@ -118,11 +122,28 @@ func removeContainers(bin string, n nodeLayout) int {
 		containers, _ := ctr("-n", ns, "containers", "ls", "-q")
 		for _, c := range containers {
 			if _, ok := ctr("-n", ns, "containers", "delete", c); ok {
-				removed++
+				removed = append(removed, ns+"/"+c)
 			}
 		}
 	}
 	return removed
+}
+
+// removeShimSockets removes the sockets of the shims that served the
+// given containers, if the shims left them behind. containerd puts them
+// all in /run/containerd/s, named by a hash of its own socket's path, the
+// namespace and the shim's id, so they can be told apart from those of any
+// other containerd on the machine.
+func removeShimSockets(n nodeLayout, ids []string) {
+	for _, id := range ids {
+		base := filepath.Join(n.containerdSock(), id)
+		for _, p := range []string{base, filepath.Join(base, "debug")} {
+			sock := filepath.Join("/run/containerd/s", fmt.Sprintf("%x", sha256.Sum256([]byte(p))))
+			if st, err := os.Lstat(sock); err == nil && st.Mode()&os.ModeSocket != 0 {
+				os.Remove(sock)
+			}
+		}
+	}
 }
 
 // killLeftovers kills what may outlive node i's containerd: shims started

@@ -31,6 +31,8 @@ var hostPaths = []string{
 	"/run/containerd",     // containerd: shim sockets and fifos, always here
 	"/var/log/containers", // kubelet: symlinks to container logs, always here
 	"/var/lib/cni",        // CNI's result cache
+	"/var/lib/kubelet",    // kubelet: device-plugins/kubelet.sock, always here
+	"/run/mount",          // libmount's lock folder, when the kubelet mounts
 }
 
 // owner returns the state folder of the cluster that owns the network, or
@@ -357,17 +359,35 @@ func cleanHostPaths(l layout) []error {
 			}
 		}
 	}
-	filepath.WalkDir("/var/lib/cni", func(p string, d fs.DirEntry, err error) error { //nolint:errcheck // best effort
-		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), "ms2m-node-") {
-			os.Remove(p)
+	// Result cache entries are named <network>-<sandbox id>-<interface>;
+	// containerd also caches its loopback network, "cni-loopback", per
+	// sandbox.
+	results := "/var/lib/cni/results"
+	if ents, err := os.ReadDir(results); err == nil {
+		for _, e := range ents {
+			name := e.Name()
+			if !strings.HasPrefix(name, "ms2m-node-") || !strings.HasSuffix(name, "-eth0") {
+				continue
+			}
+			rest := strings.TrimPrefix(name, "ms2m-node-")
+			if _, id, ok := strings.Cut(strings.TrimSuffix(rest, "-eth0"), "-"); ok {
+				os.Remove(filepath.Join(results, "cni-loopback-"+id+"-lo"))
+			}
+			os.Remove(filepath.Join(results, name))
 		}
-		return nil
-	})
+	}
 	b, err := os.ReadFile(l.path("run", "created-host-paths"))
 	if err != nil {
 		return errs
 	}
 	for _, p := range strings.Fields(string(b)) {
+		if p == "/var/lib/kubelet" {
+			// The device-plugin socket of whichever kubelet started last.
+			sock := "/var/lib/kubelet/device-plugins/kubelet.sock"
+			if st, err := os.Lstat(sock); err == nil && st.Mode()&fs.ModeSocket != 0 {
+				os.Remove(sock)
+			}
+		}
 		if p == "/run/netns" {
 			// ip netns makes /run/netns a mount point of its own.
 			if ents, err := os.ReadDir(p); err == nil && len(ents) == 0 {

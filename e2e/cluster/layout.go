@@ -90,6 +90,7 @@ func (n nodeLayout) containerdSock() string   { return n.path("containerd.sock")
 func (n nodeLayout) containerdRoot() string   { return n.path("containerd", "root") }
 func (n nodeLayout) containerdState() string  { return n.path("containerd", "state") }
 func (n nodeLayout) containerdOpt() string    { return n.path("containerd", "opt") }
+func (n nodeLayout) runcRoot() string         { return n.path("containerd", "runc") }
 func (n nodeLayout) cniConfDir() string       { return n.path("cni", "net.d") }
 func (n nodeLayout) cniIPAMDir() string       { return n.path("cni", "ipam") }
 func (n nodeLayout) registryHosts() string    { return n.path("certs.d") }

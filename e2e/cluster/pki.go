@@ -56,9 +56,16 @@ func ensurePKI(l layout, nodes int) error {
 	if err := os.MkdirAll(l.path("pki"), 0o700); err != nil {
 		return err
 	}
-	c, err := loadOrCreateCA(l)
+	c, err := loadOrCreateCA(l.pki("ca"), "ms2m-cluster-ca")
 	if err != nil {
 		return fmt.Errorf("cluster CA: %w", err)
+	}
+	// The front-proxy CA only exists so that the apiserver publishes a
+	// request-header CA: without one, the controller manager and the
+	// scheduler log an error about it every few seconds. Nothing is signed
+	// with it.
+	if _, err := loadOrCreateCA(l.pki("front-proxy-ca"), "ms2m-front-proxy-ca"); err != nil {
+		return fmt.Errorf("front-proxy CA: %w", err)
 	}
 	if err := c.ensureServing(l.pki("apiserver"), "kube-apiserver",
 		[]net.IP{net.ParseIP(HostIP), net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
@@ -95,8 +102,9 @@ func ensurePKI(l layout, nodes int) error {
 	return nil
 }
 
-func loadOrCreateCA(l layout) (*ca, error) {
-	certFile, keyFile := l.pki("ca.crt"), l.pki("ca.key")
+// loadOrCreateCA loads the CA at base.crt/base.key or makes a new one.
+func loadOrCreateCA(base, cn string) (*ca, error) {
+	certFile, keyFile := base+".crt", base+".key"
 	if cert, key, certPEM, err := loadPair(certFile, keyFile); err == nil {
 		return &ca{cert: cert, key: key, pem: certPEM}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -109,7 +117,7 @@ func loadOrCreateCA(l layout) (*ca, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "ms2m-cluster-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(5, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
