@@ -150,8 +150,10 @@ func teardownNetwork() []error {
 				errs = append(errs, err)
 			}
 		}
+		// The veth usually goes with the namespace, but the kernel may take
+		// a moment to remove it.
 		if linkExists(hostVeth(i)) {
-			if _, err := run("ip", "link", "delete", hostVeth(i)); err != nil {
+			if _, err := run("ip", "link", "delete", hostVeth(i)); err != nil && linkExists(hostVeth(i)) {
 				errs = append(errs, err)
 			}
 		}
@@ -160,7 +162,7 @@ func teardownNetwork() []error {
 		}
 	}
 	if linkExists(BridgeName) {
-		if _, err := run("ip", "link", "delete", BridgeName); err != nil {
+		if _, err := run("ip", "link", "delete", BridgeName); err != nil && linkExists(BridgeName) {
 			errs = append(errs, err)
 		}
 	}
