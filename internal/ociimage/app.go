@@ -1,15 +1,12 @@
 package ociimage
 
 import (
-	"archive/tar"
 	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +14,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -98,9 +94,7 @@ func App(opts AppOptions) (v1.Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("app image: write layer: %w", err)
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	layer, err := layerFromTar(layerTar, false)
 	if err != nil {
 		return nil, fmt.Errorf("app image: compress layer: %w", err)
 	}
@@ -170,43 +164,11 @@ type appFile struct {
 // appLayerTar writes the root filesystem of an App image as a tar. The same
 // files, time and owner give the same bytes.
 func appLayerTar(files []appFile, mtime time.Time, tmpUID, tmpGID int) ([]byte, error) {
-	type entry struct {
-		hdr  tar.Header
-		data []byte
-	}
-	dir := func(name string, mode int64, uid, gid int) entry {
-		return entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: mode, Uid: uid, Gid: gid}}
-	}
-	file := func(name string, mode int64, data []byte) entry {
-		return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data))}, data: data}
-	}
-	entries := []entry{
-		dir("etc/", 0o755, 0, 0),
-		file("etc/group", 0o644, []byte(groupFile)),
-		file("etc/passwd", 0o644, []byte(passwdFile)),
-		dir("tmp/", 0o1777, tmpUID, tmpGID),
-	}
+	entries := baseEntries(tmpUID, tmpGID)
 	for _, f := range files {
-		entries = append(entries, file(f.name, 0o755, f.data))
+		entries = append(entries, fileEntry(f.name, 0o755, f.data))
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].hdr.Name < entries[j].hdr.Name })
-
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range entries {
-		h := e.hdr
-		h.ModTime = mtime
-		if err := tw.WriteHeader(&h); err != nil {
-			return nil, fmt.Errorf("%s: %w", h.Name, err)
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return nil, fmt.Errorf("%s: %w", h.Name, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return writeLayerTar(entries, mtime)
 }
 
 // checkStaticAMD64 rejects anything that is not a statically linked x86-64

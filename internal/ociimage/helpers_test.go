@@ -64,6 +64,7 @@ type tarEntry struct {
 	UID, GID int
 	ModTime  int64
 	SHA256   string
+	Link     string
 }
 
 func readTar(t *testing.T, r io.Reader) []tarEntry {
@@ -82,7 +83,7 @@ func readTar(t *testing.T, r io.Reader) []tarEntry {
 		if _, err := io.Copy(sum, tr); err != nil {
 			t.Fatalf("read tar entry %s: %v", h.Name, err)
 		}
-		e := tarEntry{Name: h.Name, Type: h.Typeflag, Mode: h.Mode, UID: h.Uid, GID: h.Gid, ModTime: h.ModTime.Unix()}
+		e := tarEntry{Name: h.Name, Type: h.Typeflag, Mode: h.Mode, UID: h.Uid, GID: h.Gid, ModTime: h.ModTime.Unix(), Link: h.Linkname}
 		if h.Typeflag == tar.TypeReg {
 			e.SHA256 = hex.EncodeToString(sum.Sum(nil))
 		}
