@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,27 +20,44 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
 	"github.com/ms2m/ms2m/internal/ociimage"
+	"github.com/ms2m/ms2m/internal/ociimage/debianpy"
 )
 
-// target is one image: a main package and the ref its image gets.
+// target is one image: a Go main package or a Python program, and the ref
+// its image gets.
 type target struct {
 	name string // image and binary name
-	pkg  string // main package, relative to the module root
-	ref  func(tag string) string
+	pkg  string // Go main package, relative to the module root
+	// script is a Python program, relative to the module root, run by
+	// Debian's python3 with pythonPackages from the host; set instead of pkg.
+	script         string
+	pythonPackages []string
+	ref            func(tag string) string
+}
+
+// source is the target's package directory or script.
+func (t target) source() string {
+	if t.script != "" {
+		return t.script
+	}
+	return t.pkg
 }
 
 func ms2mRef(name string) func(string) string {
 	return func(tag string) string { return "ms2m/" + name + ":" + tag }
 }
 
-// targets are every image the project ships. A main package that does not
-// exist (yet) is skipped with a note.
+// targets are every image the project ships. A main package or script that
+// does not exist (yet) is skipped with a note, and so is a Python image
+// when the host lacks Debian's python3 or one of its packages.
 var targets = []target{
 	{name: "sidecar", pkg: "./cmd/sidecar", ref: ms2mRef("sidecar")},
 	{name: "webhook", pkg: "./cmd/webhook", ref: ms2mRef("webhook")},
 	{name: "migrator", pkg: "./cmd/migrator", ref: ms2mRef("migrator")},
 	{name: "consumer", pkg: "./examples/consumer", ref: ms2mRef("consumer")},
 	{name: "producer", pkg: "./examples/producer", ref: ms2mRef("producer")},
+	// The unmodified Python consumer, on the host's own Debian python3.
+	{name: "consumer-python", script: "examples/consumer-python/consumer.py", pythonPackages: []string{"pika"}, ref: ms2mRef("consumer-python")},
 	// The sandbox image containerd pins; the tag is the image's, not ours.
 	{name: "pause", pkg: "./hack/pause", ref: func(string) string { return "registry.k8s.io/pause:3.10" }},
 }
@@ -107,11 +125,23 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var present []target
+	var present, goTargets []target
+	pyOpts := map[string]ociimage.FilesOptions{}
 	for _, t := range sel {
-		if st, err := os.Stat(filepath.Join(root, t.pkg)); err != nil || !st.IsDir() {
-			fmt.Fprintf(stderr, "skip %s: %s does not exist\n", t.name, t.pkg)
+		st, err := os.Stat(filepath.Join(root, t.source()))
+		if err != nil || st.IsDir() != (t.script == "") {
+			fmt.Fprintf(stderr, "skip %s: %s does not exist\n", t.name, t.source())
 			continue
+		}
+		if t.script != "" {
+			opts, err := debianpy.Options(t.pythonPackages...)
+			if err != nil {
+				fmt.Fprintf(stderr, "skip %s: %v\n", t.name, err)
+				continue
+			}
+			pyOpts[t.name] = opts
+		} else {
+			goTargets = append(goTargets, t)
 		}
 		present = append(present, t)
 	}
@@ -126,17 +156,23 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	if err := goBuild(ctx, root, binDir, present, stderr); err != nil {
-		return err
+	if len(goTargets) > 0 {
+		if err := goBuild(ctx, root, binDir, goTargets, stderr); err != nil {
+			return err
+		}
 	}
 
 	idx := buildIndex{Tag: *tag}
 	for _, t := range present {
-		opts := ociimage.AppOptions{
-			Binaries: []string{filepath.Join(binDir, t.name)},
-			Labels:   map[string]string{"org.opencontainers.image.title": t.name},
+		var img v1.Image
+		if t.script != "" {
+			img, err = pythonImage(root, t, pyOpts[t.name])
+		} else {
+			img, err = ociimage.App(ociimage.AppOptions{
+				Binaries: []string{filepath.Join(binDir, t.name)},
+				Labels:   map[string]string{"org.opencontainers.image.title": t.name},
+			})
 		}
-		img, err := ociimage.App(opts)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", t.name, err)
 		}
@@ -163,6 +199,26 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	printTable(stdout, idx.Images)
 	return nil
+}
+
+// pythonAppDir is where a Python image keeps its program.
+const pythonAppDir = "/app"
+
+// pythonImage builds the image of a Python target from opts, the file set
+// of Debian's python3 and the target's packages: the script goes into
+// /app under its own name, run by Debian's python3 as user 65532.
+func pythonImage(root string, t target, opts ociimage.FilesOptions) (v1.Image, error) {
+	data, err := os.ReadFile(filepath.Join(root, t.script))
+	if err != nil {
+		return nil, err
+	}
+	script := path.Join(pythonAppDir, filepath.Base(t.script))
+	opts.Files = append(opts.Files, ociimage.File{Path: script, Mode: 0o644, Data: data})
+	opts.Entrypoint = []string{debianpy.Interpreter, script}
+	opts.User = ociimage.NonRootUser
+	opts.WorkingDir = pythonAppDir
+	opts.Labels = map[string]string{"org.opencontainers.image.title": t.name}
+	return ociimage.Files(opts)
 }
 
 // goBuild builds the targets' main packages, static, into dir.

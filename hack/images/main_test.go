@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/ms2m/ms2m/internal/ociimage"
+	"github.com/ms2m/ms2m/internal/ociimage/debianpy"
 )
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -173,6 +174,82 @@ func TestBuildPushCheckpoint(t *testing.T) {
 	if st, err := os.Stat(ociArchive); err != nil || st.Size() == 0 {
 		t.Errorf("OCI archive: %v", err)
 	}
+}
+
+// TestBuildConsumerPython builds the image of the Python consumer from the
+// host's Debian python3 and checks its config and its script.
+// internal/ociimage/debianpy runs the same image's python with chroot.
+func TestBuildConsumerPython(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 15 MB image")
+	}
+	if _, err := debianpy.Paths("pika"); err != nil {
+		t.Skipf("SKIPPING: %v", err)
+	}
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "build", "-o", out, "-tag", "test", "-only", "consumer-python")
+	if code != 0 || !strings.Contains(stdout, "ms2m/consumer-python:test") {
+		t.Fatalf("build: exit %d\n%s%s", code, stdout, stderr)
+	}
+	idx, err := readIndex(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Images) != 1 {
+		t.Fatalf("built %d images, want 1", len(idx.Images))
+	}
+	tag, _ := name.NewTag("ms2m/consumer-python:test")
+	img, err := tarball.ImageFromPath(filepath.Join(out, idx.Images[0].Tarball), &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"/usr/bin/python3", "/app/consumer.py"}, cf.Config.Entrypoint); diff != "" {
+		t.Errorf("entrypoint (-want +got):\n%s", diff)
+	}
+	if cf.Config.User != "65532:65532" {
+		t.Errorf("user = %q, want 65532:65532", cf.Config.User)
+	}
+	script, err := os.ReadFile("../../examples/consumer-python/consumer.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers = %d, %v; want 1", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	found := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		found[h.Name] = true
+		if h.Name == "app/consumer.py" {
+			got, _ := io.ReadAll(tr)
+			if !bytes.Equal(got, script) {
+				t.Errorf("app/consumer.py differs from examples/consumer-python/consumer.py")
+			}
+		}
+	}
+	for _, want := range []string{"app/consumer.py", "usr/bin/python3", "usr/lib/python3/dist-packages/pika/__init__.py", "etc/passwd"} {
+		if !found[want] {
+			t.Errorf("layer lacks %s", want)
+		}
+	}
+	t.Logf("consumer-python: %s", humanSize(idx.Images[0].Size))
 }
 
 func TestRegistryCommandStopsOnCancel(t *testing.T) {
