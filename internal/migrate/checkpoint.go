@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
 
@@ -21,14 +23,22 @@ import (
 // ContainerCheckpoint feature gate, and its runtime CRIU.
 func Checkpoint(ctx context.Context, rc rest.Interface, node, ns, name, container string, timeout time.Duration) (string, error) {
 	secs := max(1, int(timeout.Round(time.Second)/time.Second))
+	// The deadline goes on the context: Request.Timeout would add a second
+	// "timeout" parameter in Go duration syntax, and the kubelet, which
+	// takes the last one as whole seconds, answers 404 to it.
+	ctx, cancel := context.WithTimeout(ctx, timeout+10*time.Second)
+	defer cancel()
 	res := rc.Post().
 		AbsPath("/api/v1/nodes", node, "proxy", "checkpoint", ns, name, container).
 		Param("timeout", strconv.Itoa(secs)).
-		Timeout(timeout + 10*time.Second).
 		Do(ctx)
 	body, err := res.Raw()
 	if err != nil {
-		return "", fmt.Errorf("checkpoint %s/%s container %s on node %s: %w%s", ns, name, container, node, err, kubeletSays(body))
+		says := kubeletSays(serverMessage(err))
+		if strings.Contains(err.Error(), strings.TrimPrefix(says, ": the kubelet says: ")) {
+			says = "" // the error quotes it already
+		}
+		return "", fmt.Errorf("checkpoint %s/%s container %s on node %s: %w%s%s", ns, name, container, node, err, says, forbiddenHint(err))
 	}
 	return parseCheckpointResponse(body)
 }
@@ -45,6 +55,32 @@ func parseCheckpointResponse(body []byte) (string, error) {
 		return "", fmt.Errorf("checkpoint: the kubelet answered %q, want one archive path", truncate(body))
 	}
 	return out.Items[0], nil
+}
+
+// serverMessage digs the body that the kubelet (or the API server) sent out
+// of a client-go error: client-go keeps only a generic message per status
+// code and puts the body in the error's cause.
+func serverMessage(err error) []byte {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return nil
+	}
+	if d := st.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			if c.Type == metav1.CauseTypeUnexpectedServerResponse && c.Message != "" && c.Message != "unknown" {
+				return []byte(c.Message)
+			}
+		}
+	}
+	return nil
+}
+
+// forbiddenHint names the RBAC a 403 is missing.
+func forbiddenHint(err error) string {
+	if !apierrors.IsForbidden(err) {
+		return ""
+	}
+	return "; the migrator needs create on nodes/proxy, and the API server's kubelet client identity needs nodes/checkpoint on the kubelet (see docs/install.md)"
 }
 
 // kubeletSays returns the kubelet's own words from an error body, which

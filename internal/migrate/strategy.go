@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,18 +35,27 @@ const (
 	CRIUAlone Strategy = "criu-alone"
 )
 
-// ImageBuilder turns a checkpoint archive on a node into a pushed image.
-// The migrator's node agent does it where the archive is; a local cluster,
-// whose nodes share the host's file system, can do it in-process.
-type ImageBuilder interface {
-	Build(ctx context.Context, node, archive, container, ref string) error
+// NodeAgent does the node-local steps. The migrator's agent does them on
+// each node; a local cluster, whose nodes share the host's file system, can
+// do them in-process.
+type NodeAgent interface {
+	// BuildCheckpointImage turns a checkpoint archive on node into an image,
+	// pushes it as ref (a tag), and returns it by digest (repo@sha256:...):
+	// pods refer to it by digest, so that a node never restores a stale
+	// image that had the same tag.
+	BuildCheckpointImage(ctx context.Context, node, archive, container, ref string) (string, error)
+	// PullImage makes ref (name@digest) present on node. A restore needs
+	// the image the checkpoint is based on, and the runtime's restore path
+	// pulls it without the node's registry configuration (containerd's
+	// default resolver), so it is pulled ahead, the way pods pull theirs.
+	PullImage(ctx context.Context, node, ref string) error
 }
 
 // Env is what the steps need from the cluster.
 type Env struct {
 	Client kubernetes.Interface
-	// Images builds and pushes checkpoint images.
-	Images ImageBuilder
+	// Agent does the node-local steps.
+	Agent NodeAgent
 	// ImageRepo is the repository checkpoint images go to, as the nodes
 	// pull them (host:port/path); the tag is the migration's name.
 	ImageRepo string
@@ -157,6 +167,15 @@ func (r *run) do(ctx context.Context) (err error) {
 	srcEP := r.endpoint(src)
 	r.phase("preconditions")
 
+	base := imageID(src, p.Container)
+	if base == "" {
+		return fmt.Errorf("migration %s: pod %s/%s reports no image ID for container %s", p.Name, p.Namespace, p.Pod, p.Container)
+	}
+	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base); err != nil {
+		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
+	}
+	r.phase("prepare target")
+
 	// resumeOnFailure puts the source back to serving if a later step fails
 	// before the target has taken over.
 	resumeSource := false
@@ -212,9 +231,9 @@ func (r *run) do(ctx context.Context) (err error) {
 		r.phase("resume")
 	}
 
-	r.rep.Image = r.env.ImageRepo + ":" + p.Name
-	if err := r.env.Images.Build(ctx, src.Spec.NodeName, archive, p.Container, r.rep.Image); err != nil {
-		return fmt.Errorf("migration %s: build and push the checkpoint image %s from %s: %w", p.Name, r.rep.Image, filepath.Base(archive), err)
+	tag := r.env.ImageRepo + ":" + p.Name
+	if r.rep.Image, err = r.env.Agent.BuildCheckpointImage(ctx, src.Spec.NodeName, archive, p.Container, tag); err != nil {
+		return fmt.Errorf("migration %s: build and push the checkpoint image %s from %s: %w", p.Name, tag, filepath.Base(archive), err)
 	}
 	r.phase("image")
 
@@ -296,6 +315,16 @@ func (r *run) targetPod(src *corev1.Pod) (*corev1.Pod, error) {
 		}
 	}
 	return t, nil
+}
+
+// imageID is the image a container of pod runs, as name@digest.
+func imageID(pod *corev1.Pod, container string) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			return strings.TrimPrefix(cs.ImageID, "docker-pullable://")
+		}
+	}
+	return ""
 }
 
 // preconditions checks what a migration needs before it touches anything.

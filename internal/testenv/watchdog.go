@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -28,9 +29,22 @@ func Watchdog(t testing.TB) {
 			d = p
 		}
 	}
+	WatchdogFor(t, d)
+}
+
+// armed holds the tests that have a watchdog.
+var armed sync.Map
+
+// WatchdogFor is Watchdog with a budget of d, for tests that take long by
+// design (the end-to-end migrations). The first watchdog armed for a test
+// is the one that counts.
+func WatchdogFor(t testing.TB, d time.Duration) {
+	if _, loaded := armed.LoadOrStore(t, true); loaded {
+		return
+	}
 	name := t.Name()
 	timer := time.AfterFunc(d, func() { stuck(name, d) })
-	t.Cleanup(func() { timer.Stop() })
+	t.Cleanup(func() { timer.Stop(); armed.Delete(t) })
 }
 
 func stuck(name string, d time.Duration) {

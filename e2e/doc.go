@@ -1,0 +1,6 @@
+// Package e2e holds the end-to-end tests: real migrations of unmodified
+// consumers between the real nodes of a local cluster (package cluster:
+// kubelet, containerd, runc and CRIU in network namespaces), with the
+// sidecar, the replay log on the real broker, and the kubelet checkpoint
+// API. The tests bring the cluster up themselves and take it down.
+package e2e
