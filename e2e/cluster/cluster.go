@@ -232,12 +232,16 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
+	var said time.Time
 	for {
 		c, err := upLocked(ctx, opts, l, p)
 		if !errors.Is(err, ErrNetworkInUse) || !opts.WaitForNetwork {
 			return c, err
 		}
-		p.say("waiting: %v", err)
+		if time.Since(said) > 30*time.Second {
+			p.say("waiting for the network: %v", err)
+			said = time.Now()
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
@@ -262,18 +266,26 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 					down = append(down, comp)
 				}
 			}
-			if len(down) == 0 && rec.Nodes == opts.Nodes && c.apiReady(ctx) == nil {
+			apiErr := c.apiReady(ctx)
+			switch {
+			case len(down) > 0:
+				p.say("cluster in %s is only partly up (not running: %s); taking it down first", l.dir, strings.Join(down, ", "))
+			case apiErr != nil:
+				p.say("cluster in %s runs but its apiserver is not ready (%v); taking it down first", l.dir, apiErr)
+			case rec.Nodes != opts.Nodes:
+				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
+			default:
 				p.say("cluster already up (%d nodes, state %s); kubeconfig %s", rec.Nodes, l.dir, c.Kubeconfig())
 				return c, nil
 			}
-			if len(down) > 0 {
-				p.say("cluster in %s is only partly up (not running: %s); taking it down first", l.dir, strings.Join(down, ", "))
-			} else {
-				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
-			}
 		}
-		if err := downLocked(l, p); err != nil {
+		if err := downLocked(l, p, opts.BinDir); err != nil {
 			return nil, fmt.Errorf("taking down the old cluster: %w", err)
+		}
+	} else if leftovers(l) {
+		p.say("leftovers of an earlier cluster in %s; taking them down first", l.dir)
+		if err := downLocked(l, p, opts.BinDir); err != nil {
+			return nil, fmt.Errorf("taking down the leftovers: %w", err)
 		}
 	}
 

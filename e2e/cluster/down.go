@@ -40,12 +40,27 @@ func Down(opts Options) error {
 		return err
 	}
 	defer unlock()
-	return downLocked(l, &progress{w: opts.Log, start: time.Now()})
+	return downLocked(l, &progress{w: opts.Log, start: time.Now()}, opts.BinDir)
 }
 
-func downLocked(l layout, p *progress) error {
+// leftovers reports whether an earlier cluster in l left pid files or the
+// network behind without its record (a down that failed half way).
+func leftovers(l layout) bool {
+	if owner() == l.dir {
+		return true
+	}
+	pids, _ := filepath.Glob(l.path("run", "*.pid"))
+	return len(pids) > 0
+}
+
+// downLocked does Down's work under the lock. bin is the binaries folder
+// to use if the cluster's record is gone.
+func downLocked(l layout, p *progress, fallbackBin string) error {
 	rec, _ := readRecord(l)
 	bin := rec.BinDir
+	if bin == "" {
+		bin = fallbackBin
+	}
 	var errs []error
 	note := func(es ...error) {
 		for _, e := range es {
@@ -78,24 +93,30 @@ func downLocked(l layout, p *progress) error {
 
 	note(unmountAll(l.dir)...)
 	if owner() == l.dir {
-		note(teardownNetwork()...)
+		hostErrs := teardownNetwork()
 		for i := 1; i <= maxNodes; i++ {
-			note(removeCgroupsRetry(i)...)
+			hostErrs = append(hostErrs, removeCgroupsRetry(i)...)
 		}
-		if err := os.Remove(ownerFile); err != nil && !errors.Is(err, os.ErrNotExist) {
-			note(err)
+		note(hostErrs...)
+		if len(hostErrs) == 0 {
+			// Only now: while anything is left, this cluster still owns it,
+			// and the next down retries.
+			if err := os.Remove(ownerFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				note(err)
+			}
+			p.say("network, namespaces and cgroups removed")
 		}
-		p.say("network, namespaces and cgroups removed")
 	}
 	note(cleanHostPaths(l)...)
 	note(wipeRuntime(l))
+	if len(errs) > 0 {
+		// The record stays, so that the next down or up tries again.
+		return fmt.Errorf("cluster down left something behind: %w", errors.Join(errs...))
+	}
 	for _, f := range []string{l.record(), l.path("run", "created-host-paths")} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			note(err)
+			return err
 		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("cluster down left something behind: %w", errors.Join(errs...))
 	}
 	p.say("cluster down (state kept in %s: certificates, images, logs)", l.dir)
 	return nil
