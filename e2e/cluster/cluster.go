@@ -365,6 +365,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := wipeRuntime(l); err != nil {
 		return nil, err
 	}
+	// The previous cluster's logs stay one round, in logs.prev.
+	os.RemoveAll(l.path("logs.prev"))
+	if err := os.Rename(l.path("logs"), l.path("logs.prev")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	for _, d := range []string{"run", "logs", "bin", "images", "kubeconfigs", l.etcdData(), l.registryDir()} {
 		if err := os.MkdirAll(l.path(d), 0o755); err != nil {
 			return nil, err
@@ -530,7 +535,7 @@ func wipeRuntime(l layout) error {
 	if err != nil {
 		return err
 	}
-	keep := map[string]bool{"pki": true, "bin": true, "images": true, "logs": true, "cluster.json": true}
+	keep := map[string]bool{"pki": true, "bin": true, "images": true, "logs": true, "logs.prev": true, "cluster.json": true}
 	for _, e := range ents {
 		if keep[e.Name()] {
 			continue
@@ -710,8 +715,10 @@ func GetStatus(ctx context.Context, opts Options) (Status, error) {
 	opts = opts.withDefaults()
 	l := layout{dir: opts.StateDir}
 	rec, err := readRecord(l)
-	if err != nil {
-		return Status{StateDir: l.dir}, fmt.Errorf("no cluster in %s: %w", l.dir, err)
+	if errors.Is(err, os.ErrNotExist) {
+		return Status{StateDir: l.dir}, fmt.Errorf("no cluster is up in %s; start one with: go run ./hack/cluster up -state %s", l.dir, l.dir)
+	} else if err != nil {
+		return Status{StateDir: l.dir}, err
 	}
 	st := Status{StateDir: l.dir, Kubeconfig: l.kubeconfig(), APIServer: "https://" + hostAddr(APIServerPort)}
 	for _, comp := range components(rec.Nodes) {

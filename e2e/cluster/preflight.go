@@ -102,6 +102,21 @@ func Preflight(opts Options) error {
 				"make criu (it installs CRIU >= 4.2 privately; Debian 12's 3.17 and 4.1 do not work on this kernel)")
 		}
 	}
+	// Up builds the host-services helper and the pause image from the
+	// repository unless they are given or already built.
+	needBuild := opts.Helper == ""
+	if _, err := os.Stat((layout{dir: opts.StateDir}).pauseTarball()); err != nil {
+		needBuild = true
+	}
+	if needBuild {
+		if _, err := exec.LookPath("go"); err != nil {
+			add("go is not on PATH; it builds the host-services helper and the pause image", "put the Go toolchain on PATH")
+		}
+		if opts.RepoDir == "" {
+			add("the repository root was not found from the working directory; it is needed to build the helper and the pause image",
+				"run from inside the repository, or set Options.RepoDir")
+		}
+	}
 	// A unix socket path must fit in 108 bytes.
 	if sock := (layout{dir: opts.StateDir}).node(maxNodes).containerdSock(); len(sock) > 100 {
 		add("the state folder's path is too long for containerd's socket ("+sock+")", "pick a shorter -state folder")
