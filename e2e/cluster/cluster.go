@@ -411,9 +411,21 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	}
 
 	// While the apiserver starts: host services, containerds, images.
+	// Whatever way up returns, both goroutines have finished by then, so
+	// nothing starts behind a caller's Down.
 	helper, pause := make(chan error, 1), make(chan error, 1)
+	var helperErr, pauseErr error
+	helperDone, pauseDone := false, false
 	go func() { helper <- startHelper(ctx, l, opts, p) }()
 	go func() { pause <- ensurePauseImage(ctx, l, opts) }()
+	defer func() {
+		if !helperDone {
+			<-helper
+		}
+		if !pauseDone {
+			<-pause
+		}
+	}()
 	nodeEnv := []string{"PATH=" + filepath.Join(opts.BinDir, "criu") + ":" + filepath.Join(opts.BinDir, "containerd") + ":" + strings.TrimPrefix(baseEnv()[0], "PATH=")}
 	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
@@ -424,14 +436,15 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	}
 	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
-		if err := waitFor(ctx, 30*time.Second, func() bool { return socketAnswers(n.containerdSock()) }); err != nil {
+		if err := waitAlive(ctx, l, 30*time.Second, func() bool { return socketAnswers(n.containerdSock()) }, compContainerd(i)); err != nil {
 			return nil, fmt.Errorf("containerd of %s did not open %s: %w\n--- last lines of %s:\n%s",
 				NodeName(i), n.containerdSock(), err, l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
 		}
 	}
 	p.say("containerd up on %d nodes", opts.Nodes)
-	if err := <-pause; err != nil {
-		return nil, err
+	pauseErr, pauseDone = <-pause, true
+	if pauseErr != nil {
+		return nil, pauseErr
 	}
 	for i := 1; i <= opts.Nodes; i++ {
 		if err := importImage(opts.BinDir, l.node(i), l.pauseTarball()); err != nil {
@@ -440,7 +453,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	}
 	p.say("pause image imported into every node")
 
-	if err := waitFor(ctx, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }); err != nil {
+	if err := waitAlive(ctx, l, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }, compEtcd, compAPIServer); err != nil {
 		return nil, fmt.Errorf("kube-apiserver not ready at %s: %w\n--- last lines of %s:\n%s",
 			c.APIServer(), err, l.log(compAPIServer), tail(l.log(compAPIServer), 30))
 	}
@@ -456,8 +469,9 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 			return nil, err
 		}
 	}
-	if err := <-helper; err != nil {
-		return nil, err
+	helperErr, helperDone = <-helper, true
+	if helperErr != nil {
+		return nil, helperErr
 	}
 
 	cs, err := kubernetes.NewForConfig(c.rest)
@@ -466,10 +480,10 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	}
 	for i := 1; i <= opts.Nodes; i++ {
 		name := NodeName(i)
-		err := waitFor(ctx, opts.Timeout, func() bool {
+		err := waitAlive(ctx, l, opts.Timeout, func() bool {
 			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			return err == nil && nodeReady(node)
-		})
+		}, compContainerd(i), compKubelet(i))
 		if err != nil {
 			return nil, fmt.Errorf("node %s not Ready: %w\n--- last lines of %s:\n%s\n--- last lines of %s:\n%s", name, err,
 				l.log(compKubelet(i)), tail(l.log(compKubelet(i)), 30), l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
@@ -478,11 +492,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	}
 	// Pods are admitted once their namespace's service account exists, and
 	// their token volume is mounted once the root CA config map does.
-	err = waitFor(ctx, opts.Timeout, func() bool {
+	err = waitAlive(ctx, l, opts.Timeout, func() bool {
 		_, err1 := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		_, err2 := cs.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 		return err1 == nil && err2 == nil
-	})
+	}, compKCM)
 	if err != nil {
 		return nil, fmt.Errorf("default service account or kube-root-ca.crt never appeared: %w\n--- last lines of %s:\n%s",
 			err, l.log(compKCM), tail(l.log(compKCM), 30))
@@ -514,6 +528,25 @@ func waitFor(ctx context.Context, d time.Duration, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// waitAlive is waitFor that gives up at once when one of the components it
+// depends on has exited.
+func waitAlive(ctx context.Context, l layout, d time.Duration, cond func() bool, comps ...string) error {
+	var dead string
+	err := waitFor(ctx, d, func() bool {
+		for _, comp := range comps {
+			if _, ok := running(l, comp); !ok {
+				dead = comp
+				return true
+			}
+		}
+		return cond()
+	})
+	if err == nil && dead != "" {
+		return fmt.Errorf("%s exited; last lines of %s:\n%s", dead, l.log(dead), tail(l.log(dead), 30))
+	}
+	return err
 }
 
 func socketAnswers(path string) bool {

@@ -49,7 +49,26 @@ func start(l layout, p process) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", p.name, err)
 	}
 	pid := cmd.Process.Pid
-	go cmd.Wait() //nolint:errcheck // reaps the child; its exit is seen through the pid file
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait() //nolint:errcheck // reaps the child; its exit is seen through the pid file
+		close(exited)
+	}()
+	if p.netns != "" {
+		// Until nsenter has exec'd the component, the pid runs nsenter,
+		// and running() would call the component dead.
+		deadline := time.After(5 * time.Second)
+	wait:
+		for !pidRuns(pid, p.bin) {
+			select {
+			case <-exited:
+				break wait
+			case <-deadline:
+				break wait
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
 	if err := os.WriteFile(l.pid(p.name), []byte(fmt.Sprintf("%d %s\n", pid, p.bin)), 0o644); err != nil {
 		cmd.Process.Kill()
 		return 0, err
