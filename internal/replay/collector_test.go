@@ -39,6 +39,11 @@ func TestCollector(t *testing.T) {
 			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "a")},
 			wantA: []uint64{3, 5}, wantB: []uint64{4}, wantCutoff: 5, wantComplete: true,
 		},
+		"cutoff equals start: nothing to replay": {
+			rng:        Range{Start: 3, Cutoff: 3},
+			log:        []shadowqueue.Record{del(1, "a"), del(2, "b"), del(3, "a")},
+			wantCutoff: 3, wantComplete: true,
+		},
 		"fixed cutoff not reached yet": {
 			rng:   Range{Start: 0, Cutoff: 5},
 			log:   []shadowqueue.Record{del(1, "a"), del(2, "b")},

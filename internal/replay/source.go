@@ -84,6 +84,11 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			c.passed = true
 		}
 		if r.ID <= c.rng.Start {
+			if c.cutoff != 0 && r.ID == c.cutoff {
+				// Start == Cutoff (stop-and-copy): nothing to replay, and
+				// the record at the cutoff says so.
+				c.complete, c.epoch = true, r.Epoch
+			}
 			return nil
 		}
 		if c.cutoff != 0 && r.ID > c.cutoff {
