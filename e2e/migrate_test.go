@@ -195,7 +195,6 @@ func (w *world) startConsumer(t *testing.T, ctx context.Context, name, queue, no
 					{Name: "QUEUE", Value: queue},
 					{Name: "WORK_MS", Value: fmt.Sprint(workMS)},
 					{Name: "HTTP_ADDR", Value: "0.0.0.0:8080"},
-					{Name: "GODEBUG", Value: "multipathtcp=0"},
 				},
 			}},
 		},

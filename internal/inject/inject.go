@@ -140,6 +140,12 @@ func Inject(in Input, cfg Config) (Result, error) {
 	}
 	app.Env = br.env
 	rewritten := br.rewritten
+	skipped := br.skipped
+	if line, reason := checkpointable(app); line != "" {
+		rewritten = append(rewritten, line)
+	} else if reason != "" {
+		skipped = append(skipped, reason)
+	}
 
 	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
 	if v, ok := pod.Annotations[AnnotationLogName]; ok {
@@ -167,7 +173,7 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if err := setStatus(out, st); err != nil {
 		return Result{Warnings: warnings}, err
 	}
-	return Result{Pod: out, Skipped: br.skipped, Rewritten: rewritten, Warnings: warnings, Restore: restore}, nil
+	return Result{Pod: out, Skipped: skipped, Rewritten: rewritten, Warnings: warnings, Restore: restore}, nil
 }
 
 // optedIn says whether the pod opted in, and if not, why not.

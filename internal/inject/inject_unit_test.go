@@ -141,7 +141,7 @@ func TestInjectPortsAndUser(t *testing.T) {
 	if err != nil || res.Pod == nil {
 		t.Fatalf("Inject = %+v, %v", res, err)
 	}
-	wantApp := []corev1.EnvVar{lit(envSpringHost, "127.0.0.1"), lit(envSpringPort, "15672")}
+	wantApp := []corev1.EnvVar{lit(envSpringHost, "127.0.0.1"), lit(envSpringPort, "15672"), lit(envGoDebug, mptcpOff)}
 	if diff := cmp.Diff(wantApp, res.Pod.Spec.Containers[0].Env); diff != "" {
 		t.Errorf("app env (-want +got):\n%s", diff)
 	}
@@ -286,6 +286,37 @@ func TestRewriteBroker(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.wantRewritten, r.rewritten); diff != "" {
 				t.Errorf("rewritten (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCheckpointable: Go's default Multipath TCP listeners are turned off
+// through GODEBUG, without overriding what the app chose.
+func TestCheckpointable(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env        []corev1.EnvVar
+		want       []corev1.EnvVar
+		wantLine   string
+		wantReason string
+	}{
+		"unset":            {want: []corev1.EnvVar{lit(envGoDebug, mptcpOff)}, wantLine: "GODEBUG: (unset) → multipathtcp=0"},
+		"empty":            {env: []corev1.EnvVar{lit(envGoDebug, "")}, want: []corev1.EnvVar{lit(envGoDebug, mptcpOff)}, wantLine: "GODEBUG: (unset) → multipathtcp=0"},
+		"other settings":   {env: []corev1.EnvVar{lit(envGoDebug, "http2client=0")}, want: []corev1.EnvVar{lit(envGoDebug, "http2client=0,multipathtcp=0")}, wantLine: "GODEBUG: http2client=0 → http2client=0,multipathtcp=0"},
+		"app chose mptcp":  {env: []corev1.EnvVar{lit(envGoDebug, "x=1, multipathtcp=1")}, want: []corev1.EnvVar{lit(envGoDebug, "x=1, multipathtcp=1")}},
+		"from a reference": {env: []corev1.EnvVar{fromSecret(envGoDebug)}, want: []corev1.EnvVar{fromSecret(envGoDebug)}, wantReason: "GODEBUG: comes from a reference"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			app := &corev1.Container{Env: tc.env}
+			line, reason := checkpointable(app)
+			if diff := cmp.Diff(tc.want, app.Env); diff != "" {
+				t.Errorf("env (-want +got):\n%s", diff)
+			}
+			if !strings.HasPrefix(line, tc.wantLine) || (tc.wantLine == "" && line != "") {
+				t.Errorf("line = %q, want it to start with %q", line, tc.wantLine)
+			}
+			if !strings.HasPrefix(reason, tc.wantReason) || (tc.wantReason == "" && reason != "") {
+				t.Errorf("reason = %q, want it to start with %q", reason, tc.wantReason)
 			}
 		})
 	}
