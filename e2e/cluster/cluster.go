@@ -437,8 +437,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
 		if err := waitAlive(ctx, l, 30*time.Second, func() bool { return socketAnswers(n.containerdSock()) }, compContainerd(i)); err != nil {
-			return nil, fmt.Errorf("containerd of %s did not open %s: %w\n--- last lines of %s:\n%s",
-				NodeName(i), n.containerdSock(), err, l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
+			return nil, fmt.Errorf("containerd of %s did not open %s: %w", NodeName(i), n.containerdSock(), withLogs(err, l, compContainerd(i)))
 		}
 	}
 	p.say("containerd up on %d nodes", opts.Nodes)
@@ -454,8 +453,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	p.say("pause image imported into every node")
 
 	if err := waitAlive(ctx, l, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }, compEtcd, compAPIServer); err != nil {
-		return nil, fmt.Errorf("kube-apiserver not ready at %s: %w\n--- last lines of %s:\n%s",
-			c.APIServer(), err, l.log(compAPIServer), tail(l.log(compAPIServer), 30))
+		return nil, fmt.Errorf("kube-apiserver not ready at %s: %w", c.APIServer(), withLogs(err, l, compAPIServer))
 	}
 	p.say("kube-apiserver ready at %s", c.APIServer())
 	if _, err := start(l, process{name: compKCM, bin: k8s("kube-controller-manager"), args: kcmArgs(l)}); err != nil {
@@ -485,8 +483,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 			return err == nil && nodeReady(node)
 		}, compContainerd(i), compKubelet(i))
 		if err != nil {
-			return nil, fmt.Errorf("node %s not Ready: %w\n--- last lines of %s:\n%s\n--- last lines of %s:\n%s", name, err,
-				l.log(compKubelet(i)), tail(l.log(compKubelet(i)), 30), l.log(compContainerd(i)), tail(l.log(compContainerd(i)), 30))
+			return nil, fmt.Errorf("node %s not Ready: %w", name, withLogs(err, l, compKubelet(i), compContainerd(i)))
 		}
 		p.say("node %s Ready (%s, pods %s)", name, NodeIP(i), PodCIDR(i))
 	}
@@ -498,8 +495,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		return err1 == nil && err2 == nil
 	}, compKCM)
 	if err != nil {
-		return nil, fmt.Errorf("default service account or kube-root-ca.crt never appeared: %w\n--- last lines of %s:\n%s",
-			err, l.log(compKCM), tail(l.log(compKCM), 30))
+		return nil, fmt.Errorf("default service account or kube-root-ca.crt never appeared: %w", withLogs(err, l, compKCM))
 	}
 	p.say("controllers ready (default service account and root CA published)")
 	return c, nil
@@ -544,9 +540,31 @@ func waitAlive(ctx context.Context, l layout, d time.Duration, cond func() bool,
 		return cond()
 	})
 	if err == nil && dead != "" {
-		return fmt.Errorf("%s exited; last lines of %s:\n%s", dead, l.log(dead), tail(l.log(dead), 30))
+		return &exitedError{comp: dead, log: l.log(dead)}
 	}
 	return err
+}
+
+// exitedError says a component exited while Up waited on it, with the end
+// of its log.
+type exitedError struct{ comp, log string }
+
+func (e *exitedError) Error() string {
+	return fmt.Sprintf("%s exited\n--- last lines of %s:\n%s", e.comp, e.log, tail(e.log, 30))
+}
+
+// withLogs adds the last lines of the components' logs to a timeout, the
+// likely reason for which is in them. An exitedError has its log already.
+func withLogs(err error, l layout, comps ...string) error {
+	var ee *exitedError
+	if errors.As(err, &ee) {
+		return err
+	}
+	var b strings.Builder
+	for _, comp := range comps {
+		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", l.log(comp), tail(l.log(comp), 30))
+	}
+	return fmt.Errorf("%w%s", err, b.String())
 }
 
 func socketAnswers(path string) bool {
