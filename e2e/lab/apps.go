@@ -1,0 +1,204 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+// Consumer describes a sample consumer pod.
+type Consumer struct {
+	Name   string
+	Queue  string
+	Node   string
+	WorkMS int    // per message; 50 is the paper's μ = 20/s
+	Image  string // a key of Lab.Images: "consumer" (Go) or "consumer-python"
+}
+
+// AppPort is where the sample consumers serve their state in the pod.
+const AppPort = 8080
+
+// Pod returns c's pod as a user would write it, before admission.
+func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
+	if c.Image == "" {
+		c.Image = "consumer"
+	}
+	ref, ok := l.Images[c.Image]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
+	}
+	grace, root := int64(1), int64(0)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
+			Annotations: map[string]string{inject.AnnotationInject: "true"}},
+		Spec: corev1.PodSpec{
+			NodeName:                      c.Node,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name:  "app",
+				Image: ref,
+				// CRIU reads the rlimits of what it dumps, which takes the
+				// same uid or CAP_SYS_RESOURCE; root on this machine lacks
+				// the latter, so the app runs as root here.
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+				Env: []corev1.EnvVar{
+					{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.Cluster.BrokerAMQPAddr())},
+					{Name: "QUEUE", Value: c.Queue},
+					{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
+					{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},
+				},
+			}},
+		},
+	}, nil
+}
+
+// StartConsumer admits and creates c's pod, and waits until it runs.
+func (l *Lab) StartConsumer(ctx context.Context, c Consumer) (*corev1.Pod, error) {
+	p, err := l.Pod(c)
+	if err != nil {
+		return nil, err
+	}
+	admitted, err := l.Admit(p)
+	if err != nil {
+		return nil, fmt.Errorf("inject: %w", err)
+	}
+	if err := l.DeletePods(ctx, c.Name); err != nil {
+		return nil, err
+	}
+	if _, err := l.Client.CoreV1().Pods(Namespace).Create(ctx, admitted, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	return migrate.WaitRunning(ctx, l.Client, Namespace, c.Name, 2*time.Minute)
+}
+
+// DeletePods deletes the named pods at once and waits until they are gone.
+func (l *Lab) DeletePods(ctx context.Context, names ...string) error {
+	zero := int64(0)
+	for _, n := range names {
+		l.Client.CoreV1().Pods(Namespace).Delete(ctx, n, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left := 0
+		for _, n := range names {
+			if _, err := l.Client.CoreV1().Pods(Namespace).Get(ctx, n, metav1.GetOptions{}); err == nil {
+				left++
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of pods %v still there after a minute", left, names)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// AppState is the sample consumer's GET /state.
+type AppState struct {
+	Count        int     `json:"count"`
+	Hash         string  `json:"hash"`
+	Last         string  `json:"last"`
+	Connected    bool    `json:"connected"`
+	Reconnects   int     `json:"reconnects"`
+	MaxLatencyMS float64 `json:"max_latency_ms"`
+	Skipped      int     `json:"skipped_redeliveries"`
+}
+
+// GetAppState reads the state of the consumer in pod.
+func GetAppState(pod *corev1.Pod) (AppState, error) {
+	var st AppState
+	// No keep-alive: an idle connection into the pod would be one more TCP
+	// socket for CRIU to deal with at a checkpoint.
+	c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/state", pod.Status.PodIP, AppPort))
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// Producer is the sample producer running on the host.
+type Producer struct {
+	cmd         *exec.Cmd
+	out, errOut bytes.Buffer
+	done        chan error
+	Want        ProducerResult
+	finished    bool
+}
+
+// ProducerResult is the producer's last line: what it sent.
+type ProducerResult struct {
+	Count int    `json:"count"`
+	Hash  string `json:"hash"`
+}
+
+// StartProducer runs the sample producer binary bin on the host against
+// the broker's loopback address: n messages to queue at rate per second.
+func StartProducer(bin, queue string, rate float64, n int) (*Producer, error) {
+	p := &Producer{done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "-queue", queue, "-rate", fmt.Sprint(rate), "-count", fmt.Sprint(n))
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p, nil
+}
+
+// Wait waits for the producer to finish and returns what it sent.
+func (p *Producer) Wait(ctx context.Context) (ProducerResult, error) {
+	if p.finished {
+		return p.Want, nil
+	}
+	select {
+	case err := <-p.done:
+		p.finished = true
+		if err != nil {
+			return ProducerResult{}, fmt.Errorf("producer: %v\n%s", err, p.errOut.String())
+		}
+	case <-ctx.Done():
+		return ProducerResult{}, fmt.Errorf("the producer did not finish: %w", ctx.Err())
+	}
+	if err := json.Unmarshal(p.out.Bytes(), &p.Want); err != nil {
+		return ProducerResult{}, fmt.Errorf("producer output %q: %w", p.out.String(), err)
+	}
+	return p.Want, nil
+}
+
+// Stop kills the producer if it still runs.
+func (p *Producer) Stop() {
+	if !p.finished && p.cmd.ProcessState == nil {
+		p.cmd.Process.Kill()
+	}
+}
+
+// WaitFor polls the consumer in pod until it has folded want.Count
+// messages ending with the last one, or timeout passes, and returns its
+// last state.
+func WaitFor(pod *corev1.Pod, want ProducerResult, timeout time.Duration) AppState {
+	var got AppState
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if st, err := GetAppState(pod); err == nil {
+			got = st
+			if st.Count >= want.Count && st.Last == fmt.Sprintf("msg-%d", want.Count) {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return got
+}

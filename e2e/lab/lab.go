@@ -1,0 +1,251 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/ociimage"
+	"github.com/ms2m/ms2m/internal/ociimage/debianpy"
+)
+
+const (
+	// ControlToken is the sidecars' control token in the lab.
+	ControlToken = "lab-control-token"
+	// BrokerUser and BrokerPassword are the broker user hack/setup.sh
+	// makes: guest may only connect over loopback, and pods are not on it.
+	BrokerUser     = "ms2m"
+	BrokerPassword = "ms2m-test"
+	// Namespace is where the lab's pods go.
+	Namespace = "default"
+)
+
+// Lab is a local cluster with the images and the Secret in place.
+type Lab struct {
+	Cluster *cluster.Cluster
+	Opts    cluster.Options
+	Client  kubernetes.Interface
+	// Images are refs as the nodes pull them: "sidecar", "consumer" and,
+	// when the host has Debian's python3-pika, "consumer-python".
+	Images map[string]string
+	Inject inject.Config
+	log    io.Writer
+}
+
+// Start brings the cluster up (or attaches to one that is up) and puts the
+// images and the Secret in place. opts.RepoDir must be the repository.
+func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(opts.RepoDir, "bin")
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if err := cluster.Preflight(opts); err != nil {
+		return nil, err
+	}
+	if err := CRIUConfig(); err != nil {
+		return nil, err
+	}
+	c, err := cluster.Up(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{Cluster: c, Opts: opts, Images: map[string]string{}, log: opts.Log}
+	if l.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+		return l, err
+	}
+	if err := l.pushImages(ctx); err != nil {
+		return l, err
+	}
+	l.Inject = inject.Config{
+		SidecarImage: l.Images["sidecar"],
+		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
+		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
+	}
+	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
+		StringData: map[string]string{
+			"stream-uri":    fmt.Sprintf("rabbitmq-stream://%s:%s@%s/", BrokerUser, BrokerPassword, c.BrokerStreamAddr()),
+			"control-token": ControlToken,
+		},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = nil // a cluster that stayed up
+	}
+	return l, err
+}
+
+// Down takes the cluster down.
+func (l *Lab) Down() error { return cluster.Down(l.Opts) }
+
+func (l *Lab) pushImages(ctx context.Context) error {
+	t0 := time.Now()
+	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer"} {
+		bin, err := BuildStatic(l.Opts.RepoDir, pkg)
+		if err != nil {
+			return err
+		}
+		im, err := ociimage.App(ociimage.AppOptions{Binaries: []string{bin}})
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img, err)
+		}
+		if err := l.push(ctx, img, im); err != nil {
+			return err
+		}
+	}
+	if fo, err := debianpy.Options("pika"); err != nil {
+		fmt.Fprintf(l.log, "lab: no Python consumer image (%v)\n", err)
+	} else {
+		script, err := os.ReadFile(filepath.Join(l.Opts.RepoDir, "examples", "consumer-python", "consumer.py"))
+		if err != nil {
+			return err
+		}
+		fo.Files = append(fo.Files, ociimage.File{Path: "/app/consumer.py", Data: script})
+		fo.Entrypoint = []string{"/usr/bin/python3", "/app/consumer.py"}
+		fo.WorkingDir = "/app"
+		im, err := ociimage.Files(fo)
+		if err != nil {
+			return fmt.Errorf("image consumer-python: %w", err)
+		}
+		if err := l.push(ctx, "consumer-python", im); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(l.log, "lab: images built and pushed in %s\n", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+func (l *Lab) push(ctx context.Context, img string, im v1.Image) error {
+	ref := l.Cluster.RegistryAddr() + "/ms2m/" + img + ":lab"
+	if err := ociimage.Push(ctx, im, ref, ociimage.PushOptions{Insecure: true}); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	l.Images[img] = ref
+	return nil
+}
+
+// CRIUConfig writes runc's CRIU configuration file, whose options override
+// the ones runc passes: tcp-close, so that a container with TCP connections
+// can be checkpointed and restored on another node (it finds them closed
+// and reconnects), and the nftables network lock, because there is no
+// iptables. Real nodes need the same (docs/install.md). It refuses to
+// change a file with other contents.
+func CRIUConfig() error {
+	const path = "/etc/criu/runc.conf"
+	want := "tcp-close\nnetwork-lock nftables\n"
+	if b, err := os.ReadFile(path); err == nil {
+		if string(b) != want {
+			return fmt.Errorf("%s exists with other options (%q); the lab needs %q", path, b, want)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(want), 0o644)
+}
+
+// BuildStatic builds a static linux/amd64 binary of the main package pkg
+// (relative to root) for an image.
+func BuildStatic(root, pkg string) (string, error) {
+	dir, err := os.MkdirTemp("", "ms2m-lab-bin-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./"+pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// Admit does to a pod what the webhook does, for this cluster that runs
+// none.
+func (l *Lab) Admit(p *corev1.Pod) (*corev1.Pod, error) {
+	res, err := inject.Inject(inject.Input{Pod: p}, l.Inject)
+	if err != nil {
+		return nil, err
+	}
+	if res.Pod == nil {
+		return nil, fmt.Errorf("not injected: %s", strings.Join(res.Skipped, "; "))
+	}
+	return res.Pod, nil
+}
+
+// Agent returns a node agent that works from the host.
+func (l *Lab) Agent() migrate.NodeAgent { return agent{l} }
+
+// Env returns the migrate.Env for this lab.
+func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
+	return migrate.Env{
+		Client:       l.Client,
+		Agent:        l.Agent(),
+		ImageRepo:    l.Cluster.RegistryAddr() + "/ms2m/checkpoints",
+		Admit:        l.Admit,
+		ControlToken: ControlToken,
+		Progress:     progress,
+	}
+}
+
+// agent does the node agent's work from the host: the nodes' kubelet
+// folders are host folders, so archives are right there, and each node's
+// containerd socket is too.
+type agent struct{ l *Lab }
+
+func (agent) BuildCheckpointImage(ctx context.Context, node, archive, container, ref string) (string, error) {
+	img, err := ociimage.Checkpoint(archive, container)
+	if err != nil {
+		return "", err
+	}
+	if err := ociimage.Push(ctx, img, ref, ociimage.PushOptions{Insecure: true}); err != nil {
+		return "", err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return "", err
+	}
+	return tag.Context().Digest(d.String()).String(), nil
+}
+
+func (a agent) PullImage(ctx context.Context, node, ref string) error {
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		n := a.l.Cluster.Node(i)
+		if n.Name != node {
+			continue
+		}
+		ctr := filepath.Join(a.l.Opts.BinDir, "containerd", "ctr")
+		out, err := exec.CommandContext(ctx, ctr, "-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images pull %s on %s: %v: %s", ref, node, err, out)
+		}
+		return nil
+	}
+	return fmt.Errorf("no node %s", node)
+}
+
+// ErrNoImage is returned for a consumer whose image the lab could not build.
+var ErrNoImage = errors.New("no such image in the lab")
