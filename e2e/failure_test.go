@@ -107,6 +107,9 @@ func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantPhase) || !strings.Contains(err.Error(), "source was resumed") {
 				t.Errorf("error %q: want it to name %q and say the source was resumed", err, tc.wantPhase)
 			}
+			if tc.nonRoot && !strings.Contains(err.Error(), "CRIU says:") {
+				t.Errorf("error %q: want CRIU's own error lines", err)
+			}
 			if _, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{}); err == nil {
 				testenv.Eventually(t, time.Minute, "the failed target pod is deleted", func() bool {
 					_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})

@@ -231,6 +231,19 @@ func (agent) BuildCheckpointImage(ctx context.Context, node, archive, container,
 	return tag.Context().Digest(d.String()).String(), nil
 }
 
+// ReadLog returns the last 64 KiB of a file on node: node folders are host
+// folders here.
+func (agent) ReadLog(ctx context.Context, node, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > 64<<10 {
+		b = b[len(b)-64<<10:]
+	}
+	return string(b), nil
+}
+
 func (a agent) PullImage(ctx context.Context, node, ref string) error {
 	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
 		n := a.l.Cluster.Node(i)

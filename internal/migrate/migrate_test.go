@@ -113,3 +113,18 @@ func TestLogNameOfTheSource(t *testing.T) {
 		t.Errorf("LogName of a pod without sidecar = %q", got)
 	}
 }
+
+func TestCRIULogInError(t *testing.T) {
+	msg := `an error on the server ("checkpointing of default/p/app failed (rpc error: code = Unknown desc = checkpointing container \"8b39\" failed: /usr/sbin/runc did not terminate successfully: exit status 1: criu failed: type NOTIFY errno 0 path= /var/lib/containerd/state/k8s.io/8b39/criu-dump.log)") has prevented the request`
+	if got := criuLogPath(msg); got != "/var/lib/containerd/state/k8s.io/8b39/criu-dump.log" {
+		t.Errorf("criuLogPath = %q", got)
+	}
+	if got := criuLogPath("checkpoint failed: no log"); got != "" {
+		t.Errorf("criuLogPath without a path = %q", got)
+	}
+	log := "(00.01) Warn (criu/x.c:1): w\n(00.05) Error (criu/sk-inet.c:137): inet: Unsupported proto 262 for socket 4c49e\n(00.06) Error (criu/cr-dump.c:1975): Dumping FAILED.\n"
+	want := "  (00.05) Error (criu/sk-inet.c:137): inet: Unsupported proto 262 for socket 4c49e\n  (00.06) Error (criu/cr-dump.c:1975): Dumping FAILED."
+	if got := criuErrorLines(log); got != want {
+		t.Errorf("criuErrorLines = %q, want %q", got, want)
+	}
+}

@@ -51,6 +51,12 @@ type NodeAgent interface {
 	PullImage(ctx context.Context, node, ref string) error
 }
 
+// LogReader is an optional NodeAgent method: it returns the end of a file
+// on node, so that a failed checkpoint's error can quote CRIU's own log.
+type LogReader interface {
+	ReadLog(ctx context.Context, node, path string) (string, error)
+}
+
 // Env is what the steps need from the cluster.
 type Env struct {
 	Client kubernetes.Interface
@@ -220,7 +226,7 @@ func (r *run) do(ctx context.Context) (err error) {
 
 	archive, err := Checkpoint(ctx, cs.CoreV1().RESTClient(), src.Spec.NodeName, p.Namespace, p.Pod, p.Container, time.Minute)
 	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
+		return fmt.Errorf("migration %s: %w%s", p.Name, err, r.criuErrors(ctx, src.Spec.NodeName, err))
 	}
 	r.rep.Archive = archive
 	r.phase("checkpoint")
@@ -315,6 +321,54 @@ func (r *run) targetPod(src *corev1.Pod) (*corev1.Pod, error) {
 		}
 	}
 	return t, nil
+}
+
+// criuErrors quotes the error lines of the CRIU log a checkpoint error
+// names, when the agent can read it.
+func (r *run) criuErrors(ctx context.Context, node string, err error) string {
+	lr, ok := r.env.Agent.(LogReader)
+	if !ok {
+		return ""
+	}
+	path := criuLogPath(err.Error())
+	if path == "" {
+		return ""
+	}
+	log, rerr := lr.ReadLog(ctx, node, path)
+	if rerr != nil {
+		return ""
+	}
+	if lines := criuErrorLines(log); lines != "" {
+		return "; CRIU says:\n" + lines
+	}
+	return ""
+}
+
+// criuLogPath finds the CRIU log in runc's error ("... path= /x/criu-dump.log)").
+func criuLogPath(msg string) string {
+	_, after, ok := strings.Cut(msg, "path= ")
+	if !ok {
+		return ""
+	}
+	end := strings.IndexAny(after, ") \"\n")
+	if end < 0 {
+		end = len(after)
+	}
+	if p := after[:end]; strings.HasSuffix(p, ".log") {
+		return p
+	}
+	return ""
+}
+
+// criuErrorLines keeps a CRIU log's "Error" lines, at most ten.
+func criuErrorLines(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "Error (") && len(out) < 10 {
+			out = append(out, "  "+strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // imageID is the image a container of pod runs, as name@digest.
