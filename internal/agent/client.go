@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Client talks to the agents. It implements migrate.NodeAgent and
+// migrate.LogReader.
+type Client struct {
+	// Resolve returns the base URL of node's agent (http://host:port).
+	Resolve func(ctx context.Context, node string) (string, error)
+	Token   string
+	// HTTP is the client. Default: one with a 10-minute timeout (a 1 GB
+	// checkpoint image takes a while to push).
+	HTTP *http.Client
+}
+
+// ByNodeIP resolves a node's agent at its InternalIP and port: the agent
+// runs on the host network of every node (a DaemonSet).
+func ByNodeIP(cs kubernetes.Interface, port int) func(ctx context.Context, node string) (string, error) {
+	return func(ctx context.Context, node string) (string, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("node %s: %w", node, err)
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				return "http://" + net.JoinHostPort(a.Address, strconv.Itoa(port)), nil
+			}
+		}
+		return "", fmt.Errorf("node %s has no InternalIP to reach its agent at", node)
+	}
+}
+
+// BuildCheckpointImage asks node's agent to build and push the image.
+func (c Client) BuildCheckpointImage(ctx context.Context, node, archive, container, ref string) (string, error) {
+	var res BuildResponse
+	if err := c.do(ctx, node, http.MethodPost, "/v1/checkpoint-images", BuildRequest{Archive: archive, Container: container, Ref: ref}, &res); err != nil {
+		return "", err
+	}
+	return res.Image, nil
+}
+
+// PullImage asks node's agent to pull ref through the runtime.
+func (c Client) PullImage(ctx context.Context, node, ref string) error {
+	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref}, nil)
+}
+
+// ReadLog returns the end of a log file on node.
+func (c Client) ReadLog(ctx context.Context, node, path string) (string, error) {
+	var out bytes.Buffer
+	if err := c.do(ctx, node, http.MethodGet, "/v1/logs?path="+url.QueryEscape(path), nil, &out); err != nil {
+		return "", err
+	}
+	return out.String(), nil
+}
+
+func (c Client) do(ctx context.Context, node, method, path string, body, out any) error {
+	base, err := c.Resolve(ctx, node)
+	if err != nil {
+		return err
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 10 * time.Minute}
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("the agent on node %s (%s): %w", node, base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return fmt.Errorf("the agent on node %s: %s", node, e.Error)
+		}
+		return fmt.Errorf("the agent on node %s: %s: %s", node, resp.Status, bytes.TrimSpace(b))
+	}
+	switch o := out.(type) {
+	case nil:
+		return nil
+	case *bytes.Buffer:
+		o.Write(b)
+		return nil
+	default:
+		return json.Unmarshal(b, out)
+	}
+}

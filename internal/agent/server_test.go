@@ -1,0 +1,166 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ms2m/ms2m/internal/ociimage"
+)
+
+type recordingPuller struct{ refs []string }
+
+func (p *recordingPuller) Pull(_ context.Context, ref string) error {
+	if strings.Contains(ref, "missing") {
+		return errors.New("not found in the registry")
+	}
+	p.refs = append(p.refs, ref)
+	return nil
+}
+
+// setup serves an agent over a checkpoint folder with one archive, and a
+// registry on loopback.
+func setup(t *testing.T) (Client, string, string, *recordingPuller) {
+	t.Helper()
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "checkpoints")
+	logs := filepath.Join(dir, "state")
+	os.MkdirAll(ckpt, 0o755)
+	os.MkdirAll(logs, 0o755)
+	archive := filepath.Join(ckpt, "checkpoint-app_default-app-2026.tar")
+	if err := os.WriteFile(archive, []byte(strings.Repeat("criu images\n", 1000)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(logs, "criu-dump.log"), []byte("(00.1) Error (criu/x.c:1): it broke\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "secret.log"), []byte("outside\n"), 0o600)
+	os.Symlink(filepath.Join(dir, "secret.log"), filepath.Join(logs, "escape.log"))
+
+	reg, err := ociimage.ServeRegistry("127.0.0.1:0", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	p := &recordingPuller{}
+	s, err := NewServer(Config{CheckpointDir: ckpt, LogDirs: []string{logs}, Token: "tok", Push: ociimage.PushOptions{Insecure: true}, Puller: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	c := Client{Token: "tok", Resolve: func(_ context.Context, node string) (string, error) {
+		if node != "node-1" {
+			return "", errors.New("no such node")
+		}
+		return srv.URL, nil
+	}}
+	return c, archive, reg.Addr(), p
+}
+
+func TestBuildCheckpointImage(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	ctx := context.Background()
+	img, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/app:m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(img, reg+"/ckpt/app@sha256:") {
+		t.Fatalf("image %q, want it by digest in %s/ckpt/app", img, reg)
+	}
+	ref, _ := name.ParseReference(img)
+	pulled, err := remote.Image(ref)
+	if err != nil {
+		t.Fatalf("pull back %s: %v", img, err)
+	}
+	m, err := pulled.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Annotations[ociimage.AnnotationCheckpointContainerd] != "app" || m.Annotations[ociimage.AnnotationCheckpointCRIO] != "app" {
+		t.Errorf("manifest annotations %v: want both checkpoint annotations naming app", m.Annotations)
+	}
+	// Relative to the checkpoint folder works too.
+	if _, err := c.BuildCheckpointImage(ctx, "node-1", filepath.Base(archive), "app", reg+"/ckpt/app:m2"); err != nil {
+		t.Errorf("relative archive path: %v", err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	c, archive, reg, p := setup(t)
+	ctx := context.Background()
+	for name, call := range map[string]struct {
+		do   func() error
+		want string
+	}{
+		"archive outside the folder": {func() error {
+			_, err := c.BuildCheckpointImage(ctx, "node-1", "/etc/passwd", "app", reg+"/x:1")
+			return err
+		}, "outside"},
+		"archive via ..": {func() error {
+			_, err := c.BuildCheckpointImage(ctx, "node-1", "../state/criu-dump.log", "app", reg+"/x:1")
+			return err
+		}, "outside"},
+		"missing archive": {func() error {
+			_, err := c.BuildCheckpointImage(ctx, "node-1", "nope.tar", "app", reg+"/x:1")
+			return err
+		}, "no such file"},
+		"no container": {func() error {
+			_, err := c.BuildCheckpointImage(ctx, "node-1", archive, "", reg+"/x:1")
+			return err
+		}, "container: empty"},
+		"bad ref": {func() error {
+			_, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", "UPPER CASE")
+			return err
+		}, "not an image tag"},
+		"unknown node":      {func() error { return c.PullImage(ctx, "node-9", "a/b:c") }, "no such node"},
+		"pull fails":        {func() error { return c.PullImage(ctx, "node-1", "reg/missing:1") }, "not found in the registry"},
+		"log not a .log":    {func() error { _, err := c.ReadLog(ctx, "node-1", "/etc/passwd"); return err }, "only .log files"},
+		"log via a symlink": {func() error { _, err := c.ReadLog(ctx, "node-1", "escape.log"); return err }, "outside the log folders"},
+		"wrong token": {func() error {
+			bad := c
+			bad.Token = "nope"
+			return bad.PullImage(ctx, "node-1", "a/b:c")
+		}, "wrong bearer token"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := call.do()
+			if err == nil || !strings.Contains(err.Error(), call.want) {
+				t.Errorf("error = %v, want one saying %q", err, call.want)
+			}
+		})
+	}
+	if len(p.refs) != 0 {
+		t.Errorf("pulled %v on bad requests", p.refs)
+	}
+}
+
+func TestPullAndLogs(t *testing.T) {
+	c, _, _, p := setup(t)
+	ctx := context.Background()
+	if err := c.PullImage(ctx, "node-1", "10.77.0.1:5000/app@sha256:"+strings.Repeat("a", 64)); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.refs) != 1 {
+		t.Errorf("pulled %v", p.refs)
+	}
+	log, err := c.ReadLog(ctx, "node-1", "criu-dump.log")
+	if err != nil || !strings.Contains(log, "it broke") {
+		t.Errorf("ReadLog = %q, %v", log, err)
+	}
+}
+
+func TestNewServerNeedsTokenAndFolder(t *testing.T) {
+	if _, err := NewServer(Config{Token: "t"}); err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_CHECKPOINT_DIR") {
+		t.Errorf("no folder: %v", err)
+	}
+	if _, err := NewServer(Config{CheckpointDir: "/x"}); err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_TOKEN") {
+		t.Errorf("no token: %v", err)
+	}
+
+}
