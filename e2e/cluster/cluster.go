@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -169,6 +170,22 @@ func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
 // imagePullPolicy Never or IfNotPresent.
 func (c *Cluster) ImportImage(i int, tarball string) error {
 	return importImage(c.bin, c.l.node(i), tarball)
+}
+
+// PullImage pulls ref into node i's containerd from the cluster's registry
+// (plain HTTP), where the kubelet's pods find it. A restore from a
+// checkpoint image needs this: containerd 2.2 pulls the checkpoint's base
+// image (the original container's image, as name@digest) with its default
+// resolver, which ignores the node's registry configuration and speaks
+// only HTTPS to 10.77.0.1:5000, so the base image must be on the target
+// node already, under that name@digest.
+func (c *Cluster) PullImage(ctx context.Context, i int, ref string) error {
+	ctr := filepath.Join(c.bin, "containerd", "ctr")
+	out, err := exec.CommandContext(ctx, ctr, "-a", c.l.node(i).containerdSock(), "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pull %s into %s: %w: %s", ref, NodeName(i), err, lastLine(string(out)))
+	}
+	return nil
 }
 
 func importImage(bin string, n nodeLayout, tarball string) error {
@@ -426,11 +443,19 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 			<-pause
 		}
 	}()
-	nodeEnv := []string{"PATH=" + filepath.Join(opts.BinDir, "criu") + ":" + filepath.Join(opts.BinDir, "containerd") + ":" + strings.TrimPrefix(baseEnv()[0], "PATH=")}
+	// A node's components keep their temporary files in the node's folder:
+	// containerd mounts a checkpoint image on a temporary folder to restore
+	// from it and leaves it mounted, and there Down finds it.
+	nodeEnv := func(i int) []string {
+		return []string{
+			"PATH=" + filepath.Join(opts.BinDir, "criu") + ":" + filepath.Join(opts.BinDir, "containerd") + ":" + strings.TrimPrefix(baseEnv()[0], "PATH="),
+			"TMPDIR=" + l.node(i).tmp(),
+		}
+	}
 	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
 		if _, err := start(l, process{name: compContainerd(i), bin: filepath.Join(opts.BinDir, "containerd", "containerd"),
-			args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: nodeEnv}); err != nil {
+			args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: nodeEnv(i)}); err != nil {
 			return nil, err
 		}
 	}
@@ -463,7 +488,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		return nil, err
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		if _, err := start(l, process{name: compKubelet(i), bin: k8s("kubelet"), args: kubeletArgs(l, i), netns: NodeName(i), env: nodeEnv}); err != nil {
+		if _, err := start(l, process{name: compKubelet(i), bin: k8s("kubelet"), args: kubeletArgs(l, i), netns: NodeName(i), env: nodeEnv(i)}); err != nil {
 			return nil, err
 		}
 	}
@@ -607,7 +632,7 @@ func wipeRuntime(l layout) error {
 func writeNodeFiles(l layout, nodes int) error {
 	for i := 1; i <= nodes; i++ {
 		n := l.node(i)
-		for _, d := range []string{n.cniConfDir(), n.cniIPAMDir(), n.kubeletRoot(), n.kubeletCerts(), n.podLogs(),
+		for _, d := range []string{n.cniConfDir(), n.cniIPAMDir(), n.kubeletRoot(), n.kubeletCerts(), n.podLogs(), n.tmp(),
 			filepath.Join(n.registryHosts(), hostAddr(RegistryPort))} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err

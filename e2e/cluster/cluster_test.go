@@ -30,7 +30,8 @@ import (
 // TestRealCluster brings up two real nodes, runs a pod pinned to node 2
 // and one the scheduler places (its image pulled from the cluster's
 // registry), checkpoints the running container through the apiserver's
-// node proxy, and takes everything down again, checking that nothing is
+// node proxy, restores it on the other node from a checkpoint image in the
+// registry, and takes everything down again, checking that nothing is
 // left.
 func TestRealCluster(t *testing.T) {
 	if testing.Short() {
@@ -129,7 +130,7 @@ func TestRealCluster(t *testing.T) {
 	}
 
 	// The probe reports what it could reach from inside the pod.
-	wantLines := []string{"ok " + hostPort(c.APIServer()), "count 1"}
+	wantLines := []string{"ok " + hostPort(c.APIServer()), "count 1 "}
 	if brokerUp {
 		wantLines = append(wantLines, "ok "+c.BrokerAMQPAddr())
 	}
@@ -145,6 +146,11 @@ func TestRealCluster(t *testing.T) {
 	}
 
 	// Checkpoint the probe through the apiserver's node proxy.
+	before := countsIn(t, cs, ns, "scheduled")
+	if len(before) == 0 {
+		t.Fatal("the probe logged no count before its checkpoint")
+	}
+	atCheckpoint := before[len(before)-1]
 	node := running["scheduled"].Spec.NodeName
 	t2 := time.Now()
 	raw, err := cs.CoreV1().RESTClient().Post().
@@ -173,6 +179,57 @@ func TestRealCluster(t *testing.T) {
 	} else {
 		t.Logf("checkpoint archive %s (%d KiB)", archive, st.Size()>>10)
 	}
+
+	// Restore it on the other node from a checkpoint image in the
+	// registry: the counter goes on where it was.
+	ckpt, err := ociimage.Checkpoint(archive, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckptRef := c.RegistryAddr() + "/e2e/probe-checkpoint:v1"
+	if err := ociimage.Push(ctx, ckpt, ckptRef, ociimage.PushOptions{Insecure: true}); err != nil {
+		t.Fatal(err)
+	}
+	restored := pod("restored", ckptRef, corev1.PullAlways, nil)
+	restored.Spec.SecurityContext = scheduled.Spec.SecurityContext
+	target := 1
+	if node == c.Node(1).Name {
+		target = 2
+	}
+	restored.Spec.NodeName = c.Node(target).Name
+	t4 := time.Now()
+	// containerd pulls the checkpoint's base image without the node's
+	// registry configuration; it must be on the target already.
+	probeDigest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PullImage(ctx, target, c.RegistryAddr()+"/e2e/probe@"+probeDigest.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, restored, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(ctx, t, cs, ns, "restored")
+	t.Logf("TIMING restored pod Running on %s after %.1fs (base image and checkpoint image pulled from the registry)", restored.Spec.NodeName, time.Since(t4).Seconds())
+	// The restored process goes on counting with the token the original
+	// drew at start. (containerd restores the container's log too, so the
+	// restored log begins with the original's lines.)
+	var last probeCount
+	deadline = time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if counts := countsIn(t, cs, ns, "restored"); len(counts) > 0 {
+			last = counts[len(counts)-1]
+			if last.n > atCheckpoint.n {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if last.n <= atCheckpoint.n || last.token != atCheckpoint.token {
+		t.Fatalf("restored probe is at %+v; want it past %+v, with the same token, as a restore and not a fresh start", last, atCheckpoint)
+	}
+	t.Logf("restored probe goes on counting: count %d with the original's token (count %d before the checkpoint)", last.n, atCheckpoint.n)
 
 	// Down, and nothing may be left.
 	st, err := cluster.GetStatus(ctx, opts)
@@ -233,6 +290,32 @@ func waitRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 	}
 	t.Fatalf("pod %s not Running after 2m (phase %s); events:%s", name, p.Status.Phase, b.String())
 	return nil
+}
+
+// probeCount is one "count N TOKEN" line of a probe.
+type probeCount struct {
+	n     int
+	token string
+}
+
+// countsIn returns the count lines a probe pod logged.
+func countsIn(t *testing.T, cs kubernetes.Interface, ns, name string) []probeCount {
+	t.Helper()
+	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("logs of %s: %v", name, err)
+	}
+	var counts []probeCount
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "count" {
+			continue
+		}
+		if n, err := strconv.Atoi(f[1]); err == nil {
+			counts = append(counts, probeCount{n, f[2]})
+		}
+	}
+	return counts
 }
 
 func podIPInNode(c *cluster.Cluster, p *corev1.Pod) bool {
@@ -296,8 +379,10 @@ func checkNothingLeft(t *testing.T, state string, pids []int) {
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], state+"/") {
-			t.Errorf("mount left: %s", fields[4])
+		// The mount point, or what is mounted (a bind from the state
+		// folder mounted elsewhere, as containerd does to restore).
+		if len(fields) > 4 && (strings.HasPrefix(fields[4], state+"/") || strings.HasPrefix(fields[3], state+"/")) {
+			t.Errorf("mount left: %s on %s", fields[3], fields[4])
 		}
 	}
 	if m, _ := filepath.Glob("/sys/fs/cgroup/*/ms2m-node-*"); len(m) > 0 {

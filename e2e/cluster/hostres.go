@@ -274,37 +274,70 @@ func removeCgroups(i int) []error {
 	return errs
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	majMin string // device
+	root   string // the mounted path inside the device's filesystem
+	point  string // where it is mounted
+}
+
+func readMountinfo() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	var out []string
+	var out []mountEntry
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		fields := strings.Fields(s.Text())
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+		out = append(out, mountEntry{majMin: fields[2], root: unescapeMount(fields[3]), point: unescapeMount(fields[4])})
+	}
+	return out, s.Err()
+}
+
+// mountsOf lists, deepest first, the mount points at or below dir, and the
+// mount points elsewhere that bind something from inside dir. The latter
+// happen: containerd 2.2 mounts a checkpoint image's snapshot on a
+// temporary folder to restore from it and never unmounts it.
+func mountsOf(dir string) ([]string, error) {
+	ms, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	// The filesystem dir is on, and dir's path inside it.
+	var home mountEntry
+	for _, m := range ms {
+		if (dir == m.point || strings.HasPrefix(dir, strings.TrimSuffix(m.point, "/")+"/")) && len(m.point) >= len(home.point) {
+			home = m
+		}
+	}
+	inner := filepath.Join(home.root, strings.TrimPrefix(dir, home.point))
+	var out []string
+	for _, m := range ms {
+		under := m.point == dir || strings.HasPrefix(m.point, dir+"/")
+		from := home.majMin != "" && m.majMin == home.majMin && m.point != home.point &&
+			(m.root == inner || strings.HasPrefix(m.root, inner+"/"))
+		if under || from {
+			out = append(out, m.point)
 		}
 	}
 	sort.SliceStable(out, func(a, b int) bool {
 		return strings.Count(out[a], "/") > strings.Count(out[b], "/")
 	})
-	return out, s.Err()
+	return out, nil
 }
 
-// unmountAll unmounts everything at or below dir, deepest first, each as
-// often as it is stacked; what stays busy is detached lazily.
+// unmountAll unmounts everything mountsOf(dir) finds, deepest first, each
+// as often as it is stacked; what stays busy is detached lazily. An empty
+// folder that something from dir was mounted on outside dir is removed.
 func unmountAll(dir string) []error {
 	var errs []error
 	for range 8 {
-		mps, err := mountsUnder(dir)
+		mps, err := mountsOf(dir)
 		if err != nil {
 			return []error{err}
 		}
@@ -317,9 +350,12 @@ func unmountAll(dir string) []error {
 					errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
 				}
 			}
+			if mp != dir && !strings.HasPrefix(mp, dir+"/") {
+				syscall.Rmdir(mp) // only if empty
+			}
 		}
 	}
-	mps, _ := mountsUnder(dir)
+	mps, _ := mountsOf(dir)
 	for _, mp := range mps {
 		errs = append(errs, fmt.Errorf("still mounted after 8 rounds: %s", mp))
 	}

@@ -101,6 +101,7 @@ func (n nodeLayout) kubeletKubeconfig() string {
 func (n nodeLayout) kubeletRoot() string  { return n.path("kubelet") }
 func (n nodeLayout) kubeletCerts() string { return n.path("kubelet-pki") }
 func (n nodeLayout) podLogs() string      { return n.path("pod-logs") }
+func (n nodeLayout) tmp() string          { return n.path("tmp") }
 
 // component names, used for pid files and logs.
 const (
