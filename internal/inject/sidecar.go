@@ -147,3 +147,13 @@ func LogName(pod *corev1.Pod) string {
 	}
 	return ""
 }
+
+// AppContainer returns the name of the container ms2m treats as pod's app
+// (the one checkpointed and restored): the one ms2m.io/container names,
+// else the first; "" for a pod without containers.
+func AppContainer(pod *corev1.Pod) string {
+	if c := appContainer(pod); c != nil {
+		return c.Name
+	}
+	return ""
+}

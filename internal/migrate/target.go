@@ -142,3 +142,39 @@ func describe(p *corev1.Pod) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// SidecarControl returns how to reach the control API of pod's sidecar: its
+// port (named ms2m-control) and its token, read from the Secret its
+// MS2M_CONTROL_TOKEN refers to.
+func SidecarControl(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (port int, token string, err error) {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != inject.SidecarName {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Name == inject.ControlPortName {
+				port = int(p.ContainerPort)
+			}
+		}
+		for _, e := range c.Env {
+			if e.Name != "MS2M_CONTROL_TOKEN" {
+				continue
+			}
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				return port, e.Value, nil
+			}
+			ref := e.ValueFrom.SecretKeyRef
+			s, err := cs.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return port, "", fmt.Errorf("the sidecar's control token: Secret %s/%s: %w", pod.Namespace, ref.Name, err)
+			}
+			v, ok := s.Data[ref.Key]
+			if !ok {
+				return port, "", fmt.Errorf("the sidecar's control token: Secret %s/%s has no key %q", pod.Namespace, ref.Name, ref.Key)
+			}
+			return port, string(v), nil
+		}
+		return port, "", fmt.Errorf("pod %s/%s: its sidecar has no MS2M_CONTROL_TOKEN", pod.Namespace, pod.Name)
+	}
+	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, inject.AnnotationInject)
+}

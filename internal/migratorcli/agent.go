@@ -1,0 +1,99 @@
+package migratorcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/envconfig"
+	"github.com/ms2m/ms2m/internal/ociimage"
+)
+
+// AgentConfig is `migrator agent`'s configuration, from the environment.
+type AgentConfig struct {
+	// Listen is the agent's address; it runs on the node's host network.
+	Listen string `env:"MS2M_AGENT_LISTEN" envDefault:":8090"`
+	// CheckpointDir is the kubelet's checkpoint folder, mounted read-only.
+	CheckpointDir string `env:"MS2M_AGENT_CHECKPOINT_DIR" envDefault:"/var/lib/kubelet/checkpoints"`
+	// RuntimeEndpoint is the CRI socket images are pulled through.
+	RuntimeEndpoint string `env:"MS2M_AGENT_RUNTIME_ENDPOINT" envDefault:"unix:///run/containerd/containerd.sock"`
+	// LogDirs are the folders CRIU logs are served from (the runtime's
+	// state folder), comma-separated; empty serves none.
+	LogDirs []string `env:"MS2M_AGENT_LOG_DIRS" envSeparator:","`
+	// Token or TokenFile authenticates the migrator.
+	Token     string `env:"MS2M_AGENT_TOKEN"`
+	TokenFile string `env:"MS2M_AGENT_TOKEN_FILE"`
+	// RegistryInsecure allows plain HTTP to the checkpoint registry;
+	// RegistryAuthFile is a docker config.json with its credentials.
+	RegistryInsecure bool   `env:"MS2M_AGENT_REGISTRY_INSECURE" envDefault:"false"`
+	RegistryAuthFile string `env:"MS2M_AGENT_REGISTRY_AUTH_FILE"`
+	LogLevel         string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
+}
+
+func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "migrator agent takes no arguments; it is configured by MS2M_AGENT_* variables (docs/migrator.md)\n")
+		return 2
+	}
+	cfg, err := envconfig.Parse[AgentConfig]()
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator agent: %v\n", err)
+		return 2
+	}
+	level, err := envconfig.Level("MS2M_AGENT_LOG_LEVEL", cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator agent: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := runAgent(ctx, cfg, log); err != nil {
+		log.Error("agent stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
+	token := cfg.Token
+	if cfg.TokenFile != "" {
+		b, err := os.ReadFile(cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("MS2M_AGENT_TOKEN_FILE: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if st, err := os.Stat(cfg.CheckpointDir); err != nil || !st.IsDir() {
+		return fmt.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s: not a folder (%v); mount the kubelet's checkpoint folder there", cfg.CheckpointDir, err)
+	}
+	var puller agent.Puller
+	if cfg.RuntimeEndpoint != "" {
+		puller = agent.CRIPuller{Endpoint: cfg.RuntimeEndpoint}
+	}
+	s, err := agent.NewServer(agent.Config{
+		CheckpointDir: cfg.CheckpointDir,
+		LogDirs:       cfg.LogDirs,
+		Token:         token,
+		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
+		Puller:        puller,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("MS2M_AGENT_LISTEN=%s: %w", cfg.Listen, err)
+	}
+	log.Info("agent ready", "listen", ln.Addr().String(), "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint)
+	err = s.Serve(ctx, ln)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

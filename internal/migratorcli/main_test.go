@@ -1,0 +1,56 @@
+package migratorcli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestUsageErrors(t *testing.T) {
+	t.Setenv("MS2M_AGENT_TOKEN", "")
+	t.Setenv("MS2M_IMAGE_REPO", "")
+	for name, tc := range map[string]struct {
+		args     []string
+		wantCode int
+		wantErr  []string
+	}{
+		"no command":      {nil, 2, []string{"Usage:"}},
+		"unknown command": {[]string{"moveit"}, 2, []string{`unknown command "moveit"`}},
+		"no pod":          {[]string{"migrate", "--to", "n2"}, 2, []string{"exactly one <namespace>/<pod>"}},
+		"bad pod":         {[]string{"migrate", "consumer"}, 2, []string{`"consumer" is not <namespace>/<pod>`}},
+		"everything missing": {[]string{"migrate", "shop/consumer-0", "--strategy", "teleport"}, 2, []string{
+			"--to: the target node is required", "--image-repo", `--strategy "teleport"`, "node agents' token"}},
+		"flags after the pod": {[]string{"migrate", "shop/consumer-0", "--to", "n2", "--image-repo", "r/x", "--agent-token-file", "/nonexistent"}, 2, []string{"--agent-token-file: open /nonexistent"}},
+		"agent with args":     {[]string{"agent", "now"}, 2, []string{"takes no arguments"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Main(context.Background(), tc.args, &out, &errOut)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, errOut.String())
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(errOut.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errOut.String())
+				}
+			}
+		})
+	}
+}
+
+func TestAgentConfigErrors(t *testing.T) {
+	t.Setenv("MS2M_AGENT_CHECKPOINT_DIR", t.TempDir())
+	t.Setenv("MS2M_AGENT_TOKEN", "")
+	t.Setenv("MS2M_AGENT_LISTEN", "127.0.0.1:0")
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
+		t.Errorf("agent without a token: exit %d, stderr %s", code, errOut.String())
+	}
+	t.Setenv("MS2M_AGENT_TOKEN", "t")
+	t.Setenv("MS2M_AGENT_CHECKPOINT_DIR", "/nonexistent/checkpoints")
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_CHECKPOINT_DIR=/nonexistent/checkpoints") {
+		t.Errorf("agent without its folder: exit %d, stderr %s", code, errOut.String())
+	}
+}

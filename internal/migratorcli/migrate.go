@@ -1,0 +1,163 @@
+package migratorcli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	to := fs.String("to", "", "target node (required)")
+	strategy := fs.String("strategy", "auto", "auto, ms2m, stop-and-copy or criu-alone (auto: ms2m)")
+	name := fs.String("name", "", "the migration's name (default: <pod>-<unix time>)")
+	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
+	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
+	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
+	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
+	asJSON := fs.Bool("json", false, "print the final report as JSON")
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(positional) != 1 {
+		fmt.Fprintln(stderr, "migrator migrate: want exactly one <namespace>/<pod>")
+		return 2
+	}
+	ns, pod, err := splitPod(positional[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 2
+	}
+	var problems []string
+	if *to == "" {
+		problems = append(problems, "--to: the target node is required")
+	}
+	if *imageRepo == "" {
+		problems = append(problems, "--image-repo (or MS2M_IMAGE_REPO): where checkpoint images go is required, e.g. registry.example.com/ms2m/checkpoints")
+	}
+	st := migrate.Strategy(*strategy)
+	switch st {
+	case "auto":
+		st = migrate.MS2M
+	case migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone:
+	default:
+		problems = append(problems, fmt.Sprintf("--strategy %q: want auto, ms2m, stop-and-copy or criu-alone (statefulset and statefulset-shadow run through the controller)", *strategy))
+	}
+	agentToken := os.Getenv("MS2M_AGENT_TOKEN")
+	if *agentTokenFile != "" {
+		b, err := os.ReadFile(*agentTokenFile)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("--agent-token-file: %v", err))
+		}
+		agentToken = strings.TrimSpace(string(b))
+	}
+	if agentToken == "" && *agentTokenFile == "" {
+		problems = append(problems, "the node agents' token: set --agent-token-file or MS2M_AGENT_TOKEN")
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(stderr, "migrator migrate: %s\n", strings.Join(problems, "\nmigrator migrate: "))
+		return 2
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: kubeconfig: %v\n", err)
+		return 1
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 1
+	}
+	src, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 1
+	}
+	port, token, err := migrate.SidecarControl(ctx, cs, src)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 1
+	}
+	if *name == "" {
+		*name = fmt.Sprintf("%s-%d", pod, time.Now().Unix())
+	}
+	plan := migrate.Plan{
+		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
+		TargetPod: *name, Strategy: st, MaxLag: *maxLag, Timeout: *timeout,
+	}
+	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
+	began := time.Now()
+	env := migrate.Env{
+		Client:       cs,
+		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, *agentPort), Token: agentToken},
+		ImageRepo:    *imageRepo,
+		ControlToken: token,
+		ControlPort:  port,
+		Progress: func(phase string, took time.Duration) {
+			fmt.Fprintf(stdout, "  %-20s %10s   (at %s)\n", phase, took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+		},
+	}
+	rep, err := migrate.Run(ctx, env, plan)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+		return 0
+	}
+	printReport(stdout, rep)
+	return 0
+}
+
+func printReport(w io.Writer, rep migrate.Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "done\t\n")
+	fmt.Fprintf(tw, "  target pod\t%s\n", rep.TargetPod)
+	fmt.Fprintf(tw, "  total\t%s\n", rep.Total.Round(time.Millisecond))
+	fmt.Fprintf(tw, "  downtime\t%s\n", rep.Downtime.Round(time.Millisecond))
+	fmt.Fprintf(tw, "  checkpoint ID\t%d\n", rep.Start)
+	if rep.CutoffID != 0 {
+		fmt.Fprintf(tw, "  cutoff ID\t%d\n", rep.CutoffID)
+	}
+	fmt.Fprintf(tw, "  image\t%s\n", rep.Image)
+	tw.Flush()
+}
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments, as kubectl users expect.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
