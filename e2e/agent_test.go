@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,39 +10,21 @@ import (
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/ociimage"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 // TestMigrationThroughTheAgent runs an ms2m migration whose node-local
-// steps go through the real node agent: one per node, over each node's
-// kubelet checkpoint folder, containerd's CRI socket and state folder. The
-// agents run on the host here (their folders are host folders); in a
-// cluster they are the migrator's DaemonSet.
+// steps go through the real node agents: `migrator agent` processes, one in
+// each node's network namespace, over that node's kubelet checkpoint
+// folder, containerd's CRI socket and state folder, reached at the node's
+// InternalIP as a host-network DaemonSet would be.
 func TestMigrationThroughTheAgent(t *testing.T) {
 	l := needLab(t)
-	urls := map[string]string{}
-	for i := 1; i <= l.Cluster.Nodes(); i++ {
-		n := l.Cluster.Node(i)
-		s, err := agent.NewServer(agent.Config{
-			CheckpointDir: n.CheckpointDir,
-			LogDirs:       []string{filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state")},
-			Token:         "agent-token",
-			Push:          ociimage.PushOptions{Insecure: true},
-			Puller:        agent.CRIPuller{Endpoint: n.ContainerdSock},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		go s.Serve(ctx, ln)
-		urls[n.Name] = "http://" + ln.Addr().String()
+	agents, err := l.StartAgents(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(agents.Stop)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -65,12 +45,7 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 	})
 
 	env := l.Env(func(phase string, took time.Duration) { t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond)) })
-	env.Agent = agent.Client{Token: "agent-token", Resolve: func(_ context.Context, node string) (string, error) {
-		if u, ok := urls[node]; ok {
-			return u, nil
-		}
-		return "", fmt.Errorf("no agent on node %s", node)
-	}}
+	env.Agent = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}
 	plan := migrate.Plan{Name: fmt.Sprintf("a%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: migrate.MS2M}
 	rep, err := migrate.Run(ctx, env, plan)

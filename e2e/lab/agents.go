@@ -1,0 +1,94 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// AgentPort is where the lab's node agents listen, on each node's address.
+const AgentPort = 8090
+
+// AgentToken is the node agents' token in the lab.
+const AgentToken = "lab-agent-token"
+
+// Agents are `migrator agent` processes, one per node, each in its node's
+// network namespace (so the migrator reaches it at the node's InternalIP,
+// as in a cluster where the agent is a host-network DaemonSet) and over its
+// node's folders and containerd socket.
+type Agents struct {
+	procs []*exec.Cmd
+}
+
+// StartAgents builds cmd/migrator and starts an agent on every node, and
+// waits until each answers.
+func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
+	bin, err := BuildStatic(l.Opts.RepoDir, "cmd/migrator")
+	if err != nil {
+		return nil, err
+	}
+	a := &Agents{}
+	for i := 1; i <= l.Cluster.Nodes(); i++ {
+		n := l.Cluster.Node(i)
+		logf, err := os.Create(filepath.Join(l.Opts.StateDir, "logs", n.Name+"-agent.log"))
+		if err != nil {
+			a.Stop()
+			return nil, err
+		}
+		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
+		cmd.Env = append(os.Environ(),
+			"MS2M_AGENT_LISTEN="+n.IP+":"+strconv.Itoa(AgentPort),
+			"MS2M_AGENT_CHECKPOINT_DIR="+n.CheckpointDir,
+			"MS2M_AGENT_RUNTIME_ENDPOINT=unix://"+n.ContainerdSock,
+			"MS2M_AGENT_LOG_DIRS="+filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state"),
+			"MS2M_AGENT_TOKEN="+AgentToken,
+			"MS2M_AGENT_REGISTRY_INSECURE=true",
+		)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			a.Stop()
+			return nil, fmt.Errorf("start the agent on %s: %w", n.Name, err)
+		}
+		logf.Close()
+		a.procs = append(a.procs, cmd)
+		url := fmt.Sprintf("http://%s:%d/healthz", n.IP, AgentPort)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			resp, err := http.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				a.Stop()
+				return nil, fmt.Errorf("the agent on %s does not answer at %s: %v (log %s)", n.Name, url, err, logf.Name())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return a, nil
+}
+
+// Stop ends the agents.
+func (a *Agents) Stop() {
+	for _, p := range a.procs {
+		p.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			p.Process.Kill()
+			<-done
+		}
+	}
+	a.procs = nil
+}
