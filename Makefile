@@ -129,8 +129,23 @@ fuzz:
 	@for t in $$($(GO) test -list '^Fuzz' ./internal/shadowqueue/ | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/shadowqueue/ || exit 1; done
 
-## demo: a producer and an unmodified consumer behind the sidecar, then a stop at a cutoff
-demo: setup build
+## demo: two real migrations of an unmodified consumer from node 1 to node 2 of a
+## local cluster while a producer sends, ms2m then stop-and-copy, each checked
+## against the producer's hash; prints a table and takes the cluster down.
+## DEMOFLAGS passes flags, e.g. DEMOFLAGS='-keep -rate 15' (see go run ./hack/demo -h).
+## A first run builds the cluster's binaries: 10-20 minutes on 2 cores.
+DEMOFLAGS ?=
+demo:
+	@test -f $(K8S_STAMP) && test -f $(NODE_STAMP) && test -f $(CONTAINERD_STAMP) && test -x $(CRIU_DIR)/criu || \
+		echo "demo: first run: building kube-apiserver, etcd, the kubelet, controller-manager, scheduler and containerd from source and installing CRIU; this takes 10-20 minutes on 2 cores, once (later runs reuse them)"
+	@$(MAKE) -j1 --no-print-directory setup node-setup k8s-bin node-bin criu
+	@echo "demo: compiling and starting hack/demo"
+	$(GO) run ./hack/demo $(DEMOFLAGS)
+
+## demo-sidecar: the sidecar alone on this host, no cluster (about 20 s): state,
+## quiesce and resume, then a live handoff to a target sidecar in replay mode, with the hash check
+.PHONY: demo-sidecar
+demo-sidecar: setup build
 	@bash hack/demo.sh
 
 vet:

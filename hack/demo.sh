@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: an unmodified consumer behind the ms2m sidecar, handed over to
+# make demo-sidecar: an unmodified consumer behind the ms2m sidecar, handed over to
 # a second instance with exactly its state.
 #
 # It starts the sidecar in front of the local RabbitMQ, points the sample Go

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+// result is one migration as the table shows it.
+type result struct {
+	strategy migrate.Strategy
+	report   migrate.Report
+	want     lab.ProducerResult // what the producer sent
+	got      lab.AppState       // the restored consumer's state at the end
+	err      error              // the migration, or the demo around it, failed
+}
+
+// ok reports whether the restored consumer processed exactly what the
+// producer sent: every message once, in order.
+func (r result) ok() bool {
+	return r.err == nil && r.want.Count > 0 && r.got.Count == r.want.Count && r.got.Hash == r.want.Hash
+}
+
+// How long the demo waits for the consumer to get going, and for the
+// restored one to catch up once the producer is done.
+const (
+	warmupTimeout = 2 * time.Minute
+	settleTimeout = time.Minute
+)
+
+// migrateOnce starts a consumer pod on node 1 with its own queue, feeds it
+// with the producer at bin, moves it to node 2 by s once it has consumed
+// for o.warmup, and compares its state at the end with what the producer
+// sent. It deletes the pods, the queue and the replay log afterwards,
+// unless o.keep.
+func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy, bin string, say func(string, ...any)) (res result) {
+	res.strategy = s
+	tag := randomTag()
+	name := "demo-" + string(s) + "-" + tag
+	plan := migrate.Plan{
+		Name: "demo-" + tag, Namespace: lab.Namespace, Pod: name, Container: "app",
+		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: s,
+	}
+	sayf := func(format string, args ...any) { say("%s: "+format, append([]any{s}, args...)...) }
+	fail := func(err error) result {
+		res.err = err
+		if ctx.Err() != nil {
+			sayf("interrupted: %v", err)
+		} else {
+			sayf("FAILED: %v", err)
+		}
+		return res
+	}
+
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer"})
+	var logName string
+	if src != nil {
+		logName = inject.LogName(src)
+	}
+	var target *corev1.Pod
+	defer func() {
+		if o.keep {
+			if target != nil {
+				sayf("-keep: the restored consumer's state: curl http://%s:%d/state", target.Status.PodIP, lab.AppPort)
+			}
+			sayf("-keep: queue %s and replay log %s stay on the broker (rabbitmqctl delete_queue NAME removes each)", name, logName)
+			return
+		}
+		// The cleanup runs when ctx has ended too: the broker outlives the
+		// cluster.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err := errors.Join(l.DeletePods(cctx, plan.Pod, plan.TargetPod), deleteBrokerObjects(cctx, name, logName))
+		if err != nil {
+			sayf("cleanup: %v", err)
+		}
+	}()
+	if err != nil {
+		return fail(fmt.Errorf("start the consumer pod %s on %s: %w", name, cluster.NodeName(1), err))
+	}
+	sayf("consumer pod %s running on %s (pod IP %s), behind the sidecar; queue and replay log %s", name, src.Spec.NodeName, src.Status.PodIP, logName)
+
+	prod, err := lab.StartProducer(bin, name, o.rate, o.messages)
+	if err != nil {
+		return fail(fmt.Errorf("start the producer: %w", err))
+	}
+	defer prod.Stop()
+	sayf("producer started: %d messages at %g msg/s", o.messages, o.rate)
+
+	n := o.warmupMessages()
+	if _, err := waitState(ctx, src, warmupTimeout, func(st lab.AppState) bool { return st.Count >= n }); err != nil {
+		return fail(fmt.Errorf("the consumer in %s did not fold its first %d messages: %w", name, n, err))
+	}
+	sayf("the consumer has folded %d messages; migrating it to %s", n, plan.TargetNode)
+
+	res.report, err = migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
+		sayf("  %-20s %8v", phase, took.Round(time.Millisecond))
+	}), plan)
+	if err != nil {
+		return fail(err)
+	}
+	rep := res.report
+	sayf("migrated in %v: downtime %v, checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+
+	target, err = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("the target pod %s: %w", plan.TargetPod, err))
+	}
+	if target.Spec.NodeName != plan.TargetNode {
+		return fail(fmt.Errorf("the target pod %s runs on %s, not on %s", plan.TargetPod, target.Spec.NodeName, plan.TargetNode))
+	}
+	if res.want, err = prod.Wait(ctx); err != nil {
+		return fail(err)
+	}
+	sayf("producer done: %d messages, hash %s; waiting for the restored consumer on %s", res.want.Count, short(res.want.Hash), target.Spec.NodeName)
+	want := fmt.Sprintf("msg-%d", res.want.Count)
+	res.got, err = waitState(ctx, target, settleTimeout, func(st lab.AppState) bool { return st.Count >= res.want.Count && st.Last == want })
+	if err != nil && ctx.Err() != nil {
+		return fail(err)
+	}
+	verdict := "OK: every message processed once, in order, across the migration"
+	if !res.ok() {
+		verdict = "MISMATCH"
+	}
+	sayf("restored consumer: %d messages, hash %s (reconnects %d, skipped redeliveries %d): %s",
+		res.got.Count, short(res.got.Hash), res.got.Reconnects, res.got.Skipped, verdict)
+	return res
+}
+
+// waitState polls the consumer in pod until done holds for its state, and
+// returns the last state it read. It fails when timeout passes or ctx ends.
+func waitState(ctx context.Context, pod *corev1.Pod, timeout time.Duration, done func(lab.AppState) bool) (lab.AppState, error) {
+	var last lab.AppState
+	var lastErr error
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := lab.GetAppState(pod)
+		if err == nil {
+			last = st
+			if done(st) {
+				return st, nil
+			}
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-deadline.C:
+			if lastErr != nil {
+				return last, fmt.Errorf("not after %v (GET /state: %w)", timeout, lastErr)
+			}
+			return last, fmt.Errorf("not after %v (it has %d messages, the last %q)", timeout, last.Count, last.Last)
+		case <-tick.C:
+		}
+	}
+}
+
+// randomTag tells one run's pods, queues and checkpoint images from an
+// earlier run's leftovers.
+func randomTag() string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// short is a hash as the demo prints it: its first 16 hex digits.
+func short(h string) string {
+	if len(h) > 16 {
+		return h[:16]
+	}
+	return h
+}

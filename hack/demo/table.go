@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+// writeTable prints one row per migration. Hashes show their first 16 hex
+// digits; ok compares them in full, with the message counts.
+func writeTable(w io.Writer, results []result) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STRATEGY\tTOTAL\tDOWNTIME\tCHECKPOINT ID\tCUTOFF\tMESSAGES\tEXPECTED HASH\tGOT HASH\tRESULT")
+	for _, r := range results {
+		if r.err != nil {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\tFAILED\n", r.strategy, ms(r.report.Total), "-")
+			continue
+		}
+		verdict := "OK"
+		if !r.ok() {
+			verdict = "MISMATCH"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d/%d\t%s\t%s\t%s\n", r.strategy, ms(r.report.Total), ms(r.report.Downtime),
+			r.report.Start, r.report.CutoffID, r.got.Count, r.want.Count, short(r.want.Hash), short(r.got.Hash), verdict)
+	}
+	tw.Flush()
+}
+
+// downtimeShare is the line that compares ms2m's downtime with
+// stop-and-copy's, or "" unless both migrations worked.
+func downtimeShare(results []result) string {
+	var m, sc *result
+	for i := range results {
+		r := &results[i]
+		if r.err != nil || r.report.Downtime <= 0 {
+			continue
+		}
+		switch r.strategy {
+		case migrate.MS2M:
+			m = r
+		case migrate.StopAndCopy:
+			sc = r
+		}
+	}
+	if m == nil || sc == nil {
+		return ""
+	}
+	pct := 100 * m.report.Downtime.Seconds() / sc.report.Downtime.Seconds()
+	return fmt.Sprintf("ms2m's downtime is %.1f%% of stop-and-copy's (%s against %s)", pct, ms(m.report.Downtime), ms(sc.report.Downtime))
+}
+
+// ms rounds d to the millisecond for printing.
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	return d.Round(time.Millisecond).String()
+}

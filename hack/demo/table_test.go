@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+func TestDowntimeShare(t *testing.T) {
+	ok := func(s migrate.Strategy, down time.Duration) result {
+		return result{strategy: s, report: migrate.Report{Downtime: down}, want: lab.ProducerResult{Count: 3, Hash: "h"}, got: lab.AppState{Count: 3, Hash: "h"}}
+	}
+	failed := ok(migrate.StopAndCopy, time.Second)
+	failed.err = errors.New("restore failed")
+	tests := map[string]struct {
+		results []result
+		want    string
+	}{
+		"both":          {results: []result{ok(migrate.MS2M, 50*time.Millisecond), ok(migrate.StopAndCopy, 2*time.Second)}, want: "ms2m's downtime is 2.5% of stop-and-copy's (50ms against 2s)"},
+		"one failed":    {results: []result{ok(migrate.MS2M, 50*time.Millisecond), failed}},
+		"only ms2m ran": {results: []result{ok(migrate.MS2M, 50*time.Millisecond)}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, downtimeShare(tc.results)); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTableAndVerdict(t *testing.T) {
+	good := result{strategy: migrate.MS2M, report: migrate.Report{Total: 6123456 * time.Microsecond, Downtime: 140 * time.Millisecond, Start: 101, CutoffID: 160},
+		want: lab.ProducerResult{Count: 300, Hash: "0123456789abcdef0123"}, got: lab.AppState{Count: 300, Hash: "0123456789abcdef0123"}}
+	short := good
+	short.strategy = migrate.StopAndCopy
+	short.got = lab.AppState{Count: 299, Hash: "fedcba9876543210fedc"}
+	failed := result{strategy: migrate.StopAndCopy, err: errors.New("restore failed")}
+
+	var b bytes.Buffer
+	writeTable(&b, []result{good, short, failed})
+	wantRows := []string{
+		"ms2m           6.123s  140ms     101            160     300/300   0123456789abcdef  0123456789abcdef  OK",
+		"stop-and-copy  6.123s  140ms     101            160     299/300   0123456789abcdef  fedcba9876543210  MISMATCH",
+		"stop-and-copy  0       -         -              -       -         -                 -                 FAILED",
+	}
+	rows := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")[1:]
+	if diff := cmp.Diff(wantRows, trimRight(rows)); diff != "" {
+		t.Errorf("table (-want +got)\n%s", diff)
+	}
+
+	if err := verdict([]result{good}); err != nil {
+		t.Errorf("verdict of a good run: %v", err)
+	}
+	err := verdict([]result{good, short, failed})
+	if err == nil || !strings.Contains(err.Error(), "stop-and-copy: MISMATCH") || !strings.Contains(err.Error(), "restore failed") {
+		t.Errorf("verdict = %v, want the mismatch and the failure", err)
+	}
+}
+
+func trimRight(lines []string) []string {
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	return lines
+}
