@@ -66,7 +66,7 @@ test-unit:
 	$(GO) test $(GOFLAGS) -count=1 -short ./...
 
 ## bench: direct against through-the-sidecar, side by side; writes BENCHMARKS.md figures to stdout
-bench: setup build bench-webhook
+bench: setup build bench-webhook node-setup node-bin criu k8s-bin
 	$(GO) run ./hack/bench $(BENCHFLAGS)
 
 ## bench-webhook: admission latency of the webhook through a real kube-apiserver (WEBHOOK_PODS pods)

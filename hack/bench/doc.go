@@ -1,5 +1,5 @@
 // Command bench measures what the ms2m sidecar costs an app and what a
-// handover costs it, in three parts (select them with -only). overhead runs
+// handover costs it, in five parts (select them with -only). overhead runs
 // the same consumer straight against RabbitMQ and through an in-process
 // sidecar (tee to the replay log on): consumer throughput at prefetch 100
 // and 1, and delivery latency at a paced 1,000 msg/s. replay compares a
@@ -7,7 +7,14 @@
 // consumer draining a queue straight from the broker. handover runs a
 // source and a target sidecar, each with a 50 ms-per-message consumer, under
 // a steady producer, hands over with replay.Handover, and reports the
-// downtime and whether every message was processed exactly once. Compared
+// downtime and whether every message was processed exactly once. Two parts
+// run on a local cluster of real nodes (e2e/cluster, state in
+// -cluster-state, taken down at the end): criu times the kubelet's
+// checkpoint, the checkpoint image and the restore on another node against
+// the app's resident memory (hack/bench/ballast), beside raw CRIU dumping
+// and restoring the same program on the host; strategies migrates a
+// consumer between the nodes with ms2m and with stop-and-copy and compares
+// their downtime, checking the restored state's hash every time. Compared
 // paths alternate round by round so that a noisy machine hurts both alike.
 // It prints a Markdown block for BENCHMARKS.md to stdout and writes the raw
 // figures to out/bench/sidecar.json (out/bench/sidecar-<parts>.json when not

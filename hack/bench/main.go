@@ -24,7 +24,7 @@ const (
 	partHandover = "handover" // handover downtime and exactness
 )
 
-var allParts = []string{partOverhead, partReplay, partHandover}
+var allParts = []string{partOverhead, partReplay, partHandover, partCRIU, partStrategies}
 
 // options are the command line.
 type options struct {
@@ -40,6 +40,7 @@ type options struct {
 	handoverRates  []float64 // msg/s
 	handoverWarmup time.Duration
 	handoverMaxLag uint64
+	nodes          nodeOptions // the criu and strategies parts (nodes.go)
 	out            string
 	cpuProfile     string
 	amqpURL        string
@@ -51,10 +52,10 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench [flags]\n\nWhat the sidecar costs (direct against through the sidecar), how fast a target replays (against direct), and how long a handover stops the flow. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench [flags]\n\nWhat the sidecar costs (direct against through the sidecar), how fast a target replays (against direct), and how long a handover stops the flow; on a local cluster of real nodes, checkpoint and restore against memory (beside raw CRIU) and ms2m against stop-and-copy. Flags:")
 		fs.PrintDefaults()
 	}
-	only := fs.String("only", strings.Join(allParts, ","), "comma-separated parts to run: overhead (sidecar throughput and latency), replay (replay throughput), handover (handover downtime)")
+	only := fs.String("only", strings.Join(allParts, ","), "comma-separated parts to run: overhead (sidecar throughput and latency), replay (replay throughput), handover (handover downtime), criu (checkpoint and restore against memory, on a local cluster and with raw CRIU), strategies (ms2m against stop-and-copy on a local cluster)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: 2000/500/2000 messages, 2s latency rounds, 1 round, 1 handover round per rate after 3s (flags set explicitly still win)")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds per overhead and replay case; each round runs direct, then through the sidecar (or the replay)")
 	fs.IntVar(&o.msgs, "msgs", 20000, "messages per throughput run at prefetch 100")
@@ -69,6 +70,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (clients and sidecar) to this file")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "the broker's AMQP URL")
 	fs.StringVar(&o.streamURI, "stream-uri", "rabbitmq-stream://guest:guest@127.0.0.1:5552/", "the broker's stream URI, for the sidecar's replay log")
+	nodeFlags := registerNodeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -107,6 +109,9 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("-handover-warmup=%s: want more than 0 and at most 10m", o.handoverWarmup)
 	}
 	var err error
+	if o.nodes, err = nodeFlags.options(fs, o.quick); err != nil {
+		return o, err
+	}
 	if o.parts, err = parseParts(*only); err != nil {
 		return o, err
 	}
@@ -207,6 +212,9 @@ func run(ctx context.Context, o options) (err error) {
 		err = errors.Join(err, b.close())
 	}()
 
+	nodes := newNodeLab(o.nodes)
+	defer func() { err = errors.Join(err, nodes.down()) }()
+
 	res.PartSeconds = map[string]float64{}
 	timed := func(part string, f func() error) error {
 		if !o.runs(part) {
@@ -244,6 +252,22 @@ func run(ctx context.Context, o options) (err error) {
 	err = timed(partHandover, func() error {
 		var err error
 		res.Handover, err = b.handover(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = timed(partCRIU, func() error {
+		var err error
+		res.CRIU, err = nodes.criu(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	err = timed(partStrategies, func() error {
+		var err error
+		res.Strategies, err = nodes.strategies(ctx, b)
 		return err
 	})
 	if err != nil {

@@ -28,6 +28,8 @@ type results struct {
 	Latency     *latencyResult     `json:"latency,omitempty"`
 	Replay      *replayResult      `json:"replay,omitempty"`
 	Handover    *handoverResult    `json:"handover,omitempty"`
+	CRIU        *criuResult        `json:"criu,omitempty"`
+	Strategies  *strategiesResult  `json:"strategies,omitempty"`
 	Goals       []goal             `json:"goals"`
 }
 
@@ -269,7 +271,7 @@ func goals(res results) []goal {
 			})
 		}
 	}
-	return gs
+	return append(gs, nodeGoals(res)...)
 }
 
 // markdown is the block to paste into BENCHMARKS.md: the run, then a
@@ -298,6 +300,12 @@ func markdown(res results) string {
 	}
 	if res.Handover != nil {
 		markdownHandover(w, res.Handover)
+	}
+	if res.CRIU != nil {
+		markdownCRIU(w, res.CRIU)
+	}
+	if res.Strategies != nil {
+		markdownStrategies(w, res.Strategies)
 	}
 	return sb.String()
 }

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+const (
+	// strategyWorkMS is the consumer's work per message: μ = 20 msg/s, the
+	// paper's setting.
+	strategyWorkMS      = 50
+	strategyServiceRate = 1000 / strategyWorkMS
+	// strategyAfter is how long the producer goes on after the warm-up:
+	// through the migration (a few seconds) and some time after it, so
+	// that the target also consumes from the primary queue.
+	strategyAfter = 15 * time.Second
+	// strategySettle bounds the wait, once the producer is done, for the
+	// target to have processed everything.
+	strategySettle = 90 * time.Second
+	// goalDowntimeRatio: ms2m's downtime at most 1% of stop-and-copy's.
+	goalDowntimeRatio = 0.01
+)
+
+// strategiesResult is the strategies part: per rate, ms2m and
+// stop-and-copy migrations of the same consumer between two real nodes.
+type strategiesResult struct {
+	Rounds          int            `json:"rounds"`
+	WorkMs          int            `json:"workMsPerMessage"`
+	Prefetch        int            `json:"prefetch"`
+	WarmupSeconds   float64        `json:"warmupSeconds"`
+	ProducerSeconds float64        `json:"producerSeconds"`
+	Order           string         `json:"order"`
+	Env             nodeEnv        `json:"env"`
+	Rates           []strategyRate `json:"rates"`
+}
+
+type strategyRate struct {
+	RateMsgsPerSec float64 `json:"rateMsgsPerSec"`
+	// Medians over the rounds that succeeded.
+	MS2MDowntimeMs float64          `json:"ms2mDowntimeMedianMs"`
+	SCDowntimeMs   float64          `json:"stopAndCopyDowntimeMedianMs"`
+	MS2MTotalMs    float64          `json:"ms2mTotalMedianMs"`
+	SCTotalMs      float64          `json:"stopAndCopyTotalMedianMs"`
+	DowntimeRatio  float64          `json:"downtimeRatio"` // MS2MDowntimeMs / SCDowntimeMs
+	GoalMet        bool             `json:"goalMet"`
+	Failed         int              `json:"failed"` // migrations with an error or a wrong hash
+	MS2MPhases     []phaseMedian    `json:"ms2mPhaseMedians"`
+	SCPhases       []phaseMedian    `json:"stopAndCopyPhaseMedians"`
+	MS2M           []migrationRound `json:"ms2m"`
+	StopAndCopy    []migrationRound `json:"stopAndCopy"`
+}
+
+type phaseMedian struct {
+	Name     string  `json:"name"`
+	MedianMs float64 `json:"medianMs"`
+}
+
+// migrationRound is one migration.
+type migrationRound struct {
+	Round    int           `json:"round"`
+	First    bool          `json:"ranFirst"` // before the other strategy's migration of the same round
+	TotalMs  float64       `json:"totalMs"`
+	Downtime float64       `json:"downtimeMs"`
+	Phases   []phaseMedian `json:"phasesMs"` // one each; MedianMs is the phase's time
+	// StartedAfterMs is when the migration started, from the consumer's
+	// first processed message; CountAtStart what it had processed by then.
+	StartedAfterMs float64 `json:"startedAfterMs"`
+	CountAtStart   int     `json:"countAtStart"`
+	// The producer's messages and hash, and the restored consumer's.
+	Produced   int            `json:"produced"`
+	WantHash   string         `json:"wantHash"`
+	Count      int            `json:"count"`
+	Hash       string         `json:"hash"`
+	HashOK     bool           `json:"hashOk"`
+	Reconnects int            `json:"reconnects"`
+	Error      string         `json:"error,omitempty"`
+	Report     migrate.Report `json:"report"`
+}
+
+func (m migrationRound) ok() bool { return m.Error == "" && m.HashOK }
+
+// strategies runs the strategies part.
+func (n *nodeLab) strategies(ctx context.Context, b *bench) (*strategiesResult, error) {
+	l, err := n.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	producer, err := n.binary("examples/producer")
+	if err != nil {
+		return nil, err
+	}
+	res := &strategiesResult{
+		Rounds: n.o.strategyRounds, WorkMs: strategyWorkMS, Prefetch: 1,
+		WarmupSeconds: n.o.strategyWarmup.Seconds(), ProducerSeconds: (n.o.strategyWarmup + strategyAfter).Seconds(),
+		Order: "per round, each rate in turn; within a round and rate ms2m and stop-and-copy take turns going first, alternating pair by pair",
+		Env:   *n.env,
+	}
+	for _, rate := range n.o.strategyRates {
+		res.Rates = append(res.Rates, strategyRate{RateMsgsPerSec: rate})
+	}
+	pair := 0
+	for r := 1; r <= n.o.strategyRounds; r++ {
+		for i, rate := range n.o.strategyRates {
+			order := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy}
+			if pair%2 == 1 {
+				slices.Reverse(order)
+			}
+			pair++
+			for k, s := range order {
+				progress("strategies: migrate", "strategy", s, "rate_msgs_per_s", rate, "round", fmt.Sprintf("%d/%d", r, n.o.strategyRounds))
+				m, err := n.migration(ctx, b, l, producer, s, rate)
+				if err != nil {
+					return nil, err // the bench itself failed, not the migration
+				}
+				m.Round, m.First = r, k == 0
+				if m.ok() {
+					progress("  done", "strategy", s, "downtime_ms", fmtMs(m.Downtime), "total_ms", fmtMs(m.TotalMs),
+						"count", m.Count, "hash_ok", m.HashOK, "reconnects", m.Reconnects)
+				} else {
+					progress("  ERROR", "strategy", s, "rate_msgs_per_s", rate, "round", r, "error", m.Error)
+				}
+				if s == migrate.MS2M {
+					res.Rates[i].MS2M = append(res.Rates[i].MS2M, m)
+				} else {
+					res.Rates[i].StopAndCopy = append(res.Rates[i].StopAndCopy, m)
+				}
+			}
+		}
+	}
+	for i := range res.Rates {
+		res.Rates[i].summarise()
+	}
+	return res, nil
+}
+
+func (s *strategyRate) summarise() {
+	med := func(rs []migrationRound) (down, total float64, phases []phaseMedian) {
+		var ds, ts []float64
+		byName := map[string][]float64{}
+		var names []string
+		for _, m := range rs {
+			if !m.ok() {
+				s.Failed++
+				continue
+			}
+			ds, ts = append(ds, m.Downtime), append(ts, m.TotalMs)
+			for _, p := range m.Phases {
+				if _, seen := byName[p.Name]; !seen {
+					names = append(names, p.Name)
+				}
+				byName[p.Name] = append(byName[p.Name], p.MedianMs)
+			}
+		}
+		for _, name := range names {
+			phases = append(phases, phaseMedian{Name: name, MedianMs: median(byName[name])})
+		}
+		return median(ds), median(ts), phases
+	}
+	s.MS2MDowntimeMs, s.MS2MTotalMs, s.MS2MPhases = med(s.MS2M)
+	s.SCDowntimeMs, s.SCTotalMs, s.SCPhases = med(s.StopAndCopy)
+	if s.SCDowntimeMs > 0 {
+		s.DowntimeRatio = s.MS2MDowntimeMs / s.SCDowntimeMs
+	}
+	s.GoalMet = s.Failed == 0 && len(s.MS2M) > 0 && len(s.StopAndCopy) > 0 && s.SCDowntimeMs > 0 && s.DowntimeRatio <= goalDowntimeRatio
+}
+
+// migration starts a fresh consumer pod on node 1 and a producer at rate,
+// migrates the consumer to node 2 by strategy s once it has consumed for
+// the warm-up, waits for the producer to finish and the target to process
+// everything, and compares the target's hash with the producer's. A failed
+// migration or a wrong hash is reported in the round; an error is
+// returned only when the bench could not run the migration at all.
+func (n *nodeLab) migration(ctx context.Context, b *bench, l *lab.Lab, producerBin string, s migrate.Strategy, rate float64) (migrationRound, error) {
+	var m migrationRound
+	short := map[migrate.Strategy]string{migrate.MS2M: "ms2m", migrate.StopAndCopy: "sc"}[s]
+	name := fmt.Sprintf("bench-%s-%d", short, time.Now().UnixNano()%1e9)
+	plan := migrate.Plan{
+		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
+		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: s,
+	}
+	// The queue and the replay log are deleted after the migration, or
+	// by the bench's close if it is interrupted.
+	b.mu.Lock()
+	b.queues[name] = true
+	b.mu.Unlock()
+	defer b.deleteQueue(name)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := l.DeletePods(cctx, plan.Pod, plan.TargetPod); err != nil {
+			progress("  could not delete the consumer pods", "err", err)
+		}
+		removeNodeImages(cctx, l, 2, "/ms2m/checkpoints")
+	}()
+
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer"})
+	if err != nil {
+		return m, fmt.Errorf("start the consumer pod %s: %w", name, err)
+	}
+	if log := inject.LogName(src); log != "" {
+		b.mu.Lock()
+		b.logs[log] = true
+		b.mu.Unlock()
+		defer b.deleteLog(log)
+	}
+
+	count := int(math.Ceil(rate * (n.o.strategyWarmup + strategyAfter).Seconds()))
+	prod, err := lab.StartProducer(producerBin, name, rate, count)
+	if err != nil {
+		return m, fmt.Errorf("start the producer: %w", err)
+	}
+	defer prod.Stop()
+	first, err := waitConsumed(ctx, src, 1, time.Minute)
+	if err != nil {
+		return m, err
+	}
+	if err := sleepCtx(ctx, time.Until(first.Add(n.o.strategyWarmup))); err != nil {
+		return m, err
+	}
+	if st, err := lab.GetAppState(src); err == nil {
+		m.CountAtStart = st.Count
+	}
+	m.StartedAfterMs = ms(time.Since(first))
+
+	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
+		progress("  phase", "name", phase, "took", took.Round(time.Millisecond))
+	}), plan)
+	m.Report = rep
+	m.TotalMs, m.Downtime = ms(rep.Total), ms(rep.Downtime)
+	for _, p := range rep.Phases {
+		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})
+	}
+	if rep.Archive != "" {
+		defer os.Remove(rep.Archive)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return m, err
+		}
+		m.Error = "migration failed: " + err.Error()
+		return m, nil
+	}
+
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	want, err := prod.Wait(pctx)
+	if err != nil {
+		return m, err
+	}
+	m.Produced, m.WantHash = want.Count, want.Hash
+	target, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
+	if err != nil {
+		m.Error = "the target pod: " + err.Error()
+		return m, nil
+	}
+	got := lab.WaitFor(target, want, strategySettle)
+	m.Count, m.Hash, m.Reconnects = got.Count, got.Hash, got.Reconnects
+	m.HashOK = got.Count == want.Count && got.Hash == want.Hash
+	if !m.HashOK {
+		m.Error = fmt.Sprintf("hash mismatch: the restored consumer has count %d hash %.12s, the producer sent %d with hash %.12s", got.Count, got.Hash, want.Count, want.Hash)
+	}
+	return m, nil
+}
+
+// waitConsumed waits until the consumer in pod has processed n messages,
+// and returns when it saw that (polled every 50 ms).
+func waitConsumed(ctx context.Context, pod *corev1.Pod, n int, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := lab.GetAppState(pod)
+		if err == nil && st.Count >= n {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("the consumer in pod %s processed %d of %d messages within %s (last error: %v)", pod.Name, st.Count, n, timeout, err)
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return time.Time{}, err
+		}
+	}
+}
