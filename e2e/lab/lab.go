@@ -46,6 +46,9 @@ type Lab struct {
 	Images map[string]string
 	Inject inject.Config
 	log    io.Writer
+	// webhook is the real admission webhook, when StartWebhook ran it
+	// (webhook.go).
+	webhook *Webhook
 }
 
 // Start brings the cluster up (or attaches to one that is up) and puts the
@@ -71,6 +74,9 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	if l.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return l, err
 	}
+	if err := l.dropStaleWebhook(ctx); err != nil { // webhook.go
+		return l, err
+	}
 	if err := l.pushImages(ctx); err != nil {
 		return l, err
 	}
@@ -92,8 +98,8 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	return l, err
 }
 
-// Down takes the cluster down.
-func (l *Lab) Down() error { return cluster.Down(l.Opts) }
+// Down stops the lab's webhook, if it runs, and takes the cluster down.
+func (l *Lab) Down() error { return errors.Join(l.StopWebhook(), cluster.Down(l.Opts)) }
 
 func (l *Lab) pushImages(ctx context.Context) error {
 	t0 := time.Now()
@@ -195,9 +201,10 @@ func (l *Lab) Admit(p *corev1.Pod) (*corev1.Pod, error) {
 // Agent returns a node agent that works from the host.
 func (l *Lab) Agent() migrate.NodeAgent { return agent{l} }
 
-// Env returns the migrate.Env for this lab.
+// Env returns the migrate.Env for this lab. While the lab's webhook runs,
+// Admit is nil: the webhook turns the target pod into a restore.
 func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
-	return migrate.Env{
+	env := migrate.Env{
 		Client:       l.Client,
 		Agent:        l.Agent(),
 		ImageRepo:    l.Cluster.RegistryAddr() + "/ms2m/checkpoints",
@@ -205,6 +212,10 @@ func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
 		ControlToken: ControlToken,
 		Progress:     progress,
 	}
+	if l.WebhookRunning() {
+		env.Admit = nil
+	}
+	return env
 }
 
 // agent does the node agent's work from the host: the nodes' kubelet
