@@ -34,7 +34,11 @@ type scenario struct {
 func TestFirstRealMigration(t *testing.T) {
 	l := needLab(t)
 	for _, image := range []string{"consumer", "consumer-python"} {
-		for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone} {
+		strategies := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone}
+		if image == "consumer" {
+			strategies = append(strategies, migrate.MS2MCutoff)
+		}
+		for _, strategy := range strategies {
 			sc := scenario{strategy: strategy, image: image, n: 120, rate: 10, workMS: 50}
 			t.Run(image+"/"+string(strategy), func(t *testing.T) {
 				if _, ok := l.Images[image]; !ok {
@@ -86,6 +90,12 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Logf("%s: total %v, downtime %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+	if sc.strategy == migrate.MS2MCutoff {
+		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
+		if rep.TCutoff <= 0 || rep.Lambda <= 0 {
+			t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
+		}
+	}
 
 	target, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
 	if err != nil {

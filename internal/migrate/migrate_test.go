@@ -3,6 +3,7 @@ package migrate
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,5 +127,27 @@ func TestCRIULogInError(t *testing.T) {
 	want := "  (00.05) Error (criu/sk-inet.c:137): inet: Unsupported proto 262 for socket 4c49e\n  (00.06) Error (criu/cr-dump.c:1975): Dumping FAILED."
 	if got := criuErrorLines(log); got != want {
 		t.Errorf("criuErrorLines = %q, want %q", got, want)
+	}
+}
+
+func TestCutoffAfter(t *testing.T) {
+	for name, tc := range map[string]struct {
+		replayMax  time.Duration
+		lambda, mu float64
+		limit      time.Duration
+		want       time.Duration
+	}{
+		"paper: λ 16, μ 20":    {replayMax: 8 * time.Second, lambda: 16, mu: 20, want: 10 * time.Second},
+		"λ equals μ":           {replayMax: 5 * time.Second, lambda: 20, mu: 20, want: 5 * time.Second},
+		"slow producer":        {replayMax: 5 * time.Second, lambda: 4, mu: 20, limit: time.Minute, want: 25 * time.Second},
+		"capped":               {replayMax: 5 * time.Second, lambda: 0.1, mu: 20, limit: time.Minute, want: time.Minute},
+		"no rates yet":         {replayMax: 3 * time.Second, want: 3 * time.Second},
+		"default T_replay_max": {lambda: 10, mu: 20, want: 10 * time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := CutoffAfter(tc.replayMax, tc.lambda, tc.mu, tc.limit); got != tc.want {
+				t.Errorf("CutoffAfter = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

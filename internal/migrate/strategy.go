@@ -29,6 +29,11 @@ const (
 	// MS2M checkpoints the source while it keeps serving, restores the
 	// target, lets it replay the log, and hands over at a cutoff.
 	MS2M Strategy = "ms2m"
+	// MS2MCutoff is MS2M with the source stopped once T_cutoff has passed
+	// since the target began to replay, T_cutoff = T_replay_max × μ / λ
+	// (the paper's eq. 5, λ and μ measured live by the sidecars), so that
+	// the replay after the stop stays bounded as λ approaches μ.
+	MS2MCutoff Strategy = "ms2m-cutoff"
 	// CRIUAlone checkpoints and restores with no quiesce and no replay: the
 	// baseline that shows what replay is for. It loses what the source
 	// handled after its checkpoint.
@@ -91,6 +96,8 @@ type Plan struct {
 	// MaxLag is how far behind the target may be when the source is
 	// stopped (ms2m). Default 0: the target has replayed everything.
 	MaxLag uint64
+	// ReplayMax is T_replay_max for MS2MCutoff. Default 5 s.
+	ReplayMax time.Duration
 	// Timeout bounds each wait. Default 3 minutes.
 	Timeout time.Duration
 }
@@ -107,6 +114,10 @@ type Report struct {
 	Image     string          `json:"image"`
 	TargetPod string          `json:"targetPod"`
 	Handover  *replay.Timings `json:"handover,omitempty"`
+	// Cutoff strategy: the rates it was sized with, and T_cutoff.
+	Lambda  float64       `json:"lambda,omitempty"`
+	Mu      float64       `json:"mu,omitempty"`
+	TCutoff time.Duration `json:"tCutoff,omitempty"`
 }
 
 // Phase is one timed step.
@@ -206,7 +217,7 @@ func (r *run) do(ctx context.Context) (err error) {
 
 	var stopped replay.StopResult
 	switch p.Strategy {
-	case MS2M:
+	case MS2M, MS2MCutoff:
 		if r.rep.Start, err = replay.Quiesce(ctx, r.env.HTTP, srcEP, 30*time.Second); err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
@@ -221,7 +232,7 @@ func (r *run) do(ctx context.Context) (err error) {
 		r.phase("stop")
 	case CRIUAlone:
 	default:
-		return fmt.Errorf("migration %s: unknown strategy %q (want %s, %s or %s)", p.Name, p.Strategy, MS2M, StopAndCopy, CRIUAlone)
+		return fmt.Errorf("migration %s: unknown strategy %q (want %s, %s, %s or %s)", p.Name, p.Strategy, MS2M, MS2MCutoff, StopAndCopy, CRIUAlone)
 	}
 
 	archive, err := Checkpoint(ctx, cs.CoreV1().RESTClient(), src.Spec.NodeName, p.Namespace, p.Pod, p.Container, time.Minute)
@@ -230,7 +241,7 @@ func (r *run) do(ctx context.Context) (err error) {
 	}
 	r.rep.Archive = archive
 	r.phase("checkpoint")
-	if p.Strategy == MS2M {
+	if p.Strategy == MS2M || p.Strategy == MS2MCutoff {
 		if err := replay.Resume(ctx, r.env.HTTP, srcEP); err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
@@ -259,8 +270,21 @@ func (r *run) do(ctx context.Context) (err error) {
 	dstEP := r.endpoint(running)
 
 	switch p.Strategy {
-	case MS2M:
-		tm, err := replay.Handover(ctx, srcEP, dstEP, replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP})
+	case MS2M, MS2MCutoff:
+		ho := replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP}
+		if p.Strategy == MS2MCutoff {
+			lambda, mu, err := replay.Rates(ctx, r.env.HTTP, srcEP)
+			if err != nil {
+				return fmt.Errorf("migration %s: %w", p.Name, err)
+			}
+			if _, tmu, err := replay.Rates(ctx, r.env.HTTP, dstEP); err == nil && tmu > 0 {
+				mu = tmu // the target's own rate, once it has one
+			}
+			r.rep.Lambda, r.rep.Mu = lambda, mu
+			r.rep.TCutoff = CutoffAfter(p.ReplayMax, lambda, mu, p.Timeout)
+			ho.Deadline = time.Now().Add(r.rep.TCutoff)
+		}
+		tm, err := replay.Handover(ctx, srcEP, dstEP, ho)
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
@@ -282,6 +306,24 @@ func (r *run) do(ctx context.Context) (err error) {
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// CutoffAfter is T_cutoff = T_replay_max × μ / λ (the paper's eq. 5): how
+// long the source may keep serving once the target replays, so that what
+// is left to replay after the stop takes about T_replay_max. Without a
+// measured λ or μ it is T_replay_max; it never exceeds limit.
+func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duration) time.Duration {
+	if replayMax <= 0 {
+		replayMax = 5 * time.Second
+	}
+	t := replayMax
+	if lambda > 0 && mu > 0 {
+		t = time.Duration(float64(replayMax) * mu / lambda)
+	}
+	if limit > 0 && t > limit {
+		t = limit
+	}
+	return t
 }
 
 // targetPod makes the pod to create, admitted as the webhook would when

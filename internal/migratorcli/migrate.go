@@ -24,7 +24,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "target node (required)")
-	strategy := fs.String("strategy", "auto", "auto, ms2m, stop-and-copy or criu-alone (auto: ms2m)")
+	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy or criu-alone (auto: ms2m)")
+	replayMax := fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops")
 	name := fs.String("name", "", "the migration's name (default: <pod>-<unix time>)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
@@ -57,9 +58,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	switch st {
 	case "auto":
 		st = migrate.MS2M
-	case migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone:
+	case migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy, migrate.CRIUAlone:
 	default:
-		problems = append(problems, fmt.Sprintf("--strategy %q: want auto, ms2m, stop-and-copy or criu-alone (statefulset and statefulset-shadow run through the controller)", *strategy))
+		problems = append(problems, fmt.Sprintf("--strategy %q: want auto, ms2m, ms2m-cutoff, stop-and-copy or criu-alone (the StatefulSet strategies are not built yet)", *strategy))
 	}
 	agentToken := os.Getenv("MS2M_AGENT_TOKEN")
 	if *agentTokenFile != "" {
@@ -102,7 +103,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
-		TargetPod: *name, Strategy: st, MaxLag: *maxLag, Timeout: *timeout,
+		TargetPod: *name, Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Timeout: *timeout,
 	}
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()
@@ -140,6 +141,9 @@ func printReport(w io.Writer, rep migrate.Report) {
 	fmt.Fprintf(tw, "  checkpoint ID\t%d\n", rep.Start)
 	if rep.CutoffID != 0 {
 		fmt.Fprintf(tw, "  cutoff ID\t%d\n", rep.CutoffID)
+	}
+	if rep.TCutoff != 0 {
+		fmt.Fprintf(tw, "  T_cutoff\t%s (λ %.2f/s, μ %.2f/s)\n", rep.TCutoff.Round(time.Millisecond), rep.Lambda, rep.Mu)
 	}
 	fmt.Fprintf(tw, "  image\t%s\n", rep.Image)
 	tw.Flush()

@@ -198,6 +198,25 @@ func Resume(ctx context.Context, hc *http.Client, e Endpoint) error {
 	return nil
 }
 
+// Rates returns a sidecar's live λ (deliveries per second, summed over its
+// queues) and μ (the app's processing rate, summed likewise).
+func Rates(ctx context.Context, hc *http.Client, e Endpoint) (lambda, mu float64, err error) {
+	var st struct {
+		Queues []struct {
+			Lambda float64 `json:"lambda"`
+			Mu     float64 `json:"mu"`
+		} `json:"queues"`
+	}
+	if err := call(ctx, hc, e, http.MethodGet, "/state", &st); err != nil {
+		return 0, 0, fmt.Errorf("read the rates of the sidecar at %s: %w", e.URL, err)
+	}
+	for _, q := range st.Queues {
+		lambda += q.Lambda
+		mu += q.Mu
+	}
+	return lambda, mu, nil
+}
+
 // StopResult is what a sidecar's POST /stop answers.
 type StopResult struct {
 	StartedAt time.Time `json:"startedAt"`
