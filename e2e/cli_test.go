@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestMigratorCLI is the way a user migrates today: the real webhook
+// injects the consumer, `migrator agent` runs on every node, and
+// `migrator migrate <ns>/<pod> --to <node>` moves it, showing its phases.
+func TestMigratorCLI(t *testing.T) {
+	l := needLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if _, err := l.StartWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.StopWebhook() })
+	agents, err := l.StartAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agents.Stop)
+
+	name := testenv.UniqueName("cli")
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := src.Annotations["ms2m.io/status"]; !ok {
+		t.Fatalf("the webhook did not inject %s", name)
+	}
+	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Stop()
+	testenv.Eventually(t, time.Minute, "the source consumer folds its first 20 messages", func() bool {
+		st, err := lab.GetAppState(src)
+		return err == nil && st.Count >= 20
+	})
+
+	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
+		"--to", cluster.NodeName(2), "--image-repo", l.Cluster.RegistryAddr()+"/ms2m/checkpoints", "--kubeconfig", l.Cluster.Kubeconfig())
+	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+lab.AgentToken)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("migrator migrate: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	t.Logf("migrator migrate printed:\n%s", out.String())
+	for _, phase := range []string{"preconditions", "prepare target", "quiesce", "checkpoint", "resume", "image", "restore", "replay and handover", "finalise", "downtime"} {
+		if !strings.Contains(out.String(), phase) {
+			t.Errorf("the output lacks %q", phase)
+		}
+	}
+	m := regexp.MustCompile(`target pod\s+(\S+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatal("the output names no target pod")
+	}
+	t.Cleanup(func() { l.DeletePods(context.Background(), name, m[1]) })
+	target, err := migrate.WaitRunning(ctx, l.Client, lab.Namespace, m[1], time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.Spec.NodeName != cluster.NodeName(2) {
+		t.Errorf("target %s runs on %s", m[1], target.Spec.NodeName)
+	}
+	want, err := prod.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lab.WaitFor(target, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
+		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
+	}
+}
