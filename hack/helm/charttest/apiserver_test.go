@@ -1,0 +1,400 @@
+package charttest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The test control plane: a real kube-apiserver and etcd (envtest), started
+// by the first test that needs it and stopped by TestMain.
+var apiserver struct {
+	once    sync.Once
+	env     *envtest.Environment
+	cfg     *rest.Config
+	missing string
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if apiserver.env != nil {
+		_ = apiserver.env.Stop()
+	}
+	os.Exit(code)
+}
+
+// assetsDir is where kube-apiserver and etcd are: KUBEBUILDER_ASSETS (the
+// Makefile sets it), else the repository's bin/k8s.
+func assetsDir() string {
+	if d := os.Getenv("KUBEBUILDER_ASSETS"); d != "" {
+		return d
+	}
+	return filepath.Join(repoRoot, "bin", "k8s")
+}
+
+// requireAPIServer returns an admin config for the test control plane.
+func requireAPIServer(t testing.TB) *rest.Config {
+	t.Helper()
+	apiserver.once.Do(func() {
+		dir := assetsDir()
+		for _, b := range []string{"kube-apiserver", "etcd"} {
+			if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+				apiserver.missing = fmt.Sprintf("the test control plane's %s in %s", b, dir)
+				return
+			}
+		}
+		env := &envtest.Environment{BinaryAssetsDirectory: dir}
+		cfg, err := env.Start()
+		if err != nil {
+			_ = env.Stop()
+			apiserver.err = fmt.Errorf("start envtest with the binaries in %s: %w", dir, err)
+			return
+		}
+		apiserver.env, apiserver.cfg = env, cfg
+	})
+	if apiserver.missing != "" {
+		missing(t, apiserver.missing, "run `make k8s-bin` (it builds kube-apiserver and etcd into bin/k8s), or set KUBEBUILDER_ASSETS")
+	}
+	if apiserver.err != nil {
+		t.Fatal(apiserver.err)
+	}
+	return apiserver.cfg
+}
+
+// customKinds are the API groups of the custom resources the chart may
+// render. Their CRDs (cert-manager's, the Prometheus Operator's) are not in
+// the test control plane; TestCertManager decodes those objects strictly
+// into their projects' Go types instead.
+var customKinds = map[string]bool{"cert-manager.io": true, "monitoring.coreos.com": true}
+
+type cluster struct {
+	cs     kubernetes.Interface
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func newCluster(t testing.TB, cfg *rest.Config) cluster {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cluster{cs: cs, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+func (c cluster) createNamespaces(t testing.TB, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		_, err := c.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create namespace %s: %v", n, err)
+		}
+	}
+}
+
+func (c cluster) resource(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := u.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", gvk, err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if u.GetNamespace() == "" {
+			return nil, fmt.Errorf("%s %s is namespaced but has no namespace", gvk.Kind, u.GetName())
+		}
+		return c.dyn.Resource(m.Resource).Namespace(u.GetNamespace()), nil
+	}
+	if u.GetNamespace() != "" {
+		return nil, fmt.Errorf("%s %s is cluster-scoped but has namespace %s", gvk.Kind, u.GetName(), u.GetNamespace())
+	}
+	return c.dyn.Resource(m.Resource), nil
+}
+
+// applyAll applies every object (but the custom kinds) by server-side apply
+// with strict field validation: an unknown or duplicate field, a wrong type
+// or a value the API server's validation refuses fails the test. The
+// objects are deleted at the end of the test, so that a registration whose
+// webhook does not run does not block later pods.
+func (c cluster) applyAll(t testing.TB, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	var applied []*unstructured.Unstructured
+	for _, o := range objs {
+		if customKinds[o.GroupVersionKind().Group] {
+			continue
+		}
+		ri, err := c.resource(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+			FieldManager: "charttest", Force: ptr(true), FieldValidation: "Strict",
+		})
+		if err != nil {
+			t.Fatalf("the API server refused %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		applied = append(applied, got)
+		t.Cleanup(func() {
+			if err := ri.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		})
+	}
+	return applied
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestEveryObjectIsAccepted applies each main value combination to a real
+// kube-apiserver.
+func TestEveryObjectIsAccepted(t *testing.T) {
+	cfg := requireAPIServer(t)
+	c := newCluster(t, cfg)
+	cases := []struct {
+		name, release, text string
+		workloads           []string
+	}{
+		{name: "defaults", release: "defaults"},
+		{name: "cert-manager", release: "certs", text: certManagerValues},
+		{name: "confined", release: "confined", text: strings.ReplaceAll(confinedValues, "[shop, jobs]", "[confined-shop, confined-jobs]"),
+			workloads: []string{"confined-shop", "confined-jobs"}},
+		{name: "everything changed", release: "custom", text: `
+image: {registry: registry.example.com:5000, tag: v9, pullPolicy: Always}
+imagePullSecrets: [{name: regcred}]
+webhook:
+  failurePolicy: Ignore
+  timeoutSeconds: 5
+  sideEffects: None
+  excludeNamespaces: [monitoring]
+  namespaceSelector: {matchLabels: {ms2m.io/inject: enabled}}
+  selfSigned: {validity: 720h, extraHosts: [webhook.example.com, 10.0.0.1]}
+  sidecar: {image: {pullPolicy: IfNotPresent}, resources: {cpuLimit: 500m}}
+  priorityClassName: system-cluster-critical
+  nodeSelector: {kubernetes.io/os: linux}
+  tolerations: [{key: dedicated, operator: Equal, value: infra, effect: NoSchedule}]
+  podAnnotations: {example.com/team: platform}
+agent:
+  runtimeEndpoint: unix:///var/run/crio/crio.sock
+  criuLogDirs: []
+  token: {existingSecret: my-agent-token, key: secret}
+  priorityClassName: system-node-critical
+kubeletCheckpointAccess:
+  enabled: true
+  subjects: [{kind: Group, name: apiserver-kubelet-clients, apiGroup: rbac.authorization.k8s.io}]
+`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := tc.release + "-system"
+			r := renderAs(t, tc.release, ns, values(t, tc.text))
+			c.createNamespaces(t, append([]string{ns}, tc.workloads...)...)
+			applied := c.applyAll(t, r.objs)
+			if len(applied) == 0 {
+				t.Fatal("nothing applied")
+			}
+			t.Logf("%d objects accepted: %s", len(applied), strings.Join(rendered{objs: applied}.names(), ", "))
+		})
+	}
+}
+
+// sar asks the API server whether the service account ns/name may do
+// attrs.
+func sar(t testing.TB, cs kubernetes.Interface, user string, groups []string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Status.Allowed
+}
+
+func serviceAccount(ns, name string) (string, []string) {
+	return "system:serviceaccount:" + ns + ":" + name, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+}
+
+type access struct {
+	verb, group, resource, subresource, ns, name string
+}
+
+func (a access) String() string {
+	r := a.resource
+	if a.subresource != "" {
+		r += "/" + a.subresource
+	}
+	if a.group != "" {
+		r += "." + a.group
+	}
+	s := a.verb + " " + r
+	if a.name != "" {
+		s += " " + a.name
+	}
+	if a.ns != "" {
+		s += " in " + a.ns
+	}
+	return s
+}
+
+func checkAccess(t *testing.T, cs kubernetes.Interface, who, user string, groups []string, allowed, denied []access) {
+	t.Helper()
+	for want, list := range map[bool][]access{true: allowed, false: denied} {
+		for _, a := range list {
+			got := sar(t, cs, user, groups, authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.ns, Name: a.name,
+			})
+			if got != want {
+				t.Errorf("%s may %s: %v, want %v", who, a, got, want)
+			}
+		}
+	}
+}
+
+// TestLeastPrivilege asks the real RBAC authorizer what each identity of
+// the chart may do: what the code needs is allowed, the next thing over is
+// not.
+func TestLeastPrivilege(t *testing.T) {
+	cfg := requireAPIServer(t)
+	c := newCluster(t, cfg)
+
+	t.Run("cluster-wide", func(t *testing.T) {
+		ns := "lp-system"
+		r := renderAs(t, "lp", ns, values(t, `kubeletCheckpointAccess: {enabled: true}`))
+		c.createNamespaces(t, ns)
+		c.applyAll(t, r.objs)
+
+		user, groups := serviceAccount(ns, "lp-ms2m-webhook")
+		checkAccess(t, c.cs, "the webhook", user, groups, []access{
+			{verb: "list", resource: "namespaces"},
+			{verb: "watch", resource: "namespaces"},
+			{verb: "get", resource: "namespaces", name: "shop"},
+			{verb: "get", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "shop"},
+			{verb: "patch", group: "events.k8s.io", resource: "events", ns: "shop"},
+			{verb: "get", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
+			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
+		}, []access{
+			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "someone-elses"},
+			{verb: "delete", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
+			{verb: "list", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations"},
+			{verb: "update", resource: "namespaces", name: "shop"},
+			{verb: "list", resource: "configmaps", ns: "shop"},
+			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "get", resource: "pods", ns: "shop"},
+			{verb: "create", resource: "events", ns: "shop"},
+		})
+
+		user, groups = serviceAccount(ns, "lp-ms2m-migrator")
+		checkAccess(t, c.cs, "the migrator", user, groups, []access{
+			{verb: "get", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "create", resource: "pods", ns: "shop"},
+			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "get", resource: "nodes", name: "node-b"},
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
+		}, []access{
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
+			{verb: "list", resource: "secrets", ns: "shop"},
+			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
+			{verb: "update", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "create", resource: "pods", subresource: "exec", ns: "shop", name: "consumer-0"},
+			{verb: "list", resource: "pods", ns: "shop"},
+			{verb: "update", resource: "nodes", name: "node-b"},
+			{verb: "get", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
+			{verb: "create", resource: "configmaps", ns: "shop"},
+		})
+
+		user, groups = serviceAccount(ns, "lp-ms2m-agent")
+		checkAccess(t, c.cs, "the agent", user, groups, nil, []access{
+			{verb: "get", resource: "pods", ns: "shop"},
+			{verb: "get", resource: "nodes", name: "node-a"},
+			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
+		})
+
+		checkAccess(t, c.cs, "the API server's kubelet client", "kube-apiserver-kubelet-client", []string{"system:authenticated"}, []access{
+			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
+		}, []access{
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+		})
+	})
+
+	t.Run("confined", func(t *testing.T) {
+		ns := "lpc-system"
+		r := renderAs(t, "lpc", ns, values(t, `workloadNamespaces: [lpc-shop]`))
+		c.createNamespaces(t, ns, "lpc-shop")
+		c.applyAll(t, r.objs)
+
+		user, groups := serviceAccount(ns, "lpc-ms2m-migrator")
+		checkAccess(t, c.cs, "the confined migrator", user, groups, []access{
+			{verb: "create", resource: "pods", ns: "lpc-shop"},
+			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+		}, []access{
+			{verb: "create", resource: "pods", ns: "default"},
+			{verb: "get", resource: "secrets", ns: "default", name: "ms2m-control"},
+		})
+		user, groups = serviceAccount(ns, "lpc-ms2m-webhook")
+		checkAccess(t, c.cs, "the confined webhook", user, groups, []access{
+			{verb: "get", resource: "configmaps", ns: "lpc-shop", name: "ms2m-migration-web-0"},
+			{verb: "list", resource: "namespaces"},
+		}, []access{
+			{verb: "get", resource: "configmaps", ns: "default", name: "ms2m-migration-web-0"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "default"},
+		})
+		checkAccess(t, c.cs, "the API server's kubelet client (binding off)", "kube-apiserver-kubelet-client", []string{"system:authenticated"}, nil, []access{
+			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
+		})
+	})
+}
+
+// waitFor polls cond until it is true or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+}

@@ -1,0 +1,517 @@
+package charttest
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"github.com/google/go-cmp/cmp"
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The main value combinations the tests render.
+const (
+	certManagerValues = `
+certManager: {enabled: true}
+serviceMonitor: {enabled: true}
+`
+	confinedValues = `
+workloadNamespaces: [shop, jobs]
+secrets:
+  create: true
+  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/"}
+kubeletCheckpointAccess: {enabled: true}
+agent:
+  registry: {insecure: true, authSecret: regcred}
+`
+)
+
+func envMap(c corev1.Container) map[string]corev1.EnvVar {
+	m := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func webhookDeployment(t *testing.T, r rendered) *appsv1.Deployment {
+	t.Helper()
+	return typed[appsv1.Deployment](t, r.get(t, "Deployment", r.namespace, "ms2m-webhook"))
+}
+
+func TestDefaults(t *testing.T) {
+	r := render(t, nil)
+
+	wantKinds := map[string]int{
+		"ServiceAccount": 3, "Secret": 1, "ClusterRole": 4, "ClusterRoleBinding": 4,
+		"Service": 1, "Deployment": 1, "DaemonSet": 1, "MutatingWebhookConfiguration": 1,
+	}
+	if diff := cmp.Diff(wantKinds, r.kinds()); diff != "" {
+		t.Errorf("kinds (-want +got):\n%s", diff)
+	}
+	for _, o := range r.objs {
+		if o.GetLabels()["app.kubernetes.io/part-of"] != "ms2m" || o.GetLabels()["app.kubernetes.io/instance"] != releaseName {
+			t.Errorf("%s %s lacks the chart's labels: %v", o.GetKind(), o.GetName(), o.GetLabels())
+		}
+	}
+
+	// The self-signed bootstrap: one replica, its certificate in an
+	// emptyDir, and the names it needs pointing at this release's objects.
+	d := webhookDeployment(t, r)
+	if got := *d.Spec.Replicas; got != 1 {
+		t.Errorf("webhook replicas = %d, want 1 with the self-signed bootstrap", got)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	env := envMap(c)
+	for k, want := range map[string]string{
+		"MS2M_WEBHOOK_SELF_SIGNED":              "true",
+		"MS2M_WEBHOOK_SERVICE_NAME":             "ms2m-webhook",
+		"MS2M_WEBHOOK_CONFIG_NAME":              "ms2m-webhook",
+		"MS2M_WEBHOOK_SIDECAR_IMAGE":            "ms2m/sidecar:0.1.0",
+		"MS2M_WEBHOOK_STREAM_URI_SECRET":        "ms2m-broker",
+		"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY":    "stream-uri",
+		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET":     "ms2m-control",
+		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY": "control-token",
+		"MS2M_WEBHOOK_LOG_MAX_BYTES":            "1073741824",
+		"MS2M_WEBHOOK_PORT":                     "9443",
+	} {
+		if got := env[k].Value; got != want {
+			t.Errorf("webhook env %s = %q, want %q", k, got, want)
+		}
+	}
+	if f := env["MS2M_WEBHOOK_SERVICE_NAMESPACE"].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("MS2M_WEBHOOK_SERVICE_NAMESPACE = %+v, want the pod's metadata.namespace", env["MS2M_WEBHOOK_SERVICE_NAMESPACE"])
+	}
+	if c.Image != "ms2m/webhook:0.1.0" {
+		t.Errorf("webhook image = %q", c.Image)
+	}
+	vol := d.Spec.Template.Spec.Volumes[0]
+	if vol.EmptyDir == nil || c.VolumeMounts[0].MountPath != env["MS2M_WEBHOOK_CERT_DIR"].Value {
+		t.Errorf("the self-signed certificate goes to an emptyDir at MS2M_WEBHOOK_CERT_DIR; got volume %+v mounted at %q, cert dir %q",
+			vol, c.VolumeMounts[0].MountPath, env["MS2M_WEBHOOK_CERT_DIR"].Value)
+	}
+	checkRestricted(t, "webhook", d.Spec.Template.Spec, c)
+
+	// The registration: the Service it calls is the one that selects the
+	// webhook's pods, on the port the container serves.
+	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", "ms2m-webhook"))
+	checkRegistration(t, r, mwc, d)
+	wh := mwc.Webhooks[0]
+	if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun ||
+		*wh.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy || *wh.TimeoutSeconds != 10 {
+		t.Errorf("webhook policies: failure %s, side effects %s, reinvocation %s, timeout %d", *wh.FailurePolicy, *wh.SideEffects, *wh.ReinvocationPolicy, *wh.TimeoutSeconds)
+	}
+	if mwc.Annotations["cert-manager.io/inject-ca-from"] != "" {
+		t.Errorf("self-signed: no cert-manager annotation, got %q", mwc.Annotations["cert-manager.io/inject-ca-from"])
+	}
+
+	// Least privilege, rule by rule.
+	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"ms2m-webhook"}, Verbs: []string{"get", "update"}},
+	})
+	checkRules(t, r, "ms2m-webhook-workloads", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"create"}},
+	})
+	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
+	})
+	// Not confined: the namespaced roles are bound cluster-wide.
+	for _, name := range []string{"ms2m-webhook", "ms2m-webhook-workloads", "ms2m-migrator", "ms2m-migrator-workloads"} {
+		b := typed[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "", name))
+		if b.RoleRef.Name != name || len(b.Subjects) != 1 || b.Subjects[0].Namespace != releaseNS {
+			t.Errorf("ClusterRoleBinding %s: roleRef %s, subjects %+v", name, b.RoleRef.Name, b.Subjects)
+		}
+	}
+
+	checkAgent(t, r)
+
+	if !strings.Contains(r.notes, "There is no migrator Deployment") || !strings.Contains(r.notes, "serviceAccountName: ms2m-migrator") {
+		t.Errorf("NOTES must say that there is no controller and how to run a migration as the migrator:\n%s", r.notes)
+	}
+}
+
+// checkRestricted checks what every ms2m container that is not the agent
+// keeps to: the Pod Security "restricted" level.
+func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	psc, sc := spec.SecurityContext, c.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s pod security context %+v: want runAsNonRoot and the RuntimeDefault seccomp profile", what, psc)
+	}
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !cmp.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("%s container security context %+v: want no privilege escalation, a read-only root and all capabilities dropped", what, sc)
+	}
+}
+
+func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
+	t.Helper()
+	if len(mwc.Webhooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(mwc.Webhooks))
+	}
+	wh := mwc.Webhooks[0]
+	ref := wh.ClientConfig.Service
+	if ref == nil || ref.Path == nil || *ref.Path != "/mutate-v1-pod" || ref.Namespace != r.namespace {
+		t.Fatalf("clientConfig.service = %+v, want the webhook Service's /mutate-v1-pod", ref)
+	}
+	svc := typed[corev1.Service](t, r.get(t, "Service", ref.Namespace, ref.Name))
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("Service %s selects %v, which the webhook pods' labels %v do not match", svc.Name, svc.Spec.Selector, d.Spec.Template.Labels)
+	}
+	var target string
+	for _, p := range svc.Spec.Ports {
+		if p.Port == *ref.Port {
+			target = p.TargetPort.StrVal
+		}
+	}
+	env := envMap(d.Spec.Template.Spec.Containers[0])
+	found := false
+	for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == target && p.ContainerPort > 0 && env["MS2M_WEBHOOK_PORT"].Value == strconv.Itoa(int(p.ContainerPort)) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
+	}
+	if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Operations, []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}) ||
+		!cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
+		t.Errorf("rules = %+v, want CREATE and UPDATE of pods", wh.Rules)
+	}
+
+	// Never the system's nor the webhook's own namespace.
+	excluded := false
+	for _, e := range wh.NamespaceSelector.MatchExpressions {
+		if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
+			mustContain(t, "the excluded namespaces", e.Values, "kube-system", r.namespace)
+			excluded = true
+		}
+	}
+	if !excluded {
+		t.Errorf("namespaceSelector %+v does not exclude kube-system and %s", wh.NamespaceSelector, r.namespace)
+	}
+	// Pods opt in by annotation: the objectSelector must select a pod with
+	// no labels at all, and leave out one labelled ms2m.io/inject=false.
+	sel, err := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sel.Matches(labels.Set{}) || !sel.Matches(labels.Set{"app": "consumer"}) {
+		t.Errorf("objectSelector %s leaves out unlabelled pods, which opt in by annotation", sel)
+	}
+	if sel.Matches(labels.Set{"ms2m.io/inject": "false"}) {
+		t.Errorf("objectSelector %s selects a pod labelled ms2m.io/inject=false", sel)
+	}
+}
+
+func checkRules(t *testing.T, r rendered, name string, want []rbacv1.PolicyRule) {
+	t.Helper()
+	cr := typed[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "", name))
+	if diff := cmp.Diff(want, cr.Rules); diff != "" {
+		t.Errorf("ClusterRole %s rules (-want +got):\n%s", name, diff)
+	}
+}
+
+// checkAgent checks the node agent: on the host network, unprivileged with
+// no capabilities, every host folder read-only, no API token, and its
+// configuration pointing at what is mounted.
+func checkAgent(t *testing.T, r rendered) {
+	t.Helper()
+	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork {
+		t.Error("the agent must be on the host network: the migrator calls it at the node's InternalIP")
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the agent never calls the API server: its token must not be mounted")
+	}
+	sa := typed[corev1.ServiceAccount](t, r.get(t, "ServiceAccount", r.namespace, spec.ServiceAccountName))
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("ServiceAccount %s must not automount its token", sa.Name)
+	}
+	c := spec.Containers[0]
+	if !cmp.Equal(c.Args, []string{"agent"}) {
+		t.Errorf("agent args = %v, want [agent]", c.Args)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil ||
+		!cmp.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("agent security context %+v: want unprivileged, no escalation, read-only root, all capabilities dropped, none added", sc)
+	}
+	hostPaths := map[string]*corev1.HostPathVolumeSource{}
+	secrets := map[string]*corev1.SecretVolumeSource{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath
+		}
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret
+		}
+	}
+	mounted := map[string]string{} // mount path -> volume
+	for _, m := range c.VolumeMounts {
+		mounted[m.MountPath] = m.Name
+		if hp := hostPaths[m.Name]; hp != nil {
+			if !m.ReadOnly {
+				t.Errorf("host folder %s is mounted read-write", hp.Path)
+			}
+			if hp.Path != m.MountPath {
+				t.Errorf("host folder %s is mounted at %s: the kubelet and the runtime report host paths, so it must be at the same path", hp.Path, m.MountPath)
+			}
+		}
+	}
+	env := envMap(c)
+	dir := env["MS2M_AGENT_CHECKPOINT_DIR"].Value
+	if v := mounted[dir]; v == "" || hostPaths[v] == nil || *hostPaths[v].Type != corev1.HostPathDirectory {
+		t.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s is not a host folder of type Directory mounted there", dir)
+	}
+	sock := strings.TrimPrefix(env["MS2M_AGENT_RUNTIME_ENDPOINT"].Value, "unix://")
+	if v := mounted[filepath.Dir(sock)]; v == "" || hostPaths[v] == nil {
+		t.Errorf("the CRI socket %s's folder is not mounted from the host", sock)
+	}
+	for _, d := range strings.Split(env["MS2M_AGENT_LOG_DIRS"].Value, ",") {
+		if d != "" && hostPaths[mounted[d]] == nil {
+			t.Errorf("CRIU log folder %s (MS2M_AGENT_LOG_DIRS) is not mounted from the host", d)
+		}
+	}
+	tokenFile := env["MS2M_AGENT_TOKEN_FILE"].Value
+	tv := secrets[mounted[filepath.Dir(tokenFile)]]
+	if tv == nil || len(tv.Items) != 1 || tv.Items[0].Path != filepath.Base(tokenFile) {
+		t.Fatalf("MS2M_AGENT_TOKEN_FILE=%s is not a mounted Secret key", tokenFile)
+	}
+	if s, ok := r.find("Secret", r.namespace, tv.SecretName); ok {
+		sec := typed[corev1.Secret](t, s)
+		if len(sec.Data[tv.Items[0].Key]) < 32 {
+			t.Errorf("the agent token in Secret %s is %d bytes, want a random one of at least 32", sec.Name, len(sec.Data[tv.Items[0].Key]))
+		}
+	}
+	if auth := env["MS2M_AGENT_REGISTRY_AUTH_FILE"].Value; auth != "" {
+		av := secrets[mounted[filepath.Dir(auth)]]
+		if av == nil || len(av.Items) != 1 || av.Items[0].Key != ".dockerconfigjson" || av.Items[0].Path != filepath.Base(auth) {
+			t.Errorf("MS2M_AGENT_REGISTRY_AUTH_FILE=%s is not the .dockerconfigjson of a mounted Secret", auth)
+		}
+	}
+}
+
+func TestCertManager(t *testing.T) {
+	r := render(t, values(t, certManagerValues))
+	d := webhookDeployment(t, r)
+	if got := *d.Spec.Replicas; got != 2 {
+		t.Errorf("webhook replicas = %d, want 2 with cert-manager", got)
+	}
+	env := envMap(d.Spec.Template.Spec.Containers[0])
+	if _, ok := env["MS2M_WEBHOOK_SELF_SIGNED"]; ok {
+		t.Error("with cert-manager the webhook must not make its own certificate")
+	}
+
+	cert := typed[certmanagerv1.Certificate](t, r.get(t, "Certificate", releaseNS, "ms2m-webhook"))
+	vol := d.Spec.Template.Spec.Volumes[0]
+	if vol.Secret == nil || vol.Secret.SecretName != cert.Spec.SecretName {
+		t.Errorf("the webhook mounts %+v, want the Certificate's Secret %s", vol, cert.Spec.SecretName)
+	}
+	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", "ms2m-webhook"))
+	if got, want := mwc.Annotations["cert-manager.io/inject-ca-from"], releaseNS+"/"+cert.Name; got != want {
+		t.Errorf("inject-ca-from = %q, want %q", got, want)
+	}
+	checkRegistration(t, r, mwc, d)
+	svc := mwc.Webhooks[0].ClientConfig.Service
+	mustContain(t, "the certificate's names", cert.Spec.DNSNames, svc.Name+"."+svc.Namespace+".svc")
+	issuer := typed[certmanagerv1.Issuer](t, r.get(t, cert.Spec.IssuerRef.Kind, releaseNS, cert.Spec.IssuerRef.Name))
+	if issuer.Spec.SelfSigned == nil {
+		t.Errorf("Issuer %s is not self-signed: %+v", issuer.Name, issuer.Spec)
+	}
+
+	// Two replicas, and a budget that keeps one through a drain.
+	pdb := typed[policyv1.PodDisruptionBudget](t, r.get(t, "PodDisruptionBudget", releaseNS, "ms2m-webhook"))
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) || pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Errorf("PodDisruptionBudget %+v does not keep one webhook pod (%v)", pdb.Spec, err)
+	}
+
+	// cert-manager, not the webhook, owns the caBundle.
+	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+	})
+
+	sm := typed[monitoringv1.ServiceMonitor](t, r.get(t, "ServiceMonitor", releaseNS, "ms2m-webhook"))
+	smSel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webhookSvc := typed[corev1.Service](t, r.get(t, "Service", releaseNS, svc.Name))
+	if !smSel.Matches(labels.Set(webhookSvc.Labels)) {
+		t.Errorf("ServiceMonitor selects %s, which the webhook Service's labels %v do not match", smSel, webhookSvc.Labels)
+	}
+	hasPort := false
+	for _, p := range webhookSvc.Spec.Ports {
+		hasPort = hasPort || p.Name == sm.Spec.Endpoints[0].Port
+	}
+	if !hasPort {
+		t.Errorf("ServiceMonitor scrapes port %q, which the Service lacks", sm.Spec.Endpoints[0].Port)
+	}
+}
+
+func TestExternalIssuer(t *testing.T) {
+	r := render(t, values(t, `
+certManager:
+  enabled: true
+  issuerRef: {kind: ClusterIssuer, name: company-ca, group: cert-manager.io}
+webhook: {replicas: 3}
+`))
+	if _, ok := r.find("Issuer", releaseNS, "ms2m-webhook-selfsigned"); ok {
+		t.Error("with an issuerRef the chart must not make its own Issuer")
+	}
+	cert := typed[certmanagerv1.Certificate](t, r.get(t, "Certificate", releaseNS, "ms2m-webhook"))
+	if cert.Spec.IssuerRef.Kind != "ClusterIssuer" || cert.Spec.IssuerRef.Name != "company-ca" {
+		t.Errorf("issuerRef = %+v", cert.Spec.IssuerRef)
+	}
+	if got := *webhookDeployment(t, r).Spec.Replicas; got != 3 {
+		t.Errorf("replicas = %d, want 3", got)
+	}
+}
+
+// TestConfined: with workloadNamespaces, ms2m reaches only those
+// namespaces: the webhook is called only there, and every namespaced
+// permission is a RoleBinding there.
+func TestConfined(t *testing.T) {
+	r := render(t, values(t, confinedValues))
+	namespaces := []string{"shop", "jobs"}
+
+	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", "ms2m-webhook"))
+	sel, err := metav1.LabelSelectorAsSelector(mwc.Webhooks[0].NamespaceSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]bool{"shop": true, "jobs": true, "default": false, "kube-system": false, releaseNS: false} {
+		if got := sel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}); got != want {
+			t.Errorf("namespaceSelector %s selects %s: %v, want %v", sel, ns, got, want)
+		}
+	}
+	for _, name := range []string{"ms2m-webhook-workloads", "ms2m-migrator-workloads"} {
+		if _, ok := r.find("ClusterRoleBinding", "", name); ok {
+			t.Errorf("ClusterRoleBinding %s grants namespaced permissions everywhere; want RoleBindings in %v", name, namespaces)
+		}
+	}
+	for _, ns := range namespaces {
+		for _, who := range []string{"ms2m-webhook", "ms2m-migrator"} {
+			rb := typed[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", ns, who))
+			if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != who+"-workloads" || rb.Subjects[0].Name != who || rb.Subjects[0].Namespace != releaseNS {
+				t.Errorf("RoleBinding %s/%s: %+v %+v", ns, who, rb.RoleRef, rb.Subjects)
+			}
+		}
+		uri := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-broker"))
+		if got := string(uri.Data["stream-uri"]); got != "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/" {
+			t.Errorf("Secret %s/ms2m-broker stream-uri = %q", ns, got)
+		}
+		tok := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-control"))
+		if len(tok.Data["control-token"]) < 32 {
+			t.Errorf("Secret %s/ms2m-control has a token of %d bytes, want a random one of at least 32", ns, len(tok.Data["control-token"]))
+		}
+	}
+
+	cr := typed[rbacv1.ClusterRole](t, r.get(t, "ClusterRole", "", "ms2m-kubelet-checkpoint"))
+	if diff := cmp.Diff([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/checkpoint"}, Verbs: []string{"create"}}}, cr.Rules); diff != "" {
+		t.Errorf("kubelet checkpoint rules (-want +got):\n%s", diff)
+	}
+	crb := typed[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "", "ms2m-kubelet-checkpoint"))
+	if len(crb.Subjects) != 1 || crb.Subjects[0].Kind != "User" || crb.Subjects[0].Name != "kube-apiserver-kubelet-client" {
+		t.Errorf("kubelet checkpoint subjects = %+v", crb.Subjects)
+	}
+
+	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", releaseNS, "ms2m-agent"))
+	env := envMap(ds.Spec.Template.Spec.Containers[0])
+	if env["MS2M_AGENT_REGISTRY_INSECURE"].Value != "true" || env["MS2M_AGENT_REGISTRY_AUTH_FILE"].Value == "" {
+		t.Errorf("registry settings not passed to the agent: %+v", env)
+	}
+	checkAgent(t, r)
+}
+
+// TestReleaseNames: a second release gets names of its own, and the
+// webhook's names still point at its own objects.
+func TestReleaseNames(t *testing.T) {
+	r := renderAs(t, "edge", "edge-system", values(t, `image: {registry: "registry.example.com:5000/team", tag: "1.2.3"}`))
+	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", "edge-system", "edge-ms2m-webhook"))
+	env := envMap(d.Spec.Template.Spec.Containers[0])
+	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", env["MS2M_WEBHOOK_CONFIG_NAME"].Value))
+	checkRegistration(t, r, mwc, d)
+	if env["MS2M_WEBHOOK_SERVICE_NAME"].Value != mwc.Webhooks[0].ClientConfig.Service.Name {
+		t.Errorf("MS2M_WEBHOOK_SERVICE_NAME = %q, the registration calls %q", env["MS2M_WEBHOOK_SERVICE_NAME"].Value, mwc.Webhooks[0].ClientConfig.Service.Name)
+	}
+	checkRules(t, r, "edge-ms2m-webhook", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"edge-ms2m-webhook"}, Verbs: []string{"get", "update"}},
+	})
+	if got, want := d.Spec.Template.Spec.Containers[0].Image, "registry.example.com:5000/team/ms2m/webhook:1.2.3"; got != want {
+		t.Errorf("image = %q, want %q", got, want)
+	}
+	if got, want := env["MS2M_WEBHOOK_SIDECAR_IMAGE"].Value, "registry.example.com:5000/team/ms2m/sidecar:1.2.3"; got != want {
+		t.Errorf("sidecar image = %q, want %q", got, want)
+	}
+	if _, ok := r.find("DaemonSet", "edge-system", "edge-ms2m-agent"); !ok {
+		t.Errorf("no agent DaemonSet edge-ms2m-agent: %v", r.names())
+	}
+}
+
+// TestEnvIsDocumented: every variable the chart sets is one the binaries
+// read, as their docs list them; a misspelt name would be ignored.
+func TestEnvIsDocumented(t *testing.T) {
+	documented := func(doc, prefix string) map[string]bool {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "docs", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]bool{}
+		for _, v := range regexp.MustCompile("`("+prefix+"[A-Z_]+)`").FindAllStringSubmatch(string(b), -1) {
+			m[v[1]] = true
+		}
+		if len(m) < 5 {
+			t.Fatalf("docs/%s lists only %v", doc, m)
+		}
+		return m
+	}
+	webhookVars := documented("webhook.md", "MS2M_WEBHOOK_")
+	agentVars := documented("migrator.md", "MS2M_AGENT_")
+	for _, text := range []string{"", certManagerValues, confinedValues, `webhook: {selfSigned: {extraHosts: [a.example.com]}, sidecar: {image: {pullPolicy: Always}}}`} {
+		r := render(t, values(t, text))
+		for _, e := range webhookDeployment(t, r).Spec.Template.Spec.Containers[0].Env {
+			if !webhookVars[e.Name] {
+				t.Errorf("the webhook Deployment sets %s, which docs/webhook.md does not list", e.Name)
+			}
+		}
+		ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", releaseNS, "ms2m-agent"))
+		for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+			if !agentVars[e.Name] {
+				t.Errorf("the agent DaemonSet sets %s, which docs/migrator.md does not list", e.Name)
+			}
+		}
+	}
+}
+
+func TestAgentDisabled(t *testing.T) {
+	r := render(t, values(t, `agent: {enabled: false}`))
+	if n := len(r.ofKind("DaemonSet")); n != 0 {
+		t.Errorf("%d DaemonSets with agent.enabled=false", n)
+	}
+	if !strings.Contains(r.notes, "no node agent") {
+		t.Errorf("NOTES must say that migrations need an agent:\n%s", r.notes)
+	}
+}

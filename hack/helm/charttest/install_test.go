@@ -1,0 +1,317 @@
+package charttest
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// kubeconfig writes a kubeconfig for user on the test control plane.
+func kubeconfig(t testing.TB, user envtest.User) string {
+	t.Helper()
+	requireAPIServer(t)
+	u, err := apiserver.env.AddUser(user, nil)
+	if err != nil {
+		t.Fatalf("add user %s: %v", user.Name, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestHelmInstallAndUpgrade installs the chart with the helm command line
+// into a real API server, upgrades it, and uninstalls it: the generated
+// tokens survive the upgrade (the chart looks them up), and uninstall
+// leaves nothing cluster-scoped behind.
+func TestHelmInstallAndUpgrade(t *testing.T) {
+	cfg := requireAPIServer(t)
+	helmBin(t)
+	c := newCluster(t, cfg)
+	kc := kubeconfig(t, envtest.User{Name: "charttest-admin", Groups: []string{"system:masters"}})
+	const rel, ns, shop = "inst", "inst-system", "inst-shop"
+	c.createNamespaces(t, shop)
+	vals := writeValues(t, `
+workloadNamespaces: [inst-shop]
+secrets:
+  create: true
+  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit:5552/"}
+`)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := helm(t, append(args, "--kubeconfig", kc)...)
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	secret := func(ns, name, key string) []byte {
+		t.Helper()
+		s, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Secret %s/%s: %v", ns, name, err)
+		}
+		return s.Data[key]
+	}
+
+	out := run("install", rel, chartDir, "-n", ns, "--create-namespace", "-f", vals)
+	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "There is no migrator Deployment") {
+		t.Errorf("helm install says:\n%s", out)
+	}
+	agentToken := secret(ns, "inst-ms2m-agent-token", "token")
+	controlToken := secret(shop, "ms2m-control", "control-token")
+
+	run("upgrade", rel, chartDir, "-n", ns, "-f", vals, "--set", "webhook.logLevel=debug")
+	if got := secret(ns, "inst-ms2m-agent-token", "token"); !bytes.Equal(got, agentToken) {
+		t.Error("the upgrade changed the agents' token: the running agents and the migrator would disagree")
+	}
+	if got := secret(shop, "ms2m-control", "control-token"); !bytes.Equal(got, controlToken) {
+		t.Error("the upgrade changed the sidecars' control token: running sidecars would refuse the migrator")
+	}
+	d, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if envMap(d.Spec.Template.Spec.Containers[0])["MS2M_WEBHOOK_LOG_LEVEL"].Value != "debug" {
+		t.Error("the upgrade did not reach the webhook Deployment")
+	}
+
+	run("uninstall", rel, "-n", ns)
+	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after uninstall the MutatingWebhookConfiguration is still there (%v): it would block pods", err)
+	}
+	if _, err := c.cs.RbacV1().ClusterRoles().Get(context.Background(), "inst-ms2m-migrator", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after uninstall ClusterRole inst-ms2m-migrator is still there (%v)", err)
+	}
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestWebhookRunsAsInstalled runs the real webhook binary the way the
+// chart configures it: the Deployment's environment, the identity of the
+// chart's ServiceAccount (so the chart's RBAC, nothing more), and the
+// chart's MutatingWebhookConfiguration with its selectors and policies.
+// Only what the test control plane cannot do is changed: the API server
+// calls the webhook at a loopback URL instead of through the Service, and
+// the ports and certificate folder are the test's.
+func TestWebhookRunsAsInstalled(t *testing.T) {
+	cfg := requireAPIServer(t)
+	c := newCluster(t, cfg)
+	const rel, ns, shop, elsewhere = "hook", "hook-system", "hook-shop", "hook-elsewhere"
+	r := renderAs(t, rel, ns, values(t, `
+workloadNamespaces: [hook-shop]
+secrets:
+  create: true
+  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit:5552/"}
+webhook:
+  selfSigned: {extraHosts: [127.0.0.1]}
+`))
+	c.createNamespaces(t, ns, shop, elsewhere)
+
+	port := freePort(t)
+	var objs []*unstructured.Unstructured
+	for _, o := range r.objs {
+		if o.GetKind() == "MutatingWebhookConfiguration" {
+			mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, o)
+			url := "https://127.0.0.1:" + strconv.Itoa(port) + *mwc.Webhooks[0].ClientConfig.Service.Path
+			mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(mwc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o = &unstructured.Unstructured{Object: m}
+			delete(o.Object["metadata"].(map[string]any), "creationTimestamp")
+		}
+		objs = append(objs, o)
+	}
+	c.applyAll(t, objs)
+
+	// The binary, from the repository's own module.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "webhook")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/webhook")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build cmd/webhook: %v\n%s", err, out)
+	}
+
+	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", ns, "hook-ms2m-webhook"))
+	spec := d.Spec.Template.Spec
+	kc := kubeconfig(t, envtest.User{
+		Name:   "system:serviceaccount:" + ns + ":" + spec.ServiceAccountName,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	})
+	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env := []string{"PATH=/usr/bin:/bin", "KUBECONFIG=" + kc}
+	for _, e := range spec.Containers[0].Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			if e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+				t.Fatalf("env %s comes from %+v, which this test cannot resolve", e.Name, e.ValueFrom)
+			}
+			v = ns
+		}
+		switch e.Name {
+		case "MS2M_WEBHOOK_PORT":
+			v = strconv.Itoa(port)
+		case "MS2M_WEBHOOK_CERT_DIR":
+			v = filepath.Join(dir, "certs")
+		case "MS2M_WEBHOOK_HEALTH_ADDR":
+			v = health
+		case "MS2M_WEBHOOK_METRICS_ADDR":
+			v = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	logFile := filepath.Join(dir, "webhook.log")
+	logf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // the webhook this test started, by its own handle
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("webhook log:\n%s", b)
+		}
+	})
+
+	// Ready means: serving, namespace cache synced (list and watch on
+	// namespaces), and the caBundle set (get and update on its own
+	// registration), all with the chart's RBAC.
+	waitFor(t, "the webhook's /readyz", time.Minute, func() (bool, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the webhook exited: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+
+	ctx := context.Background()
+	pod := func(ns, name string, labels, annotations map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: "registry.example.com/consumer:1",
+				Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://guest:guest@rabbit." + ns + ":5672/"}},
+			}}},
+		}
+	}
+	optIn := map[string]string{"ms2m.io/inject": "true"}
+	sidecar := func(p *corev1.Pod) *corev1.Container {
+		for i := range p.Spec.InitContainers {
+			if p.Spec.InitContainers[i].Name == "ms2m-sidecar" {
+				return &p.Spec.InitContainers[i]
+			}
+		}
+		return nil
+	}
+
+	// An opted-in pod in a workload namespace is injected with what the
+	// chart configured.
+	got, err := c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-0", nil, optIn), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create an opted-in pod: %v", err)
+	}
+	sc := sidecar(got)
+	if sc == nil {
+		t.Fatalf("the pod was not injected: init containers %v, annotations %v", got.Spec.InitContainers, got.Annotations)
+	}
+	if sc.Image != "ms2m/sidecar:0.1.0" {
+		t.Errorf("sidecar image = %q, want the chart's ms2m/sidecar:0.1.0", sc.Image)
+	}
+	refs := map[string]string{}
+	for _, e := range sc.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			refs[e.ValueFrom.SecretKeyRef.Name+"/"+e.ValueFrom.SecretKeyRef.Key] = e.Name
+		}
+	}
+	for _, want := range []string{"ms2m-broker/stream-uri", "ms2m-control/control-token"} {
+		if refs[want] == "" {
+			t.Errorf("the sidecar does not read Secret key %s, which the chart created; it reads %v", want, refs)
+		}
+	}
+	// The Event, through the chart's RoleBinding in the workload namespace.
+	waitFor(t, "the Injected Event", 30*time.Second, func() (bool, error) {
+		evs, err := c.cs.EventsV1().Events(shop).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "Injected" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	// A bad annotation is denied: the API server really calls the webhook.
+	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{"ms2m.io/inject": "maybe"}), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "ms2m.io/inject") {
+		t.Errorf("a pod with ms2m.io/inject=maybe: %v, want a denial naming the annotation", err)
+	}
+
+	// The selectors: a pod labelled ms2m.io/inject=false, a pod outside the
+	// workload namespaces and a pod in the release namespace never reach
+	// the webhook, whatever their annotations say.
+	for _, p := range []*corev1.Pod{
+		pod(shop, "opted-out", map[string]string{"ms2m.io/inject": "false"}, optIn),
+		pod(elsewhere, "consumer-0", nil, optIn),
+		pod(ns, "consumer-0", nil, optIn),
+	} {
+		got, err := c.cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Errorf("create pod %s/%s: %v", p.Namespace, p.Name, err)
+			continue
+		}
+		if sidecar(got) != nil {
+			t.Errorf("pod %s/%s (labels %v) was injected; the chart's selectors should keep the webhook away from it", p.Namespace, p.Name, p.Labels)
+		}
+	}
+}
