@@ -60,6 +60,7 @@ test: setup k8s-bin node-setup node-bin criu
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m $$($(GO) list ./... | grep -v /e2e)
 	$(GO) test $(GOFLAGS) -count=1 -timeout 30m -p 1 ./e2e/...
+	$(MAKE) --no-print-directory chart-test
 
 ## test-unit: only the tests that need no broker
 test-unit:
