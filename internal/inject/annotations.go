@@ -34,6 +34,10 @@ const (
 	AnnotationMigrateTo = Prefix + "migrate-to" // target node name (a DNS-1123 subdomain)
 	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
 	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
+	// AnnotationMigrationStatus is the migrator's record of a requested
+	// migration on the pod that asked for it (and on the target it made):
+	// JSON with its name, phase, target, error and timings.
+	AnnotationMigrationStatus = Prefix + "migration-status"
 
 	// The restore hook. The migrator sets these on a target pod it creates
 	// (or records them in a pending Migration for a StatefulSet pod); the
@@ -49,21 +53,22 @@ const (
 // An annotation under Prefix that is not here draws a warning (a typo is
 // otherwise silent). A package that adds a key adds it here too.
 var knownAnnotations = map[string]bool{
-	AnnotationInject:        true,
-	AnnotationStatus:        true,
-	AnnotationContainer:     true,
-	AnnotationBrokerEnv:     true,
-	AnnotationLogName:       true,
-	AnnotationLogMaxAge:     true,
-	AnnotationLogMaxBytes:   true,
-	AnnotationMigrateTo:     true,
-	AnnotationStrategy:      true,
-	AnnotationReplayMax:     true,
-	AnnotationRestoreImage:  true,
-	AnnotationRestoreNode:   true,
-	AnnotationReplayStart:   true,
-	AnnotationReplayCutoff:  true,
-	AnnotationMigrationName: true,
+	AnnotationInject:          true,
+	AnnotationStatus:          true,
+	AnnotationContainer:       true,
+	AnnotationBrokerEnv:       true,
+	AnnotationLogName:         true,
+	AnnotationLogMaxAge:       true,
+	AnnotationLogMaxBytes:     true,
+	AnnotationMigrateTo:       true,
+	AnnotationStrategy:        true,
+	AnnotationReplayMax:       true,
+	AnnotationMigrationStatus: true,
+	AnnotationRestoreImage:    true,
+	AnnotationRestoreNode:     true,
+	AnnotationReplayStart:     true,
+	AnnotationReplayCutoff:    true,
+	AnnotationMigrationName:   true,
 }
 
 // Strategies are the values AnnotationStrategy accepts, in the order the

@@ -43,6 +43,10 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 		Spec: *source.Spec.DeepCopy(),
 	}
 	p.Spec.NodeName = ""
+	// The target is not asked to migrate again.
+	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationMigrationStatus} {
+		delete(p.Annotations, k)
+	}
 	for k, v := range map[string]string{
 		inject.AnnotationRestoreImage:  r.Image,
 		inject.AnnotationRestoreNode:   r.Node,

@@ -1,0 +1,234 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/replay"
+)
+
+// EventSource names the controller in Events.
+const EventSource = "ms2m-migrator"
+
+// Recorder emits Events (the events.k8s.io recorder of controller-runtime).
+type Recorder interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+// Config is what the controller needs.
+type Config struct {
+	Client    kubernetes.Interface
+	Events    Recorder
+	Agent     migrate.NodeAgent
+	ImageRepo string
+	// Admit is for clusters without the webhook (tests); nil in a cluster.
+	Admit func(*corev1.Pod) (*corev1.Pod, error)
+	// Timeout bounds each wait of a migration. Default 5 minutes.
+	Timeout time.Duration
+	// Concurrent is how many migrations run at once. Default 4.
+	Concurrent int
+}
+
+// Reconciler runs requested migrations.
+type Reconciler struct {
+	cfg     Config
+	running sync.Map // migration name → true, for the ones this process drives
+	http    *http.Client
+}
+
+// New returns a Reconciler.
+func New(cfg Config) *Reconciler {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.Concurrent == 0 {
+		cfg.Concurrent = 4
+	}
+	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// SetupWithManager registers the controller: it sees only pods that carry
+// a migration request.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("migration").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetAnnotations()[inject.AnnotationMigrateTo]
+			return ok
+		}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
+		Complete(r)
+}
+
+// Reconcile acts on one pod that asks to migrate.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cs := r.cfg.Client
+	pod, err := cs.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if _, ok := pod.Annotations[inject.AnnotationMigrateTo]; !ok {
+		return reconcile.Result{}, nil
+	}
+	st, has, err := statusOf(pod)
+	if err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v; remove it to ask again", err)
+		return reconcile.Result{}, nil
+	}
+	if has {
+		switch {
+		case st.Phase != PhaseRunning:
+			return reconcile.Result{}, nil // done; remove the annotations to ask again
+		case r.isRunning(st.Name):
+			return reconcile.Result{}, nil // ours, under way
+		default:
+			return reconcile.Result{}, r.rollBack(ctx, pod, st)
+		}
+	}
+
+	rq, err := parseRequest(pod)
+	if err == nil {
+		err = r.checkTarget(ctx, pod, rq)
+	}
+	if err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v", err)
+		return reconcile.Result{}, r.setStatus(ctx, pod, Status{Phase: PhaseFailed, Target: rq.node, Strategy: string(rq.strategy), Started: time.Now(), Message: err.Error() + "; nothing was touched"})
+	}
+
+	name := pod.Name + "-" + strconv.FormatInt(time.Now().Unix(), 36)
+	st = Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Target: rq.node, TargetPod: name, Started: time.Now()}
+	if err := r.setStatus(ctx, pod, st); err != nil {
+		return reconcile.Result{}, err // a conflict: try again with the new pod
+	}
+	r.running.Store(name, true)
+	defer r.running.Delete(name)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationStarted", "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+
+	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	if err != nil {
+		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+	}
+	env := migrate.Env{
+		Client: cs, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
+		ControlToken: token, ControlPort: port, HTTP: r.http,
+		Progress: func(phase string, took time.Duration) {
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationPhase", "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+		},
+	}
+	rep, err := migrate.Run(ctx, env, migrate.Plan{
+		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
+		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Timeout: r.cfg.Timeout,
+	})
+	st.Report = &rep
+	if err != nil {
+		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+	}
+	st.Phase = PhaseSucceeded
+	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
+	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
+	}
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
+	return reconcile.Result{}, r.setStatus(ctx, target, st)
+}
+
+func (r *Reconciler) isRunning(name string) bool {
+	_, ok := r.running.Load(name)
+	return ok
+}
+
+// checkTarget checks the request against the cluster before anything is
+// touched.
+func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq request) error {
+	if _, ok := pod.Annotations[inject.AnnotationStatus]; !ok {
+		return fmt.Errorf("the pod has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", inject.AnnotationInject)
+	}
+	if pod.Spec.NodeName == rq.node {
+		return fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, rq.node)
+	}
+	if _, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, rq.node, metav1.GetOptions{}); err != nil {
+		return fmt.Errorf("annotation %s: node %s: %w", inject.AnnotationMigrateTo, rq.node, err)
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("the pod is %s, not Running", pod.Status.Phase)
+	}
+	return nil
+}
+
+// fail records a failed migration on the source.
+func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
+	st.Phase, st.Message = PhaseFailed, err.Error()
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationFailed", "Migrate", "migration %s: %v", st.Name, err)
+	return r.setStatus(ctx, pod, st)
+}
+
+// rollBack ends a migration that a killed controller left running: the
+// source serves again and the half-made target goes.
+func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) error {
+	var errs []error
+	if err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
+	}
+	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
+	if err == nil {
+		ep := replay.Endpoint{URL: fmt.Sprintf("http://%s:%d", pod.Status.PodIP, port), Token: token}
+		err = replay.Resume(ctx, r.http, ep)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
+		return err // retried
+	}
+	st.Phase = PhaseRolledBack
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the target was deleted; remove the annotations to ask again"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
+	return r.setStatus(ctx, pod, st)
+}
+
+// setStatus writes st to pod's status annotation. Starting a migration
+// (PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
+// meanwhile gives a conflict, and the caller starts over with the new one,
+// so that two controllers never both start it. Later writes are not.
+func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) error {
+	rv := ""
+	if st.Phase == PhaseRunning {
+		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
+	}
+	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q}}}`, rv, inject.AnnotationMigrationStatus, st.encode())
+	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("record the migration's status on %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	pod.ResourceVersion = got.ResourceVersion
+	pod.Annotations = got.Annotations
+	return nil
+}

@@ -1,0 +1,86 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+// Phase is where a requested migration is.
+type Phase string
+
+const (
+	PhaseRunning    Phase = "Running"
+	PhaseSucceeded  Phase = "Succeeded"
+	PhaseFailed     Phase = "Failed"
+	PhaseRolledBack Phase = "RolledBack"
+)
+
+// Status is the JSON in inject.AnnotationMigrationStatus.
+type Status struct {
+	Name      string          `json:"name"`
+	Phase     Phase           `json:"phase"`
+	Strategy  string          `json:"strategy"`
+	Target    string          `json:"target"`    // node
+	TargetPod string          `json:"targetPod"` // pod
+	Started   time.Time       `json:"started"`
+	Message   string          `json:"message,omitempty"`
+	Report    *migrate.Report `json:"report,omitempty"`
+}
+
+// statusOf reads a pod's migration status, if it has one.
+func statusOf(p *corev1.Pod) (Status, bool, error) {
+	v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+	if !ok {
+		return Status{}, false, nil
+	}
+	var st Status
+	if err := json.Unmarshal([]byte(v), &st); err != nil {
+		return Status{}, true, fmt.Errorf("annotation %s is not the migrator's JSON: %w", inject.AnnotationMigrationStatus, err)
+	}
+	return st, true, nil
+}
+
+func (st Status) encode() string {
+	b, _ := json.Marshal(st)
+	return string(b)
+}
+
+// request is a validated migration request.
+type request struct {
+	node      string
+	strategy  migrate.Strategy
+	replayMax time.Duration
+}
+
+// parseRequest reads and checks the request annotations. The webhook
+// checked their syntax when the pod was admitted; annotations added later
+// are checked here, with messages that name the annotation.
+func parseRequest(p *corev1.Pod) (request, error) {
+	r := request{node: p.Annotations[inject.AnnotationMigrateTo], strategy: migrate.MS2M}
+	if r.node == "" {
+		return r, fmt.Errorf("annotation %s is empty: name the target node", inject.AnnotationMigrateTo)
+	}
+	switch s := p.Annotations[inject.AnnotationStrategy]; s {
+	case "", "auto", string(migrate.MS2M):
+	case string(migrate.MS2MCutoff), string(migrate.StopAndCopy), string(migrate.CRIUAlone):
+		r.strategy = migrate.Strategy(s)
+	case "statefulset", "statefulset-shadow":
+		return r, fmt.Errorf("annotation %s: %q is not built yet; use ms2m, ms2m-cutoff or stop-and-copy", inject.AnnotationStrategy, s)
+	default:
+		return r, fmt.Errorf("annotation %s: %q is not a strategy; want auto, ms2m, ms2m-cutoff or stop-and-copy", inject.AnnotationStrategy, s)
+	}
+	if v := p.Annotations[inject.AnnotationReplayMax]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return r, fmt.Errorf("annotation %s: %q is not a positive Go duration like 5s", inject.AnnotationReplayMax, v)
+		}
+		r.replayMax = d
+	}
+	return r, nil
+}

@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+func podWith(ann map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: ann}}
+}
+
+func TestParseRequest(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ann     map[string]string
+		want    request
+		wantErr string
+	}{
+		"default strategy": {ann: map[string]string{inject.AnnotationMigrateTo: "n2"}, want: request{node: "n2", strategy: migrate.MS2M}},
+		"cutoff with replay-max": {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "ms2m-cutoff", inject.AnnotationReplayMax: "8s"},
+			want: request{node: "n2", strategy: migrate.MS2MCutoff, replayMax: 8 * time.Second}},
+		"stop-and-copy":    {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "stop-and-copy"}, want: request{node: "n2", strategy: migrate.StopAndCopy}},
+		"empty node":       {ann: map[string]string{inject.AnnotationMigrateTo: ""}, wantErr: "is empty: name the target node"},
+		"unknown strategy": {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "teleport"}, wantErr: `"teleport" is not a strategy`},
+		"not built yet":    {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "statefulset"}, wantErr: "not built yet"},
+		"bad replay-max":   {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationReplayMax: "soon"}, wantErr: "replay-max"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseRequest(podWith(tc.ann))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("= %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStatusRoundTrip(t *testing.T) {
+	st := Status{Name: "m", Phase: PhaseRunning, Target: "n2", TargetPod: "m", Started: time.Unix(1, 0).UTC()}
+	got, ok, err := statusOf(podWith(map[string]string{inject.AnnotationMigrationStatus: st.encode()}))
+	if err != nil || !ok || got.Name != "m" || got.Phase != PhaseRunning || !got.Started.Equal(st.Started) {
+		t.Fatalf("statusOf = %+v %v %v", got, ok, err)
+	}
+	if _, _, err := statusOf(podWith(map[string]string{inject.AnnotationMigrationStatus: "{"})); err == nil {
+		t.Error("bad JSON accepted")
+	}
+}
