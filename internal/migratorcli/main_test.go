@@ -54,3 +54,17 @@ func TestAgentConfigErrors(t *testing.T) {
 		t.Errorf("agent without its folder: exit %d, stderr %s", code, errOut.String())
 	}
 }
+
+func TestControllerConfigErrors(t *testing.T) {
+	t.Setenv("MS2M_IMAGE_REPO", "")
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_IMAGE_REPO") {
+		t.Errorf("controller without an image repo: exit %d, stderr %s", code, errOut.String())
+	}
+	t.Setenv("MS2M_IMAGE_REPO", "registry.example.com/ckpt")
+	t.Setenv("MS2M_AGENT_TOKEN", "")
+	errOut.Reset()
+	if code := Main(context.Background(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
+		t.Errorf("controller without the agents' token: exit %d, stderr %s", code, errOut.String())
+	}
+}

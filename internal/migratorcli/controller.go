@@ -1,0 +1,120 @@
+package migratorcli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/controller"
+	"github.com/ms2m/ms2m/internal/envconfig"
+)
+
+// ControllerConfig is `migrator controller`'s configuration, from the
+// environment.
+type ControllerConfig struct {
+	// ImageRepo is where checkpoint images go, as the nodes pull them.
+	ImageRepo string `env:"MS2M_IMAGE_REPO,required,notEmpty"`
+	// AgentPort is the node agents' port on each node's InternalIP.
+	AgentPort int `env:"MS2M_AGENT_PORT" envDefault:"8090"`
+	// AgentToken or AgentTokenFile authenticates to the agents.
+	AgentToken     string `env:"MS2M_AGENT_TOKEN"`
+	AgentTokenFile string `env:"MS2M_AGENT_TOKEN_FILE"`
+	// LeaderElection makes replicas take turns: one drives migrations.
+	LeaderElection          bool   `env:"MS2M_LEADER_ELECTION" envDefault:"true"`
+	LeaderElectionNamespace string `env:"MS2M_LEADER_ELECTION_NAMESPACE"`
+	// Concurrent bounds the migrations run at once.
+	Concurrent int `env:"MS2M_CONCURRENT_MIGRATIONS" envDefault:"4"`
+	// Timeout bounds each wait of a migration.
+	Timeout     time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
+	MetricsAddr string        `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
+	HealthAddr  string        `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
+	LogLevel    string        `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+}
+
+// LeaderElectionID names the lease the replicas share.
+const LeaderElectionID = "ms2m-migrator"
+
+func controllerCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "migrator controller takes no arguments; it is configured by MS2M_* variables (docs/migrator.md)\n")
+		return 2
+	}
+	cfg, err := envconfig.Parse[ControllerConfig]()
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator controller: %v\n", err)
+		return 2
+	}
+	level, err := envconfig.Level("MS2M_LOG_LEVEL", cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator controller: %v\n", err)
+		return 2
+	}
+	token := cfg.AgentToken
+	if cfg.AgentTokenFile != "" {
+		b, err := os.ReadFile(cfg.AgentTokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "migrator controller: MS2M_AGENT_TOKEN_FILE: %v\n", err)
+			return 2
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		fmt.Fprintln(stderr, "migrator controller: MS2M_AGENT_TOKEN or MS2M_AGENT_TOKEN_FILE: the node agents' token is required")
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := runController(ctx, cfg, token, log); err != nil {
+		log.Error("controller stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func runController(ctx context.Context, cfg ControllerConfig, token string, log *slog.Logger) error {
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	mgr, err := manager.New(restCfg, manager.Options{
+		Logger:                  logr.FromSlogHandler(log.Handler()),
+		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:  cfg.HealthAddr,
+		LeaderElection:          cfg.LeaderElection,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
+		// A replica that loses its lease stops at once, so that two never
+		// drive the same migration.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("set up the controller-runtime manager: %w", err)
+	}
+	rec := controller.New(controller.Config{
+		Client:     cs,
+		Events:     mgr.GetEventRecorder(controller.EventSource),
+		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
+		ImageRepo:  cfg.ImageRepo,
+		Timeout:    cfg.Timeout,
+		Concurrent: cfg.Concurrent,
+	})
+	if err := rec.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection)
+	return mgr.Start(ctx)
+}
