@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,8 @@ import (
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -167,4 +170,108 @@ func decodeStatus(t *testing.T, v string) controller.Status {
 		t.Fatalf("status annotation %q: %v", v, err)
 	}
 	return st
+}
+
+// TestControllerRollsBackWhatAKilledOneLeft: a migration recorded as
+// Running that no controller drives (the one that started it was killed
+// after quiescing the source and creating the target) is rolled back by
+// the next controller: the target goes, the source serves again, and the
+// consumer's hash is exact.
+func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
+	l := needLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	name := testenv.UniqueName("killed")
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Stop()
+	testenv.Eventually(t, time.Minute, "the source consumer folds its first 10 messages", func() bool {
+		st, err := lab.GetAppState(src)
+		return err == nil && st.Count >= 10
+	})
+
+	// What a controller killed mid-migration leaves: the source quiesced,
+	// a target pod, and a Running status.
+	port, token, err := migrateSidecar(ctx, l, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replayQuiesce(ctx, src, port, token); err != nil {
+		t.Fatal(err)
+	}
+	half := name + "-half"
+	decoy, err := l.Pod(lab.Consumer{Name: half, Queue: name + "-none", Node: cluster.NodeName(2), WorkMS: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Create(ctx, mustAdmit(t, l, decoy), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.DeletePods(context.Background(), name, half) })
+	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: cluster.NodeName(2), TargetPod: half, Started: time.Now()}
+	b, _ := json.Marshal(st)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, inject.AnnotationMigrateTo, cluster.NodeName(2), inject.AnnotationMigrationStatus, string(b))
+	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if mode := sidecarMode(t, src); mode != "quiesced" {
+		t.Fatalf("source sidecar %q before the new controller starts, want quiesced", mode)
+	}
+
+	// A new controller starts.
+	mgr, err := manager.New(l.Cluster.RESTConfig(), manager.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := controller.New(controller.Config{Client: l.Client, Events: mgr.GetEventRecorder(controller.EventSource),
+		Agent: l.Agent(), ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints", Admit: l.Admit})
+	if err := rec.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go mgr.Start(mctx)
+
+	testenv.Eventually(t, time.Minute, "the migration is rolled back", func() bool {
+		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && decodeStatus(t, p.Annotations[inject.AnnotationMigrationStatus]).Phase == controller.PhaseRolledBack
+	})
+	waitEvent(t, ctx, l, name, "MigrationRolledBack")
+	if mode := sidecarMode(t, src); mode != "serving" {
+		t.Errorf("source sidecar %q after the rollback, want serving", mode)
+	}
+	testenv.Eventually(t, time.Minute, "the half-made target is gone", func() bool {
+		_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, half, metav1.GetOptions{})
+		return err != nil
+	})
+	want, err := prod.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lab.WaitFor(src, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
+		t.Errorf("source consumer after the rollback: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
+	}
+}
+
+func migrateSidecar(ctx context.Context, l *lab.Lab, p *corev1.Pod) (int, string, error) {
+	return migrate.SidecarControl(ctx, l.Client, p)
+}
+
+func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (uint64, error) {
+	return replay.Quiesce(ctx, &http.Client{Timeout: 30 * time.Second}, replay.Endpoint{URL: fmt.Sprintf("http://%s:%d", p.Status.PodIP, port), Token: token}, 20*time.Second)
+}
+
+func mustAdmit(t *testing.T, l *lab.Lab, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	a, err := l.Admit(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
