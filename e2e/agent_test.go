@@ -34,15 +34,7 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.DeletePods(context.Background(), name, name+"-target") })
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 10 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 10
-	})
+	prod := produce(t, src, name, 10, 100, 10)
 
 	env := l.Env(func(phase string, took time.Duration) { t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond)) })
 	env.Agent = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}

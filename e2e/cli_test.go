@@ -41,15 +41,7 @@ func TestMigratorCLI(t *testing.T) {
 	if _, ok := src.Annotations["ms2m.io/status"]; !ok {
 		t.Fatalf("the webhook did not inject %s", name)
 	}
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 120)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 20 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 20
-	})
+	prod := produce(t, src, name, 10, 120, 20)
 
 	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
 		"--to", cluster.NodeName(2), "--image-repo", l.Cluster.RegistryAddr()+"/ms2m/checkpoints", "--kubeconfig", l.Cluster.Kubeconfig())

@@ -66,15 +66,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 150)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 20 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 20
-	})
+	prod := produce(t, src, name, 10, 150, 20)
 
 	annotate := func(ann map[string]any) {
 		t.Helper()
@@ -187,15 +179,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 10 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 10
-	})
+	prod := produce(t, src, name, 10, 100, 10)
 
 	// What a controller killed mid-migration leaves: the source quiesced,
 	// a target pod, and a Running status.

@@ -73,15 +73,7 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src)+"."+plan.Name)
 	})
 
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, sc.rate, sc.n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 20 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 20
-	})
+	prod := produce(t, src, name, sc.rate, sc.n, 20)
 
 	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
 		t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond))

@@ -98,15 +98,7 @@ func TestRealWebhook(t *testing.T) {
 	t.Logf("pod %s injected by the webhook and running on %s", name, src.Spec.NodeName)
 
 	// (b) An ms2m migration with the webhook making the target a restore.
-	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), name, 10, 120)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Stop()
-	testenv.Eventually(t, time.Minute, "the source consumer folds its first 20 messages", func() bool {
-		st, err := lab.GetAppState(src)
-		return err == nil && st.Count >= 20
-	})
+	prod := produce(t, src, name, 10, 120, 20)
 	rep, err := migrate.Run(ctx, env, plan)
 	if err != nil {
 		t.Fatalf("migrate: %v", err)

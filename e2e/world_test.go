@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -79,4 +81,22 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// produce runs the sample producer on the host (n messages to queue at rate
+// per second; stopped when the test ends) and waits until the consumer in
+// src has folded its first folds of them, so that a migration starts on a
+// consumer with state.
+func produce(t *testing.T, src *corev1.Pod, queue string, rate float64, n, folds int) *lab.Producer {
+	t.Helper()
+	prod, err := lab.StartProducer(testenv.Build(t, "examples/producer"), queue, rate, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(prod.Stop)
+	testenv.Eventually(t, time.Minute, fmt.Sprintf("the source consumer folds its first %d messages", folds), func() bool {
+		st, err := lab.GetAppState(src)
+		return err == nil && st.Count >= folds
+	})
+	return prod
 }
