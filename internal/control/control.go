@@ -16,8 +16,9 @@ import (
 type Sidecar interface {
 	// State returns a JSON-encodable snapshot.
 	State() any
-	// Quiesce holds deliveries back and returns the checkpoint ID.
-	Quiesce(ctx context.Context) (uint64, error)
+	// Quiesce holds deliveries back and returns the checkpoint ID and the
+	// log's epoch at it.
+	Quiesce(ctx context.Context) (id, epoch uint64, err error)
 	Resume(ctx context.Context) error
 	// Stop returns a JSON-encodable result that carries the cutoff ID.
 	Stop(ctx context.Context) (any, error)
@@ -48,12 +49,12 @@ func Handler(s Sidecar, token string, gatherer prometheus.Gatherer) http.Handler
 			return
 		}
 		defer cancel()
-		id, err := s.Quiesce(ctx)
+		id, epoch, err := s.Quiesce(ctx)
 		if err != nil {
 			writeError(w, statusOf(err), err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]uint64{"checkpointId": id})
+		writeJSON(w, http.StatusOK, map[string]uint64{"checkpointId": id, "epoch": epoch})
 	}))
 	mux.Handle("POST /resume", auth(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel, err := withTimeout(r)

@@ -148,7 +148,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	st.Phase = PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
-	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+	st.TargetPod = rep.TargetPod
+	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,14 +67,13 @@ func parseRequest(p *corev1.Pod) (request, error) {
 	if r.node == "" {
 		return r, fmt.Errorf("annotation %s is empty: name the target node", inject.AnnotationMigrateTo)
 	}
-	switch s := p.Annotations[inject.AnnotationStrategy]; s {
-	case "", "auto", string(migrate.MS2M):
-	case string(migrate.MS2MCutoff), string(migrate.StopAndCopy), string(migrate.CRIUAlone):
-		r.strategy = migrate.Strategy(s)
-	case "statefulset", "statefulset-shadow":
-		return r, fmt.Errorf("annotation %s: %q is not built yet; use ms2m, ms2m-cutoff or stop-and-copy", inject.AnnotationStrategy, s)
+	switch s := migrate.Strategy(p.Annotations[inject.AnnotationStrategy]); s {
+	case "", migrate.Auto:
+		r.strategy = migrate.ByOwner(p)
+	case migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy, migrate.CRIUAlone, migrate.StatefulSet, migrate.StatefulSetShadow:
+		r.strategy = s
 	default:
-		return r, fmt.Errorf("annotation %s: %q is not a strategy; want auto, ms2m, ms2m-cutoff or stop-and-copy", inject.AnnotationStrategy, s)
+		return r, fmt.Errorf("annotation %s: %q is not a strategy; want one of %s", inject.AnnotationStrategy, s, strategyList())
 	}
 	if v := p.Annotations[inject.AnnotationReplayMax]; v != "" {
 		d, err := time.ParseDuration(v)
@@ -83,4 +83,12 @@ func parseRequest(p *corev1.Pod) (request, error) {
 		r.replayMax = d
 	}
 	return r, nil
+}
+
+func strategyList() string {
+	var names []string
+	for _, s := range migrate.Strategies {
+		names = append(names, string(s))
+	}
+	return strings.Join(names, ", ")
 }

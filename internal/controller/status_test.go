@@ -28,7 +28,8 @@ func TestParseRequest(t *testing.T) {
 		"stop-and-copy":    {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "stop-and-copy"}, want: request{node: "n2", strategy: migrate.StopAndCopy}},
 		"empty node":       {ann: map[string]string{inject.AnnotationMigrateTo: ""}, wantErr: "is empty: name the target node"},
 		"unknown strategy": {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "teleport"}, wantErr: `"teleport" is not a strategy`},
-		"not built yet":    {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "statefulset"}, wantErr: "not built yet"},
+		"statefulset":      {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "statefulset"}, want: request{node: "n2", strategy: migrate.StatefulSet}},
+		"auto, plain pod":  {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "auto"}, want: request{node: "n2", strategy: migrate.MS2M}},
 		"bad replay-max":   {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationReplayMax: "soon"}, wantErr: "replay-max"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -43,6 +44,20 @@ func TestParseRequest(t *testing.T) {
 				t.Fatalf("= %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestAutoPicksByOwner: auto is statefulset-shadow for a StatefulSet's pod.
+func TestAutoPicksByOwner(t *testing.T) {
+	yes := true
+	p := podWith(map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "auto"})
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", Controller: &yes}}
+	if got, err := parseRequest(p); err != nil || got.strategy != migrate.StatefulSetShadow {
+		t.Fatalf("= %+v, %v; want statefulset-shadow", got, err)
+	}
+	p.OwnerReferences[0].Kind = "ReplicaSet"
+	if got, err := parseRequest(p); err != nil || got.strategy != migrate.MS2M {
+		t.Fatalf("ReplicaSet pod: = %+v, %v; want ms2m", got, err)
 	}
 }
 

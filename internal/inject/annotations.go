@@ -46,7 +46,15 @@ const (
 	AnnotationRestoreNode   = Prefix + "restore-node"  // node to pin the pod to
 	AnnotationReplayStart   = Prefix + "replay-start"  // checkpoint ID (replay after it)
 	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
+	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+
+	// LabelShadowOf is on a statefulset-shadow migration's shadow pod: the
+	// StatefulSet pod it stands in for.
+	LabelShadowOf = Prefix + "shadow-of"
+	// LabelMigration is on the migrator's pending-migration ConfigMaps:
+	// the migration's name.
+	LabelMigration = Prefix + "migration"
 )
 
 // knownAnnotations are the keys under Prefix that ms2m reads or writes.
@@ -68,6 +76,7 @@ var knownAnnotations = map[string]bool{
 	AnnotationRestoreNode:     true,
 	AnnotationReplayStart:     true,
 	AnnotationReplayCutoff:    true,
+	AnnotationReplayEpoch:     true,
 	AnnotationMigrationName:   true,
 }
 

@@ -19,7 +19,7 @@ var restoreAnnotations = []string{
 
 // restoreOnly are the restore annotations that mean nothing without
 // AnnotationRestoreImage (AnnotationLogName does: it names the log).
-var restoreOnly = []string{AnnotationRestoreNode, AnnotationReplayStart, AnnotationReplayCutoff, AnnotationMigrationName}
+var restoreOnly = []string{AnnotationRestoreNode, AnnotationReplayStart, AnnotationReplayCutoff, AnnotationReplayEpoch, AnnotationMigrationName}
 
 // restoreAsked says whether the pod asks to be a restore, and the
 // migration's name as far as it is known ("" when it is not).
@@ -62,6 +62,7 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 			LogName:      ann[AnnotationLogName],
 			ReplayStart:  ann[AnnotationReplayStart],
 			ReplayCutoff: ann[AnnotationReplayCutoff],
+			ReplayEpoch:  ann[AnnotationReplayEpoch],
 		}
 		if pending != nil {
 			warnings = append(warnings, fmt.Sprintf("pending migration %q ignored: the pod's restore annotations (migration %q) win", pending.Name, m.Name))
@@ -99,6 +100,9 @@ func checkPending(p *Migration) error {
 	add("logName", p.LogName, checkLogName(p.LogName))
 	add("replayStart", p.ReplayStart, checkReplayStart(p.ReplayStart))
 	add("replayCutoff", p.ReplayCutoff, checkReplayCutoff(p.ReplayCutoff))
+	if p.ReplayEpoch != "" {
+		add("replayEpoch", p.ReplayEpoch, checkReplayEpoch(p.ReplayEpoch))
+	}
 	if msg := checkReplayRange(p.ReplayStart, p.ReplayCutoff); msg != "" {
 		bad = append(bad, msg)
 	}
@@ -136,7 +140,15 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 	setEnv(sidecar, envLogName, m.LogName)
 	setEnv(sidecar, envReplayStart, m.ReplayStart)
 	setEnv(sidecar, envReplayCutoff, m.ReplayCutoff)
+	epoch := m.ReplayEpoch
+	if epoch == "" {
+		epoch = "0"
+	}
+	setEnv(sidecar, envReplayEpoch, epoch)
 	cutoff := "the cutoff marker"
+	if epoch != "0" {
+		cutoff += " of an epoch after " + epoch
+	}
 	if m.ReplayCutoff != "marker" {
 		cutoff = "ID " + m.ReplayCutoff
 	}

@@ -22,6 +22,7 @@ const (
 	envControlToken     = "MS2M_CONTROL_TOKEN"
 	envReplayStart      = "MS2M_REPLAY_START"
 	envReplayCutoff     = "MS2M_REPLAY_CUTOFF"
+	envReplayEpoch      = "MS2M_REPLAY_EPOCH"
 	defaultLogNameValue = "$(" + envPodNamespace + ").$(" + envPodName + ")"
 )
 

@@ -48,6 +48,9 @@ type Migration struct {
 	LogName      string `json:"logName"`      // the source's replay log
 	ReplayStart  string `json:"replayStart"`  // checkpoint ID
 	ReplayCutoff string `json:"replayCutoff"` // "marker" or an ID
+	// ReplayEpoch is the log's epoch at the checkpoint: a "marker" cutoff
+	// is only taken from a marker of a later epoch. Empty means 0.
+	ReplayEpoch string `json:"replayEpoch,omitempty"`
 }
 
 // Input is what Inject decides on.

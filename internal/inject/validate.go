@@ -56,6 +56,7 @@ var annotationChecks = []annotationCheck{
 	{AnnotationRestoreNode, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
 	{AnnotationReplayStart, func(_ *corev1.Pod, v string) string { return checkReplayStart(v) }},
 	{AnnotationReplayCutoff, func(_ *corev1.Pod, v string) string { return checkReplayCutoff(v) }},
+	{AnnotationReplayEpoch, func(_ *corev1.Pod, v string) string { return checkReplayEpoch(v) }},
 	{AnnotationMigrationName, func(_ *corev1.Pod, v string) string { return checkMigrationName(v) }},
 }
 
@@ -159,6 +160,13 @@ func checkLogName(v string) string {
 func checkReplayStart(v string) string {
 	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
 		return "use a checkpoint ID, an integer of 0 or more"
+	}
+	return ""
+}
+
+func checkReplayEpoch(v string) string {
+	if _, err := strconv.ParseUint(v, 10, 64); err != nil {
+		return "use the replay log's epoch at the checkpoint, an integer of 0 or more"
 	}
 	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -38,7 +39,42 @@ const (
 	// baseline that shows what replay is for. It loses what the source
 	// handled after its checkpoint.
 	CRIUAlone Strategy = "criu-alone"
+	// StatefulSet is the paper's strategy for a StatefulSet pod, whose
+	// name is its identity: checkpoint it while it serves, stop it at a
+	// cutoff once the image is pushed, and delete it; the StatefulSet
+	// controller recreates the pod, the webhook turns it into a restore on
+	// the target node (from a pending-migration record), and it replays
+	// to the cutoff. Down from the stop until the new pod consumes.
+	StatefulSet Strategy = "statefulset"
+	// StatefulSetShadow gives a StatefulSet pod ms2m's downtime: a shadow
+	// pod on the target node takes over from the source by the ms2m
+	// handoff; then the source is deleted, the StatefulSet's recreated
+	// pod is restored from a checkpoint of the shadow on the same node,
+	// and takes over from the shadow by the same handoff.
+	StatefulSetShadow Strategy = "statefulset-shadow"
+	// Auto picks by owner: statefulset-shadow for a StatefulSet's pod,
+	// ms2m for any other.
+	Auto Strategy = "auto"
 )
+
+// Strategies lists the strategies Run takes, auto first.
+var Strategies = []Strategy{Auto, MS2M, MS2MCutoff, StopAndCopy, StatefulSet, StatefulSetShadow, CRIUAlone}
+
+func strategyNames() []string {
+	out := make([]string, len(Strategies))
+	for i, s := range Strategies {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// ByOwner is the strategy auto picks for pod.
+func ByOwner(pod *corev1.Pod) Strategy {
+	if ownedByStatefulSet(pod) {
+		return StatefulSetShadow
+	}
+	return MS2M
+}
 
 // NodeAgent does the node-local steps. The migrator's agent does them on
 // each node; a local cluster, whose nodes share the host's file system, can
@@ -109,6 +145,7 @@ type Report struct {
 	Downtime  time.Duration   `json:"downtime"`
 	CutoffID  uint64          `json:"cutoffId,omitempty"`
 	Start     uint64          `json:"checkpointId"`
+	Epoch     uint64          `json:"epoch,omitempty"` // the log's epoch at the checkpoint
 	Phases    []Phase         `json:"phases"`
 	Archive   string          `json:"archive"`
 	Image     string          `json:"image"`
@@ -118,6 +155,13 @@ type Report struct {
 	Lambda  float64       `json:"lambda,omitempty"`
 	Mu      float64       `json:"mu,omitempty"`
 	TCutoff time.Duration `json:"tCutoff,omitempty"`
+	// statefulset-shadow: the shadow pod, its checkpoint, and its handoff
+	// to the StatefulSet's recreated pod (Handover is the first one; the
+	// downtime is the sum of both).
+	ShadowPod        string          `json:"shadowPod,omitempty"`
+	ShadowCheckpoint uint64          `json:"shadowCheckpointId,omitempty"`
+	ShadowImage      string          `json:"shadowImage,omitempty"`
+	ShadowHandover   *replay.Timings `json:"shadowHandover,omitempty"`
 }
 
 // Phase is one timed step.
@@ -171,17 +215,20 @@ func (r *run) endpoint(pod *corev1.Pod) replay.Endpoint {
 	return replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(r.env.ControlPort)), Token: r.env.ControlToken}
 }
 
-func (r *run) do(ctx context.Context) (err error) {
+func (r *run) do(ctx context.Context) error {
 	p, cs := r.p, r.env.Client
 	src, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Pod, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("migration %s: the source pod: %w", p.Name, err)
 	}
-	if err := preconditions(ctx, cs, src, p); err != nil {
+	if r.p.Strategy == Auto || r.p.Strategy == "" {
+		r.p.Strategy = ByOwner(src)
+		r.rep.Strategy = r.p.Strategy
+	}
+	if err := preconditions(ctx, cs, src, r.p); err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.source = src
-	srcEP := r.endpoint(src)
 	r.phase("preconditions")
 
 	base := imageID(src, p.Container)
@@ -193,8 +240,23 @@ func (r *run) do(ctx context.Context) (err error) {
 	}
 	r.phase("prepare target")
 
-	// resumeOnFailure puts the source back to serving if a later step fails
-	// before the target has taken over.
+	switch r.p.Strategy {
+	case StatefulSet:
+		return r.statefulSet(ctx)
+	case StatefulSetShadow:
+		return r.statefulSetShadow(ctx)
+	}
+	return r.podCopy(ctx)
+}
+
+// podCopy migrates by a copy of the source under a new name (ms2m,
+// ms2m-cutoff, stop-and-copy, criu-alone).
+func (r *run) podCopy(ctx context.Context) (err error) {
+	p, cs, src := r.p, r.env.Client, r.source
+	srcEP := r.endpoint(src)
+
+	// On a failure before the target has taken over, the source serves
+	// again and a half-made target goes.
 	resumeSource := false
 	targetCreated := false
 	defer func() {
@@ -207,56 +269,50 @@ func (r *run) do(ctx context.Context) (err error) {
 			}
 		}
 		if resumeSource {
-			if rerr := replay.Resume(context.Background(), r.env.HTTP, srcEP); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("the source could not be resumed: %w", rerr))
-			} else {
-				err = fmt.Errorf("%w (the source was resumed and keeps serving)", err)
-			}
+			err = r.resume(err, srcEP)
 		}
 	}()
 
 	var stopped replay.StopResult
 	switch p.Strategy {
 	case MS2M, MS2MCutoff:
-		if r.rep.Start, err = replay.Quiesce(ctx, r.env.HTTP, srcEP, 30*time.Second); err != nil {
+		cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
 		resumeSource = true
-		r.phase("quiesce")
-	case StopAndCopy:
-		if stopped, err = replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second); err != nil {
+		r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
+	case StopAndCopy, CRIUAlone:
+		if p.Strategy == StopAndCopy {
+			if stopped, err = replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second); err != nil {
+				return fmt.Errorf("migration %s: %w", p.Name, err)
+			}
+			resumeSource = true
+			r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
+			r.phase("stop")
+		}
+		if r.rep.Archive, err = r.checkpoint(ctx, src); err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
-		resumeSource = true
-		r.rep.Start, r.rep.CutoffID = stopped.CutoffID, stopped.CutoffID
-		r.phase("stop")
-	case CRIUAlone:
+		r.phase("checkpoint")
+		if r.rep.Image, err = r.image(ctx, src, r.rep.Archive, p.Name); err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
+		}
+		r.phase("image")
 	default:
-		return fmt.Errorf("migration %s: unknown strategy %q (want %s, %s, %s or %s)", p.Name, p.Strategy, MS2M, MS2MCutoff, StopAndCopy, CRIUAlone)
+		return fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(strategyNames(), ", "))
 	}
 
-	archive, err := Checkpoint(ctx, cs.CoreV1().RESTClient(), src.Spec.NodeName, p.Namespace, p.Pod, p.Container, time.Minute)
-	if err != nil {
-		return fmt.Errorf("migration %s: %w%s", p.Name, err, r.criuErrors(ctx, src.Spec.NodeName, err))
+	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
+	if p.Strategy == StopAndCopy {
+		restore.Cutoff = r.rep.CutoffID
 	}
-	r.rep.Archive = archive
-	r.phase("checkpoint")
-	if p.Strategy == MS2M || p.Strategy == MS2MCutoff {
-		if err := replay.Resume(ctx, r.env.HTTP, srcEP); err != nil {
-			return fmt.Errorf("migration %s: %w", p.Name, err)
-		}
-		r.phase("resume")
-	}
-
-	tag := r.env.ImageRepo + ":" + p.Name
-	if r.rep.Image, err = r.env.Agent.BuildCheckpointImage(ctx, src.Spec.NodeName, archive, p.Container, tag); err != nil {
-		return fmt.Errorf("migration %s: build and push the checkpoint image %s from %s: %w", p.Name, tag, filepath.Base(archive), err)
-	}
-	r.phase("image")
-
-	target, err := r.targetPod(src)
+	target, err := r.targetPod(src, p.TargetPod, restore)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	if controllerOf(src) != nil {
+		holdBy(target, src) // see owner.go
 	}
 	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, target, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("migration %s: create the target pod %s: %w", p.Name, p.TargetPod, err)
@@ -271,20 +327,7 @@ func (r *run) do(ctx context.Context) (err error) {
 
 	switch p.Strategy {
 	case MS2M, MS2MCutoff:
-		ho := replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP}
-		if p.Strategy == MS2MCutoff {
-			lambda, mu, err := replay.Rates(ctx, r.env.HTTP, srcEP)
-			if err != nil {
-				return fmt.Errorf("migration %s: %w", p.Name, err)
-			}
-			if _, tmu, err := replay.Rates(ctx, r.env.HTTP, dstEP); err == nil && tmu > 0 {
-				mu = tmu // the target's own rate, once it has one
-			}
-			r.rep.Lambda, r.rep.Mu = lambda, mu
-			r.rep.TCutoff = CutoffAfter(p.ReplayMax, lambda, mu, p.Timeout)
-			ho.Deadline = time.Now().Add(r.rep.TCutoff)
-		}
-		tm, err := replay.Handover(ctx, srcEP, dstEP, ho)
+		tm, err := r.handover(ctx, srcEP, dstEP)
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
@@ -300,12 +343,102 @@ func (r *run) do(ctx context.Context) (err error) {
 	}
 	resumeSource, targetCreated = false, false
 
-	grace := int64(0)
-	if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Pod, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+	if err := handBack(ctx, cs, src, p.TargetPod, p.Timeout); err != nil {
+		return fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)
+	}
+	if err := deleteNow(ctx, cs, src); err != nil {
 		return fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// resume resumes the sidecar at ep after err, and says so in the error.
+func (r *run) resume(err error, ep replay.Endpoint) error {
+	if rerr := replay.Resume(context.Background(), r.env.HTTP, ep); rerr != nil {
+		return errors.Join(err, fmt.Errorf("the source could not be resumed: %w", rerr))
+	}
+	return fmt.Errorf("%w (the source was resumed and keeps serving)", err)
+}
+
+// liveCheckpoint checkpoints pod while it keeps serving: quiesce its
+// sidecar, checkpoint the app, resume, and build the checkpoint image
+// (tagged tag). Its phases are named with prefix. On an error after the
+// quiesce, pod serves again.
+func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut replay.Cut, err error) {
+	ep := r.endpoint(pod)
+	if cut, err = replay.Quiesce(ctx, r.env.HTTP, ep, 30*time.Second); err != nil {
+		return cut, err
+	}
+	r.phase(prefix + "quiesce")
+	archive, err := r.checkpoint(ctx, pod)
+	if err != nil {
+		return cut, r.resume(err, ep)
+	}
+	r.phase(prefix + "checkpoint")
+	if err := replay.Resume(ctx, r.env.HTTP, ep); err != nil {
+		return cut, err
+	}
+	r.phase(prefix + "resume")
+	image, err := r.image(ctx, pod, archive, tag)
+	if err != nil {
+		return cut, err
+	}
+	r.phase(prefix + "image")
+	if prefix == "" {
+		r.rep.Archive, r.rep.Image = archive, image
+	} else {
+		r.rep.ShadowImage = image
+	}
+	return cut, nil
+}
+
+// checkpoint checkpoints pod's app container through the kubelet.
+func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
+	archive, err := Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, time.Minute)
+	if err != nil {
+		return "", fmt.Errorf("%w%s", err, r.criuErrors(ctx, pod.Spec.NodeName, err))
+	}
+	return archive, nil
+}
+
+// image builds and pushes the checkpoint image of archive, on pod's node.
+func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
+	ref := r.env.ImageRepo + ":" + tag
+	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
+	if err != nil {
+		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)
+	}
+	return img, nil
+}
+
+// handover stops the source and lets the target replay to the cutoff and
+// switch; for ms2m-cutoff, the stop comes once T_cutoff has passed.
+func (r *run) handover(ctx context.Context, srcEP, dstEP replay.Endpoint) (replay.Timings, error) {
+	ho := replay.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, HTTP: r.env.HTTP}
+	if r.p.Strategy == MS2MCutoff {
+		lambda, mu, err := replay.Rates(ctx, r.env.HTTP, srcEP)
+		if err != nil {
+			return replay.Timings{}, err
+		}
+		if _, tmu, err := replay.Rates(ctx, r.env.HTTP, dstEP); err == nil && tmu > 0 {
+			mu = tmu // the target's own rate, once it has one
+		}
+		r.rep.Lambda, r.rep.Mu = lambda, mu
+		r.rep.TCutoff = CutoffAfter(r.p.ReplayMax, lambda, mu, r.p.Timeout)
+		ho.Deadline = time.Now().Add(r.rep.TCutoff)
+	}
+	return replay.Handover(ctx, srcEP, dstEP, ho)
+}
+
+// deleteNow deletes pod at once; one already gone is no error.
+func deleteNow(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) error {
+	grace := int64(0)
+	err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or already a new pod of the same name
+	}
+	return err
 }
 
 // CutoffAfter is T_cutoff = T_replay_max × μ / λ (the paper's eq. 5): how
@@ -328,12 +461,8 @@ func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duratio
 
 // targetPod makes the pod to create, admitted as the webhook would when
 // Env.Admit is set.
-func (r *run) targetPod(src *corev1.Pod) (*corev1.Pod, error) {
-	restore := Restore{Migration: r.p.Name, Image: r.rep.Image, Node: r.p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start}
-	if r.p.Strategy == StopAndCopy {
-		restore.Cutoff = r.rep.CutoffID
-	}
-	t := TargetPod(src, r.p.TargetPod, restore)
+func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.Pod, error) {
+	t := TargetPod(src, name, restore)
 	if r.env.Admit != nil {
 		admitted, err := r.env.Admit(t)
 		if err != nil {
@@ -446,6 +575,12 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 	}
 	if !ready || node.Spec.Unschedulable {
 		return fmt.Errorf("target node %s is not Ready and schedulable", p.TargetNode)
+	}
+	switch sts := ownedByStatefulSet(src); {
+	case sts && p.Strategy != StatefulSet && p.Strategy != StatefulSetShadow:
+		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, StatefulSetShadow, StatefulSet, Auto)
+	case !sts && (p.Strategy == StatefulSet || p.Strategy == StatefulSetShadow):
+		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, MS2M, Auto)
 	}
 	found := false
 	for _, c := range src.Spec.Containers {

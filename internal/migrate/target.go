@@ -22,6 +22,25 @@ type Restore struct {
 	Start     uint64 // the checkpoint ID
 	// Cutoff is the last ID to replay; 0 means the source's cutoff marker.
 	Cutoff uint64
+	// Epoch is the log's epoch at the checkpoint: only a cutoff marker of
+	// a later epoch ends the replay.
+	Epoch uint64
+}
+
+// Pending is r as the webhook reads it for a pod it restores without the
+// migrator creating it (the StatefulSet strategies).
+func (r Restore) Pending() inject.Migration {
+	return inject.Migration{
+		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
+		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
+	}
+}
+
+func (r Restore) cutoff() string {
+	if r.Cutoff == 0 {
+		return "marker"
+	}
+	return fmt.Sprint(r.Cutoff)
 }
 
 // TargetPod returns the pod to create for r: a copy of the injected source
@@ -29,10 +48,6 @@ type Restore struct {
 // inject.Inject) turns into a restore. Owner references are dropped: the
 // copy is the migrator's until it replaces the source.
 func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
-	cutoff := "marker"
-	if r.Cutoff != 0 {
-		cutoff = fmt.Sprint(r.Cutoff)
-	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -51,7 +66,8 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 		inject.AnnotationRestoreImage:  r.Image,
 		inject.AnnotationRestoreNode:   r.Node,
 		inject.AnnotationReplayStart:   fmt.Sprint(r.Start),
-		inject.AnnotationReplayCutoff:  cutoff,
+		inject.AnnotationReplayCutoff:  r.cutoff(),
+		inject.AnnotationReplayEpoch:   fmt.Sprint(r.Epoch),
 		inject.AnnotationLogName:       r.LogName,
 		inject.AnnotationMigrationName: r.Migration,
 	} {

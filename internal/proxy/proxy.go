@@ -273,24 +273,26 @@ func (p *Proxy) setMode(m Mode) {
 
 // Quiesce holds new deliveries back from the app and waits until the app
 // has settled every delivery it has and those acks are upstream. It returns
-// the checkpoint ID: the last delivery the app was given. ctx bounds the
+// the checkpoint ID, the last delivery the app was given, and the log's
+// epoch (that of its last marker), which a replay of this checkpoint
+// passes on so that older cutoff markers are not taken for its own. ctx bounds the
 // wait; on error the proxy stays quiesced and Resume undoes it.
-func (p *Proxy) Quiesce(ctx context.Context) (uint64, error) {
+func (p *Proxy) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
 	if p.Mode() == Stopped {
-		return 0, fmt.Errorf("quiesce: %w; resume it first", ErrStopped)
+		return 0, 0, fmt.Errorf("quiesce: %w; resume it first", ErrStopped)
 	}
 	p.setMode(Quiesced)
 	for _, c := range p.snapshotConns() {
 		c.setMode(Quiesced)
 	}
 	if err := p.waitSettled(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	id := p.tee.Status().LastID
-	p.log.Info("quiesced", "checkpoint_id", id)
-	return id, nil
+	st := p.tee.Status()
+	p.log.Info("quiesced", "checkpoint_id", st.LastID, "epoch", st.Epoch)
+	return st.LastID, st.Epoch, nil
 }
 
 // waitSettled waits until no delivery is in flight in any connection and the

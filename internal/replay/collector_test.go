@@ -172,3 +172,52 @@ func TestCollectorPublishes(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectorIgnoresAnEarlierMigrationsMarker: a log migrated before
+// holds that migration's cutoff marker. A second migration whose
+// checkpoint came with no delivery since (start = the old cutoff) must
+// not take the old marker for its own: only a marker of a later epoch
+// than the checkpoint's ends its replay. Without the epoch, it would.
+func TestCollectorIgnoresAnEarlierMigrationsMarker(t *testing.T) {
+	log := []shadowqueue.Record{del(1, "a"), del(2, "a"), marker(shadowqueue.KindCutoff, 2, 1)}
+	c := NewCollector(Range{Start: 2, Epoch: 1})
+	for _, r := range log {
+		if err := c.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, ok := c.Cutoff(); ok {
+		t.Fatalf("took the earlier migration's marker (cutoff %d) for its own", id)
+	}
+	for _, r := range []shadowqueue.Record{del(3, "a"), marker(shadowqueue.KindCutoff, 3, 2)} {
+		if err := c.Add(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if id, ok := c.Cutoff(); !ok || id != 3 || !c.Complete() || c.Epoch() != 2 {
+		t.Fatalf("cutoff %d %v complete %v epoch %d; want 3, complete, epoch 2", id, ok, c.Complete(), c.Epoch())
+	}
+	if got := ids(c.Records("a")); !cmp.Equal(got, []uint64{3}) {
+		t.Errorf("records %v, want [3]", got)
+	}
+
+	old := NewCollector(Range{Start: 2}) // no epoch: the bug this guards against
+	for _, r := range log {
+		old.Add(r)
+	}
+	if _, ok := old.Cutoff(); !ok {
+		t.Error("without the epoch the stale marker is not taken; this test no longer shows what it guards")
+	}
+}
+
+// TestCollectorKnownCutoffKeepsTheStopsEpoch: for a known cutoff the
+// target goes on with the epoch of the stop that made it.
+func TestCollectorKnownCutoffKeepsTheStopsEpoch(t *testing.T) {
+	c := NewCollector(Range{Start: 2, Cutoff: 2, Epoch: 4})
+	for _, r := range []shadowqueue.Record{del(1, "a"), del(2, "a")} {
+		c.Add(r)
+	}
+	if !c.Complete() || c.Epoch() != 4 {
+		t.Fatalf("complete %v epoch %d; want complete, epoch 4", c.Complete(), c.Epoch())
+	}
+}

@@ -178,15 +178,22 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 
 // Quiesce asks a sidecar to hold new deliveries and waits (up to timeout)
 // until the app has settled what it has: a consistent cut to checkpoint
-// at. It returns the checkpoint ID, the last delivery the app was given.
-func Quiesce(ctx context.Context, hc *http.Client, e Endpoint, timeout time.Duration) (uint64, error) {
-	var out struct {
-		CheckpointID uint64 `json:"checkpointId"`
-	}
+// at. It returns the cut: the checkpoint ID, the last delivery the app was
+// given, and the log's epoch then.
+func Quiesce(ctx context.Context, hc *http.Client, e Endpoint, timeout time.Duration) (Cut, error) {
+	var out Cut
 	if err := call(ctx, hc, e, http.MethodPost, "/quiesce?timeout="+timeout.String(), &out); err != nil {
-		return 0, fmt.Errorf("quiesce the sidecar at %s: %w", e.URL, err)
+		return Cut{}, fmt.Errorf("quiesce the sidecar at %s: %w", e.URL, err)
 	}
-	return out.CheckpointID, nil
+	return out, nil
+}
+
+// Cut is where a quiesced sidecar stands: a replay of a checkpoint taken
+// now covers the IDs after ID, and waits for a cutoff marker of an epoch
+// after Epoch.
+type Cut struct {
+	ID    uint64 `json:"checkpointId"`
+	Epoch uint64 `json:"epoch"`
 }
 
 // Resume undoes a quiesce or a stop: the sidecar serves again.

@@ -27,6 +27,11 @@ type Range struct {
 	// written after the record with ID Start (a resume marker of the same
 	// epoch voids it).
 	Cutoff uint64
+	// Epoch is the log's epoch at the checkpoint: cutoff markers of this
+	// epoch or an earlier one were written before the checkpoint (by an
+	// earlier migration of the same log) and are ignored. Without it, a
+	// stale marker whose ID equals Start would end the replay at once.
+	Epoch uint64
 }
 
 func (r Range) String() string {
@@ -100,7 +105,7 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			c.complete, c.epoch = true, r.Epoch
 		}
 	case shadowqueue.KindCutoff:
-		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start {
+		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start || r.Epoch <= c.rng.Epoch {
 			return nil
 		}
 		c.cutoff, c.epoch = r.ID, r.Epoch
@@ -124,8 +129,11 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 // Cutoff returns the cutoff ID, once known.
 func (c *Collector) Cutoff() (uint64, bool) { return c.cutoff, c.cutoff != 0 }
 
-// Epoch returns the epoch the source was in at the cutoff.
-func (c *Collector) Epoch() uint64 { return c.epoch }
+// Epoch returns the epoch the source was in at the cutoff: that of its
+// cutoff marker, or, for a known cutoff, at least the range's Epoch (which
+// the migrator sets to the epoch of the stop that made the cutoff), so that
+// a target goes on with the epoch the log is in.
+func (c *Collector) Epoch() uint64 { return max(c.epoch, c.rng.Epoch) }
 
 // Complete reports whether every record up to the cutoff has been seen.
 func (c *Collector) Complete() bool { return c.complete }

@@ -223,6 +223,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"replay start not a number": {set: map[string]string{"MS2M_REPLAY_START": "x"}, wantErr: "MS2M_REPLAY_START"},
 		"cutoff below start":        {set: map[string]string{"MS2M_REPLAY_START": "10", "MS2M_REPLAY_CUTOFF": "5"}, wantErr: "below start"},
 		"cutoff not a number":       {set: map[string]string{"MS2M_REPLAY_START": "1", "MS2M_REPLAY_CUTOFF": "soon"}, wantErr: "MS2M_REPLAY_CUTOFF"},
+		"epoch not a number":        {set: map[string]string{"MS2M_REPLAY_START": "1", "MS2M_REPLAY_EPOCH": "-1"}, wantErr: "MS2M_REPLAY_EPOCH"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range base {

@@ -49,6 +49,10 @@ type Config struct {
 	// ReplayCutoff is the last ID to replay, or "marker" to learn it from
 	// the cutoff marker that the source's stop writes.
 	ReplayCutoff string `env:"MS2M_REPLAY_CUTOFF" envDefault:"marker"`
+	// ReplayEpoch is the log's epoch at the checkpoint (the quiesce reports
+	// it): with a "marker" cutoff, only a cutoff marker of a later epoch
+	// ends the replay, so that one an earlier migration left is not taken.
+	ReplayEpoch string `env:"MS2M_REPLAY_EPOCH"`
 	// PublishCheck turns publish checking on: serving, the sidecar records
 	// the app's publishes in the log (a digest per publish); replaying, it
 	// compares the publishes it absorbs against the source's and reports
@@ -138,6 +142,11 @@ func (c *Config) Replay() (replay.Range, bool, error) {
 	if c.ReplayCutoff != "" && c.ReplayCutoff != "marker" {
 		if r.Cutoff, err = strconv.ParseUint(c.ReplayCutoff, 10, 64); err != nil || r.Cutoff == 0 {
 			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
+		}
+	}
+	if c.ReplayEpoch != "" {
+		if r.Epoch, err = strconv.ParseUint(c.ReplayEpoch, 10, 64); err != nil {
+			return r, true, fmt.Errorf("MS2M_REPLAY_EPOCH=%q: want the log's epoch at the checkpoint, a whole number >= 0", c.ReplayEpoch)
 		}
 	}
 	if err := r.Validate(); err != nil {

@@ -330,15 +330,15 @@ func (a api) Ready() error {
 	return nil
 }
 
-func (a api) Quiesce(ctx context.Context) (uint64, error) {
+func (a api) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
 	if err := a.Ready(); err != nil {
-		return 0, fmt.Errorf("%w: %w", control.ErrConflict, err)
+		return 0, 0, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	id, err := a.s.proxy.Quiesce(ctx)
+	id, epoch, err = a.s.proxy.Quiesce(ctx)
 	if errors.Is(err, proxy.ErrStopped) {
 		err = fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return id, err
+	return id, epoch, err
 }
 
 func (a api) Resume(ctx context.Context) error {

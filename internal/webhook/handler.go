@@ -29,25 +29,17 @@ import (
 // MutatingWebhookConfiguration's clientConfig points here.
 const Path = "/mutate-v1-pod"
 
-// The pending-migration record. For the StatefulSet strategies the migrator
-// does not create the target pod: it deletes the source, and the StatefulSet
-// controller creates a pod of the same name. Before it deletes the source,
-// the migrator writes a ConfigMap named MigrationConfigMapPrefix+<pod name>
-// in the pod's namespace, whose data key MigrationConfigMapKey holds the JSON
-// of an inject.Migration. When a pod owned by a StatefulSet is created, the
-// webhook reads that ConfigMap and, if it exists, turns the pod into a
-// restore. The webhook never writes or deletes it: the migrator deletes it
-// once the restored pod has been admitted (its ms2m.io/status annotation
-// names the migration), so that a later re-creation of the pod starts fresh
-// instead of from an old checkpoint. docs/webhook.md has an example.
+// The pending-migration record (inject.PendingConfigMapName has the whole
+// story): a ConfigMap per StatefulSet pod that the migrator writes before it
+// deletes the pod, read here when the StatefulSet controller recreates it.
 const (
-	MigrationConfigMapPrefix = "ms2m-migration-"
-	MigrationConfigMapKey    = "migration"
+	MigrationConfigMapPrefix = inject.PendingConfigMapPrefix
+	MigrationConfigMapKey    = inject.PendingConfigMapKey
 )
 
 // MigrationConfigMapName is the name of the pending-migration ConfigMap for
 // the pod named pod.
-func MigrationConfigMapName(pod string) string { return MigrationConfigMapPrefix + pod }
+func MigrationConfigMapName(pod string) string { return inject.PendingConfigMapName(pod) }
 
 // Event reasons, on the pod's controller (for a CREATE) or the pod (for an
 // UPDATE); see eventTarget.

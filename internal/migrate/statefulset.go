@@ -1,0 +1,219 @@
+package migrate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/replay"
+)
+
+// A StatefulSet's pod is its identity: only the StatefulSet controller
+// makes a pod of that name, from its template. So the migrator cannot
+// create the target; it records the restore in a pending-migration
+// ConfigMap (inject.PendingConfigMapName), deletes the source, and the
+// webhook turns the pod that the StatefulSet controller makes next into
+// that restore. The record stays until the restored pod runs; a restore
+// that fails leaves it, so that the pod is never started with empty state
+// while its messages are elsewhere.
+
+// statefulSet is the paper's strategy: checkpoint while serving, stop at a
+// cutoff once the image is pushed, delete the source, and let the
+// recreated pod replay to the cutoff.
+func (r *run) statefulSet(ctx context.Context) (err error) {
+	p, src := r.p, r.source
+	srcEP := r.endpoint(src)
+	r.rep.TargetPod = src.Name
+	cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	r.rep.Start = cut.ID
+	stopped, err := replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, r.resume(err, srcEP))
+	}
+	r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.Epoch
+	r.phase("stop")
+
+	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
+		Start: cut.ID, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
+	running, err := r.recreate(ctx, restore)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	r.phase("restore")
+	switched, err := replay.WaitSwitched(ctx, r.env.HTTP, r.endpoint(running), p.Timeout)
+	if err != nil {
+		return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w", p.Name, src.Name, err)
+	}
+	r.rep.Downtime = switched.Sub(stopped.StartedAt)
+	r.phase("switch")
+	if err := r.deletePending(ctx); err != nil {
+		return fmt.Errorf("migration %s: the restored pod serves, but: %w", p.Name, err)
+	}
+	r.phase("finalise")
+	return nil
+}
+
+// statefulSetShadow moves a StatefulSet's pod with two ms2m handoffs: to a
+// shadow pod on the target node, and from the shadow to the StatefulSet's
+// recreated pod, restored on the same node from a checkpoint of the shadow.
+func (r *run) statefulSetShadow(ctx context.Context) (err error) {
+	p, cs, src := r.p, r.env.Client, r.source
+	srcEP := r.endpoint(src)
+	shadowName := p.Name + "-shadow" // not <set>-<ordinal>: the StatefulSet never claims it
+	r.rep.TargetPod, r.rep.ShadowPod = src.Name, shadowName
+
+	cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
+	// Until the shadow has taken over, a failure resumes the source and
+	// deletes the shadow.
+	shadowServes := false
+	defer func() {
+		if err == nil || shadowServes {
+			return
+		}
+		if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), shadowName, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
+			err = errors.Join(err, fmt.Errorf("delete the failed shadow %s: %w", shadowName, derr))
+		}
+		err = r.resume(err, srcEP)
+	}()
+	shadow, err := r.targetPod(src, shadowName, Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut.ID, Epoch: cut.Epoch})
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	shadow.Labels[inject.LabelShadowOf] = src.Name
+	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("migration %s: create the shadow pod %s: %w", p.Name, shadowName, err)
+	}
+	shadowPod, err := WaitRunning(ctx, cs, p.Namespace, shadowName, p.Timeout)
+	if err != nil {
+		return fmt.Errorf("migration %s: the shadow's restore failed: %w", p.Name, err)
+	}
+	r.phase("shadow restore")
+	shadowEP := r.endpoint(shadowPod)
+	tm, err := r.handover(ctx, srcEP, shadowEP)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", p.Name, err)
+	}
+	shadowServes = true
+	r.rep.Handover, r.rep.Downtime = &tm, tm.Downtime
+	r.phase("shadow handover")
+	// From here the shadow serves with the exact state and the source is
+	// stopped for good: it must never consume again.
+	serving := func(err error) error {
+		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowName, p.TargetNode, src.Name, src.Name)
+	}
+
+	cut2, err := r.liveCheckpoint(ctx, shadowPod, p.Name+"-shadow", "shadow ")
+	if err != nil {
+		return serving(err)
+	}
+	r.rep.ShadowCheckpoint = cut2.ID
+	restore := Restore{Migration: p.Name, Image: r.rep.ShadowImage, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut2.ID, Epoch: cut2.Epoch}
+	running, err := r.recreate(ctx, restore)
+	if err != nil {
+		return serving(err)
+	}
+	r.phase("restore")
+	tm2, err := replay.Handover(ctx, shadowEP, r.endpoint(running), replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP})
+	if err != nil {
+		return serving(err)
+	}
+	r.rep.ShadowHandover, r.rep.CutoffID = &tm2, tm2.CutoffID
+	r.rep.Downtime += tm2.Downtime
+	r.phase("handover")
+
+	var errs []error
+	if err := deleteNow(ctx, cs, shadowPod); err != nil {
+		errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadowName, err))
+	}
+	if err := r.deletePending(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("migration %s: the restored pod serves, but: %w", p.Name, err)
+	}
+	r.phase("finalise")
+	return nil
+}
+
+// recreate records restore as the source's pending migration, deletes the
+// source, and waits until the StatefulSet's new pod of the same name runs
+// as that restore. If the source cannot be deleted, the record goes again.
+func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
+	src, cs := r.source, r.env.Client
+	b, err := json.Marshal(restore.Pending())
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: inject.PendingConfigMapName(src.Name), Namespace: src.Namespace,
+			Labels: map[string]string{inject.LabelMigration: restore.Migration}},
+		Data: map[string]string{inject.PendingConfigMapKey: string(b)},
+	}
+	cms := cs.CoreV1().ConfigMaps(src.Namespace)
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	if err := deleteNow(ctx, cs, src); err != nil {
+		return nil, errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(context.Background()))
+	}
+	pod, err := waitRecreated(ctx, r, src, restore.Migration)
+	if err != nil {
+		return pod, fmt.Errorf("the StatefulSet's pod %s was not restored: %w; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause (the pod's Events say it) and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state",
+			src.Name, err, cm.Namespace, cm.Name)
+	}
+	return pod, nil
+}
+
+// waitRecreated waits for the pod that replaces old (same name, another
+// UID) to run, and checks that the webhook made it migration's restore.
+func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration string) (*corev1.Pod, error) {
+	cs := r.env.Client
+	deadline := time.Now().Add(r.p.Timeout)
+	for {
+		p, err := cs.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
+		if err == nil && p.UID != old.UID {
+			var st inject.Status
+			if err := json.Unmarshal([]byte(p.Annotations[inject.AnnotationStatus]), &st); err != nil || st.Restore != migration {
+				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", inject.AnnotationStatus, migration)
+			}
+			return WaitRunning(ctx, cs, old.Namespace, old.Name, time.Until(deadline))
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no new pod %s after %s: is the StatefulSet's controller running?", old.Name, r.p.Timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// deletePending deletes the source's pending-migration record, if any.
+func (r *run) deletePending(ctx context.Context) error {
+	name := inject.PendingConfigMapName(r.source.Name)
+	err := r.env.Client.CoreV1().ConfigMaps(r.source.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete the pending-migration ConfigMap %s/%s: %w", r.source.Namespace, name, err)
+	}
+	return nil
+}
