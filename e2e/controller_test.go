@@ -248,7 +248,7 @@ func migrateSidecar(ctx context.Context, l *lab.Lab, p *corev1.Pod) (int, string
 	return migrate.SidecarControl(ctx, l.Client, p)
 }
 
-func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (uint64, error) {
+func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (replay.Cut, error) {
 	return replay.Quiesce(ctx, &http.Client{Timeout: 30 * time.Second}, replay.Endpoint{URL: fmt.Sprintf("http://%s:%d", p.Status.PodIP, port), Token: token}, 20*time.Second)
 }
 
