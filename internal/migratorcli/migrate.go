@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +25,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "target node (required)")
-	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy or criu-alone (auto: ms2m)")
+	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
 	replayMax := fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops")
 	name := fs.String("name", "", "the migration's name (default: <pod>-<unix time>)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
@@ -55,12 +56,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		problems = append(problems, "--image-repo (or MS2M_IMAGE_REPO): where checkpoint images go is required, e.g. registry.example.com/ms2m/checkpoints")
 	}
 	st := migrate.Strategy(*strategy)
-	switch st {
-	case "auto":
-		st = migrate.MS2M
-	case migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy, migrate.CRIUAlone:
-	default:
-		problems = append(problems, fmt.Sprintf("--strategy %q: want auto, ms2m, ms2m-cutoff, stop-and-copy or criu-alone (the StatefulSet strategies are not built yet)", *strategy))
+	if !slices.Contains(migrate.Strategies, st) {
+		problems = append(problems, fmt.Sprintf("--strategy %q: want one of auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone", *strategy))
 	}
 	agentToken := os.Getenv("MS2M_AGENT_TOKEN")
 	if *agentTokenFile != "" {
@@ -100,6 +97,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *name == "" {
 		*name = fmt.Sprintf("%s-%d", pod, time.Now().Unix())
+	}
+	if st == migrate.Auto {
+		st = migrate.ByOwner(src)
 	}
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
