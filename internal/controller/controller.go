@@ -47,6 +47,9 @@ type Config struct {
 	Timeout time.Duration
 	// Concurrent is how many migrations run at once. Default 4.
 	Concurrent int
+	// Metrics counts and times migrations. Default: DefaultMetrics, in
+	// controller-runtime's registry.
+	Metrics *Metrics
 }
 
 // Reconciler runs requested migrations.
@@ -63,6 +66,9 @@ func New(cfg Config) *Reconciler {
 	}
 	if cfg.Concurrent == 0 {
 		cfg.Concurrent = 4
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = DefaultMetrics()
 	}
 	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
 }
@@ -115,6 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v", err)
+		r.cfg.Metrics.record(ResultRejected, Status{Strategy: string(rq.strategy)})
 		return reconcile.Result{}, r.setStatus(ctx, pod, Status{Phase: PhaseFailed, Target: rq.node, Strategy: string(rq.strategy), Started: time.Now(), Message: err.Error() + "; nothing was touched"})
 	}
 
@@ -125,6 +132,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
+	r.cfg.Metrics.started()
+	defer r.cfg.Metrics.stopped()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationStarted", "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
 
 	port, token, err := migrate.SidecarControl(ctx, cs, pod)
@@ -149,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	st.Phase = PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
+	r.cfg.Metrics.record(ResultSucceeded, st)
 	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
@@ -184,6 +194,7 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = PhaseFailed, err.Error()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationFailed", "Migrate", "migration %s: %v", st.Name, err)
+	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
 
@@ -209,6 +220,7 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	st.Phase = PhaseRolledBack
 	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the target was deleted; remove the annotations to ask again"
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
+	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
 }
 

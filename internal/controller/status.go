@@ -40,11 +40,18 @@ func statusOf(p *corev1.Pod) (Status, bool, error) {
 	if !ok {
 		return Status{}, false, nil
 	}
-	var st Status
-	if err := json.Unmarshal([]byte(v), &st); err != nil {
+	st, err := DecodeStatus(v)
+	if err != nil {
 		return Status{}, true, fmt.Errorf("annotation %s is not the migrator's JSON: %w", inject.AnnotationMigrationStatus, err)
 	}
 	return st, true, nil
+}
+
+// DecodeStatus reads a Status from its JSON, wherever it was recorded.
+func DecodeStatus(v string) (Status, error) {
+	var st Status
+	err := json.Unmarshal([]byte(v), &st)
+	return st, err
 }
 
 func (st Status) encode() string {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,7 +113,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		ControlToken: token,
 		ControlPort:  port,
 		Progress: func(phase string, took time.Duration) {
-			fmt.Fprintf(stdout, "  %-20s %10s   (at %s)\n", phase, took.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+			printPhase(stdout, phase, took, time.Since(began))
 		},
 	}
 	rep, err := migrate.Run(ctx, env, plan)
@@ -133,20 +132,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func printReport(w io.Writer, rep migrate.Report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "done\t\n")
-	fmt.Fprintf(tw, "  target pod\t%s\n", rep.TargetPod)
-	fmt.Fprintf(tw, "  total\t%s\n", rep.Total.Round(time.Millisecond))
-	fmt.Fprintf(tw, "  downtime\t%s\n", rep.Downtime.Round(time.Millisecond))
-	fmt.Fprintf(tw, "  checkpoint ID\t%d\n", rep.Start)
-	if rep.CutoffID != 0 {
-		fmt.Fprintf(tw, "  cutoff ID\t%d\n", rep.CutoffID)
-	}
-	if rep.TCutoff != 0 {
-		fmt.Fprintf(tw, "  T_cutoff\t%s (λ %.2f/s, μ %.2f/s)\n", rep.TCutoff.Round(time.Millisecond), rep.Lambda, rep.Mu)
-	}
-	fmt.Fprintf(tw, "  image\t%s\n", rep.Image)
-	tw.Flush()
+	fmt.Fprintln(w, "done")
+	writeReportLines(w, rep)
 }
 
 // parseInterleaved parses flags that may come before or after positional
