@@ -327,6 +327,9 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "get", resource: "nodes", name: "node-b"},
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "create", resource: "configmaps", ns: "shop"},
+			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 		}, []access{
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
 			{verb: "list", resource: "secrets", ns: "shop"},
@@ -337,7 +340,7 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "update", resource: "nodes", name: "node-b"},
 			{verb: "get", resource: "nodes", subresource: "proxy", name: "node-a"},
 			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
-			{verb: "create", resource: "configmaps", ns: "shop"},
+			{verb: "list", resource: "configmaps", ns: "shop"},
 		})
 
 		user, groups = serviceAccount(ns, "lp-ms2m-agent")
