@@ -12,8 +12,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/inject"
@@ -74,12 +72,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "migrator migrate: kubeconfig: %v\n", err)
-		return 1
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeClient(*kubeconfig)
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
 		return 1

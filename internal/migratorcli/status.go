@@ -39,12 +39,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "migrator status: want at most one <namespace>/<pod>")
 		return 2
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "migrator status: kubeconfig: %v\n", err)
-		return 1
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubeClient(*kubeconfig)
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator status: %v\n", err)
 		return 1
@@ -150,4 +145,13 @@ func recordOf(p *corev1.Pod) (record, bool) {
 	}
 	rec.Status = st
 	return rec, true
+}
+
+// kubeClient is a client from the kubeconfig file, or in-cluster for "".
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return kubernetes.NewForConfig(cfg)
 }
