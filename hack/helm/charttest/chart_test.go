@@ -130,7 +130,8 @@ func TestDefaults(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"create"}},
 	})
 	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
 	})
 	// Not confined: the namespaced roles are bound cluster-wide.
