@@ -101,14 +101,7 @@ func TestStatefulSetStrategies(t *testing.T) {
 					return err != nil
 				})
 			}
-			want, err := prod.Wait(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := lab.WaitFor(target, want, 30*time.Second)
-			if got.Count != want.Count || got.Hash != want.Hash {
-				t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-			}
+			expectExact(t, ctx, prod, target)
 			made := pods.created()
 			wantMade := 2 // the first pod and the recreated one
 			if strategy == migrate.StatefulSetShadow {
@@ -188,13 +181,7 @@ func TestDeploymentPodStaysOwned(t *testing.T) {
 	if c := metav1.GetControllerOf(target); c == nil || c.UID != rsOwner.UID {
 		t.Errorf("the target is controlled by %v, want ReplicaSet %s", c, rsOwner.Name)
 	}
-	want, err := prod.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := lab.WaitFor(target, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-	}
+	expectExact(t, ctx, prod, target)
 	time.Sleep(3 * time.Second) // a ReplicaSet that wanted another replica has made it by now
 	if made := pods.created(); len(made) != 2 {
 		t.Errorf("pods made: %v, want the source and the target only", made)

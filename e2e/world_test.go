@@ -100,3 +100,16 @@ func produce(t *testing.T, src *corev1.Pod, queue string, rate float64, n, folds
 	})
 	return prod
 }
+
+// expectExact waits for the producer to finish and for pod's consumer to
+// settle, and fails the test unless its count and hash are the producer's.
+func expectExact(t *testing.T, ctx context.Context, prod *lab.Producer, pod *corev1.Pod) {
+	t.Helper()
+	want, err := prod.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lab.WaitFor(pod, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
+		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
+	}
+}

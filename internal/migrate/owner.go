@@ -75,10 +75,10 @@ func handBack(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, 
 		if err != nil {
 			return fmt.Errorf("hand the target %s to %s %s: %w", target, owner.Kind, owner.Name, err)
 		}
-		if c := controllerOf(got); c != nil && c.UID == owner.UID {
+		switch c := controllerOf(got); {
+		case c != nil && c.UID == owner.UID:
 			return nil
-		}
-		if c := controllerOf(got); c != nil && c.UID != source.UID {
+		case c != nil && c.UID != source.UID:
 			return fmt.Errorf("the target %s was adopted by %s %s, not by the source's %s %s", target, c.Kind, c.Name, owner.Kind, owner.Name)
 		}
 		if time.Now().After(deadline) {
