@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -198,16 +199,43 @@ func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err e
 	return r.setStatus(ctx, pod, st)
 }
 
-// rollBack ends a migration that a killed controller left running: the
-// source serves again and the half-made target goes.
+// rollBack ends a migration that a killed controller left running. A
+// target that has taken over (its replay reached the cutoff and it consumes
+// the primary queue) has processed deliveries the source never saw, so the
+// migration is completed instead: the target stays and the source goes.
+// Otherwise the source serves again and the half-made target goes: a
+// target that has not switched has taken nothing from the primary queue.
 func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) error {
-	var errs []error
-	if err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
+	cs := r.cfg.Client
+	port, token, ctlErr := migrate.SidecarControl(ctx, cs, pod)
+	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		target = nil
+	case err != nil:
+		return fmt.Errorf("migration %s: the target %s: %w", st.Name, st.TargetPod, err)
 	}
-	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
+	if target != nil && target.Status.PodIP != "" && ctlErr == nil {
+		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(target.Status.PodIP, strconv.Itoa(port)), Token: token}
+		switched, err := replay.Switched(ctx, r.http, ep)
+		if err != nil && target.Status.Phase == corev1.PodRunning {
+			// Unknown: deleting a target that serves would lose what it
+			// processed, resuming the source beside it would count twice.
+			return fmt.Errorf("migration %s: cannot tell whether the target took over: %w", st.Name, err)
+		}
+		if switched {
+			return r.rollForward(ctx, pod, target, st)
+		}
+	}
+	var errs []error
+	if target != nil {
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
+		}
+	}
+	err = ctlErr
 	if err == nil {
-		ep := replay.Endpoint{URL: fmt.Sprintf("http://%s:%d", pod.Status.PodIP, port), Token: token}
+		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), Token: token}
 		err = replay.Resume(ctx, r.http, ep)
 	}
 	if err != nil {
@@ -222,6 +250,20 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
+}
+
+// rollForward completes a migration whose target had taken over when the
+// controller that drove it stopped.
+func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
+	if err := migrate.Finish(ctx, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollForwardFailed", "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
+		return err // retried
+	}
+	st.Phase = PhaseSucceeded
+	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+	r.cfg.Metrics.record(ResultSucceeded, st)
+	return r.setStatus(ctx, target, st)
 }
 
 // setStatus writes st to pod's status annotation. Starting a migration

@@ -111,3 +111,14 @@ func release(ctx context.Context, cs kubernetes.Interface, ns, name string, hold
 		}
 	}
 }
+
+// Finish ends a migration whose target serves: the target goes to the
+// source's controller (if any), then the source is deleted. A restarted
+// migrator uses it to complete a migration that its predecessor left after
+// the target had taken over.
+func Finish(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, target string, timeout time.Duration) error {
+	if err := handBack(ctx, cs, source, target, timeout); err != nil {
+		return err
+	}
+	return deleteNow(ctx, cs, source)
+}

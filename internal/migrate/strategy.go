@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -554,6 +555,9 @@ func imageID(pod *corev1.Pod, container string) string {
 
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
+	if !slices.Contains(Strategies, p.Strategy) {
+		return fmt.Errorf("unknown strategy %q (want one of %s)", p.Strategy, strings.Join(strategyNames(), ", "))
+	}
 	if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
 		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, inject.AnnotationStatus, inject.AnnotationInject)
 	}

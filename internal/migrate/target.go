@@ -131,7 +131,12 @@ func podProblem(p *corev1.Pod) string {
 		if w := cs.State.Waiting; w != nil {
 			switch w.Reason {
 			case "CreateContainerError", "CreateContainerConfigError", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff", "RunContainerError":
-				return fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+				msg := fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
+				if t := cs.LastTerminationState.Terminated; t != nil && t.Message != "" {
+					// The runtime's own words: a failed restore's CRIU error.
+					msg += fmt.Sprintf("; it last ended with %s (exit %d): %s", t.Reason, t.ExitCode, t.Message)
+				}
+				return msg
 			}
 		}
 	}

@@ -318,3 +318,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Switched reports whether a target sidecar has taken over: its replay is
+// done and it consumes the primary queue.
+func Switched(ctx context.Context, hc *http.Client, target Endpoint) (bool, error) {
+	st, err := getState(ctx, hc, target)
+	if err != nil {
+		return false, fmt.Errorf("read the state of the sidecar at %s: %w", target.URL, err)
+	}
+	return st.Replay != nil && st.Replay.SwitchedAt != nil && st.Replay.Replaying == 0, nil
+}

@@ -1,0 +1,141 @@
+package migrate_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/simcluster"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// mutating is the calls that change something.
+func mutating(calls []string) []string {
+	var out []string
+	for _, c := range calls {
+		if !strings.HasPrefix(c, "GET ") && !strings.HasPrefix(c, "WATCH ") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestBadInputTouchesNothing: a request the migrator can refuse up front is
+// refused with a message that says what to do, before any write.
+func TestBadInputTouchesNothing(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	w := deploy(t, c, "sim-bad", "Deployment", true)
+	plain := deploy(t, c, "sim-plain", "Deployment", false)
+	for _, tc := range []struct {
+		name string
+		edit func(*migrate.Plan)
+		want string
+	}{
+		{"unknown node", func(p *migrate.Plan) { p.TargetNode = "sim-nowhere" }, `target node sim-nowhere: nodes "sim-nowhere" not found`},
+		{"same node", func(p *migrate.Plan) { p.TargetNode = nodeA }, "already runs on node sim-a: pick another target"},
+		{"statefulset strategy on a Deployment's pod", func(p *migrate.Plan) { p.Strategy = migrate.StatefulSet }, "is not a StatefulSet's pod: strategy statefulset needs one; use ms2m (or auto)"},
+		{"no such container", func(p *migrate.Plan) { p.Container = "nope" }, `has no container "nope"`},
+		{"unknown strategy", func(p *migrate.Plan) { p.Strategy = "teleport" }, `unknown strategy "teleport"`},
+		{"not injected", func(p *migrate.Plan) { p.Namespace, p.Pod = plain.ns, plain.pod.Name }, `has no ms2m sidecar (annotation ms2m.io/status missing): opt it in with ms2m.io/inject: "true"`},
+		{"no such pod", func(p *migrate.Plan) { p.Pod = "ghost" }, `the source pod: pods "ghost" not found`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetNodes(c)
+			cs, rec := recordingClient(t, c.Config)
+			p := plan(w, migrate.MS2M)
+			tc.edit(&p)
+			_, err := migrate.Run(context.Background(), env(c, cs), p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+			if m := mutating(rec.sequence(strings.NewReplacer())); len(m) > 0 {
+				t.Errorf("a refused migration wrote: %v", m)
+			}
+			for _, n := range c.Nodes {
+				if calls := n.Calls(); len(calls) > 0 {
+					t.Errorf("node %s was called: %v", n.Name, calls)
+				}
+			}
+			expectServing(t, c, w)
+		})
+	}
+}
+
+// TestFailureLeavesTheSourceServing: a checkpoint, push or restore that
+// fails leaves the source serving with its state, the target gone, and an
+// error that names the phase, the cause and the fix.
+func TestFailureLeavesTheSourceServing(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	w := deploy(t, c, "sim-fail", "Deployment", true)
+	for _, tc := range []struct {
+		name     string
+		strategy migrate.Strategy
+		arm      func()
+		want     []string
+	}{
+		{"checkpoint forbidden", migrate.MS2M, func() {
+			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusForbidden,
+				Body: "Forbidden (user=kube-apiserver-kubelet-client, verb=create, resource=nodes, subresource=checkpoint)"})
+		}, []string{"checkpoint " + w.ns + "/" + w.pod.Name + " container app on node sim-a", "Forbidden", "the API server's kubelet client identity needs nodes/checkpoint on the kubelet (see docs/install.md)"}},
+		{"checkpoint fails", migrate.MS2M, func() {
+			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusInternalServerError,
+				Body: "checkpointing of " + w.ns + "/" + w.pod.Name + "/app failed: CRIU: Can't dump ghost file"})
+		}, []string{"on node sim-a", "checkpointing of", "Can't dump ghost file", "the source was resumed and keeps serving"}},
+		{"push fails", migrate.MS2M, func() { c.FailPushes(true) }, []string{"the simulated registry refuses pushes"}},
+		{"restore fails", migrate.MS2M, func() {
+			c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+		}, []string{"the restore failed", "CrashLoopBackOff", "Can't open inventory"}},
+		{"restore fails after a stop", migrate.StopAndCopy, func() {
+			c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+		}, []string{"the restore failed", "Can't open inventory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetNodes(c)
+			tc.arm()
+			defer resetNodes(c)
+			p := plan(w, tc.strategy)
+			_, err := migrate.Run(context.Background(), env(c, c.Client), p)
+			if err == nil {
+				t.Fatal("the migration succeeded")
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("err = %v\nwant it to say %q", err, s)
+				}
+			}
+			testenv.Eventually(t, 10*time.Second, "the half-made target is gone", func() bool {
+				_, err := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), p.TargetPod, metav1.GetOptions{})
+				return apierrors.IsNotFound(err)
+			})
+			expectServing(t, c, w)
+		})
+	}
+}
+
+// expectServing checks that the workload's source pod still runs on node
+// A, serves, and has processed every delivery once.
+func expectServing(t *testing.T, c *simcluster.Cluster, w *workload) {
+	t.Helper()
+	p, err := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), w.pod.Name, metav1.GetOptions{})
+	if err != nil || p.UID != w.pod.UID || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("the source %s: %v (phase %v)", w.pod.Name, err, p.Status.Phase)
+	}
+	sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
+	if sp == nil {
+		t.Fatal("node A does not run the source")
+	}
+	before := sp.App.State().Last
+	testenv.Eventually(t, 5*time.Second, "the source serves", func() bool { return sp.App.State().Last > before+2 })
+	if st := sp.App.State(); len(st.Violations) > 0 || st.Count != st.Last {
+		t.Errorf("the source's app: %+v", st)
+	}
+}

@@ -1,0 +1,646 @@
+package simcluster
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/ociimage"
+)
+
+// Ports of a simulated node, on its address.
+const (
+	KubeletPort = 10250
+	AgentPort   = 8090
+)
+
+// Step names the node's steps that a test can fail or hold.
+type Step string
+
+const (
+	// StepCheckpoint is the kubelet's checkpoint call.
+	StepCheckpoint Step = "checkpoint"
+	// StepImage is the agent's image build and push.
+	StepImage Step = "image"
+	// StepStart is a pod becoming Running on the node.
+	StepStart Step = "start"
+	// StepRestore is a restored pod becoming Running; failing it leaves
+	// the pod's app container in CrashLoopBackOff, as a failed CRIU
+	// restore does.
+	StepRestore Step = "restore"
+)
+
+// Failure is what an armed step answers: an HTTP status and body for the
+// kubelet and the agent, a message for a restore.
+type Failure struct {
+	Code int
+	Body string
+}
+
+// Node is a simulated node.
+type Node struct {
+	Name string
+	IP   string
+	// CheckpointDir is the kubelet's checkpoint folder, which the agent
+	// reads archives from.
+	CheckpointDir string
+
+	c   *Cluster
+	mu  sync.Mutex
+	fail  map[Step]Failure
+	holds map[Step]*Hold
+	pods  map[types.UID]*SimPod
+	calls []string // kubelet and agent requests, in order
+	pulls []string
+	srvs  []*http.Server
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+// SimPod is a pod the node runs: its address, sidecar and app.
+type SimPod struct {
+	Namespace, Name string
+	UID             types.UID
+	IP              string
+	Sidecar         *Sidecar
+	App             *App
+	Restored        bool // started from a checkpoint image
+	srv             *http.Server
+}
+
+// Hold makes a step wait: Reached is closed when the step has begun, and
+// the step goes on once Release is called.
+type Hold struct {
+	Reached chan struct{}
+	release chan struct{}
+	once    sync.Once
+	rel     sync.Once
+}
+
+// Release lets the held step go on.
+func (h *Hold) Release() { h.rel.Do(func() { close(h.release) }) }
+
+func (h *Hold) wait(ctx context.Context) {
+	h.once.Do(func() { close(h.Reached) })
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+	}
+}
+
+// Fail arms a step to fail with f until Fail(step, Failure{}) disarms it.
+func (n *Node) Fail(step Step, f Failure) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f == (Failure{}) {
+		delete(n.fail, step)
+		return
+	}
+	n.fail[step] = f
+}
+
+// HoldStep makes the next occurrences of step wait until the hold is
+// released.
+func (n *Node) HoldStep(step Step) *Hold {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	h := &Hold{Reached: make(chan struct{}), release: make(chan struct{})}
+	n.holds[step] = h
+	return h
+}
+
+// gate applies what is armed for step: it waits on a hold, then returns
+// the failure, if any.
+func (n *Node) gate(ctx context.Context, step Step) (Failure, bool) {
+	n.mu.Lock()
+	h := n.holds[step]
+	n.mu.Unlock()
+	if h != nil {
+		h.wait(ctx)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f, ok := n.fail[step]
+	return f, ok
+}
+
+// Calls returns the kubelet and agent requests the node served, in order.
+func (n *Node) Calls() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.calls...)
+}
+
+// Pulls returns the images the agent was asked to pull.
+func (n *Node) Pulls() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.pulls...)
+}
+
+// Pod returns the simulated pod ns/name, or nil.
+func (n *Node) Pod(ns, name string) *SimPod {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, p := range n.pods {
+		if p.Namespace == ns && p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (n *Node) record(s string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.calls = append(n.calls, s)
+}
+
+// Pull implements agent.Puller: the image is recorded, and must exist in
+// the cluster's registry when it is one of its images.
+func (n *Node) Pull(ctx context.Context, ref string) error {
+	n.mu.Lock()
+	n.pulls = append(n.pulls, ref)
+	n.mu.Unlock()
+	return nil
+}
+
+// start brings the node up: its Node object, its kubelet and agent, and
+// the loop that runs the pods bound to it.
+func (n *Node) start(ctx context.Context) error {
+	c := n.c
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{corev1.LabelHostname: n.Name}},
+	}
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", n.Name, err)
+	}
+	now := metav1.Now()
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	created.Status = corev1.NodeStatus{
+		Capacity: res, Allocatable: res,
+		Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP}, {Type: corev1.NodeHostName, Address: n.IP}},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: KubeletPort}},
+		Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+		NodeInfo:        corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-sim", ContainerRuntimeVersion: "sim://1", OperatingSystem: "linux", Architecture: "amd64"},
+	}
+	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", n.Name, err)
+	}
+
+	cert, err := selfSigned(n.IP)
+	if err != nil {
+		return err
+	}
+	kl, err := c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)))
+	if err != nil {
+		return err
+	}
+	ksrv := &http.Server{Handler: http.HandlerFunc(n.kubelet), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
+	go ksrv.ServeTLS(kl, "", "")
+
+	as, err := agent.NewServer(agent.Config{
+		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true},
+		Puller: n, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	al, err := c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(AgentPort)))
+	if err != nil {
+		return err
+	}
+	ah := as.Handler()
+	asrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.record("agent " + r.Method + " " + r.URL.Path)
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/checkpoint-images" {
+			if f, ok := n.gate(r.Context(), StepImage); ok {
+				http.Error(w, `{"error":`+strconv.Quote(f.Body)+`}`, f.Code)
+				return
+			}
+		}
+		ah.ServeHTTP(w, r)
+	})}
+	go asrv.Serve(al)
+	n.srvs = append(n.srvs, ksrv, asrv)
+
+	ctx, n.stop = context.WithCancel(ctx)
+	n.done = make(chan struct{})
+	go func() {
+		defer close(n.done)
+		n.runPods(ctx)
+	}()
+	return nil
+}
+
+// kubelet answers the checkpoint API the way the kubelet does: POST
+// /checkpoint/{ns}/{pod}/{container} writes an archive into the checkpoint
+// folder and answers {"items":[path]}.
+func (n *Node) kubelet(w http.ResponseWriter, r *http.Request) {
+	n.record("kubelet " + r.Method + " " + r.URL.Path)
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if r.Method != http.MethodPost || len(parts) != 4 || parts[0] != "checkpoint" {
+		http.Error(w, "404 page not found", http.StatusNotFound)
+		return
+	}
+	ns, podName, container := parts[1], parts[2], parts[3]
+	if f, ok := n.gate(r.Context(), StepCheckpoint); ok {
+		http.Error(w, f.Body, f.Code)
+		return
+	}
+	p := n.Pod(ns, podName)
+	if p == nil {
+		http.Error(w, fmt.Sprintf("pod %s/%s not found on node %s", ns, podName, n.Name), http.StatusNotFound)
+		return
+	}
+	path := filepath.Join(n.CheckpointDir, fmt.Sprintf("checkpoint-%s_%s-%s-%s.tar", podName, ns, container, time.Now().UTC().Format("2006-01-02T15:04:05.000000000Z")))
+	if err := writeArchive(path, container, p.App.State()); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string][]string{"items": {path}})
+}
+
+// writeArchive writes a checkpoint archive: a tar with the files a CRIU
+// checkpoint has at its top, and the app's state.
+func writeArchive(path, container string, app AppState) error {
+	b, err := encodeApp(app)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{"config.dump", []byte(`{"containerName":` + strconv.Quote(container) + `}`)},
+		{"spec.dump", []byte(`{"ociVersion":"1.2.0"}`)},
+		{"checkpoint/inventory.img", []byte("simulated CRIU inventory")},
+		{archiveAppFile, b},
+	}
+	for _, e := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o600, Size: int64(len(e.data)), Typeflag: tar.TypeReg}); err != nil {
+			f.Close()
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return errors.Join(tw.Close(), f.Close())
+}
+
+// runPods runs the pods bound to the node until ctx ends.
+func (n *Node) runPods(ctx context.Context) {
+	sel := fields.OneTermEqualSelector("spec.nodeName", n.Name).String()
+	for ctx.Err() == nil {
+		w, err := n.c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			switch {
+			case ev.Type == watch.Deleted:
+				n.gone(pod.UID)
+			case pod.DeletionTimestamp != nil:
+				n.gone(pod.UID)
+				// The kubelet's part of a graceful delete: the pod's
+				// containers have stopped, so it goes at once.
+				uid := pod.UID
+				err := n.c.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &uid}})
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+					n.c.logf("node %s: delete pod %s/%s: %v", n.Name, pod.Namespace, pod.Name, err)
+				}
+			default:
+				n.mu.Lock()
+				_, known := n.pods[pod.UID]
+				n.mu.Unlock()
+				if !known && pod.Status.PodIP == "" {
+					go n.run(ctx, pod)
+				}
+			}
+		}
+		w.Stop()
+	}
+}
+
+// gone stops a pod's simulation.
+func (n *Node) gone(uid types.UID) {
+	n.mu.Lock()
+	p := n.pods[uid]
+	delete(n.pods, uid)
+	n.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if p.Sidecar != nil {
+		p.Sidecar.close()
+	}
+	if p.srv != nil {
+		p.srv.Close()
+	}
+	if p.IP != "" {
+		n.c.ns.give(p.IP)
+	}
+}
+
+// run starts pod: its app from the checkpoint image if it is a restore,
+// its sidecar as its MS2M_* variables say, and its status.
+func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
+	n.mu.Lock()
+	if _, ok := n.pods[pod.UID]; ok {
+		n.mu.Unlock()
+		return
+	}
+	sp := &SimPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, App: &App{}}
+	n.pods[pod.UID] = sp
+	n.mu.Unlock()
+
+	if err := n.startPod(ctx, pod, sp); err != nil {
+		n.c.logf("node %s: pod %s/%s: %v", n.Name, pod.Namespace, pod.Name, err)
+		n.setFailed(ctx, pod, err.Error())
+	}
+}
+
+func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error {
+	if f, ok := n.gate(ctx, StepStart); ok {
+		return errors.New(f.Body)
+	}
+	app := appContainer(pod)
+	if app == nil {
+		return errors.New("no app container")
+	}
+	imageID := "sim.test/" + app.Image
+	if _, ok := pod.Annotations[inject.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
+		if f, ok := n.gate(ctx, StepRestore); ok {
+			return errors.New(f.Body)
+		}
+		st, err := n.c.restoreState(ctx, app.Image)
+		if err != nil {
+			return fmt.Errorf("restore from %s: %w", app.Image, err)
+		}
+		sp.App.state, sp.Restored, imageID = st, true, app.Image
+	} else {
+		sum := sha256.Sum256([]byte(app.Image))
+		imageID = "sim.test/app@sha256:" + hex.EncodeToString(sum[:])
+	}
+
+	ip, err := n.c.ns.take()
+	if err != nil {
+		return err
+	}
+	sp.IP = ip
+	env := sidecarEnv(pod)
+	if env != nil {
+		rp, err := replayOf(env)
+		if err != nil {
+			return err
+		}
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp)
+		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
+		if err != nil {
+			return err
+		}
+		ln, err := n.c.ns.listen(net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			return err
+		}
+		sp.srv = &http.Server{Handler: control.Handler(sp.Sidecar, token, prometheus.NewRegistry()), ReadHeaderTimeout: 10 * time.Second}
+		go sp.srv.Serve(ln)
+	} else {
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil)
+	}
+	return n.setRunning(ctx, pod, ip, imageID)
+}
+
+// appContainer is the pod's first container.
+func appContainer(pod *corev1.Pod) *corev1.Container {
+	name := inject.AppContainer(pod)
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// sidecarEnv returns the literal variables of the pod's ms2m sidecar, or
+// nil without one.
+func sidecarEnv(pod *corev1.Pod) map[string]string {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != inject.SidecarName {
+			continue
+		}
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		return env
+	}
+	return nil
+}
+
+// replayOf reads MS2M_REPLAY_*: nil for a sidecar that serves.
+func replayOf(env map[string]string) (*Replay, error) {
+	start, ok := env["MS2M_REPLAY_START"]
+	if !ok {
+		return nil, nil
+	}
+	var rp Replay
+	var err error
+	if rp.Start, err = strconv.ParseUint(start, 10, 64); err != nil {
+		return nil, fmt.Errorf("MS2M_REPLAY_START %q: %w", start, err)
+	}
+	if c := env["MS2M_REPLAY_CUTOFF"]; c != "" && c != "marker" {
+		if rp.Cutoff, err = strconv.ParseUint(c, 10, 64); err != nil {
+			return nil, fmt.Errorf("MS2M_REPLAY_CUTOFF %q: %w", c, err)
+		}
+	}
+	if e := env["MS2M_REPLAY_EPOCH"]; e != "" {
+		if rp.Epoch, err = strconv.ParseUint(e, 10, 64); err != nil {
+			return nil, fmt.Errorf("MS2M_REPLAY_EPOCH %q: %w", e, err)
+		}
+	}
+	return &rp, nil
+}
+
+func (n *Node) setRunning(ctx context.Context, pod *corev1.Pod, ip, imageID string) error {
+	now := metav1.Now()
+	st := corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: n.IP, StartTime: &now,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+	}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+	started := true
+	for _, c := range pod.Spec.InitContainers {
+		sum := sha256.Sum256([]byte(c.Image))
+		st.InitContainerStatuses = append(st.InitContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "sim.test/sidecar@sha256:" + hex.EncodeToString(sum[:]),
+			Ready: true, Started: &started, State: running, ContainerID: "sim://" + string(pod.UID) + "/" + c.Name,
+		})
+	}
+	app := inject.AppContainer(pod)
+	for _, c := range pod.Spec.Containers {
+		id := imageID
+		if c.Name != app {
+			sum := sha256.Sum256([]byte(c.Image))
+			id = "sim.test/other@sha256:" + hex.EncodeToString(sum[:])
+		}
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: id, Ready: true, Started: &started, State: running,
+			ContainerID: "sim://" + string(pod.UID) + "/" + c.Name,
+		})
+	}
+	return n.updateStatus(ctx, pod, st)
+}
+
+// setFailed reports pod's app container in CrashLoopBackOff with msg, as
+// the kubelet does for a restore that fails each time.
+func (n *Node) setFailed(ctx context.Context, pod *corev1.Pod, msg string) {
+	st := corev1.PodStatus{Phase: corev1.PodPending, HostIP: n.IP}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, RestartCount: 3,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off restarting failed container " + c.Name}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "StartError", Message: msg}},
+		})
+	}
+	if err := n.updateStatus(ctx, pod, st); err != nil && ctx.Err() == nil {
+		n.c.logf("node %s: status of %s/%s: %v", n.Name, pod.Namespace, pod.Name, err)
+	}
+}
+
+func (n *Node) updateStatus(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) error {
+	for {
+		cur, err := n.c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.UID != pod.UID {
+			return nil // replaced meanwhile
+		}
+		cur.Status = st
+		_, err = n.c.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// restoreState reads the app's state out of a checkpoint image in the
+// cluster's registry: the layer is the archive the kubelet wrote.
+func (c *Cluster) restoreState(ctx context.Context, image string) (AppState, error) {
+	ref, err := name.ParseReference(image, name.Insecure)
+	if err != nil {
+		return AppState{}, err
+	}
+	img, err := remote.Image(ref, remote.WithContext(ctx))
+	if err != nil {
+		return AppState{}, fmt.Errorf("pull: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		return AppState{}, fmt.Errorf("a checkpoint image has one layer, this one %d (%v)", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		return AppState{}, err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return AppState{}, fmt.Errorf("the archive has no %s", archiveAppFile)
+		}
+		if err != nil {
+			return AppState{}, err
+		}
+		if h.Name == archiveAppFile {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				return AppState{}, err
+			}
+			return decodeApp(b)
+		}
+	}
+}
+
+func (n *Node) close() {
+	if n.stop != nil {
+		n.stop()
+		<-n.done
+	}
+	for _, s := range n.srvs {
+		s.Close()
+	}
+	n.mu.Lock()
+	uids := make([]types.UID, 0, len(n.pods))
+	for uid := range n.pods {
+		uids = append(uids, uid)
+	}
+	n.mu.Unlock()
+	for _, uid := range uids {
+		n.gone(uid)
+	}
+}
+
+// Reset forgets the calls and pulls recorded so far, and disarms every
+// failure and hold: a test starts with a clean node.
+func (n *Node) Reset() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.calls, n.pulls = nil, nil
+	n.fail = map[Step]Failure{}
+	for _, h := range n.holds {
+		h.Release()
+	}
+	n.holds = map[Step]*Hold{}
+}

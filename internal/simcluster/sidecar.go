@@ -1,0 +1,322 @@
+package simcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/proxy"
+	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/tracking"
+)
+
+// Modes of a simulated sidecar, as the real one names them in GET /state.
+const (
+	ModeServing   = "serving"
+	ModeQuiesced  = "quiesced"
+	ModeStopped   = "stopped"
+	ModeReplaying = "replaying"
+)
+
+// Queue is the one queue every simulated app consumes.
+const Queue = "work"
+
+// Rates are the simulated sidecars' λ and μ (the paper's 10 msg/s and
+// 50 ms per message).
+const (
+	Lambda = 10.0
+	Mu     = 20.0
+)
+
+// Log is a replay log (one per log name), shared by every sidecar that
+// writes or replays it, as the stream is on the broker. IDs are delivery
+// IDs: the primary queue's deliveries, numbered as the serving sidecar
+// tees them.
+type Log struct {
+	mu      sync.Mutex
+	name    string
+	lastID  uint64
+	epoch   uint64
+	markers []Marker
+}
+
+// Marker is a cutoff marker: the stop of the sidecar that served before.
+type Marker struct{ ID, Epoch uint64 }
+
+// LastID is the last delivery ID the log holds.
+func (l *Log) LastID() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastID
+}
+
+// App is a simulated stateful consumer. Its state is the last delivery ID
+// it processed and how many it processed; a delivery that is not the next
+// one is a gap (lost messages) or a duplicate, and is recorded as such.
+type App struct {
+	mu    sync.Mutex
+	state AppState
+}
+
+// AppState is what a checkpoint carries of the app, and what a restore
+// starts it with.
+type AppState struct {
+	Last       uint64   `json:"last"`
+	Count      uint64   `json:"count"`
+	Violations []string `json:"violations,omitempty"`
+}
+
+func (a *App) process(id uint64, via string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case id == a.state.Last+1:
+	case id <= a.state.Last:
+		a.state.Violations = append(a.state.Violations, fmt.Sprintf("duplicate: %s delivered %d after %d", via, id, a.state.Last))
+	default:
+		a.state.Violations = append(a.state.Violations, fmt.Sprintf("gap: %s delivered %d after %d (%d lost)", via, id, a.state.Last, id-a.state.Last-1))
+	}
+	a.state.Last = max(a.state.Last, id)
+	a.state.Count++
+}
+
+// State returns a copy of the app's state.
+func (a *App) State() AppState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.state
+	s.Violations = append([]string(nil), s.Violations...)
+	return s
+}
+
+// Replay is what a target sidecar replays: its MS2M_REPLAY_* settings.
+type Replay struct {
+	Start  uint64
+	Cutoff uint64 // 0: the first cutoff marker of an epoch after Epoch
+	Epoch  uint64
+}
+
+// Sidecar is a simulated sidecar in front of a simulated app. Serving, it
+// takes one delivery per 1/Lambda from the primary queue and tees it into
+// the log; a target replays the log from Replay.Start to its cutoff, then
+// serves. It implements control.Sidecar, with the real sidecar's JSON.
+type Sidecar struct {
+	mu       sync.Mutex
+	log      *Log
+	app      *App
+	mode     string
+	replay   *Replay
+	replayed uint64 // last ID replayed to the app
+	cutoff   uint64 // a target's cutoff, once known
+	held     bool   // a target's replay is held (Hold)
+	switched *time.Time
+	lastRep  *time.Time
+	next     time.Time // a serving sidecar's next delivery
+	stopped  chan struct{}
+}
+
+// newSidecar starts a sidecar on log; rp is nil for a serving one.
+func newSidecar(log *Log, app *App, rp *Replay) *Sidecar {
+	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
+	if rp != nil {
+		s.mode = ModeReplaying
+		s.replayed = rp.Start
+		s.cutoff = rp.Cutoff
+	}
+	go s.run()
+	return s
+}
+
+func (s *Sidecar) run() {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopped:
+			return
+		case now := <-t.C:
+			s.tick(now)
+		}
+	}
+}
+
+// tick moves the simulation on: a serving sidecar takes the deliveries due
+// by now, a replaying one replays up to 20 records.
+func (s *Sidecar) tick(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.mode {
+	case ModeServing:
+		if s.next.IsZero() {
+			s.next = now
+		}
+		for !now.Before(s.next) {
+			s.log.mu.Lock()
+			s.log.lastID++
+			id := s.log.lastID
+			s.log.mu.Unlock()
+			s.app.process(id, "the primary queue")
+			s.next = s.next.Add(time.Duration(float64(time.Second) / Lambda))
+		}
+	case ModeReplaying:
+		if s.held {
+			return
+		}
+		s.log.mu.Lock()
+		end := s.log.lastID
+		if s.cutoff == 0 {
+			for _, m := range s.log.markers {
+				if m.Epoch > s.replay.Epoch && m.ID >= s.replay.Start {
+					s.cutoff = m.ID
+					break
+				}
+			}
+		}
+		s.log.mu.Unlock()
+		if s.cutoff != 0 {
+			end = min(end, s.cutoff)
+		}
+		for n := 0; n < 20 && s.replayed < end; n++ {
+			s.replayed++
+			s.app.process(s.replayed, "the replay")
+			t := now
+			s.lastRep = &t
+		}
+		if s.cutoff != 0 && s.replayed >= s.cutoff {
+			t := now
+			s.switched = &t
+			s.mode = ModeServing
+			s.next = now
+		}
+	}
+}
+
+// Hold holds (true) or releases a target's replay: it stays in replay
+// mode with what it replayed so far.
+func (s *Sidecar) Hold(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = on
+}
+
+// Mode is the sidecar's mode.
+func (s *Sidecar) Mode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
+}
+
+// close stops the simulation: the pod is gone.
+func (s *Sidecar) close() { close(s.stopped) }
+
+// State is GET /state, in the real sidecar's shape.
+func (s *Sidecar) State() any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log.mu.Lock()
+	logLast, epoch := s.log.lastID, s.log.epoch
+	s.log.mu.Unlock()
+	app := s.app.State()
+	st := sidecar.State{LogName: s.log.name, Ready: true, State: proxy.State{
+		Mode:   s.mode,
+		Queues: []tracking.QueueStats{{Queue: Queue, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu}},
+		Log:    shadowqueue.TeeStatus{LastID: logLast, ConfirmedID: logLast, Epoch: epoch},
+	}}
+	if s.replay != nil {
+		rng := replay.Range{Start: s.replay.Start, Cutoff: s.replay.Cutoff, Epoch: s.replay.Epoch}
+		st.Source = &replay.Status{Range: rng.String(), Cutoff: s.cutoff, Complete: s.cutoff != 0 && s.replayed >= s.cutoff, LogLast: logLast}
+		lag := logLast - min(logLast, s.replayed)
+		st.ReplayLag = &lag
+		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}}
+		if s.switched == nil {
+			rs.Replaying = 1
+		} else {
+			rs.Switched = []string{Queue}
+		}
+		st.Replay = rs
+	}
+	return st
+}
+
+// ErrReplaying is the answer to a quiesce or stop of a sidecar that has
+// not taken over yet.
+var ErrReplaying = fmt.Errorf("%w: the sidecar is still replaying", control.ErrConflict)
+
+// Quiesce holds deliveries back and returns the checkpoint ID and epoch.
+func (s *Sidecar) Quiesce(context.Context) (uint64, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.mode {
+	case ModeReplaying:
+		return 0, 0, ErrReplaying
+	case ModeStopped:
+		return 0, 0, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+	}
+	s.mode = ModeQuiesced
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	return s.app.State().Last, s.log.epoch, nil
+}
+
+// Resume serves again after a quiesce or a stop.
+func (s *Sidecar) Resume(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode == ModeReplaying {
+		return ErrReplaying
+	}
+	if s.mode != ModeServing {
+		s.mode = ModeServing
+		s.next = time.Time{}
+	}
+	return nil
+}
+
+// Stop ends the sidecar's tenure: it takes no more deliveries and writes
+// a cutoff marker at its last one, of a new epoch.
+func (s *Sidecar) Stop(context.Context) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	started := time.Now()
+	switch s.mode {
+	case ModeReplaying:
+		return nil, ErrReplaying
+	case ModeStopped:
+		return nil, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+	}
+	s.mode = ModeStopped
+	cut := s.app.State().Last
+	s.log.mu.Lock()
+	s.log.epoch++
+	m := Marker{ID: cut, Epoch: s.log.epoch}
+	s.log.markers = append(s.log.markers, m)
+	s.log.mu.Unlock()
+	return replay.StopResult{StartedAt: started, CutoffID: m.ID, Epoch: m.Epoch, StoppedAt: time.Now()}, nil
+}
+
+// Ready is always nil: a simulated sidecar's log is open at once.
+func (s *Sidecar) Ready() error { return nil }
+
+var _ control.Sidecar = (*Sidecar)(nil)
+
+// archiveAppFile is where a checkpoint archive carries the app's state.
+const archiveAppFile = "ms2m-sim/app.json"
+
+func encodeApp(s AppState) ([]byte, error) { return json.Marshal(s) }
+
+func decodeApp(b []byte) (AppState, error) {
+	var s AppState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("the app state in the checkpoint: %w", err)
+	}
+	if s.Count == 0 && s.Last != 0 {
+		return s, errors.New("the app state in the checkpoint is inconsistent")
+	}
+	return s, nil
+}
