@@ -75,8 +75,8 @@ type Node struct {
 	// reads archives from.
 	CheckpointDir string
 
-	c   *Cluster
-	mu  sync.Mutex
+	c     *Cluster
+	mu    sync.Mutex
 	fail  map[Step]Failure
 	holds map[Step]*Hold
 	pods  map[types.UID]*SimPod
