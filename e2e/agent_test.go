@@ -45,15 +45,9 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Logf("through the agent: total %v, downtime %v, image %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Image)
-	want, err := prod.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	target, err := migrate.WaitRunning(ctx, l.Client, lab.Namespace, plan.TargetPod, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lab.WaitFor(target, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-	}
+	expectExact(t, ctx, prod, target)
 }

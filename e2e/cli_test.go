@@ -69,11 +69,5 @@ func TestMigratorCLI(t *testing.T) {
 	if target.Spec.NodeName != cluster.NodeName(2) {
 		t.Errorf("target %s runs on %s", m[1], target.Spec.NodeName)
 	}
-	want, err := prod.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := lab.WaitFor(target, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-	}
+	expectExact(t, ctx, prod, target)
 }

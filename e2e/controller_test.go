@@ -12,9 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
@@ -43,23 +40,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(agents.Stop)
-
-	mgr, err := testManager(t, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := controller.New(controller.Config{
-		Client:    l.Client,
-		Events:    mgr.GetEventRecorder(controller.EventSource),
-		Agent:     agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)},
-		ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints",
-	})
-	if err := rec.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go mgr.Start(mctx)
+	startController(t, ctx, l, agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)})
 
 	name := testenv.UniqueName("ann")
 	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
@@ -68,61 +49,22 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	}
 	prod := produce(t, src, name, 10, 150, 20)
 
-	annotate := func(ann map[string]any) {
-		t.Helper()
-		b := `{"metadata":{"annotations":{`
-		var parts []string
-		for k, v := range ann {
-			if v == nil {
-				parts = append(parts, fmt.Sprintf("%q:null", k))
-			} else {
-				parts = append(parts, fmt.Sprintf("%q:%q", k, v))
-			}
-		}
-		b += strings.Join(parts, ",") + "}}}"
-		if _, err := l.Client.CoreV1().Pods(lab.Namespace).Patch(ctx, name, types.MergePatchType, []byte(b), metav1.PatchOptions{}); err != nil {
-			t.Fatalf("annotate %s: %v", name, err)
-		}
-	}
-	status := func(p *corev1.Pod) controller.Status {
-		var st controller.Status
-		if v, ok := p.Annotations[inject.AnnotationMigrationStatus]; ok {
-			st = decodeStatus(t, v)
-		}
-		return st
-	}
-
 	// Bad input: a node that does not exist.
-	annotate(map[string]any{inject.AnnotationMigrateTo: "no-such-node"})
+	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrateTo: "no-such-node"})
 	testenv.Eventually(t, 30*time.Second, "the request for a missing node is refused", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && status(p).Phase == controller.PhaseFailed
+		return err == nil && migrationStatus(t, p).Phase == controller.PhaseFailed
 	})
 	p, _ := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if st := status(p); !strings.Contains(st.Message, "no-such-node") || !strings.Contains(st.Message, "nothing was touched") {
+	if st := migrationStatus(t, p); !strings.Contains(st.Message, "no-such-node") || !strings.Contains(st.Message, "nothing was touched") {
 		t.Errorf("status of the refused request: %+v", st)
 	}
-	waitEvent(t, ctx, l, name, "MigrationRejected")
+	waitEvent(t, ctx, l, src, "MigrationRejected")
 
 	// The real request.
-	annotate(map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: cluster.NodeName(2)})
-	var target *corev1.Pod
-	testenv.Eventually(t, 3*time.Minute, "a target pod whose status says Succeeded", func() bool {
-		pods, err := l.Client.CoreV1().Pods(lab.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for i := range pods.Items {
-			q := &pods.Items[i]
-			if strings.HasPrefix(q.Name, name+"-") && status(q).Phase == controller.PhaseSucceeded {
-				target = q
-				return true
-			}
-		}
-		return false
-	})
+	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: cluster.NodeName(2)})
+	target, st := waitMigrated(t, ctx, l, name, src)
 	t.Cleanup(func() { l.DeletePods(context.Background(), name, target.Name) })
-	st := status(target)
 	t.Logf("migration %s: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
 	if target.Spec.NodeName != cluster.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 || len(st.Report.Phases) < 5 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
@@ -130,39 +72,8 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	if _, ok := target.Annotations[inject.AnnotationMigrateTo]; ok {
 		t.Error("the target carries the migration request too")
 	}
-	waitEvent(t, ctx, l, target.Name, "MigrationSucceeded")
-	want, err := prod.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := lab.WaitFor(target, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-	}
-}
-
-func waitEvent(t *testing.T, ctx context.Context, l *lab.Lab, pod, reason string) {
-	t.Helper()
-	testenv.Eventually(t, 30*time.Second, "Event "+reason+" on "+pod, func() bool {
-		evs, err := l.Client.EventsV1().Events(lab.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Regarding.Name == pod && e.Reason == reason {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-func decodeStatus(t *testing.T, v string) controller.Status {
-	t.Helper()
-	var st controller.Status
-	if err := json.Unmarshal([]byte(v), &st); err != nil {
-		t.Fatalf("status annotation %q: %v", v, err)
-	}
-	return st
+	waitEvent(t, ctx, l, target, "MigrationSucceeded")
+	expectExact(t, ctx, prod, target)
 }
 
 // TestControllerRollsBackWhatAKilledOneLeft: a migration recorded as
@@ -210,24 +121,13 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	}
 
 	// A new controller starts.
-	mgr, err := testManager(t, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := controller.New(controller.Config{Client: l.Client, Events: mgr.GetEventRecorder(controller.EventSource),
-		Agent: l.Agent(), ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints", Admit: l.Admit})
-	if err := rec.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	mctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go mgr.Start(mctx)
+	startController(t, ctx, l, l.Agent())
 
 	testenv.Eventually(t, time.Minute, "the migration is rolled back", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && decodeStatus(t, p.Annotations[inject.AnnotationMigrationStatus]).Phase == controller.PhaseRolledBack
+		return err == nil && migrationStatus(t, p).Phase == controller.PhaseRolledBack
 	})
-	waitEvent(t, ctx, l, name, "MigrationRolledBack")
+	waitEvent(t, ctx, l, src, "MigrationRolledBack")
 	if mode := sidecarMode(t, src); mode != "serving" {
 		t.Errorf("source sidecar %q after the rollback, want serving", mode)
 	}
@@ -235,13 +135,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 		_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, half, metav1.GetOptions{})
 		return err != nil
 	})
-	want, err := prod.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := lab.WaitFor(src, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("source consumer after the rollback: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
-	}
+	expectExact(t, ctx, prod, src)
 }
 
 func migrateSidecar(ctx context.Context, l *lab.Lab, p *corev1.Pod) (int, string, error) {
@@ -259,16 +153,4 @@ func mustAdmit(t *testing.T, l *lab.Lab, p *corev1.Pod) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return a
-}
-
-// testManager is a controller-runtime manager for a test's controller.
-// Each test registers its own "migration" controller in this one process,
-// so the name check that guards a real binary's metrics is off here.
-func testManager(t *testing.T, l *lab.Lab) (manager.Manager, error) {
-	skip := true
-	return manager.New(l.Cluster.RESTConfig(), manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             ctrlconfig.Controller{SkipNameValidation: &skip},
-	})
 }

@@ -16,8 +16,18 @@ import (
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
-// strategies are the migrations the demo runs, in order.
-var strategies = []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy}
+// migrations are the ones the demo runs, in order: each strategy on the
+// kind of workload it is for.
+var migrations = []struct {
+	strategy migrate.Strategy
+	kind     lab.Kind
+}{
+	{migrate.StopAndCopy, lab.Deployment},
+	{migrate.MS2M, lab.Deployment},
+	{migrate.MS2MCutoff, lab.Deployment},
+	{migrate.StatefulSet, lab.StatefulSet},
+	{migrate.StatefulSetShadow, lab.StatefulSet},
+}
 
 // upTimeout bounds bringing the cluster up, including the wait for another
 // ms2m cluster to give up the network.
@@ -66,6 +76,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	defer func() {
 		if o.keep && l != nil && l.Cluster != nil {
+			// The webhook ends with the demo; its registration, with
+			// failurePolicy Fail, would refuse every pod after it.
+			if werr := l.StopWebhook(); werr != nil {
+				err = errors.Join(err, werr)
+			}
 			say("-keep: the cluster stays up; to use it and then take it down:\n\n  export KUBECONFIG=%s\n  kubectl get pods -o wide    # any kubectl: the restored consumers run on %s\n  go run ./hack/cluster down -state %s\n",
 				l.Cluster.Kubeconfig(), cluster.NodeName(2), o.state)
 			return
@@ -84,18 +99,22 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("bring up the cluster in %s: %w", o.state, err)
 	}
-	say("cluster ready")
+	say("cluster ready; starting the admission webhook, which injects the sidecar and turns a StatefulSet's recreated pod into a restore")
+	if _, err := l.StartWebhook(ctx); err != nil {
+		return err
+	}
 
 	var results []result
-	for _, s := range strategies {
-		results = append(results, migrateOnce(ctx, l, o, s, producer, say))
+	for _, m := range migrations {
+		results = append(results, migrateOnce(ctx, l, o, m.strategy, m.kind, producer, say))
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	fmt.Fprintln(out)
 	writeTable(out, results)
-	fmt.Fprintln(out, "(hashes: the first 16 hex digits of the SHA-256 chains; OK means the same message count and the same full hash)")
+	fmt.Fprintln(out, "(HASH OK: the restored consumer's count and full SHA-256 chain are the producer's. LOST and DUPLICATED are derived from its count,\n"+
+		" last message and hash chain, assuming one gap or one repeated run; \"≥n\" is a bound from the counts where the chain cannot confirm that)")
 	if line := downtimeShare(results); line != "" {
 		fmt.Fprintln(out, line)
 	}

@@ -23,7 +23,8 @@ func parseFlags(args []string) (options, error) {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./hack/demo [flags]   (as root; `make demo` builds what it needs first)\n\n"+
 			"Brings up a local cluster of two real nodes, moves an unmodified consumer from node 1 to node 2\n"+
-			"with ms2m and then with stop-and-copy while a producer sends, checks the restored state against\n"+
+			"once per strategy (stop-and-copy, ms2m and ms2m-cutoff of a Deployment's pod, statefulset and\n"+
+			"statefulset-shadow of a StatefulSet's) while a producer sends, checks the restored state against\n"+
 			"the producer's, prints a table, and takes the cluster down. Flags:")
 		fs.PrintDefaults()
 	}

@@ -20,6 +20,7 @@ import (
 // result is one migration as the table shows it.
 type result struct {
 	strategy migrate.Strategy
+	kind     lab.Kind // the consumer's controller
 	report   migrate.Report
 	want     lab.ProducerResult // what the producer sent
 	got      lab.AppState       // the restored consumer's state at the end
@@ -39,19 +40,16 @@ const (
 	settleTimeout = time.Minute
 )
 
-// migrateOnce starts a consumer pod on node 1 with its own queue, feeds it
-// with the producer at bin, moves it to node 2 by s once it has consumed
-// for o.warmup, and compares its state at the end with what the producer
-// sent. It deletes the pods, the queue and the replay log afterwards,
-// unless o.keep.
-func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy, bin string, say func(string, ...any)) (res result) {
-	res.strategy = s
+// migrateOnce starts a consumer as a Deployment or a StatefulSet (kind)
+// of one replica on node 1 with its own queue, feeds it with the producer
+// at bin, moves its pod to node 2 by s once it has consumed for o.warmup,
+// and compares its state at the end with what the producer sent. It
+// deletes the workload, the queue and the replay log afterwards, unless
+// o.keep.
+func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy, kind lab.Kind, bin string, say func(string, ...any)) (res result) {
+	res.strategy, res.kind = s, kind
 	tag := randomTag()
 	name := "demo-" + string(s) + "-" + tag
-	plan := migrate.Plan{
-		Name: "demo-" + tag, Namespace: lab.Namespace, Pod: name, Container: "app",
-		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: s,
-	}
 	sayf := func(format string, args ...any) { say("%s: "+format, append([]any{s}, args...)...) }
 	fail := func(err error) result {
 		res.err = err
@@ -63,7 +61,7 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 		return res
 	}
 
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer"})
+	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer"})
 	var logName string
 	if src != nil {
 		logName = inject.LogName(src)
@@ -74,22 +72,27 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 			if target != nil {
 				sayf("-keep: the restored consumer's state: curl http://%s:%d/state", target.Status.PodIP, lab.AppPort)
 			}
-			sayf("-keep: queue %s and replay log %s stay on the broker (rabbitmqctl delete_queue NAME removes each)", name, logName)
+			sayf("-keep: %s %s stays; queue %s and replay log %s stay on the broker (rabbitmqctl delete_queue NAME removes each)", kind, name, name, logName)
 			return
 		}
 		// The cleanup runs when ctx has ended too: the broker outlives the
 		// cluster.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		err := errors.Join(l.DeletePods(cctx, plan.Pod, plan.TargetPod), deleteBrokerObjects(cctx, name, logName))
+		err := errors.Join(l.DeleteWorkload(cctx, kind, name), deleteBrokerObjects(cctx, name, logName))
 		if err != nil {
 			sayf("cleanup: %v", err)
 		}
 	}()
 	if err != nil {
-		return fail(fmt.Errorf("start the consumer pod %s on %s: %w", name, cluster.NodeName(1), err))
+		return fail(fmt.Errorf("start the consumer %s %s on %s: %w", kind, name, cluster.NodeName(1), err))
 	}
-	sayf("consumer pod %s running on %s (pod IP %s), behind the sidecar; queue and replay log %s", name, src.Spec.NodeName, src.Status.PodIP, logName)
+	sayf("%s %s: pod %s running on %s (pod IP %s), injected by the webhook; queue and replay log %s", kind, name, src.Name, src.Spec.NodeName, src.Status.PodIP, logName)
+	plan := migrate.Plan{
+		Name: "demo-" + tag, Namespace: lab.Namespace, Pod: src.Name, Container: "app",
+		// A StatefulSet's pod keeps its name; a ReplicaSet's gets this one.
+		TargetNode: cluster.NodeName(2), TargetPod: src.Name + "-moved", Strategy: s,
+	}
 
 	prod, err := lab.StartProducer(bin, name, o.rate, o.messages)
 	if err != nil {
@@ -113,13 +116,17 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 	rep := res.report
 	sayf("migrated in %v: downtime %v, checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 
-	target, err = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
+	target, err = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
-		return fail(fmt.Errorf("the target pod %s: %w", plan.TargetPod, err))
+		return fail(fmt.Errorf("the target pod %s: %w", rep.TargetPod, err))
 	}
 	if target.Spec.NodeName != plan.TargetNode {
-		return fail(fmt.Errorf("the target pod %s runs on %s, not on %s", plan.TargetPod, target.Spec.NodeName, plan.TargetNode))
+		return fail(fmt.Errorf("the target pod %s runs on %s, not on %s", rep.TargetPod, target.Spec.NodeName, plan.TargetNode))
 	}
+	if c := metav1.GetControllerOf(target); c == nil || c.UID != metav1.GetControllerOf(src).UID {
+		return fail(fmt.Errorf("the target pod %s is controlled by %v, not by the source's %s", rep.TargetPod, c, metav1.GetControllerOf(src).Name))
+	}
+	sayf("pod %s runs on %s, owned by %s %s again", target.Name, target.Spec.NodeName, metav1.GetControllerOf(target).Kind, metav1.GetControllerOf(target).Name)
 	if res.want, err = prod.Wait(ctx); err != nil {
 		return fail(err)
 	}
@@ -131,7 +138,8 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 	}
 	verdict := "OK: every message processed once, in order, across the migration"
 	if !res.ok() {
-		verdict = "MISMATCH"
+		lost, dup := tallyOf(res.want, res.got).cells()
+		verdict = fmt.Sprintf("MISMATCH: %s lost, %s duplicated", lost, dup)
 	}
 	sayf("restored consumer: %d messages, hash %s (reconnects %d, skipped redeliveries %d): %s",
 		res.got.Count, short(res.got.Hash), res.got.Reconnects, res.got.Skipped, verdict)

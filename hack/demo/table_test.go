@@ -37,19 +37,24 @@ func TestDowntimeShare(t *testing.T) {
 }
 
 func TestTableAndVerdict(t *testing.T) {
+	sent := consumed(seq(1, 300)...)
 	good := result{strategy: migrate.MS2M, report: migrate.Report{Total: 6123456 * time.Microsecond, Downtime: 140 * time.Millisecond, Start: 101, CutoffID: 160},
-		want: lab.ProducerResult{Count: 300, Hash: "0123456789abcdef0123"}, got: lab.AppState{Count: 300, Hash: "0123456789abcdef0123"}}
+		want: lab.ProducerResult{Count: 300, Hash: sent.Hash}, got: sent}
 	short := good
 	short.strategy = migrate.StopAndCopy
-	short.got = lab.AppState{Count: 299, Hash: "fedcba9876543210fedc"}
+	short.got = consumed(seq(1, 299)...)
+	twice := good
+	twice.strategy = migrate.StatefulSet
+	twice.got = consumed(append(seq(1, 120), seq(101, 300)...)...)
 	failed := result{strategy: migrate.StopAndCopy, err: errors.New("restore failed")}
 
 	var b bytes.Buffer
-	writeTable(&b, []result{good, short, failed})
+	writeTable(&b, []result{good, short, twice, failed})
 	wantRows := []string{
-		"ms2m           6.123s  140ms     101            160     300/300   0123456789abcdef  0123456789abcdef  OK",
-		"stop-and-copy  6.123s  140ms     101            160     299/300   0123456789abcdef  fedcba9876543210  MISMATCH",
-		"stop-and-copy  0       -         -              -       -         -                 -                 FAILED",
+		"ms2m           6.123s  140ms     0     0           yes",
+		"stop-and-copy  6.123s  140ms     1     0           NO",
+		"statefulset    6.123s  140ms     0     20          NO",
+		"stop-and-copy  0       -         -     -           FAILED",
 	}
 	rows := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")[1:]
 	if diff := cmp.Diff(wantRows, trimRight(rows)); diff != "" {

@@ -151,3 +151,31 @@ func TestCutoffAfter(t *testing.T) {
 		})
 	}
 }
+
+// A kubelet on a loaded node can time out syncing its Secret cache and
+// report CreateContainerConfigError for a while; it retries, and the pod
+// starts. WaitRunning must not give up on it (it failed a consumer's start
+// in the e2e suite), while a missing Secret key stays a certain failure.
+func TestPodProblem(t *testing.T) {
+	waiting := func(reason, msg string) *corev1.Pod {
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "ms2m-sidecar", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}}}
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		"creating":             {pod: waiting("ContainerCreating", "")},
+		"secret cache timeout": {pod: waiting("CreateContainerConfigError", "failed to sync secret cache: timed out waiting for the condition")},
+		"configmap cache":      {pod: waiting("CreateContainerConfigError", "failed to sync configmap cache: timed out waiting for the condition")},
+		"missing key": {pod: waiting("CreateContainerConfigError", `couldn't find key stream-uri in Secret default/ms2m`),
+			want: "container ms2m-sidecar: CreateContainerConfigError: couldn't find key stream-uri in Secret default/ms2m"},
+		"image pull": {pod: waiting("ErrImagePull", "not found"), want: "container ms2m-sidecar: ErrImagePull: not found"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := podProblem(tc.pod); got != tc.want {
+				t.Errorf("podProblem = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

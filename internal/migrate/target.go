@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -123,12 +124,18 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // podProblem returns why a pod cannot become ready, if that is certain.
+// A CreateContainerConfigError is certain (a missing Secret key, say)
+// unless the kubelet only timed out syncing its Secret or ConfigMap cache,
+// which it does on a loaded node and retries by itself.
 func podProblem(p *corev1.Pod) string {
 	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 		return fmt.Sprintf("phase %s: %s", p.Status.Phase, describe(p))
 	}
 	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if w := cs.State.Waiting; w != nil {
+			if w.Reason == "CreateContainerConfigError" && cacheSyncTimeout.MatchString(w.Message) {
+				continue
+			}
 			switch w.Reason {
 			case "CreateContainerError", "CreateContainerConfigError", "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CrashLoopBackOff", "RunContainerError":
 				msg := fmt.Sprintf("container %s: %s: %s", cs.Name, w.Reason, w.Message)
@@ -142,6 +149,11 @@ func podProblem(p *corev1.Pod) string {
 	}
 	return ""
 }
+
+// cacheSyncTimeout is the kubelet's message for a Secret or ConfigMap
+// cache that did not sync in time ("failed to sync secret cache: timed out
+// waiting for the condition").
+var cacheSyncTimeout = regexp.MustCompile(`^failed to sync (secret|configmap) cache`)
 
 // describe summarises a pod's status for an error message.
 func describe(p *corev1.Pod) string {

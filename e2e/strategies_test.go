@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// Which real migration covers what (G: the Go consumer, Py: the Python
+// one). Bare pods are moved by migrate.Run, owned pods by the controller
+// after the ms2m.io/migrate-to annotation; the CLI moves a bare pod by
+// ms2m (TestMigratorCLI), and so do the agents and the webhook tests.
+//
+//	strategy            bare pod, migrate.Run        Deployment/StatefulSet, annotation
+//	ms2m                G, Py (FirstRealMigration)   G Deployment (auto); G bare (AnnotationTriggers)
+//	stop-and-copy       G, Py (FirstRealMigration)   G Deployment
+//	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
+//	statefulset         -                            G, Py StatefulSet
+//	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
+//
+// Every row of TestEveryStrategyByAnnotation checks all of it: the pod on
+// the target node and the source gone, the pod owned by its controller
+// again, no pod ever started with empty state, the producer's hash, the
+// status annotation's strategy, times and phases, and the Events.
+
+// TestEveryStrategyByAnnotation moves a Deployment's or a StatefulSet's
+// pod, an unmodified Go or Python consumer that opted in by annotation and
+// that the real webhook injected, from node 1 to node 2 by annotating it
+// with ms2m.io/migrate-to, by every strategy that applies to its owner.
+func TestEveryStrategyByAnnotation(t *testing.T) {
+	l := needLab(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if _, err := l.StartWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.StopWebhook() })
+	startController(t, ctx, l, l.Agent())
+
+	copyPhases := []string{"preconditions", "prepare target", "restore", "finalise"}
+	for _, tc := range []struct {
+		name     string
+		kind     lab.Kind
+		image    string           // "consumer" (Go) or "consumer-python"
+		strategy migrate.Strategy // the ms2m.io/strategy annotation; "" leaves it to auto
+		want     migrate.Strategy
+		phases   []string // besides those every strategy has
+		pods     int      // ever made: the first, the target, and the shadow if any
+	}{
+		{name: "go/deployment/auto", kind: lab.Deployment, image: "consumer", want: migrate.MS2M,
+			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
+		{name: "go/deployment/stop-and-copy", kind: lab.Deployment, image: "consumer", strategy: migrate.StopAndCopy, want: migrate.StopAndCopy,
+			phases: []string{"stop", "checkpoint", "image", "switch"}, pods: 2},
+		{name: "python/deployment/ms2m-cutoff", kind: lab.Deployment, image: "consumer-python", strategy: migrate.MS2MCutoff, want: migrate.MS2MCutoff,
+			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
+		{name: "go/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer", strategy: migrate.StatefulSet, want: migrate.StatefulSet,
+			phases: []string{"quiesce", "checkpoint", "image", "stop", "switch"}, pods: 2},
+		{name: "python/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer-python", strategy: migrate.StatefulSet, want: migrate.StatefulSet,
+			phases: []string{"quiesce", "checkpoint", "image", "stop", "switch"}, pods: 2},
+		{name: "go/statefulset/statefulset-shadow", kind: lab.StatefulSet, image: "consumer", strategy: migrate.StatefulSetShadow, want: migrate.StatefulSetShadow,
+			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
+		{name: "python/statefulset/auto", kind: lab.StatefulSet, image: "consumer-python", want: migrate.StatefulSetShadow,
+			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, ok := l.Images[tc.image]; !ok {
+				testenv.Missing(t, "the "+tc.image+" image (Debian's python3-pika on this host)", "run `make setup`, which installs python3-pika")
+			}
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			name := testenv.UniqueName("own")
+			pods := watchPods(t, ctx, l, name)
+			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50, Image: tc.image})
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				l.DeleteWorkload(ctx, tc.kind, name)
+				if src != nil {
+					shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
+				t.Fatalf("the webhook did not inject %s", src.Name)
+			}
+			owner := metav1.GetControllerOf(src)
+			if owner == nil {
+				t.Fatalf("%s has no controller", src.Name)
+			}
+			prod := produce(t, src, name, 10, 150, 20)
+
+			req := map[string]any{inject.AnnotationMigrateTo: cluster.NodeName(2)}
+			if tc.strategy != "" {
+				req[inject.AnnotationStrategy] = string(tc.strategy)
+			}
+			annotate(t, ctx, l, src.Name, req)
+			target, st := waitMigrated(t, ctx, l, name, src)
+			rep := st.Report
+			if rep == nil {
+				t.Fatalf("the status of %s has no report: %+v", target.Name, st)
+			}
+			t.Logf("%s: total %v, downtime %v, checkpoint %d, cutoff %d; phases %v", rep.Strategy, rep.Total.Round(time.Millisecond),
+				rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID, rep.Phases)
+
+			if target.Spec.NodeName != cluster.NodeName(2) {
+				t.Errorf("%s runs on %s, want %s", target.Name, target.Spec.NodeName, cluster.NodeName(2))
+			}
+			if p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, src.Name, metav1.GetOptions{}); err == nil && p.UID == src.UID {
+				t.Errorf("the source %s (%s) is still there", src.Name, src.UID)
+			} else if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("the source %s: %v", src.Name, err)
+			}
+			if c := metav1.GetControllerOf(target); c == nil || c.UID != owner.UID {
+				t.Errorf("%s is controlled by %v, want %s %s", target.Name, c, owner.Kind, owner.Name)
+			}
+			if st.Strategy != string(tc.want) || rep.Strategy != tc.want {
+				t.Errorf("status strategy %q, report strategy %q, want %s", st.Strategy, rep.Strategy, tc.want)
+			}
+			if rep.Total <= 0 || rep.Downtime <= 0 || rep.Downtime >= rep.Total {
+				t.Errorf("total %v, downtime %v: want 0 < downtime < total", rep.Total, rep.Downtime)
+			}
+			if missing := missingPhases(rep, append(tc.phases, copyPhases...)); len(missing) > 0 {
+				t.Errorf("the status lacks the phases %q: %v", missing, rep.Phases)
+			}
+			if tc.want == migrate.MS2MCutoff && (rep.TCutoff <= 0 || rep.Lambda <= 0) {
+				t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
+			}
+			waitEvent(t, ctx, l, src, "MigrationStarted")
+			waitEvent(t, ctx, l, src, "MigrationPhase")
+			waitEvent(t, ctx, l, target, "MigrationSucceeded")
+			if tc.kind == lab.StatefulSet {
+				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, inject.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {
+					t.Errorf("the pending-migration ConfigMap is still there")
+				}
+			}
+			if rep.ShadowPod != "" {
+				testenv.Eventually(t, time.Minute, "the shadow is gone", func() bool {
+					_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, rep.ShadowPod, metav1.GetOptions{})
+					return apierrors.IsNotFound(err)
+				})
+			}
+			expectExact(t, ctx, prod, target)
+			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
+		})
+	}
+}
