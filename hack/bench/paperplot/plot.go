@@ -249,7 +249,6 @@ func phasePlot(strategy string, rates []float64, means [][]float64, groups []str
 	p.X.Label.Text = "message rate λ (msg/s)"
 	p.Y.Label.Text = "seconds (mean)"
 	p.Legend.Top = true
-	p.Legend.Left = true
 	var below *plotter.BarChart
 	for g, name := range groups {
 		b, err := plotter.NewBarChart(plotter.Values(means[g]), vg.Points(20))
