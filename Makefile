@@ -4,7 +4,7 @@ GOFLAGS ?=
 BIN     := bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: images push registry all build test test-unit setup bench bench-webhook fuzz demo vet clean k8s-bin
+.PHONY: images push registry all build test test-unit setup bench bench-paper bench-webhook fuzz demo vet clean k8s-bin
 .PHONY: node-bin criu node-setup
 
 # Test control plane for the envtest suites (internal/webhook): a real
@@ -69,6 +69,15 @@ test-unit:
 ## bench: direct against through-the-sidecar, side by side; writes BENCHMARKS.md figures to stdout
 bench: setup build bench-webhook node-setup node-bin criu k8s-bin
 	$(GO) run ./hack/bench $(BENCHFLAGS)
+
+## bench-paper: the paper's evaluation (section IV-B, Figs 5-14) on a local cluster of real nodes:
+## stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow at 4, 10 and 16 msg/s (and
+## ms2m-cutoff at 19), 10 runs each; CSV, JSON and PNG figures in out/bench-paper, PASS/MISS goals,
+## and its section of BENCHMARKS.md. About 80 minutes; BENCHPAPERFLAGS='-quick' is a smoke run
+## (one run per strategy at 16 msg/s), '-runs 3', '-sweep' adds 1..19 msg/s (see go run ./hack/bench paper -h).
+BENCHPAPERFLAGS ?=
+bench-paper: setup build node-setup node-bin criu k8s-bin
+	$(GO) run ./hack/bench paper $(BENCHPAPERFLAGS)
 
 ## bench-webhook: admission latency of the webhook through a real kube-apiserver (WEBHOOK_PODS pods)
 WEBHOOK_PODS ?= 300

@@ -204,3 +204,30 @@ func WaitFor(pod *corev1.Pod, want ProducerResult, timeout time.Duration) AppSta
 	}
 	return got
 }
+
+// Fold is one entry of the sample Go consumer's GET /folds: a folded
+// message's id and its latency from the producer's send.
+type Fold struct {
+	ID        int64   `json:"id"`
+	LatencyMS float64 `json:"latency_ms"`
+}
+
+// GetFolds reads the journal of the Go consumer in pod, oldest first, and
+// how many older folds it dropped.
+func GetFolds(pod *corev1.Pod) ([]Fold, int, error) {
+	var body struct {
+		Folds   []Fold `json:"folds"`
+		Dropped int    `json:"dropped"`
+	}
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/folds", pod.Status.PodIP, AppPort))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("GET /folds of pod %s: %s", pod.Name, resp.Status)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	return body.Folds, body.Dropped, err
+}

@@ -23,6 +23,22 @@ type state struct {
 	connected  bool
 	sessions   int
 	maxLatency time.Duration
+	// journal is every folded message in fold order, the last
+	// journalMax of them: what a benchmark needs to tell each message's
+	// latency and to count lost and repeated ones.
+	journal []fold
+	dropped int // folds that fell out of the journal
+}
+
+// journalMax bounds the journal (16 bytes a fold, 1.6 MiB); when it is
+// full the older half goes.
+const journalMax = 100_000
+
+// fold is one folded message: its message-id (-1 if it had no numeric one)
+// and the time from its x-sent-at header to its fold (-1 without one).
+type fold struct {
+	ID        int64   `json:"id"`
+	LatencyMS float64 `json:"latency_ms"`
 }
 
 // message is what apply needs from a delivery.
@@ -52,9 +68,20 @@ func (s *state) apply(m message, now time.Time) bool {
 	s.count++
 	s.last = string(m.body)
 	s.lastID, s.haveLastID = id, hasID
+	f := fold{ID: -1, LatencyMS: -1}
+	if hasID {
+		f.ID = id
+	}
 	if !m.sentAt.IsZero() {
 		s.maxLatency = max(s.maxLatency, now.Sub(m.sentAt))
+		f.LatencyMS = float64(now.Sub(m.sentAt)) / float64(time.Millisecond)
 	}
+	if len(s.journal) == journalMax { // drop the older half, amortised
+		n := copy(s.journal, s.journal[journalMax/2:])
+		s.journal = s.journal[:n]
+		s.dropped += journalMax / 2
+	}
+	s.journal = append(s.journal, f)
 	return true
 }
 
@@ -93,11 +120,27 @@ func (s *state) snapshot() stateJSON {
 	}
 }
 
+// foldsJSON is the body of GET /folds: the journal, oldest first.
+type foldsJSON struct {
+	Folds   []fold `json:"folds"`
+	Dropped int    `json:"dropped"`
+}
+
+func (s *state) folds() foldsJSON {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return foldsJSON{Folds: append([]fold{}, s.journal...), Dropped: s.dropped}
+}
+
 func (s *state) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(s.snapshot())
+	})
+	mux.HandleFunc("GET /folds", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.folds())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))

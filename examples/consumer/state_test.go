@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,6 +77,26 @@ func TestApplyLatency(t *testing.T) {
 	s.apply(message{body: []byte("c"), messageID: "3"}, now)
 	if got := s.snapshot().MaxLatencyMS; got != 30 {
 		t.Errorf("max_latency_ms = %v, want 30", got)
+	}
+}
+
+func TestFolds(t *testing.T) {
+	var s state
+	now := time.Unix(100, 0)
+	s.apply(message{body: []byte("msg-1"), messageID: "1", sentAt: now.Add(-30 * time.Millisecond)}, now)
+	s.apply(message{body: []byte("msg-2"), messageID: "2"}, now)
+	s.apply(message{body: []byte("msg-2"), messageID: "2", redelivered: true}, now) // skipped: not folded
+	s.apply(message{body: []byte("x"), messageID: "x", sentAt: now.Add(-5 * time.Millisecond)}, now)
+	want := foldsJSON{Folds: []fold{{ID: 1, LatencyMS: 30}, {ID: 2, LatencyMS: -1}, {ID: -1, LatencyMS: 5}}}
+	if diff := cmp.Diff(want, s.folds()); diff != "" {
+		t.Errorf("folds (-want +got):\n%s", diff)
+	}
+	for i := range journalMax {
+		s.apply(message{body: []byte("m"), messageID: strconv.Itoa(i + 3)}, now)
+	}
+	got := s.folds()
+	if got.Dropped != journalMax/2 || len(got.Folds) != journalMax-journalMax/2+3 || got.Folds[len(got.Folds)-1].ID != journalMax+2 {
+		t.Errorf("after %d more folds: %d in the journal, %d dropped, last %v", journalMax, len(got.Folds), got.Dropped, got.Folds[len(got.Folds)-1])
 	}
 }
 

@@ -20,4 +20,13 @@
 // figures to out/bench/sidecar.json (out/bench/sidecar-<parts>.json when not
 // every part runs). Every queue and replay log it creates is deleted before
 // it exits, on error and on Ctrl-C too. Run it with `make bench`.
+//
+// The subcommand paper (`go run ./hack/bench paper`, `make bench-paper`;
+// paper.go) reproduces the paper's evaluation on the same local cluster:
+// stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow
+// migrating a fresh consumer at each producer rate, run after run, with
+// the worst latency and the lost and repeated messages read from the
+// consumers' journals (GET /folds). It writes results.csv, results.json
+// and the figures (package paperplot) to out/bench-paper, prints PASS or
+// MISS per goal, and replaces its section of BENCHMARKS.md.
 package main

@@ -166,6 +166,10 @@ func parseRates(s string) ([]float64, error) {
 func (o options) runs(part string) bool { return slices.Contains(o.parts, part) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "paper" {
+		mainPaper(os.Args[2:])
+		return
+	}
 	o, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -174,14 +178,39 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C kills at once, skipping the clean-up
-	}()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// signalContext is cancelled on the first Ctrl-C or SIGTERM; a second one
+// kills at once, skipping the clean-up.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
+// mainPaper runs the paper subcommand (paper.go).
+func mainPaper(args []string) {
+	o, err := parsePaperFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench paper: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if err := runPaper(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "bench paper: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -285,7 +314,7 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-func writeJSON(path string, res results) error {
+func writeJSON(path string, res any) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create the folder for %s: %w", path, err)
 	}

@@ -3,17 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
-	"os"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -87,6 +82,18 @@ type migrationRound struct {
 	Reconnects int            `json:"reconnects"`
 	Error      string         `json:"error,omitempty"`
 	Report     migrate.Report `json:"report"`
+	// What `hack/bench paper` adds (migration.go): the whole round's wall
+	// time, the phases in the paper's groups, the replay after the
+	// source's stop, whether the producer still sent when the migration
+	// ended, and, from the consumers' journals, the worst latency of a
+	// message's first processing and the lost and repeated messages.
+	WallMs            float64            `json:"wallMs,omitempty"`
+	Groups            map[string]float64 `json:"phaseGroupsMs,omitempty"`
+	ReplayAfterStopMs float64            `json:"replayAfterStopMs,omitempty"`
+	ProducerOutlasted bool               `json:"producerOutlastedMigration,omitempty"`
+	WorstLatencyMs    *float64           `json:"worstLatencyMs,omitempty"`
+	Lost              *int               `json:"lost,omitempty"`
+	Duplicated        *int               `json:"duplicated,omitempty"`
 }
 
 func (m migrationRound) ok() bool { return m.Error == "" && m.HashOK }
@@ -176,102 +183,12 @@ func (s *strategyRate) summarise() {
 	s.GoalMet = s.Failed == 0 && len(s.MS2M) > 0 && len(s.StopAndCopy) > 0 && s.SCDowntimeMs > 0 && s.DowntimeRatio <= goalDowntimeRatio
 }
 
-// migration starts a fresh consumer pod on node 1 and a producer at rate,
-// migrates the consumer to node 2 by strategy s once it has consumed for
-// the warm-up, waits for the producer to finish and the target to process
-// everything, and compares the target's hash with the producer's. A failed
-// migration or a wrong hash is reported in the round; an error is
-// returned only when the bench could not run the migration at all.
+// migration is one migration of the strategies part: a plain pod, the
+// part's warm-up, and the producer for the warm-up and strategyAfter.
 func (n *nodeLab) migration(ctx context.Context, b *bench, l *lab.Lab, producerBin string, s migrate.Strategy, rate float64) (migrationRound, error) {
-	var m migrationRound
-	short := map[migrate.Strategy]string{migrate.MS2M: "ms2m", migrate.StopAndCopy: "sc"}[s]
-	name := fmt.Sprintf("bench-%s-%d", short, time.Now().UnixNano()%1e9)
-	plan := migrate.Plan{
-		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
-		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: s,
-	}
-	// The queue and the replay log are deleted after the migration, or
-	// by the bench's close if it is interrupted.
-	b.mu.Lock()
-	b.queues[name] = true
-	b.mu.Unlock()
-	defer b.deleteQueue(name)
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := l.DeletePods(cctx, plan.Pod, plan.TargetPod); err != nil {
-			progress("  could not delete the consumer pods", "err", err)
-		}
-		removeNodeImages(cctx, l, 2, "/ms2m/checkpoints")
-	}()
-
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer"})
-	if err != nil {
-		return m, fmt.Errorf("start the consumer pod %s: %w", name, err)
-	}
-	if log := inject.LogName(src); log != "" {
-		b.mu.Lock()
-		b.logs[log] = true
-		b.mu.Unlock()
-		defer b.deleteLog(log)
-	}
-
-	count := int(math.Ceil(rate * (n.o.strategyWarmup + strategyAfter).Seconds()))
-	prod, err := lab.StartProducer(producerBin, name, rate, count)
-	if err != nil {
-		return m, fmt.Errorf("start the producer: %w", err)
-	}
-	defer prod.Stop()
-	first, err := waitConsumed(ctx, src, 1, time.Minute)
-	if err != nil {
-		return m, err
-	}
-	if err := sleepCtx(ctx, time.Until(first.Add(n.o.strategyWarmup))); err != nil {
-		return m, err
-	}
-	if st, err := lab.GetAppState(src); err == nil {
-		m.CountAtStart = st.Count
-	}
-	m.StartedAfterMs = ms(time.Since(first))
-
-	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
-		progress("  phase", "name", phase, "took", took.Round(time.Millisecond))
-	}), plan)
-	m.Report = rep
-	m.TotalMs, m.Downtime = ms(rep.Total), ms(rep.Downtime)
-	for _, p := range rep.Phases {
-		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})
-	}
-	if rep.Archive != "" {
-		defer os.Remove(rep.Archive)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return m, err
-		}
-		m.Error = "migration failed: " + err.Error()
-		return m, nil
-	}
-
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	want, err := prod.Wait(pctx)
-	if err != nil {
-		return m, err
-	}
-	m.Produced, m.WantHash = want.Count, want.Hash
-	target, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
-	if err != nil {
-		m.Error = "the target pod: " + err.Error()
-		return m, nil
-	}
-	got := lab.WaitFor(target, want, strategySettle)
-	m.Count, m.Hash, m.Reconnects = got.Count, got.Hash, got.Reconnects
-	m.HashOK = got.Count == want.Count && got.Hash == want.Hash
-	if !m.HashOK {
-		m.Error = fmt.Sprintf("hash mismatch: the restored consumer has count %d hash %.12s, the producer sent %d with hash %.12s", got.Count, got.Hash, want.Count, want.Hash)
-	}
-	return m, nil
+	return n.migrate(ctx, b, l, producerBin, migrationSpec{
+		strategy: s, rate: rate, warmup: n.o.strategyWarmup, producerFor: n.o.strategyWarmup + strategyAfter,
+	})
 }
 
 // waitConsumed waits until the consumer in pod has processed n messages,
