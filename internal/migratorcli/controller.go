@@ -2,9 +2,11 @@ package migratorcli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -113,8 +116,32 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 		Concurrent: cfg.Concurrent,
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the migration controller: %w", err)
+	}
+	if err := addProbes(mgr); err != nil {
 		return err
 	}
 	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection)
 	return mgr.Start(ctx)
+}
+
+// addProbes registers the checks behind /healthz and /readyz on
+// MS2M_HEALTH_ADDR. Live: the process serves. Ready: the informer cache
+// has synced; a replica waiting for the lease has no informers yet and is
+// ready at once, a new leader once its cache of annotated pods is filled.
+func addProbes(mgr manager.Manager) error {
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("add the liveness check (/healthz): %w", err)
+	}
+	if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("the pod cache has not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("add the readiness check (/readyz): %w", err)
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ cluster-scoped objects.
 {{- define "ms2m.webhookName" -}}{{ include "ms2m.fullname" . }}-webhook{{- end -}}
 {{- define "ms2m.migratorName" -}}{{ include "ms2m.fullname" . }}-migrator{{- end -}}
 {{- define "ms2m.agentName" -}}{{ include "ms2m.fullname" . }}-agent{{- end -}}
+{{- define "ms2m.controllerName" -}}{{ include "ms2m.fullname" . }}-controller{{- end -}}
 {{- define "ms2m.webhookTLSSecret" -}}{{ include "ms2m.webhookName" . }}-tls{{- end -}}
 {{- define "ms2m.agentTokenSecret" -}}
 {{- .Values.agent.token.existingSecret | default (printf "%s-token" (include "ms2m.agentName" .)) -}}
@@ -53,6 +54,18 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- printf "%s/%s:%s" (trimSuffix "/" $.Values.image.registry) $repo $tag -}}
 {{- else -}}
 {{- printf "%s:%s" $repo $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Where checkpoint images go: migrator.checkpointRepository, else
+<image.registry>/ms2m/checkpoints, else empty.
+*/}}
+{{- define "ms2m.checkpointRepository" -}}
+{{- if .Values.migrator.checkpointRepository -}}
+{{- .Values.migrator.checkpointRepository -}}
+{{- else if .Values.image.registry -}}
+{{- printf "%s/ms2m/checkpoints" (trimSuffix "/" .Values.image.registry) -}}
 {{- end -}}
 {{- end -}}
 

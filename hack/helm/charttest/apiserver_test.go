@@ -192,6 +192,7 @@ func TestEveryObjectIsAccepted(t *testing.T) {
 		{name: "cert-manager", release: "certs", text: certManagerValues},
 		{name: "confined", release: "confined", text: strings.ReplaceAll(confinedValues, "[shop, jobs]", "[confined-shop, confined-jobs]"),
 			workloads: []string{"confined-shop", "confined-jobs"}},
+		{name: "no controller", release: "nocontroller", text: `migrator: {controller: {enabled: false}}`},
 		{name: "everything changed", release: "custom", text: `
 image: {registry: registry.example.com:5000, tag: v9, pullPolicy: Always}
 imagePullSecrets: [{name: regcred}]
@@ -212,6 +213,22 @@ agent:
   criuLogDirs: []
   token: {existingSecret: my-agent-token, key: secret}
   priorityClassName: system-node-critical
+migrator:
+  checkpointRepository: ""
+  controller:
+    replicas: 3
+    concurrentMigrations: 1
+    migrationTimeout: 90s
+    metricsPort: 9090
+    healthPort: 9091
+    logLevel: debug
+    resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {cpu: "1", memory: 1Gi}}
+    priorityClassName: system-cluster-critical
+    nodeSelector: {kubernetes.io/os: linux}
+    tolerations: [{key: dedicated, operator: Equal, value: infra, effect: NoSchedule}]
+    affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1, podAffinityTerm: {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app.kubernetes.io/component: controller}}}}]}}
+    podAnnotations: {example.com/team: platform}
+serviceMonitor: {enabled: true}
 kubeletCheckpointAccess:
   enabled: true
   subjects: [{kind: Group, name: apiserver-kubelet-clients, apiGroup: rbac.authorization.k8s.io}]
@@ -343,6 +360,54 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "list", resource: "configmaps", ns: "shop"},
 		})
 
+		// The controller: the migrator's rules, plus watching pods
+		// everywhere, its Events, and its lease in the release namespace.
+		user, groups = serviceAccount(ns, "lp-ms2m-controller")
+		checkAccess(t, c.cs, "the controller", user, groups, []access{
+			{verb: "list", resource: "pods"},
+			{verb: "watch", resource: "pods"},
+			{verb: "get", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "create", resource: "pods", ns: "shop"},
+			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0-target"},
+			{verb: "get", resource: "nodes", name: "node-b"},
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "create", resource: "configmaps", ns: "shop"},
+			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
+			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "shop"},
+			{verb: "patch", group: "events.k8s.io", resource: "events", ns: "shop"},
+			{verb: "create", group: "coordination.k8s.io", resource: "leases", ns: ns},
+			{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
+			{verb: "create", resource: "events", ns: ns},
+		}, []access{
+			{verb: "list", resource: "secrets"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
+			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
+			{verb: "update", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "create", resource: "pods", subresource: "exec", ns: "shop", name: "consumer-0"},
+			{verb: "get", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "list", resource: "nodes"},
+			{verb: "update", resource: "nodes", name: "node-b"},
+			{verb: "list", resource: "configmaps", ns: "shop"},
+			{verb: "get", group: "apps", resource: "statefulsets", ns: "shop", name: "web"},
+			{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "someone-elses"},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: "kube-system", name: "ms2m-migrator"},
+			{verb: "delete", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
+			{verb: "create", group: "coordination.k8s.io", resource: "leases", ns: "shop"},
+			{verb: "create", resource: "events", ns: "shop"},
+		})
+		// The migration Jobs' identity does not gain the controller's
+		// rules.
+		user, groups = serviceAccount(ns, "lp-ms2m-migrator")
+		checkAccess(t, c.cs, "the migrator", user, groups, nil, []access{
+			{verb: "watch", resource: "pods"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "shop"},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
+		})
+
 		user, groups = serviceAccount(ns, "lp-ms2m-agent")
 		checkAccess(t, c.cs, "the agent", user, groups, nil, []access{
 			{verb: "get", resource: "pods", ns: "shop"},
@@ -370,6 +435,18 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 		}, []access{
 			{verb: "create", resource: "pods", ns: "default"},
+			{verb: "get", resource: "secrets", ns: "default", name: "ms2m-control"},
+		})
+		user, groups = serviceAccount(ns, "lpc-ms2m-controller")
+		checkAccess(t, c.cs, "the confined controller", user, groups, []access{
+			{verb: "watch", resource: "pods"},
+			{verb: "patch", resource: "pods", ns: "lpc-shop", name: "consumer-0"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "lpc-shop"},
+			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
+		}, []access{
+			{verb: "patch", resource: "pods", ns: "default", name: "consumer-0"},
+			{verb: "get", resource: "pods", ns: "default", name: "consumer-0"},
+			{verb: "create", group: "events.k8s.io", resource: "events", ns: "default"},
 			{verb: "get", resource: "secrets", ns: "default", name: "ms2m-control"},
 		})
 		user, groups = serviceAccount(ns, "lpc-ms2m-webhook")

@@ -54,8 +54,8 @@ func TestDefaults(t *testing.T) {
 	r := render(t, nil)
 
 	wantKinds := map[string]int{
-		"ServiceAccount": 3, "Secret": 1, "ClusterRole": 4, "ClusterRoleBinding": 4,
-		"Service": 1, "Deployment": 1, "DaemonSet": 1, "MutatingWebhookConfiguration": 1,
+		"ServiceAccount": 4, "Secret": 1, "ClusterRole": 6, "ClusterRoleBinding": 6, "Role": 1, "RoleBinding": 1,
+		"Service": 2, "Deployment": 2, "DaemonSet": 1, "MutatingWebhookConfiguration": 1,
 	}
 	if diff := cmp.Diff(wantKinds, r.kinds()); diff != "" {
 		t.Errorf("kinds (-want +got):\n%s", diff)
@@ -134,18 +134,173 @@ func TestDefaults(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
 	})
-	// Not confined: the namespaced roles are bound cluster-wide.
-	for _, name := range []string{"ms2m-webhook", "ms2m-webhook-workloads", "ms2m-migrator", "ms2m-migrator-workloads"} {
+	// The controller: what one migration needs through the migrator's
+	// bindings, and only watching pods, its Events and the lease besides.
+	checkRules(t, r, "ms2m-controller", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+	})
+	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	})
+	role := typed[rbacv1.Role](t, r.get(t, "Role", releaseNS, "ms2m-controller-leader-election"))
+	if diff := cmp.Diff([]rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"ms2m-migrator"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}, role.Rules); diff != "" {
+		t.Errorf("Role ms2m-controller-leader-election rules (-want +got):\n%s", diff)
+	}
+	rb := typed[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", releaseNS, "ms2m-controller-leader-election"))
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "ms2m-controller" {
+		t.Errorf("RoleBinding ms2m-controller-leader-election: %+v %+v", rb.RoleRef, rb.Subjects)
+	}
+
+	// Not confined: the namespaced roles are bound cluster-wide. The
+	// migrator's bindings hold the controller too.
+	for name, subjects := range map[string][]string{
+		"ms2m-webhook": {"ms2m-webhook"}, "ms2m-webhook-workloads": {"ms2m-webhook"},
+		"ms2m-migrator": {"ms2m-migrator", "ms2m-controller"}, "ms2m-migrator-workloads": {"ms2m-migrator", "ms2m-controller"},
+		"ms2m-controller": {"ms2m-controller"}, "ms2m-controller-workloads": {"ms2m-controller"},
+	} {
 		b := typed[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "", name))
-		if b.RoleRef.Name != name || len(b.Subjects) != 1 || b.Subjects[0].Namespace != releaseNS {
-			t.Errorf("ClusterRoleBinding %s: roleRef %s, subjects %+v", name, b.RoleRef.Name, b.Subjects)
+		if b.RoleRef.Name != name || !cmp.Equal(subjectNames(b.Subjects), subjects) {
+			t.Errorf("ClusterRoleBinding %s: roleRef %s, subjects %+v, want %v in %s", name, b.RoleRef.Name, b.Subjects, subjects, releaseNS)
 		}
 	}
 
 	checkAgent(t, r)
+	checkController(t, r, "ms2m", "registry.example.com:5000/ms2m/checkpoints")
 
-	if !strings.Contains(r.notes, "There is no migrator Deployment") || !strings.Contains(r.notes, "serviceAccountName: ms2m-migrator") {
-		t.Errorf("NOTES must say that there is no controller and how to run a migration as the migrator:\n%s", r.notes)
+	for _, want := range []string{"ms2m.io/migrate-to=<node>", "migrator status <namespace>/<pod>", "get events",
+		"rollout status deployment/ms2m-controller", "get lease ms2m-migrator", "serviceAccountName: ms2m-migrator"} {
+		if !strings.Contains(r.notes, want) {
+			t.Errorf("NOTES must say how to trigger and follow a migration (%q):\n%s", want, r.notes)
+		}
+	}
+}
+
+// subjectNames lists the names of ServiceAccount subjects in the release
+// namespace, and anything else in full.
+func subjectNames(subjects []rbacv1.Subject) []string {
+	var out []string
+	for _, s := range subjects {
+		if s.Kind == "ServiceAccount" && s.Namespace == releaseNS {
+			out = append(out, s.Name)
+		} else {
+			out = append(out, s.Kind+" "+s.Namespace+"/"+s.Name)
+		}
+	}
+	return out
+}
+
+// checkController checks the migrator controller: its configuration,
+// consistent with the agent DaemonSet it calls, the agents' token from the
+// same Secret, probes on the health port, a Service for its metrics, and
+// the restricted security level.
+func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
+	t.Helper()
+	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", r.namespace, fullname+"-controller"))
+	spec := d.Spec.Template.Spec
+	c := spec.Containers[0]
+	if !cmp.Equal(c.Args, []string{"controller"}) {
+		t.Errorf("controller args = %v, want [controller]", c.Args)
+	}
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("controller replicas = %d, want 2", *d.Spec.Replicas)
+	}
+	if spec.ServiceAccountName != fullname+"-controller" {
+		t.Errorf("controller ServiceAccount = %q", spec.ServiceAccountName)
+	}
+	checkRestricted(t, "controller", spec, c)
+
+	// Every variable `migrator controller` reads (docs/migrator.md):
+	// set, or on purpose left at its default (MS2M_AGENT_TOKEN: the
+	// token comes as a file).
+	env := envMap(c)
+	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, fullname+"-agent"))
+	agentPort := strconv.Itoa(int(ds.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort))
+	want := map[string]string{
+		"MS2M_IMAGE_REPO":                wantRepo,
+		"MS2M_AGENT_PORT":                agentPort,
+		"MS2M_AGENT_TOKEN_FILE":          "/etc/ms2m/agent-token/token",
+		"MS2M_LEADER_ELECTION":           "true",
+		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
+		"MS2M_CONCURRENT_MIGRATIONS":     "4",
+		"MS2M_MIGRATION_TIMEOUT":         "5m",
+		"MS2M_METRICS_ADDR":              ":8080",
+		"MS2M_HEALTH_ADDR":               ":8081",
+		"MS2M_LOG_LEVEL":                 "info",
+	}
+	got := map[string]string{}
+	for k, e := range env {
+		got[k] = e.Value
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("controller env (-want +got):\n%s", diff)
+	}
+
+	// The agents' token: the Secret key the DaemonSet mounts.
+	secrets := map[string]*corev1.SecretVolumeSource{}
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret
+		}
+	}
+	var tv *corev1.SecretVolumeSource
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(env["MS2M_AGENT_TOKEN_FILE"].Value) {
+			tv = secrets[m.Name]
+		}
+	}
+	var agentTV *corev1.SecretVolumeSource
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "token" {
+			agentTV = v.Secret
+		}
+	}
+	if tv == nil || agentTV == nil || tv.SecretName != agentTV.SecretName || len(tv.Items) != 1 ||
+		tv.Items[0].Key != agentTV.Items[0].Key || tv.Items[0].Path != filepath.Base(env["MS2M_AGENT_TOKEN_FILE"].Value) {
+		t.Errorf("MS2M_AGENT_TOKEN_FILE is not the agent DaemonSet's token Secret key: controller %+v, agent %+v", tv, agentTV)
+	}
+
+	// Probes on the port of MS2M_HEALTH_ADDR; /metrics behind a Service.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/healthz", c.ReadinessProbe: "/readyz"} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || ":"+strconv.Itoa(int(ports[probe.HTTPGet.Port.StrVal])) != env["MS2M_HEALTH_ADDR"].Value {
+			t.Errorf("probe %+v: want GET %s on the port of MS2M_HEALTH_ADDR=%s", probe, path, env["MS2M_HEALTH_ADDR"].Value)
+		}
+	}
+	svc := typed[corev1.Service](t, r.get(t, "Service", r.namespace, fullname+"-controller"))
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("Service %s selects %v, which the controller pods' labels %v do not match", svc.Name, svc.Spec.Selector, d.Spec.Template.Labels)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || ":"+strconv.Itoa(int(ports[svc.Spec.Ports[0].TargetPort.StrVal])) != env["MS2M_METRICS_ADDR"].Value {
+		t.Errorf("Service %s ports %+v: want metrics, to the port of MS2M_METRICS_ADDR=%s", svc.Name, svc.Spec.Ports, env["MS2M_METRICS_ADDR"].Value)
+	}
+}
+
+// TestControllerDisabled: no controller, nothing of its RBAC, and the
+// checkpoint repository is then needed only for the printed Job.
+func TestControllerDisabled(t *testing.T) {
+	r := render(t, values(t, `migrator: {checkpointRepository: "", controller: {enabled: false}}`))
+	for _, o := range r.objs {
+		if strings.Contains(o.GetName(), "controller") || o.GetLabels()["app.kubernetes.io/component"] == "controller" {
+			t.Errorf("%s %s rendered with migrator.controller.enabled=false", o.GetKind(), o.GetName())
+		}
+	}
+	for _, name := range []string{"ms2m-migrator", "ms2m-migrator-workloads"} {
+		b := typed[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "", name))
+		if !cmp.Equal(subjectNames(b.Subjects), []string{"ms2m-migrator"}) {
+			t.Errorf("ClusterRoleBinding %s subjects = %+v, want only the migrator", name, b.Subjects)
+		}
+	}
+	for _, want := range []string{"no migrator controller", "serviceAccountName: ms2m-migrator", "--image-repo, <registry>/ms2m/checkpoints"} {
+		if !strings.Contains(r.notes, want) {
+			t.Errorf("NOTES must say that there is no controller and how to run a migration as the migrator (%q):\n%s", want, r.notes)
+		}
 	}
 }
 
@@ -369,6 +524,20 @@ func TestCertManager(t *testing.T) {
 	if !hasPort {
 		t.Errorf("ServiceMonitor scrapes port %q, which the Service lacks", sm.Spec.Endpoints[0].Port)
 	}
+
+	csm := typed[monitoringv1.ServiceMonitor](t, r.get(t, "ServiceMonitor", releaseNS, "ms2m-controller"))
+	csmSel, err := metav1.LabelSelectorAsSelector(&csm.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range r.ofKind("Service") {
+		if got, want := csmSel.Matches(labels.Set(o.GetLabels())), o.GetName() == "ms2m-controller"; got != want {
+			t.Errorf("the controller's ServiceMonitor selects Service %s: %v, want %v", o.GetName(), got, want)
+		}
+	}
+	if csm.Spec.Endpoints[0].Port != "metrics" {
+		t.Errorf("the controller's ServiceMonitor scrapes port %q, want metrics", csm.Spec.Endpoints[0].Port)
+	}
 }
 
 func TestExternalIssuer(t *testing.T) {
@@ -407,16 +576,18 @@ func TestConfined(t *testing.T) {
 			t.Errorf("namespaceSelector %s selects %s: %v, want %v", sel, ns, got, want)
 		}
 	}
-	for _, name := range []string{"ms2m-webhook-workloads", "ms2m-migrator-workloads"} {
+	for _, name := range []string{"ms2m-webhook-workloads", "ms2m-migrator-workloads", "ms2m-controller-workloads"} {
 		if _, ok := r.find("ClusterRoleBinding", "", name); ok {
 			t.Errorf("ClusterRoleBinding %s grants namespaced permissions everywhere; want RoleBindings in %v", name, namespaces)
 		}
 	}
 	for _, ns := range namespaces {
-		for _, who := range []string{"ms2m-webhook", "ms2m-migrator"} {
+		for who, subjects := range map[string][]string{
+			"ms2m-webhook": {"ms2m-webhook"}, "ms2m-migrator": {"ms2m-migrator", "ms2m-controller"}, "ms2m-controller": {"ms2m-controller"},
+		} {
 			rb := typed[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", ns, who))
-			if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != who+"-workloads" || rb.Subjects[0].Name != who || rb.Subjects[0].Namespace != releaseNS {
-				t.Errorf("RoleBinding %s/%s: %+v %+v", ns, who, rb.RoleRef, rb.Subjects)
+			if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != who+"-workloads" || !cmp.Equal(subjectNames(rb.Subjects), subjects) {
+				t.Errorf("RoleBinding %s/%s: %+v %+v, want subjects %v", ns, who, rb.RoleRef, rb.Subjects, subjects)
 			}
 		}
 		uri := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-broker"))
@@ -444,12 +615,16 @@ func TestConfined(t *testing.T) {
 		t.Errorf("registry settings not passed to the agent: %+v", env)
 	}
 	checkAgent(t, r)
+	checkController(t, r, "ms2m", "registry.example.com:5000/ms2m/checkpoints")
 }
 
 // TestReleaseNames: a second release gets names of its own, and the
 // webhook's names still point at its own objects.
 func TestReleaseNames(t *testing.T) {
-	r := renderAs(t, "edge", "edge-system", values(t, `image: {registry: "registry.example.com:5000/team", tag: "1.2.3"}`))
+	r := renderAs(t, "edge", "edge-system", values(t, `
+image: {registry: "registry.example.com:5000/team", tag: "1.2.3"}
+migrator: {checkpointRepository: ""}
+`))
 	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", "edge-system", "edge-ms2m-webhook"))
 	env := envMap(d.Spec.Template.Spec.Containers[0])
 	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", env["MS2M_WEBHOOK_CONFIG_NAME"].Value))
@@ -469,6 +644,12 @@ func TestReleaseNames(t *testing.T) {
 	}
 	if _, ok := r.find("DaemonSet", "edge-system", "edge-ms2m-agent"); !ok {
 		t.Errorf("no agent DaemonSet edge-ms2m-agent: %v", r.names())
+	}
+	// Checkpoint images go under image.registry unless told otherwise.
+	checkController(t, r, "edge-ms2m", "registry.example.com:5000/team/ms2m/checkpoints")
+	role := typed[rbacv1.Role](t, r.get(t, "Role", "edge-system", "edge-ms2m-controller-leader-election"))
+	if role.Rules[1].ResourceNames[0] != "ms2m-migrator" {
+		t.Errorf("the lease the controller takes is ms2m-migrator whatever the release; the Role grants %v", role.Rules[1].ResourceNames)
 	}
 }
 
@@ -491,6 +672,7 @@ func TestEnvIsDocumented(t *testing.T) {
 	}
 	webhookVars := documented("webhook.md", "MS2M_WEBHOOK_")
 	agentVars := documented("migrator.md", "MS2M_AGENT_")
+	migratorVars := documented("migrator.md", "MS2M_")
 	for _, text := range []string{"", certManagerValues, confinedValues, `webhook: {selfSigned: {extraHosts: [a.example.com]}, sidecar: {image: {pullPolicy: Always}}}`} {
 		r := render(t, values(t, text))
 		for _, e := range webhookDeployment(t, r).Spec.Template.Spec.Containers[0].Env {
@@ -502,6 +684,12 @@ func TestEnvIsDocumented(t *testing.T) {
 		for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
 			if !agentVars[e.Name] {
 				t.Errorf("the agent DaemonSet sets %s, which docs/migrator.md does not list", e.Name)
+			}
+		}
+		cd := typed[appsv1.Deployment](t, r.get(t, "Deployment", releaseNS, "ms2m-controller"))
+		for _, e := range cd.Spec.Template.Spec.Containers[0].Env {
+			if !migratorVars[e.Name] {
+				t.Errorf("the controller Deployment sets %s, which docs/migrator.md does not list", e.Name)
 			}
 		}
 	}

@@ -49,10 +49,17 @@ func writeValues(t testing.TB, text string) string {
 	return f
 }
 
+// withBase is the -f arguments for a values file on top of testBase, as
+// the SDK renders merge them.
+func withBase(t testing.TB, file string) []string {
+	t.Helper()
+	return []string{"-f", writeValues(t, testBase), "-f", file}
+}
+
 func TestHelmLint(t *testing.T) {
 	for name, text := range map[string]string{"defaults": "", "cert-manager": certManagerValues, "confined": confinedValues} {
 		t.Run(name, func(t *testing.T) {
-			out, err := helm(t, "lint", "--strict", "--kube-version", minKubeVersion, chartDir, "-f", writeValues(t, text))
+			out, err := helm(t, append([]string{"lint", "--strict", "--kube-version", minKubeVersion, chartDir}, withBase(t, writeValues(t, text))...)...)
 			if err != nil {
 				t.Fatalf("helm lint --strict: %v\n%s", err, out)
 			}
@@ -68,7 +75,7 @@ func TestHelmLint(t *testing.T) {
 func TestHelmTemplate(t *testing.T) {
 	for name, text := range map[string]string{"defaults": "", "cert-manager": certManagerValues, "confined": confinedValues} {
 		t.Run(name, func(t *testing.T) {
-			out, err := helm(t, "template", releaseName, chartDir, "-n", releaseNS, "--kube-version", minKubeVersion, "-f", writeValues(t, text))
+			out, err := helm(t, append([]string{"template", releaseName, chartDir, "-n", releaseNS, "--kube-version", minKubeVersion}, withBase(t, writeValues(t, text))...)...)
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, out)
 			}
@@ -88,7 +95,7 @@ func TestHelmTemplate(t *testing.T) {
 func TestHelmTemplateRefusesBadValues(t *testing.T) {
 	for _, bv := range readBadValues(t) {
 		t.Run(bv.name, func(t *testing.T) {
-			out, err := helm(t, "template", releaseName, chartDir, "-n", releaseNS, "--kube-version", minKubeVersion, "-f", bv.path)
+			out, err := helm(t, append([]string{"template", releaseName, chartDir, "-n", releaseNS, "--kube-version", minKubeVersion}, withBase(t, bv.path)...)...)
 			checkRefusal(t, out, err, bv.want)
 		})
 	}

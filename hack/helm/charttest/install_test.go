@@ -3,6 +3,7 @@ package charttest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -76,14 +77,14 @@ secrets:
 		return s.Data[key]
 	}
 
-	out := run("install", rel, chartDir, "-n", ns, "--create-namespace", "-f", vals)
-	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "There is no migrator Deployment") {
+	out := run(append([]string{"install", rel, chartDir, "-n", ns, "--create-namespace"}, withBase(t, vals)...)...)
+	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "ms2m.io/migrate-to=<node>") {
 		t.Errorf("helm install says:\n%s", out)
 	}
 	agentToken := secret(ns, "inst-ms2m-agent-token", "token")
 	controlToken := secret(shop, "ms2m-control", "control-token")
 
-	run("upgrade", rel, chartDir, "-n", ns, "-f", vals, "--set", "webhook.logLevel=debug")
+	run(append([]string{"upgrade", rel, chartDir, "-n", ns, "--set", "webhook.logLevel=debug", "--set", "migrator.controller.replicas=3"}, withBase(t, vals)...)...)
 	if got := secret(ns, "inst-ms2m-agent-token", "token"); !bytes.Equal(got, agentToken) {
 		t.Error("the upgrade changed the agents' token: the running agents and the migrator would disagree")
 	}
@@ -97,13 +98,22 @@ secrets:
 	if envMap(d.Spec.Template.Spec.Containers[0])["MS2M_WEBHOOK_LOG_LEVEL"].Value != "debug" {
 		t.Error("the upgrade did not reach the webhook Deployment")
 	}
+	cd, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *cd.Spec.Replicas != 3 {
+		t.Errorf("the upgrade did not reach the controller Deployment: %d replicas, want 3", *cd.Spec.Replicas)
+	}
 
 	run("uninstall", rel, "-n", ns)
 	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after uninstall the MutatingWebhookConfiguration is still there (%v): it would block pods", err)
 	}
-	if _, err := c.cs.RbacV1().ClusterRoles().Get(context.Background(), "inst-ms2m-migrator", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("after uninstall ClusterRole inst-ms2m-migrator is still there (%v)", err)
+	for _, name := range []string{"inst-ms2m-migrator", "inst-ms2m-controller"} {
+		if _, err := c.cs.RbacV1().ClusterRoles().Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after uninstall ClusterRole %s is still there (%v)", name, err)
+		}
 	}
 }
 
@@ -312,6 +322,174 @@ webhook:
 		}
 		if sidecar(got) != nil {
 			t.Errorf("pod %s/%s (labels %v) was injected; the chart's selectors should keep the webhook away from it", p.Namespace, p.Name, p.Labels)
+		}
+	}
+}
+
+// TestControllerRunsAsInstalled runs the real `migrator controller` the way
+// the chart configures it: the Deployment's environment, the agents' token
+// from the chart's Secret, and the identity of the chart's ServiceAccount,
+// confined to one workload namespace (so the chart's RBAC, nothing more).
+// It must take the lease, become ready, and refuse a request for a node
+// that does not exist: reading the pod and the node, recording the outcome
+// on the pod and an Event beside it. Only the ports are the test's, and the
+// MutatingWebhookConfiguration is left out, as no webhook runs here.
+func TestControllerRunsAsInstalled(t *testing.T) {
+	cfg := requireAPIServer(t)
+	c := newCluster(t, cfg)
+	const rel, ns, shop = "ctl", "ctl-system", "ctl-shop"
+	r := renderAs(t, rel, ns, values(t, `workloadNamespaces: [ctl-shop]`))
+	c.createNamespaces(t, ns, shop)
+	var objs []*unstructured.Unstructured
+	for _, o := range r.objs {
+		if o.GetKind() != "MutatingWebhookConfiguration" {
+			objs = append(objs, o)
+		}
+	}
+	c.applyAll(t, objs)
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "migrator")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/migrator")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build cmd/migrator: %v\n%s", err, out)
+	}
+
+	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", ns, "ctl-ms2m-controller"))
+	spec := d.Spec.Template.Spec
+	kc := kubeconfig(t, envtest.User{
+		Name:   "system:serviceaccount:" + ns + ":" + spec.ServiceAccountName,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	})
+	// The token file, with what the chart's Secret holds.
+	tv := spec.Volumes[0].Secret
+	sec, err := c.cs.CoreV1().Secrets(ns).Get(ctx, tv.SecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the agents' token Secret %s: %v", tv.SecretName, err)
+	}
+	tokenFile := filepath.Join(dir, "agent-token")
+	if err := os.WriteFile(tokenFile, sec.Data[tv.Items[0].Key], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env := []string{"PATH=/usr/bin:/bin", "KUBECONFIG=" + kc}
+	for _, e := range spec.Containers[0].Env {
+		if e.ValueFrom != nil {
+			t.Fatalf("env %s comes from %+v, which this test cannot resolve", e.Name, e.ValueFrom)
+		}
+		v := e.Value
+		switch e.Name {
+		case "MS2M_AGENT_TOKEN_FILE":
+			v = tokenFile
+		case "MS2M_HEALTH_ADDR":
+			v = health
+		case "MS2M_METRICS_ADDR":
+			v = "127.0.0.1:" + strconv.Itoa(freePort(t))
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	logFile := filepath.Join(dir, "controller.log")
+	logf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, spec.Containers[0].Args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // the controller this test started, by its own handle
+		<-exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("controller log:\n%s", b)
+		}
+	})
+	running := func() {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the controller exited: %v", err)
+		default:
+		}
+	}
+
+	// Leader: the lease in the release namespace names this process.
+	waitFor(t, "the controller to take Lease ms2m-migrator", time.Minute, func() (bool, error) {
+		running()
+		l, err := c.cs.CoordinationV1().Leases(ns).Get(ctx, "ms2m-migrator", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+	})
+	// Ready: its cache of pods, listed and watched cluster-wide, synced.
+	waitFor(t, "the controller's /readyz", time.Minute, func() (bool, error) {
+		running()
+		resp, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+
+	// A request for a node that does not exist: refused, and nothing
+	// touched but the record on the pod and the Event.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-0", Namespace: shop, Annotations: map[string]string{
+			"ms2m.io/status": "{}", "ms2m.io/migrate-to": "node-b",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/consumer:1"}}},
+	}
+	if _, err := c.cs.CoreV1().Pods(shop).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s/%s: %v", shop, pod.Name, err)
+	}
+	var status map[string]any
+	waitFor(t, "the migration's status on the pod", time.Minute, func() (bool, error) {
+		running()
+		p, err := c.cs.CoreV1().Pods(shop).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		raw, ok := p.Annotations["ms2m.io/migration-status"]
+		if !ok {
+			return false, nil
+		}
+		return true, json.Unmarshal([]byte(raw), &status)
+	})
+	if msg, _ := status["message"].(string); status["phase"] != "Failed" || !strings.Contains(msg, `"node-b" not found`) {
+		t.Errorf("status = %v, want phase Failed with the node not found (a forbidden Get would mean missing RBAC)", status)
+	}
+	waitFor(t, "the MigrationRejected Event", 30*time.Second, func() (bool, error) {
+		evs, err := c.cs.EventsV1().Events(shop).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "MigrationRejected" && e.Regarding.Name == pod.Name {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	// A denial that the controller survives still shows in its log: the
+	// pod watch, the lease renewal (every 2s), an Event. None may.
+	running()
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "forbidden") {
+			t.Errorf("the chart's RBAC denied the controller something:\n%s", line)
 		}
 	}
 }

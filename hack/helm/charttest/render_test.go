@@ -28,6 +28,12 @@ const (
 	releaseNS   = "ms2m-system"
 
 	minKubeVersion = "v1.30.0"
+
+	// testBase is under every value set the tests render, SDK and helm
+	// command line alike (values given win): where checkpoint images go,
+	// which the controller needs and the chart cannot make up without
+	// image.registry.
+	testBase = `migrator: {checkpointRepository: registry.example.com:5000/ms2m/checkpoints}`
 )
 
 // repoRoot is the repository's top folder, three levels above this file.
@@ -56,14 +62,37 @@ type rendered struct {
 	notes              string
 }
 
-// values parses a values file's text.
+// values parses a values file's text. A nil t panics on an error (for
+// the constant testBase).
 func values(t testing.TB, text string) map[string]any {
-	t.Helper()
 	v := map[string]any{}
 	if err := sigsyaml.Unmarshal([]byte(text), &v); err != nil {
+		if t == nil {
+			panic(fmt.Sprintf("values %q: %v", text, err))
+		}
+		t.Helper()
 		t.Fatalf("values %q: %v", text, err)
 	}
 	return v
+}
+
+// mergeValues returns base with over merged in, as helm merges two -f
+// files: maps key by key, anything else replaced.
+func mergeValues(base, over map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		bm, ok1 := out[k].(map[string]any)
+		om, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			out[k] = mergeValues(bm, om)
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // renderChart renders the chart with the Helm SDK as `helm template`
@@ -85,7 +114,7 @@ func renderChart(release, ns string, vals map[string]any) (rendered, error) {
 		return rendered{}, err
 	}
 	inst.KubeVersion = kv
-	r, err := inst.Run(ch, vals)
+	r, err := inst.Run(ch, mergeValues(values(nil, testBase), vals))
 	if err != nil {
 		return rendered{}, err
 	}
