@@ -161,6 +161,15 @@ func (s *runningSidecar) endpoint() replay.Endpoint {
 
 // close stops the overhead sidecar and deletes every queue and replay log
 // left, on a context of its own so that it also runs after Ctrl-C.
+// closeWith deletes what b created when a run ends, joining the error
+// into *errp; an interrupted run says so first.
+func (b *bench) closeWith(ctx context.Context, errp *error) {
+	if ctx.Err() != nil {
+		progress("interrupted: deleting what the bench created (Ctrl-C again to skip)")
+	}
+	*errp = errors.Join(*errp, b.close())
+}
+
 func (b *bench) close() error {
 	var errs []error
 	if b.sc != nil {

@@ -234,12 +234,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if ctx.Err() != nil {
-			progress("interrupted: deleting what the bench created (Ctrl-C again to skip)")
-		}
-		err = errors.Join(err, b.close())
-	}()
+	defer b.closeWith(ctx, &err)
 
 	nodes := newNodeLab(o.nodes)
 	defer func() { err = errors.Join(err, nodes.down()) }()

@@ -278,12 +278,7 @@ func runPaper(ctx context.Context, o paperOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if ctx.Err() != nil {
-			progress("interrupted: deleting what the bench created (Ctrl-C again to skip)")
-		}
-		err = errors.Join(err, b.close())
-	}()
+	defer b.closeWith(ctx, &err)
 	nodes := newNodeLab(nodeOptions{stateDir: o.stateDir})
 	defer func() { err = errors.Join(err, nodes.down()) }()
 	l, err := nodes.get(ctx)
