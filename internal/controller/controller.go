@@ -7,12 +7,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -76,15 +78,35 @@ func New(cfg Config) *Reconciler {
 
 // SetupWithManager registers the controller: it sees only pods that carry
 // a migration request.
+// A second controller sees the pending-migration records of StatefulSet
+// migrations, to complete one whose migrator stopped after it deleted the
+// source.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("migration").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			_, ok := o.GetAnnotations()[inject.AnnotationMigrateTo]
 			return ok
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
-		Complete(r)
+		Complete(r); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pending-migration").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetLabels()[inject.LabelMigration]
+			return ok && strings.HasPrefix(o.GetName(), inject.PendingConfigMapPrefix)
+		}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
+		Complete(reconcile.Func(r.reconcilePending))
+}
+
+// PendingSelector selects the pending-migration ConfigMaps, the only ones
+// the controller watches: a manager's cache can be narrowed to them.
+func PendingSelector() labels.Selector {
+	sel, _ := labels.Parse(inject.LabelMigration)
+	return sel
 }
 
 // Reconcile acts on one pod that asks to migrate.
@@ -110,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		case st.Phase != PhaseRunning:
 			return reconcile.Result{}, nil // done; remove the annotations to ask again
 		case r.isRunning(st.Name):
-			return reconcile.Result{}, nil // ours, under way
+			return reconcile.Result{RequeueAfter: 10 * time.Second}, nil // ours, under way
 		default:
 			return reconcile.Result{}, r.rollBack(ctx, pod, st)
 		}
@@ -141,14 +163,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
 	}
-	env := migrate.Env{
-		Client: cs, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http,
-		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationPhase", "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
-		},
-	}
-	rep, err := migrate.Run(ctx, env, migrate.Plan{
+	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Timeout: r.cfg.Timeout,
 	})
@@ -166,6 +181,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
 	return reconcile.Result{}, r.setStatus(ctx, target, st)
+}
+
+// env is what migration name of pod needs; its phases become Events on pod.
+func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
+	return migrate.Env{
+		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
+		ControlToken: token, ControlPort: port, HTTP: r.http,
+		Progress: func(phase string, took time.Duration) {
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationPhase", "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+		},
+	}
 }
 
 func (r *Reconciler) isRunning(name string) bool {
@@ -206,6 +232,9 @@ func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err e
 // Otherwise the source serves again and the half-made target goes: a
 // target that has not switched has taken nothing from the primary queue.
 func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) error {
+	if s := migrate.Strategy(st.Strategy); s == migrate.StatefulSet || s == migrate.StatefulSetShadow {
+		return r.rollBackStatefulSet(ctx, pod, st)
+	}
 	cs := r.cfg.Client
 	port, token, ctlErr := migrate.SidecarControl(ctx, cs, pod)
 	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})

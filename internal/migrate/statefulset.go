@@ -69,7 +69,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	p, cs, src := r.p, r.env.Client, r.source
 	srcEP := r.endpoint(src)
-	shadowName := p.Name + "-shadow" // not <set>-<ordinal>: the StatefulSet never claims it
+	shadowName := ShadowName(p.Name)
 	r.rep.TargetPod, r.rep.ShadowPod = src.Name, shadowName
 
 	cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
@@ -110,10 +110,19 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	shadowServes = true
 	r.rep.Handover, r.rep.Downtime = &tm, tm.Downtime
 	r.phase("shadow handover")
-	// From here the shadow serves with the exact state and the source is
-	// stopped for good: it must never consume again.
+	return r.fromShadow(ctx, shadowPod)
+}
+
+// fromShadow is statefulset-shadow's second half: the shadow serves with
+// the exact state and the source is stopped for good. The shadow is
+// checkpointed on the target node, the StatefulSet's pod is recreated from
+// that checkpoint, takes over from the shadow, and the shadow goes.
+func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
+	p, cs, src := r.p, r.env.Client, r.source
+	shadowEP := r.endpoint(shadowPod)
+	// From here the source must never consume again.
 	serving := func(err error) error {
-		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowName, p.TargetNode, src.Name, src.Name)
+		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowPod.Name, p.TargetNode, src.Name, src.Name)
 	}
 
 	cut2, err := r.liveCheckpoint(ctx, shadowPod, p.Name+"-shadow", "shadow ")
@@ -137,7 +146,7 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 
 	var errs []error
 	if err := deleteNow(ctx, cs, shadowPod); err != nil {
-		errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadowName, err))
+		errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadowPod.Name, err))
 	}
 	if err := r.deletePending(ctx); err != nil {
 		errs = append(errs, err)
@@ -160,7 +169,8 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: inject.PendingConfigMapName(src.Name), Namespace: src.Namespace,
-			Labels: map[string]string{inject.LabelMigration: restore.Migration}},
+			Labels:      map[string]string{inject.LabelMigration: restore.Migration},
+			Annotations: map[string]string{inject.AnnotationStrategy: string(r.p.Strategy)}},
 		Data: map[string]string{inject.PendingConfigMapKey: string(b)},
 	}
 	cms := cs.CoreV1().ConfigMaps(src.Namespace)

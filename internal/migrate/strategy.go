@@ -175,6 +175,14 @@ type Phase struct {
 // handover, the source is resumed and keeps serving, and a target pod that
 // was created is deleted.
 func Run(ctx context.Context, env Env, p Plan) (Report, error) {
+	r := newRun(env, p)
+	err := r.do(ctx)
+	r.rep.Total = time.Since(r.began)
+	return r.rep, err
+}
+
+// newRun fills in env's and p's defaults.
+func newRun(env Env, p Plan) *run {
 	if env.HTTP == nil {
 		env.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}
@@ -184,10 +192,7 @@ func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 	if p.Timeout == 0 {
 		p.Timeout = 3 * time.Minute
 	}
-	r := &run{env: env, p: p, rep: Report{Strategy: p.Strategy, TargetPod: p.TargetPod}, began: time.Now()}
-	err := r.do(ctx)
-	r.rep.Total = time.Since(r.began)
-	return r.rep, err
+	return &run{env: env, p: p, rep: Report{Strategy: p.Strategy, TargetPod: p.TargetPod}, began: time.Now()}
 }
 
 type run struct {

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -103,6 +106,8 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 		// A replica that loses its lease stops at once, so that two never
 		// drive the same migration.
 		LeaderElectionReleaseOnCancel: true,
+		// Of the ConfigMaps, only the pending-migration records.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: controller.PendingSelector()}}},
 	})
 	if err != nil {
 		return fmt.Errorf("set up the controller-runtime manager: %w", err)

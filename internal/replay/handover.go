@@ -70,6 +70,7 @@ type sourceState struct {
 
 // targetState is the part of a target's GET /state that Handover reads.
 type targetState struct {
+	Mode      string  `json:"mode"`
 	Ready     bool    `json:"ready"`
 	ReplayLag *uint64 `json:"replayLag"`
 	Queues    []struct {
@@ -327,4 +328,14 @@ func Switched(ctx context.Context, hc *http.Client, target Endpoint) (bool, erro
 		return false, fmt.Errorf("read the state of the sidecar at %s: %w", target.URL, err)
 	}
 	return st.Replay != nil && st.Replay.SwitchedAt != nil && st.Replay.Replaying == 0, nil
+}
+
+// Stopped reports whether a sidecar is stopped: it wrote its cutoff marker
+// and consumes no more.
+func Stopped(ctx context.Context, hc *http.Client, e Endpoint) (bool, error) {
+	st, err := getState(ctx, hc, e)
+	if err != nil {
+		return false, fmt.Errorf("read the state of the sidecar at %s: %w", e.URL, err)
+	}
+	return st.Mode == "stopped", nil
 }

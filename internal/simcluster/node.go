@@ -80,11 +80,13 @@ type Node struct {
 	fail  map[Step]Failure
 	holds map[Step]*Hold
 	pods  map[types.UID]*SimPod
-	calls []string // kubelet and agent requests, in order
-	pulls []string
-	srvs  []*http.Server
-	stop  context.CancelFunc
-	done  chan struct{}
+	// holdReplays: targets that start now start with their replay held.
+	holdReplays bool
+	calls       []string // kubelet and agent requests, in order
+	pulls       []string
+	srvs        []*http.Server
+	stop        context.CancelFunc
+	done        chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -134,9 +136,31 @@ func (n *Node) Fail(step Step, f Failure) {
 func (n *Node) HoldStep(step Step) *Hold {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	h := &Hold{Reached: make(chan struct{}), release: make(chan struct{})}
+	h := newHold()
 	n.holds[step] = h
 	return h
+}
+
+func newHold() *Hold { return &Hold{Reached: make(chan struct{}), release: make(chan struct{})} }
+
+// HoldReplays holds (true) the replay of every target that starts on the
+// node from now on, and releases (false) the ones held: they stay in
+// replay mode with what they replayed so far.
+func (n *Node) HoldReplays(on bool) {
+	n.mu.Lock()
+	n.holdReplays = on
+	var held []*Sidecar
+	for _, sp := range n.pods {
+		if sp.Sidecar != nil {
+			held = append(held, sp.Sidecar)
+		}
+	}
+	n.mu.Unlock()
+	if !on {
+		for _, s := range held {
+			s.Hold(false)
+		}
+	}
 }
 
 // gate applies what is armed for step: it waits on a hold, then returns
@@ -152,6 +176,19 @@ func (n *Node) gate(ctx context.Context, step Step) (Failure, bool) {
 	defer n.mu.Unlock()
 	f, ok := n.fail[step]
 	return f, ok
+}
+
+// Pods returns the pods the node runs in namespace ns.
+func (n *Node) Pods(ns string) []*SimPod {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*SimPod
+	for _, sp := range n.pods {
+		if sp.Namespace == ns && sp.Sidecar != nil {
+			out = append(out, sp)
+		}
+	}
+	return out
 }
 
 // Calls returns the kubelet and agent requests the node served, in order.
@@ -439,6 +476,11 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 			return err
 		}
 		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp)
+		n.mu.Lock()
+		if rp != nil && n.holdReplays {
+			sp.Sidecar.Hold(true)
+		}
+		n.mu.Unlock()
 		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -643,4 +685,5 @@ func (n *Node) Reset() {
 		h.Release()
 	}
 	n.holds = map[Step]*Hold{}
+	n.holdReplays = false
 }

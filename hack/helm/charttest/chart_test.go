@@ -135,12 +135,15 @@ func TestDefaults(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
 	})
 	// The controller: what one migration needs through the migrator's
-	// bindings, and only watching pods, its Events and the lease besides.
+	// bindings, and only watching pods and pending-migration records, its
+	// Events and the lease besides.
 	checkRules(t, r, "ms2m-controller", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 	})
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 	})
 	role := typed[rbacv1.Role](t, r.get(t, "Role", releaseNS, "ms2m-controller-leader-election"))
 	if diff := cmp.Diff([]rbacv1.PolicyRule{

@@ -1,0 +1,164 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/replay"
+)
+
+// A StatefulSet migration that a stopped controller left has one of three
+// shapes. The source still exists and no shadow has taken over: roll back
+// (delete the shadow and the pending record, resume the source). The
+// source still exists, stopped, and the shadow has taken over: continue
+// from the shadow (migrate.ContinueShadow). The source is gone: its status
+// went with it, and the pending-migration record drives the rest
+// (reconcilePending, migrate.FinishPending).
+
+// rollBackStatefulSet ends StatefulSet migration st of pod, the source,
+// which still exists.
+func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, st Status) error {
+	cs := r.cfg.Client
+	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", st.Name, err)
+	}
+	endpoint := func(p *corev1.Pod) replay.Endpoint {
+		return replay.Endpoint{URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)), Token: token}
+	}
+	shadow, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, migrate.ShadowName(st.Name), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		shadow = nil
+	case err != nil:
+		return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
+	}
+	if shadow != nil && shadow.Status.PodIP != "" {
+		switched, err := replay.Switched(ctx, r.http, endpoint(shadow))
+		if err != nil && shadow.Status.Phase == corev1.PodRunning {
+			return fmt.Errorf("migration %s: cannot tell whether the shadow took over: %w", st.Name, err)
+		}
+		if switched {
+			return r.continueShadow(ctx, pod, st, port, token)
+		}
+	}
+	var errs []error
+	if shadow != nil {
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, shadow.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadow.Name, err))
+		}
+	}
+	// The record is unused while the source exists; left, it would turn
+	// the pod's next recreation into a stale restore.
+	cms := cs.CoreV1().ConfigMaps(pod.Namespace)
+	name := inject.PendingConfigMapName(pod.Name)
+	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == st.Name {
+		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err))
+		}
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("the pending-migration ConfigMap %s: %w", name, err))
+	}
+	if err := replay.Resume(ctx, r.http, endpoint(pod)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
+		return err // retried
+	}
+	st.Phase = PhaseRolledBack
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the shadow and the pending-migration record were deleted; remove the annotations to ask again"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
+	r.cfg.Metrics.record(ResultRolledBack, st)
+	return r.setStatus(ctx, pod, st)
+}
+
+// continueShadow completes statefulset-shadow migration st, whose shadow
+// took over from pod before the controller that drove it stopped.
+func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Status, port int, token string) error {
+	r.running.Store(st.Name, true)
+	defer r.running.Delete(st.Name)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationContinued", "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
+	rep, err := migrate.ContinueShadow(ctx, r.env(pod, st.Name, port, token), migrate.Plan{
+		Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
+		TargetNode: st.Target, TargetPod: pod.Name, Strategy: migrate.StatefulSetShadow, Timeout: r.cfg.Timeout,
+	})
+	if err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollForwardFailed", "Migrate", "migration %s: %v", st.Name, err)
+		return err // retried; once the source is gone, reconcilePending goes on
+	}
+	st.Phase, st.Report, st.TargetPod = PhaseSucceeded, &rep, pod.Name
+	st.Message = "the migrator stopped after the shadow had taken over; a restarted migrator completed the migration from the shadow; the first handover's timings were lost with it"
+	return r.succeeded(ctx, pod.Namespace, pod.Name, st)
+}
+
+// reconcilePending acts on one pending-migration record: once the
+// migration that wrote it is not driven by this process and the source is
+// gone, it completes it (migrate.FinishPending).
+func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	cs := r.cfg.Client
+	podName := strings.TrimPrefix(req.Name, inject.PendingConfigMapPrefix)
+	cm, err := cs.CoreV1().ConfigMaps(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	migration := cm.Labels[inject.LabelMigration]
+	if r.isRunning(migration) {
+		return reconcile.Result{RequeueAfter: time.Minute}, nil // ours, under way
+	}
+	pod, err := cs.CoreV1().Pods(req.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil // the StatefulSet makes it again
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	if err != nil {
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil // not the restore (yet)
+	}
+	r.running.Store(migration, true)
+	defer r.running.Delete(migration)
+	out, err := migrate.FinishPending(ctx, r.env(pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
+	switch {
+	case err != nil && out.Ours:
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationPending", "Migrate", "%v", err)
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	case err != nil:
+		return reconcile.Result{}, err
+	case !out.Ours:
+		return reconcile.Result{}, nil // the source still runs: its own status drives it
+	case !out.Done:
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	st := Status{Name: migration, Phase: PhaseSucceeded, Strategy: string(out.Strategy), Target: out.Node, TargetPod: podName, Started: cm.CreationTimestamp.Time,
+		Message: "the migrator stopped after it had deleted the source; a restarted migrator completed the migration from its pending-migration record; its timings were lost with it"}
+	return reconcile.Result{}, r.succeeded(ctx, req.Namespace, podName, st)
+}
+
+// succeeded records st, a migration completed by a restarted controller,
+// on the pod that serves now.
+func (r *Reconciler) succeeded(ctx context.Context, ns, name string, st Status) error {
+	pod, err := r.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("migration %s succeeded, but its pod: %w", st.Name, err)
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s: %s", st.Name, st.Message)
+	r.cfg.Metrics.record(ResultSucceeded, st)
+	return r.setStatus(ctx, pod, st)
+}
