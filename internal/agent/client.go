@@ -55,6 +55,12 @@ func (c Client) BuildCheckpointImage(ctx context.Context, node, archive, contain
 	return res.Image, nil
 }
 
+// DeleteCheckpointImage asks node's agent to delete the checkpoint image
+// ref from the registry; one that is not there is no error.
+func (c Client) DeleteCheckpointImage(ctx context.Context, node, ref string) error {
+	return c.do(ctx, node, http.MethodDelete, "/v1/checkpoint-images?ref="+url.QueryEscape(ref), nil, nil)
+}
+
 // PullImage asks node's agent to pull ref through the runtime.
 func (c Client) PullImage(ctx context.Context, node, ref string) error {
 	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref}, nil)

@@ -86,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.Handle("POST /v1/checkpoint-images", s.auth(s.build))
+	mux.Handle("DELETE /v1/checkpoint-images", s.auth(s.deleteImage))
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
 	mux.Handle("GET /v1/logs", s.auth(s.readLog))
 	return mux
@@ -145,6 +146,22 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 	res := BuildResponse{Image: tag.Context().Digest(d.String()).String(), Size: st.Size(), Took: time.Since(t0)}
 	s.log.Info("checkpoint image pushed", "archive", req.Archive, "image", res.Image, "bytes", res.Size, "took", res.Took)
 	writeJSON(w, res)
+}
+
+// deleteImage deletes a checkpoint image this agent may have pushed
+// (?ref=repo:tag or repo@digest): a failed migration leaves none behind.
+func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("ref")
+	if _, err := name.ParseReference(ref, name.WeakValidation); err != nil || ref == "" {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("ref %q is not an image reference (want ?ref=repo:tag or repo@sha256:...)", ref))
+		return
+	}
+	if err := ociimage.Delete(r.Context(), ref, s.cfg.Push); err != nil {
+		httpError(w, http.StatusBadGateway, err)
+		return
+	}
+	s.log.Info("checkpoint image deleted", "image", ref)
+	writeJSON(w, map[string]string{"deleted": ref})
 }
 
 func (s *Server) pull(w http.ResponseWriter, r *http.Request) {

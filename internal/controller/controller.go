@@ -270,15 +270,34 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	if err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, r.dropImages(ctx, pod, st))
 	if err := errors.Join(errs...); err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried
 	}
 	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the target was deleted; remove the annotations to ask again"
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the target and its checkpoint image were deleted; remove the annotations to ask again"
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
+}
+
+// dropImages deletes the checkpoint images migration st may have pushed
+// (tagged with its name, and its shadow's), through the agent on pod's
+// node; images that were never pushed are no error.
+func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status) error {
+	del, ok := r.cfg.Agent.(migrate.ImageDeleter)
+	if !ok || r.cfg.ImageRepo == "" {
+		return nil
+	}
+	var errs []error
+	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
+		ref := r.cfg.ImageRepo + ":" + tag
+		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
+			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // rollForward completes a migration whose target had taken over when the

@@ -2,11 +2,15 @@ package migrate_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,7 +107,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 			tc.arm()
 			defer resetNodes(c)
 			p := plan(w, tc.strategy)
-			_, err := migrate.Run(context.Background(), env(c, c.Client), p)
+			rep, err := migrate.Run(context.Background(), env(c, c.Client), p)
 			if err == nil {
 				t.Fatal("the migration succeeded")
 			}
@@ -117,7 +121,26 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 				return apierrors.IsNotFound(err)
 			})
 			expectServing(t, c, w)
+			if rep.Image != "" {
+				expectNoImage(t, rep.Image)
+			}
+			expectNoImage(t, c.ImageRepo()+":"+p.Name)
 		})
+	}
+}
+
+// expectNoImage checks that ref (a tag or a digest) is not in the
+// registry: a failed migration leaves no checkpoint image behind.
+func expectNoImage(t *testing.T, ref string) {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = remote.Head(r)
+	var te *transport.Error
+	if !errors.As(err, &te) || te.StatusCode != http.StatusNotFound {
+		t.Errorf("the checkpoint image %s is left in the registry (HEAD: %v)", ref, err)
 	}
 }
 

@@ -257,6 +257,8 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 					t.Errorf("the rollback was recorded on %s, want the source", pod.Name)
 				}
 				expectServing(t, c, w)
+				expectNoImage(t, c.ImageRepo()+":"+st.Name)
+				expectNoImage(t, c.ImageRepo()+":"+migrate.ShadowName(st.Name))
 				testenv.Eventually(t, 15*time.Second, "only the source is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == w.pod.UID

@@ -38,7 +38,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 	r.rep.Start = cut.ID
 	stopped, err := replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second)
 	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, r.resume(err, srcEP))
+		return fmt.Errorf("migration %s: %w", p.Name, r.dropImages(r.resume(err, srcEP)))
 	}
 	r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.Epoch
 	r.phase("stop")
@@ -84,6 +84,7 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 		if err == nil || shadowServes {
 			return
 		}
+		err = r.dropImages(err)
 		if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), shadowName, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
 			err = errors.Join(err, fmt.Errorf("delete the failed shadow %s: %w", shadowName, derr))
 		}

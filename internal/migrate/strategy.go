@@ -93,6 +93,12 @@ type NodeAgent interface {
 	PullImage(ctx context.Context, node, ref string) error
 }
 
+// ImageDeleter is an optional NodeAgent method: it deletes a checkpoint
+// image that node's agent pushed, so that a failed migration leaves none.
+type ImageDeleter interface {
+	DeleteCheckpointImage(ctx context.Context, node, ref string) error
+}
+
 // LogReader is an optional NodeAgent method: it returns the end of a file
 // on node, so that a failed checkpoint's error can quote CRIU's own log.
 type LogReader interface {
@@ -265,10 +271,12 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	// again and a half-made target goes.
 	resumeSource := false
 	targetCreated := false
+	tookOver := false
 	defer func() {
-		if err == nil {
+		if err == nil || tookOver {
 			return
 		}
+		err = r.dropImages(err)
 		if targetCreated {
 			if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.TargetPod, metav1.DeleteOptions{}); derr != nil {
 				err = errors.Join(err, fmt.Errorf("delete the failed target %s: %w", p.TargetPod, derr))
@@ -347,7 +355,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 		r.rep.Downtime = switched.Sub(stopped.StartedAt)
 		r.phase("switch")
 	}
-	resumeSource, targetCreated = false, false
+	resumeSource, targetCreated, tookOver = false, false, true
 
 	if err := handBack(ctx, cs, src, p.TargetPod, p.Timeout); err != nil {
 		return fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)
@@ -357,6 +365,26 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// dropImages deletes the checkpoint images this run pushed, after err,
+// when the target that needed them never took over. An agent that cannot
+// delete adds to the error.
+func (r *run) dropImages(err error) error {
+	del, ok := r.env.Agent.(ImageDeleter)
+	if !ok || r.source == nil {
+		return err
+	}
+	for _, img := range []struct{ pushed, tag string }{{r.rep.Image, r.p.Name}, {r.rep.ShadowImage, ShadowName(r.p.Name)}} {
+		if img.pushed == "" {
+			continue
+		}
+		ref := r.env.ImageRepo + ":" + img.tag // the tag, and the manifest it names
+		if derr := del.DeleteCheckpointImage(context.Background(), r.source.Spec.NodeName, ref); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete the checkpoint image %s: %w", ref, derr))
+		}
+	}
+	return err
 }
 
 // resume resumes the sidecar at ep after err, and says so in the error.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 // PushOptions tune Push.
@@ -52,6 +55,54 @@ func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	return nil
+}
+
+// Delete deletes the image at ref (a tag or a digest) from its registry: a
+// tag is resolved to its manifest, and the manifest goes, with every tag of
+// it. An image that is not there is no error.
+func Delete(ctx context.Context, ref string, o PushOptions) error {
+	var nopts []name.Option
+	if o.Insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return fmt.Errorf("delete: ref %q: %w", ref, err)
+	}
+	auth := authn.Anonymous
+	if o.AuthFile != "" {
+		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
+			return fmt.Errorf("delete %s: %w", ref, err)
+		}
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
+	tag, isTag := r.(name.Tag)
+	if isTag {
+		desc, err := remote.Head(r, ropts...)
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("delete %s: resolve the tag: %w", ref, err)
+		}
+		r = r.Context().Digest(desc.Digest.String())
+	}
+	if err := remote.Delete(r, ropts...); err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete %s: %w", ref, err)
+	}
+	if isTag {
+		// Most registries drop a manifest's tags with it; those that keep
+		// a tag as its own entry take a delete of the tag (OCI 1.1), which
+		// the others refuse: either way the tag resolves no more.
+		remote.Delete(tag, ropts...)
+	}
+	return nil
+}
+
+// isNotFound reports whether err is the registry's 404.
+func isNotFound(err error) bool {
+	var te *transport.Error
+	return errors.As(err, &te) && te.StatusCode == http.StatusNotFound
 }
 
 // dockerConfig is the part of a docker config.json that Push reads.

@@ -61,6 +61,11 @@ func (c *Cluster) NewGate() (*APIGate, error) {
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(target); pr.Out.Host = target.Host },
 		Transport:     rt,
 		FlushInterval: -1, // watches stream
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil { // else the client is gone: nobody to tell
+				http.Error(w, err.Error(), http.StatusBadGateway)
+			}
+		},
 	}}
 	dir, err := os.MkdirTemp(c.dir, "gate-")
 	if err != nil {
