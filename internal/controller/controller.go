@@ -165,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
-		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Timeout: r.cfg.Timeout,
+		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
 	})
 	st.Report = &rep
 	if err != nil {

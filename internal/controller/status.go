@@ -64,6 +64,7 @@ type request struct {
 	node      string
 	strategy  migrate.Strategy
 	replayMax time.Duration
+	cutoff    migrate.CutoffRule
 }
 
 // parseRequest reads and checks the request annotations. The webhook
@@ -81,6 +82,13 @@ func parseRequest(p *corev1.Pod) (request, error) {
 		r.strategy = s
 	default:
 		return r, fmt.Errorf("annotation %s: %q is not a strategy; want one of %s", inject.AnnotationStrategy, s, strategyList())
+	}
+	if v, ok := p.Annotations[inject.AnnotationCutoff]; ok {
+		rule, err := migrate.ParseCutoffRule(v)
+		if err != nil {
+			return r, fmt.Errorf("annotation %s: %w", inject.AnnotationCutoff, err)
+		}
+		r.cutoff = rule
 	}
 	if v := p.Annotations[inject.AnnotationReplayMax]; v != "" {
 		d, err := time.ParseDuration(v)

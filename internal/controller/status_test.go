@@ -31,6 +31,9 @@ func TestParseRequest(t *testing.T) {
 		"statefulset":      {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "statefulset"}, want: request{node: "n2", strategy: migrate.StatefulSet}},
 		"auto, plain pod":  {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "auto"}, want: request{node: "n2", strategy: migrate.MS2M}},
 		"bad replay-max":   {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationReplayMax: "soon"}, wantErr: "replay-max"},
+		"adaptive cutoff": {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "ms2m-cutoff", inject.AnnotationCutoff: "adaptive"},
+			want: request{node: "n2", strategy: migrate.MS2MCutoff, cutoff: migrate.CutoffAdaptive}},
+		"bad cutoff rule": {ann: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationCutoff: "clever"}, wantErr: `annotation ms2m.io/cutoff: unknown cutoff rule "clever" (want formula or adaptive)`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := parseRequest(podWith(tc.ann))

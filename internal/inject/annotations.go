@@ -34,6 +34,7 @@ const (
 	AnnotationMigrateTo = Prefix + "migrate-to" // target node name (a DNS-1123 subdomain)
 	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
 	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
+	AnnotationCutoff    = Prefix + "cutoff"     // ms2m-cutoff's stop rule: formula (the paper's eq. 5, the default) or adaptive
 	// AnnotationMigrationStatus is the migrator's record of a requested
 	// migration on the pod that asked for it (and on the target it made):
 	// JSON with its name, phase, target, error and timings.
@@ -71,6 +72,7 @@ var knownAnnotations = map[string]bool{
 	AnnotationMigrateTo:       true,
 	AnnotationStrategy:        true,
 	AnnotationReplayMax:       true,
+	AnnotationCutoff:          true,
 	AnnotationMigrationStatus: true,
 	AnnotationRestoreImage:    true,
 	AnnotationRestoreNode:     true,
@@ -79,6 +81,9 @@ var knownAnnotations = map[string]bool{
 	AnnotationReplayEpoch:     true,
 	AnnotationMigrationName:   true,
 }
+
+// CutoffRules are the values AnnotationCutoff accepts.
+var CutoffRules = []string{"formula", "adaptive"}
 
 // Strategies are the values AnnotationStrategy accepts, in the order the
 // design lists them.

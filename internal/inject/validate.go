@@ -47,6 +47,12 @@ var annotationChecks = []annotationCheck{
 		return ""
 	}},
 	{AnnotationReplayMax, checkPositiveDuration},
+	{AnnotationCutoff, func(_ *corev1.Pod, v string) string {
+		if !slices.Contains(CutoffRules, v) {
+			return "use one of " + strings.Join(CutoffRules, ", ")
+		}
+		return ""
+	}},
 	{AnnotationRestoreImage, func(_ *corev1.Pod, v string) string {
 		if v == "" || strings.IndexFunc(v, unicode.IsSpace) >= 0 {
 			return "use an image reference (the checkpoint image), without spaces"

@@ -152,6 +152,35 @@ func TestCutoffAfter(t *testing.T) {
 	}
 }
 
+// TestAdaptive: the adaptive cutoff stops the source once the live backlog
+// replays within T_replay_max at the target's rate, never without a rate.
+func TestAdaptive(t *testing.T) {
+	for name, tc := range []struct {
+		lag       uint64
+		mu        float64
+		replayMax time.Duration
+		want      bool
+	}{
+		{lag: 100, mu: 20, replayMax: 5 * time.Second, want: true},
+		{lag: 101, mu: 20, replayMax: 5 * time.Second, want: false},
+		{lag: 0, mu: 0, replayMax: 5 * time.Second, want: false},
+		{lag: 40, mu: 10, want: true}, // default T_replay_max 5 s
+		{lag: 51, mu: 10, want: false},
+	} {
+		if got := Adaptive(tc.lag, tc.mu, tc.replayMax); got != tc.want {
+			t.Errorf("%d: Adaptive(%d, %g, %s) = %v, want %v", name, tc.lag, tc.mu, tc.replayMax, got, tc.want)
+		}
+	}
+	for in, want := range map[string]CutoffRule{"": CutoffFormula, "formula": CutoffFormula, "adaptive": CutoffAdaptive} {
+		if got, err := ParseCutoffRule(in); err != nil || got != want {
+			t.Errorf("ParseCutoffRule(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseCutoffRule("eq5"); err == nil || !strings.Contains(err.Error(), `unknown cutoff rule "eq5" (want formula or adaptive)`) {
+		t.Errorf("ParseCutoffRule(eq5): %v", err)
+	}
+}
+
 // A kubelet on a loaded node can time out syncing its Secret cache and
 // report CreateContainerConfigError for a while; it retries, and the pod
 // starts. WaitRunning must not give up on it (it failed a consumer's start

@@ -500,3 +500,47 @@ func golden(t *testing.T, file string, lines []string) {
 		t.Errorf("the calls differ from %s (rerun with -update if the change is meant):\n--- got\n%s--- want\n%s", path, got, want)
 	}
 }
+
+// TestAdaptiveCutoffOnSimulatedNodes: ms2m-cutoff with the adaptive rule
+// stops the source once the target's backlog replays within T_replay_max at
+// its live rate, and the migration stays exact.
+func TestAdaptiveCutoffOnSimulatedNodes(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	w := deploy(t, c, "sim-adaptive", "Deployment", true)
+	p := plan(w, migrate.MS2MCutoff)
+	p.Cutoff = migrate.CutoffAdaptive
+	// The target's replay is held until the source stops, so that it
+	// cannot catch up: only the rule can stop the source, with a backlog.
+	c.Nodes[nodeB].HoldReplays(true)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name); sp != nil && sp.Sidecar.Mode() == simcluster.ModeStopped {
+				c.Nodes[nodeB].HoldReplays(false)
+				return
+			}
+		}
+	}()
+	rep, err := migrate.Run(context.Background(), env(c, c.Client), p)
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if rep.Cutoff != migrate.CutoffAdaptive || rep.Handover == nil {
+		t.Fatalf("report: cutoff %q, handover %+v; want the adaptive rule's handover", rep.Cutoff, rep.Handover)
+	}
+	if rep.Handover.LagAtStop == 0 {
+		t.Errorf("the source stopped with no backlog: the rule did not stop it early")
+	}
+	if budget := rep.Mu * p.ReplayMax.Seconds(); float64(rep.Handover.LagAtStop) > budget {
+		t.Errorf("the source stopped %d deliveries ahead of the target: more than μ × T_replay_max = %.0f", rep.Handover.LagAtStop, budget)
+	}
+	t.Logf("adaptive: lag at stop %d, μ %.1f, T_cutoff %s, downtime %s", rep.Handover.LagAtStop, rep.Mu, rep.TCutoff, rep.Downtime)
+	checkServing(t, c, w, rep)
+}

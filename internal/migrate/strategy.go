@@ -141,6 +141,8 @@ type Plan struct {
 	MaxLag uint64
 	// ReplayMax is T_replay_max for MS2MCutoff. Default 5 s.
 	ReplayMax time.Duration
+	// Cutoff is MS2MCutoff's stop rule. Default CutoffFormula.
+	Cutoff CutoffRule
 	// Timeout bounds each wait. Default 3 minutes.
 	Timeout time.Duration
 }
@@ -159,6 +161,7 @@ type Report struct {
 	TargetPod string          `json:"targetPod"`
 	Handover  *replay.Timings `json:"handover,omitempty"`
 	// Cutoff strategy: the rates it was sized with, and T_cutoff.
+	Cutoff  CutoffRule    `json:"cutoff,omitempty"`
 	Lambda  float64       `json:"lambda,omitempty"`
 	Mu      float64       `json:"mu,omitempty"`
 	TCutoff time.Duration `json:"tCutoff,omitempty"`
@@ -461,6 +464,11 @@ func (r *run) handover(ctx context.Context, srcEP, dstEP replay.Endpoint) (repla
 		r.rep.Lambda, r.rep.Mu = lambda, mu
 		r.rep.TCutoff = CutoffAfter(r.p.ReplayMax, lambda, mu, r.p.Timeout)
 		ho.Deadline = time.Now().Add(r.rep.TCutoff)
+		r.rep.Cutoff = CutoffFormula
+		if r.p.Cutoff == CutoffAdaptive {
+			r.rep.Cutoff = CutoffAdaptive
+			ho.StopAt = r.adaptiveStop(ctx, dstEP, mu)
+		}
 	}
 	return replay.Handover(ctx, srcEP, dstEP, ho)
 }
@@ -473,6 +481,58 @@ func deleteNow(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) er
 		return nil // gone, or already a new pod of the same name
 	}
 	return err
+}
+
+// CutoffRule is how ms2m-cutoff decides when to stop the source.
+type CutoffRule string
+
+const (
+	// CutoffFormula stops the source once T_cutoff (CutoffAfter, the
+	// paper's eq. 5, sized by λ and μ when the handover begins) has passed.
+	CutoffFormula CutoffRule = "formula"
+	// CutoffAdaptive stops it as soon as the target's live backlog can be
+	// replayed within T_replay_max at the target's live rate (Adaptive),
+	// and at the latest when T_cutoff passes: the bound on the replay after
+	// the stop holds however the rates move, and the source stops no later
+	// than by the formula.
+	CutoffAdaptive CutoffRule = "adaptive"
+)
+
+// ParseCutoffRule reads a rule by name; "" is CutoffFormula.
+func ParseCutoffRule(s string) (CutoffRule, error) {
+	switch r := CutoffRule(s); r {
+	case "":
+		return CutoffFormula, nil
+	case CutoffFormula, CutoffAdaptive:
+		return r, nil
+	}
+	return "", fmt.Errorf("unknown cutoff rule %q (want %s or %s)", s, CutoffFormula, CutoffAdaptive)
+}
+
+// Adaptive reports whether a backlog of lag deliveries replays within
+// replayMax at mu deliveries per second. Without a measured mu it never
+// stops early.
+func Adaptive(lag uint64, mu float64, replayMax time.Duration) bool {
+	if replayMax <= 0 {
+		replayMax = 5 * time.Second
+	}
+	return mu > 0 && float64(lag) <= mu*replayMax.Seconds()
+}
+
+// adaptiveStop is the adaptive rule for a handover to dst: μ is the
+// target's, read again every quarter second while it replays.
+func (r *run) adaptiveStop(ctx context.Context, dst replay.Endpoint, mu float64) func(uint64) bool {
+	var read time.Time
+	return func(lag uint64) bool {
+		if time.Since(read) > 250*time.Millisecond {
+			read = time.Now()
+			if _, m, err := replay.Rates(ctx, r.env.HTTP, dst); err == nil && m > 0 {
+				mu = m
+				r.rep.Mu = m
+			}
+		}
+		return Adaptive(lag, mu, r.p.ReplayMax)
+	}
 }
 
 // CutoffAfter is T_cutoff = T_replay_max × μ / λ (the paper's eq. 5): how

@@ -60,7 +60,7 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 	}
 	p.Spec.NodeName = ""
 	// The target is not asked to migrate again.
-	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationMigrationStatus} {
+	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus} {
 		delete(p.Annotations, k)
 	}
 	for k, v := range map[string]string{

@@ -25,6 +25,9 @@ type HandoverOptions struct {
 	// Deadline, if set, stops the source when it passes even if the lag is
 	// higher: the ms2m-cutoff strategy's T_cutoff.
 	Deadline time.Time
+	// StopAt, if set, also stops the source once it returns true for the
+	// lag: the adaptive cutoff, which weighs the live backlog.
+	StopAt func(lag uint64) bool
 	// SwitchTimeout bounds the wait for the target to replay to the cutoff
 	// and switch. Default 5 minutes.
 	SwitchTimeout time.Duration
@@ -122,6 +125,10 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		}
 		lag := st.lagBehind(src.Log.LastID)
 		if st.Ready && lag <= o.MaxLag {
+			t.LagAtStop = lag
+			break
+		}
+		if st.Ready && o.StopAt != nil && o.StopAt(lag) {
 			t.LagAtStop = lag
 			break
 		}

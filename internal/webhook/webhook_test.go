@@ -406,8 +406,9 @@ func TestDeniesBadAnnotations(t *testing.T) {
 		requireInjected(t, pod)
 		pod.Annotations[inject.AnnotationMigrateTo] = "Node_B"
 		pod.Annotations[inject.AnnotationReplayMax] = "soon"
+		pod.Annotations[inject.AnnotationCutoff] = "clever"
 		err := c.Update(ctx, pod)
-		requireDenied(t, err, inject.AnnotationMigrateTo, inject.AnnotationReplayMax)
+		requireDenied(t, err, inject.AnnotationMigrateTo, inject.AnnotationReplayMax, inject.AnnotationCutoff, "use one of formula, adaptive")
 
 		// A pod that was never injected is validated as well.
 		plain := appPod(ns, "plain", nil)
