@@ -168,6 +168,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
 	})
 	st.Report = &rep
+	var refused *migrate.Refused
+	if errors.As(err, &refused) {
+		st.Phase, st.Message, st.Report = PhaseFailed, err.Error()+"; nothing was touched", nil
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v", err)
+		r.cfg.Metrics.record(ResultRejected, st)
+		return reconcile.Result{}, r.setStatus(ctx, pod, st)
+	}
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
 	}

@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -38,24 +40,63 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	resetNodes(c)
 	w := deploy(t, c, "sim-bad", "Deployment", true)
 	plain := deploy(t, c, "sim-plain", "Deployment", false)
+	ctlEP := replay.Endpoint{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	// pending is an injected pod that never starts: node A holds its start.
+	pendingPod := func() (string, func()) {
+		h := c.Nodes[nodeA].HoldStep(simcluster.StepStart)
+		tpl := podTemplate(true)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "starting", Labels: map[string]string{"app": "other"}, Annotations: tpl.Annotations}, Spec: tpl.Spec}
+		if _, err := c.Client.CoreV1().Pods(w.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		<-h.Reached
+		return pod.Name, func() {
+			h.Release()
+			c.Client.CoreV1().Pods(w.ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*migrate.Plan)
 		want string
+		// arm, if set, prepares the case and returns its undo.
+		arm func(*migrate.Plan) func()
 	}{
-		{"unknown node", func(p *migrate.Plan) { p.TargetNode = "sim-nowhere" }, `target node sim-nowhere: nodes "sim-nowhere" not found`},
-		{"same node", func(p *migrate.Plan) { p.TargetNode = nodeA }, "already runs on node sim-a: pick another target"},
-		{"statefulset strategy on a Deployment's pod", func(p *migrate.Plan) { p.Strategy = migrate.StatefulSet }, "is not a StatefulSet's pod: strategy statefulset needs one; use ms2m (or auto)"},
-		{"no such container", func(p *migrate.Plan) { p.Container = "nope" }, `has no container "nope"`},
-		{"unknown strategy", func(p *migrate.Plan) { p.Strategy = "teleport" }, `unknown strategy "teleport"`},
-		{"not injected", func(p *migrate.Plan) { p.Namespace, p.Pod = plain.ns, plain.pod.Name }, `has no ms2m sidecar (annotation ms2m.io/status missing): opt it in with ms2m.io/inject: "true"`},
-		{"no such pod", func(p *migrate.Plan) { p.Pod = "ghost" }, `the source pod: pods "ghost" not found`},
+		{"unknown node", func(p *migrate.Plan) { p.TargetNode = "sim-nowhere" }, `target node sim-nowhere: nodes "sim-nowhere" not found`, nil},
+		{"same node", func(p *migrate.Plan) { p.TargetNode = nodeA }, "already runs on node sim-a: pick another target", nil},
+		{"statefulset strategy on a Deployment's pod", func(p *migrate.Plan) { p.Strategy = migrate.StatefulSet }, "is not a StatefulSet's pod: strategy statefulset needs one; use ms2m (or auto)", nil},
+		{"no such container", func(p *migrate.Plan) { p.Container = "nope" }, `has no container "nope"`, nil},
+		{"unknown strategy", func(p *migrate.Plan) { p.Strategy = "teleport" }, `unknown strategy "teleport"`, nil},
+		{"not injected", func(p *migrate.Plan) { p.Namespace, p.Pod = plain.ns, plain.pod.Name }, `has no ms2m sidecar (annotation ms2m.io/status missing): opt it in with ms2m.io/inject: "true"`, nil},
+		{"no such pod", func(p *migrate.Plan) { p.Pod = "ghost" }, `the source pod: pods "ghost" not found`, nil},
+		{"not running", func(*migrate.Plan) {}, "is not running and ready", func(p *migrate.Plan) func() {
+			name, undo := pendingPod()
+			p.Pod = name
+			return undo
+		}},
+		{"already migrating", func(*migrate.Plan) {}, "is already migrating: its sidecar is quiesced, as a migration under way leaves it; wait for that migration to end", func(*migrate.Plan) func() {
+			// another migration's quiesce
+			if _, err := replay.Quiesce(context.Background(), hc, ctlEP, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				if err := replay.Resume(context.Background(), hc, ctlEP); err != nil {
+					t.Error(err)
+				}
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
-			cs, rec := recordingClient(t, c.Config)
 			p := plan(w, migrate.MS2M)
 			tc.edit(&p)
+			undo := func() {}
+			if tc.arm != nil {
+				undo = tc.arm(&p)
+			}
+			defer func() { undo() }()
+			cs, rec := recordingClient(t, c.Config)
 			_, err := migrate.Run(context.Background(), env(c, cs), p)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
@@ -68,6 +109,8 @@ func TestBadInputTouchesNothing(t *testing.T) {
 					t.Errorf("node %s was called: %v", n.Name, calls)
 				}
 			}
+			undo()
+			undo = func() {}
 			expectServing(t, c, w)
 		})
 	}

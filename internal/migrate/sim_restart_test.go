@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -304,4 +307,67 @@ func expectEvent(t *testing.T, c *simcluster.Cluster, ns, reason string) {
 		}
 	}
 	t.Errorf("no Event %s in %s; seen: %v", reason, ns, seen)
+}
+
+// TestControllerRejectsBadRequests: a request the controller cannot carry
+// out gets a Warning Event and a Failed status that says why and what to
+// do, and nothing is touched: the source serves on, and no pod is made.
+func TestControllerRejectsBadRequests(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	w := deploy(t, c, "sim-reject", "Deployment", true)
+	plain := deploy(t, c, "sim-reject-plain", "Deployment", false)
+	startController(t, c, "the controller", c.Kubeconfig)
+	ctlEP := replay.Endpoint{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range []struct {
+		name, node string
+		w          *workload
+		arm        func() func()
+		want       string
+	}{
+		{name: "unknown node", node: "sim-nowhere", w: w, want: `annotation ms2m.io/migrate-to: node sim-nowhere: nodes "sim-nowhere" not found; nothing was touched`},
+		{name: "same node", node: nodeA, w: w, want: "annotation ms2m.io/migrate-to: the pod already runs on sim-a; nothing was touched"},
+		{name: "not injected", node: nodeB, w: plain, want: `the pod has no ms2m sidecar: opt it in with ms2m.io/inject: "true" and recreate it; nothing was touched`},
+		{name: "already migrating", node: nodeB, w: w, arm: func() func() {
+			if _, err := replay.Quiesce(context.Background(), hc, ctlEP, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			return func() { replay.Resume(context.Background(), hc, ctlEP) }
+		}, want: "is already migrating: its sidecar is quiesced"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			undo := func() {}
+			if tc.arm != nil {
+				undo = tc.arm()
+			}
+			defer func() { undo() }()
+			ctx := context.Background()
+			pods := c.Client.CoreV1().Pods(tc.w.ns)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:null}}}`, inject.AnnotationMigrateTo, tc.node, inject.AnnotationMigrationStatus)
+			if _, err := pods.Patch(ctx, tc.w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var st controller.Status
+			testenv.Eventually(t, 30*time.Second, "a Failed status", func() bool {
+				p, err := pods.Get(ctx, tc.w.pod.Name, metav1.GetOptions{})
+				if err != nil {
+					return false
+				}
+				s, err := controller.DecodeStatus(p.Annotations[inject.AnnotationMigrationStatus])
+				st = s
+				return err == nil && s.Phase == controller.PhaseFailed
+			})
+			if !strings.Contains(st.Message, tc.want) {
+				t.Errorf("status message %q, want it to say %q", st.Message, tc.want)
+			}
+			expectEvent(t, c, tc.w.ns, "MigrationRejected")
+			undo()
+			undo = func() {}
+			expectServing(t, c, tc.w)
+			if got := len(tc.w.created.names()); got != 1 {
+				t.Errorf("%d pods were created, want only the source: %v", got, tc.w.created.names())
+			}
+		})
+	}
 }

@@ -174,6 +174,13 @@ type Report struct {
 	ShadowHandover   *replay.Timings `json:"shadowHandover,omitempty"`
 }
 
+// Refused is the error of a migration that Run refused before it touched
+// anything: bad input, or a source that cannot be migrated now.
+type Refused struct{ Err error }
+
+func (e *Refused) Error() string { return e.Err.Error() }
+func (e *Refused) Unwrap() error { return e.Err }
+
 // Phase is one timed step.
 type Phase struct {
 	Name string        `json:"name"`
@@ -234,14 +241,17 @@ func (r *run) do(ctx context.Context) error {
 	p, cs := r.p, r.env.Client
 	src, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Pod, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("migration %s: the source pod: %w", p.Name, err)
+		return &Refused{fmt.Errorf("migration %s: the source pod: %w", p.Name, err)}
 	}
 	if r.p.Strategy == Auto || r.p.Strategy == "" {
 		r.p.Strategy = ByOwner(src)
 		r.rep.Strategy = r.p.Strategy
 	}
 	if err := preconditions(ctx, cs, src, r.p); err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
+		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
+	}
+	if err := r.sidecarServes(ctx, src); err != nil {
+		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	r.source = src
 	r.phase("preconditions")
@@ -644,6 +654,26 @@ func imageID(pod *corev1.Pod, container string) string {
 		}
 	}
 	return ""
+}
+
+// sidecarServes checks that the source's sidecar is healthy and serves: a
+// sidecar that is quiesced or stopped belongs to a migration under way, and
+// one that replays is a migration's target that has not taken over.
+func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
+	ep := r.endpoint(src)
+	st, err := replay.Inspect(ctx, r.env.HTTP, ep)
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: its sidecar does not answer (%w): check the pod's %s container and its log", src.Namespace, src.Name, err, inject.SidecarName)
+	}
+	switch {
+	case st.Mode == "quiesced" || st.Mode == "stopped":
+		return fmt.Errorf("pod %s/%s is already migrating: its sidecar is %s, as a migration under way leaves it; wait for that migration to end (migrator status %s/%s), or, if its migrator is gone for good, resume the sidecar (POST /resume on its control port)", src.Namespace, src.Name, st.Mode, src.Namespace, src.Name)
+	case st.Replaying:
+		return fmt.Errorf("pod %s/%s is already migrating: it is a migration's target and still replays; wait until it has taken over", src.Namespace, src.Name)
+	case !st.Ready:
+		return fmt.Errorf("pod %s/%s: its sidecar is not ready (its replay log is not open yet): wait, or read the %s container's log", src.Namespace, src.Name, inject.SidecarName)
+	}
+	return nil
 }
 
 // preconditions checks what a migration needs before it touches anything.

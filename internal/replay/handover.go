@@ -346,3 +346,24 @@ func Stopped(ctx context.Context, hc *http.Client, e Endpoint) (bool, error) {
 	}
 	return st.Mode == "stopped", nil
 }
+
+// SidecarState is what a migrator checks of a sidecar before it starts.
+type SidecarState struct {
+	Mode  string // serving, quiesced or stopped
+	Ready bool   // its replay log is open
+	// Replaying: it is a migration's target that has not taken over yet.
+	Replaying bool
+}
+
+// Inspect reads a sidecar's state.
+func Inspect(ctx context.Context, hc *http.Client, e Endpoint) (SidecarState, error) {
+	st, err := getState(ctx, hc, e)
+	if err != nil {
+		return SidecarState{}, fmt.Errorf("read the state of the sidecar at %s: %w", e.URL, err)
+	}
+	out := SidecarState{Mode: st.Mode, Ready: st.Ready}
+	if r := st.Replay; r != nil && (r.SwitchedAt == nil || r.Replaying > 0) {
+		out.Replaying = true
+	}
+	return out, nil
+}
