@@ -277,13 +277,20 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	if err != nil {
 		errs = append(errs, err)
 	}
+	return r.rolledBack(ctx, pod, st, errs, "the target and its checkpoint image were deleted")
+}
+
+// rolledBack ends a rollback of st on pod, the source, once errs (of its
+// steps so far) are none: the checkpoint images go, and the status says
+// the source serves and what else was undone.
+func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
 	errs = append(errs, r.dropImages(ctx, pod, st))
 	if err := errors.Join(errs...); err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried
 	}
 	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the target and its checkpoint image were deleted; remove the annotations to ask again"
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; remove the annotations to ask again"
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)

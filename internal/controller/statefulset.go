@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -74,16 +73,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	if err := replay.Resume(ctx, r.http, endpoint(pod)); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, r.dropImages(ctx, pod, st))
-	if err := errors.Join(errs...); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
-		return err // retried
-	}
-	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, the shadow, the pending-migration record and the checkpoint images were deleted; remove the annotations to ask again"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
-	r.cfg.Metrics.record(ResultRolledBack, st)
-	return r.setStatus(ctx, pod, st)
+	return r.rolledBack(ctx, pod, st, errs, "the shadow, the pending-migration record and the checkpoint images were deleted")
 }
 
 // continueShadow completes statefulset-shadow migration st, whose shadow
