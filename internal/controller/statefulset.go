@@ -121,7 +121,9 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	}
 	port, token, err := migrate.SidecarControl(ctx, cs, pod)
 	if err != nil {
-		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil // not the restore (yet)
+		// No sidecar: not the restore, which would have one. Look again
+		// now and then, in case the record is for a pod yet to come.
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	r.running.Store(migration, true)
 	defer r.running.Delete(migration)
