@@ -74,7 +74,8 @@ bench: setup build bench-webhook node-setup node-bin criu k8s-bin
 ## stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow at 4, 10 and 16 msg/s (and
 ## ms2m-cutoff at 19), 10 runs each; CSV, JSON and PNG figures in out/bench-paper, PASS/MISS goals,
 ## and its section of BENCHMARKS.md. About 80 minutes; BENCHPAPERFLAGS='-quick' is a smoke run
-## (one run per strategy at 16 msg/s), '-runs 3', '-sweep' adds 1..19 msg/s (see go run ./hack/bench paper -h).
+## (one run per strategy at 16 msg/s), '-runs 3', '-sweep' adds 1..19 msg/s, '-strategies ...,ms2m-cutoff-adaptive'
+## adds ms2m-cutoff by the adaptive rule beside the formula (see go run ./hack/bench paper -h).
 BENCHPAPERFLAGS ?=
 bench-paper: setup build node-setup node-bin criu k8s-bin
 	$(GO) run ./hack/bench paper $(BENCHPAPERFLAGS)

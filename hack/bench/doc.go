@@ -24,7 +24,9 @@
 // The subcommand paper (`go run ./hack/bench paper`, `make bench-paper`;
 // paper.go) reproduces the paper's evaluation on the same local cluster:
 // stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow
-// migrating a fresh consumer at each producer rate, run after run, with
+// (and, when -strategies asks for it, ms2m-cutoff-adaptive: ms2m-cutoff by
+// the adaptive rule, beside the formula) migrating a fresh consumer at
+// each producer rate, run after run, with
 // the worst latency and the lost and repeated messages read from the
 // consumers' journals (GET /folds). It writes results.csv, results.json
 // and the figures (package paperplot) to out/bench-paper, prints PASS or

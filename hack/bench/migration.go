@@ -27,7 +27,8 @@ type migrationSpec struct {
 	// statefulSet makes the consumer a StatefulSet's pod (the lab's
 	// webhook must run); otherwise it is a plain pod.
 	statefulSet bool
-	replayMax   time.Duration // T_replay_max for ms2m-cutoff; 0 is the default
+	replayMax   time.Duration      // T_replay_max for ms2m-cutoff; 0 is the default
+	cutoff      migrate.CutoffRule // ms2m-cutoff's rule; "" is the default
 	// journal reads each consumer's GET /folds as it stops serving, for
 	// the worst latency and the lost and repeated messages.
 	journal bool
@@ -47,6 +48,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: spec.strategy, ReplayMax: spec.replayMax,
+		Cutoff: spec.cutoff,
 	}
 	// The queue and the replay log are deleted after the migration, or
 	// by the bench's close if it is interrupted.
@@ -155,6 +157,10 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 			return m, err
 		}
 		m.Error = "migration failed: " + err.Error()
+		return m, nil
+	}
+	if spec.cutoff != "" && rep.Cutoff != spec.cutoff {
+		m.Error = fmt.Sprintf("the migrator ran the %q cutoff rule, not %q: its report is not that series'", rep.Cutoff, spec.cutoff)
 		return m, nil
 	}
 

@@ -21,9 +21,33 @@ import (
 // local cluster of real nodes: every strategy against stop-and-copy in
 // the same run, at the paper's rates, with the consumer at μ = 20 msg/s.
 
-// paperStrategies are the strategies of the paper subcommand, the
-// baseline first.
+// paperStrategies are the strategies of the paper subcommand by default,
+// the baseline first.
 var paperStrategies = []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M, migrate.MS2MCutoff, migrate.StatefulSet, migrate.StatefulSetShadow}
+
+// ms2mCutoffAdaptive is the bench's name for ms2m-cutoff with the
+// adaptive cutoff rule (migrate.CutoffAdaptive): a series of its own,
+// measured against the formula's in the same run. It is opt-in
+// (-strategies), and brings ms2m-cutoff with it. migrate has no strategy
+// of that name: planOf maps it.
+const ms2mCutoffAdaptive migrate.Strategy = "ms2m-cutoff-adaptive"
+
+// paperAll are the strategies -strategies accepts, in the order of every
+// table and figure.
+var paperAll = []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M, migrate.MS2MCutoff, ms2mCutoffAdaptive, migrate.StatefulSet, migrate.StatefulSetShadow}
+
+// paperCutoffs are the strategies that also run at -cutoff-rates.
+var paperCutoffs = []migrate.Strategy{migrate.MS2MCutoff, ms2mCutoffAdaptive}
+
+// planOf is what the migrator runs for a strategy of the paper
+// subcommand: its strategy and, for ms2m-cutoff, its cutoff rule ("" is
+// the default, the formula).
+func planOf(s migrate.Strategy) (migrate.Strategy, migrate.CutoffRule) {
+	if s == ms2mCutoffAdaptive {
+		return migrate.MS2MCutoff, migrate.CutoffAdaptive
+	}
+	return s, ""
+}
 
 // paperBarRates are the rates of the paper's side-by-side figures (Figs
 // 9-11) and of its downtime claims.
@@ -63,15 +87,15 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	var o paperOptions
 	fs := flag.NewFlagSet("bench paper", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow (and, if asked for, ms2m-cutoff-adaptive) migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&o.runs, "runs", 10, "migrations per strategy and rate (the paper's 10)")
 	rates := fs.String("rates", "4,10,16", "comma-separated producer rates, msg/s, each below μ = 20")
-	cutoffRates := fs.String("cutoff-rates", "19", "extra rates at which only ms2m-cutoff and its stop-and-copy run (its replay bound is checked at 16 and 19); empty for none")
+	cutoffRates := fs.String("cutoff-rates", "19", "extra rates at which only ms2m-cutoff (and ms2m-cutoff-adaptive if asked for) and its stop-and-copy run (its replay bound is checked at 16 and 19); empty for none")
 	fs.BoolVar(&o.sweep, "sweep", false, fmt.Sprintf("also sweep λ = 1..%d msg/s (the rates not in -rates get -sweep-runs runs each)", paperSweepMax))
 	fs.IntVar(&o.sweepRuns, "sweep-runs", 1, "runs per strategy at the sweep's extra rates")
-	strategies := fs.String("strategies", joinStrategies(paperStrategies), "comma-separated strategies; stop-and-copy, the baseline, always runs")
+	strategies := fs.String("strategies", joinStrategies(paperStrategies), "comma-separated strategies, of "+joinStrategies(paperAll)+"; stop-and-copy, the baseline, always runs, and "+string(ms2mCutoffAdaptive)+" (ms2m-cutoff by the adaptive rule, not run by default) brings ms2m-cutoff, the formula, with it")
 	fs.DurationVar(&o.warmup, "warmup", 5*time.Second, "how long the consumer consumes before each migration")
 	fs.DurationVar(&o.replayMax, "replay-max", 5*time.Second, "T_replay_max of ms2m-cutoff (T_cutoff = T_replay_max × μ / λ)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run: one run per strategy at 16 msg/s and none at -cutoff-rates (flags set explicitly still win)")
@@ -119,13 +143,19 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	if o.cutoffRates, err = parsePaperRates("-cutoff-rates", *cutoffRates); err != nil {
 		return o, err
 	}
-	o.strategies = []migrate.Strategy{migrate.StopAndCopy}
+	asked := map[migrate.Strategy]bool{migrate.StopAndCopy: true}
 	for s := range strings.SplitSeq(*strategies, ",") {
 		st := migrate.Strategy(strings.TrimSpace(s))
-		if !slices.Contains(paperStrategies, st) {
-			return o, fmt.Errorf("-strategies=%q: unknown strategy %q; want a comma-separated list of %s", *strategies, st, joinStrategies(paperStrategies))
+		if !slices.Contains(paperAll, st) {
+			return o, fmt.Errorf("-strategies=%q: unknown strategy %q; want a comma-separated list of %s", *strategies, st, joinStrategies(paperAll))
 		}
-		if !slices.Contains(o.strategies, st) {
+		asked[st] = true
+	}
+	if asked[ms2mCutoffAdaptive] {
+		asked[migrate.MS2MCutoff] = true // what the adaptive rule is measured against
+	}
+	for _, st := range paperAll {
+		if asked[st] {
 			o.strategies = append(o.strategies, st)
 		}
 	}
@@ -168,9 +198,9 @@ type paperCase struct {
 	Strategies []migrate.Strategy `json:"strategies"`
 }
 
-// cases lays out the run: every strategy at -rates; ms2m-cutoff and
-// stop-and-copy at -cutoff-rates; with -sweep, every strategy at the other
-// rates of 1..19.
+// cases lays out the run: every strategy at -rates; ms2m-cutoff (and
+// ms2m-cutoff-adaptive if asked for) and stop-and-copy at -cutoff-rates;
+// with -sweep, every strategy at the other rates of 1..19.
 func (o paperOptions) cases() []paperCase {
 	var cs []paperCase
 	seen := map[float64]bool{}
@@ -186,10 +216,16 @@ func (o paperOptions) cases() []paperCase {
 			}
 		}
 	}
-	if slices.Contains(o.strategies, migrate.MS2MCutoff) {
+	cutoffs := []migrate.Strategy{migrate.StopAndCopy}
+	for _, s := range paperCutoffs {
+		if slices.Contains(o.strategies, s) {
+			cutoffs = append(cutoffs, s)
+		}
+	}
+	if len(cutoffs) > 1 {
 		for _, r := range o.cutoffRates {
 			if !seen[r] {
-				cs = append(cs, paperCase{Rate: r, Runs: o.runs, Strategies: []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff}})
+				cs = append(cs, paperCase{Rate: r, Runs: o.runs, Strategies: cutoffs})
 				seen[r] = true
 			}
 		}
@@ -211,7 +247,7 @@ func expectedMigration(s migrate.Strategy, rate float64, replayMax time.Duration
 	switch s {
 	case migrate.MS2M:
 		t = base + catchUp
-	case migrate.MS2MCutoff:
+	case migrate.MS2MCutoff, ms2mCutoffAdaptive: // the adaptive rule stops no later
 		tCutoff := migrate.CutoffAfter(replayMax, rate, mu, 0).Seconds()
 		t = base + min(catchUp, tCutoff+replayMax.Seconds())
 	case migrate.StatefulSet:
@@ -319,8 +355,9 @@ func runPaper(ctx context.Context, o paperOptions) (err error) {
 				}
 				progress("paper: migrate", "n", fmt.Sprintf("%d/%d", done, total), "strategy", s, "rate_msgs_per_s", c.Rate,
 					"run", fmt.Sprintf("%d/%d", run, c.Runs), "eta", eta)
+				strategy, cutoff := planOf(s)
 				m, err := nodes.migrate(ctx, b, l, producer, migrationSpec{
-					strategy: s, rate: c.Rate, warmup: o.warmup, producerFor: o.producerFor(s, c.Rate),
+					strategy: strategy, cutoff: cutoff, rate: c.Rate, warmup: o.warmup, producerFor: o.producerFor(s, c.Rate),
 					statefulSet: s == migrate.StatefulSet || s == migrate.StatefulSetShadow,
 					replayMax:   o.replayMax, journal: true,
 				})
@@ -393,6 +430,9 @@ func writePaper(o paperOptions, res *paperResults) error {
 	for _, g := range res.Goals {
 		fmt.Printf("%s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
 	}
+	for _, l := range adaptiveVsFormula(res.Summary) {
+		fmt.Printf("%s against ms2m-cutoff %s\n", ms2mCutoffAdaptive, l)
+	}
 	if o.benchmarks != "" {
 		if err := replaceSection(o.benchmarks, paperMarkdown(*res)); err != nil {
 			return err
@@ -413,13 +453,23 @@ func reportAgain(o paperOptions) error {
 		return fmt.Errorf("-from=%s: %w", o.from, err)
 	}
 	o.replayMax = time.Duration(res.ReplayMaxMs * float64(time.Millisecond))
-	var strategies []migrate.Strategy
-	for _, s := range paperStrategies {
-		if slices.ContainsFunc(res.Runs, func(r paperRun) bool { return r.Strategy == s }) {
-			strategies = append(strategies, s)
-		}
-	}
-	res.Summary = summarise(res.Runs, strategies)
+	res.Summary = summarise(res.Runs, ranStrategies(res.Runs))
 	res.Goals = paperGoals(res, o)
 	return writePaper(o, &res)
+}
+
+// ranStrategies are the strategies of paperAll that runs has, in order.
+func ranStrategies(runs []paperRun) []migrate.Strategy {
+	var ss []migrate.Strategy
+	for _, s := range paperAll {
+		if ran(runs, s) {
+			ss = append(ss, s)
+		}
+	}
+	return ss
+}
+
+// ran reports whether runs has a migration by s, failed or not.
+func ran(runs []paperRun, s migrate.Strategy) bool {
+	return slices.ContainsFunc(runs, func(r paperRun) bool { return r.Strategy == s })
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/hack/bench/paperplot"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/replay"
 )
@@ -141,10 +143,81 @@ func TestPaperCases(t *testing.T) {
 	if len(cs) != 19 || cs[9].Rate != 10 || cs[9].Runs != 3 || cs[0].Runs != 1 {
 		t.Errorf("-sweep: %d cases, want 1..19 with 3 runs at 10 and 1 elsewhere: %+v", len(cs), cs)
 	}
-	for _, bad := range [][]string{{"-rates", "20"}, {"-strategies", "criu-alone"}, {"-runs", "0"}, {"x"}} {
+	for _, bad := range [][]string{{"-rates", "20"}, {"-strategies", "criu-alone"}, {"-strategies", "ms2m-cutoff-formula"}, {"-runs", "0"}, {"x"}} {
 		if _, err := parsePaperFlags(bad); err == nil {
 			t.Errorf("parsePaperFlags(%q): want an error", bad)
 		}
+	}
+}
+
+// TestPaperCasesAdaptive: the adaptive variant runs only when asked for,
+// beside ms2m-cutoff and stop-and-copy in the same cases, at -rates and
+// -cutoff-rates alike.
+func TestPaperCasesAdaptive(t *testing.T) {
+	sc, cut, ad := migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive
+	tests := map[string]struct {
+		args []string
+		want []paperCase
+	}{
+		"alone, it brings ms2m-cutoff": {
+			args: []string{"-strategies", "ms2m-cutoff-adaptive"},
+			want: []paperCase{
+				{Rate: 4, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}}, {Rate: 10, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}},
+				{Rate: 16, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}}, {Rate: 19, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}},
+			},
+		},
+		"with every default strategy, in the tables' order": {
+			args: []string{"-rates", "16", "-runs", "2", "-strategies", "statefulset-shadow,ms2m-cutoff-adaptive,statefulset,ms2m-cutoff,ms2m"},
+			want: []paperCase{
+				{Rate: 16, Runs: 2, Strategies: paperAll},
+				{Rate: 19, Runs: 2, Strategies: []migrate.Strategy{sc, cut, ad}},
+			},
+		},
+		"without cutoff rates": {
+			args: []string{"-quick", "-strategies", "ms2m-cutoff-adaptive"},
+			want: []paperCase{{Rate: 16, Runs: 1, Strategies: []migrate.Strategy{sc, cut, ad}}},
+		},
+		"not by default": {
+			args: []string{"-rates", "16", "-cutoff-rates", "19"},
+			want: []paperCase{
+				{Rate: 16, Runs: 10, Strategies: paperStrategies},
+				{Rate: 19, Runs: 10, Strategies: []migrate.Strategy{sc, cut}},
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parsePaperFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, o.cases()); diff != "" {
+				t.Errorf("cases (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPlanOf(t *testing.T) {
+	tests := map[migrate.Strategy]struct {
+		wantStrategy migrate.Strategy
+		wantCutoff   migrate.CutoffRule
+	}{
+		ms2mCutoffAdaptive:  {migrate.MS2MCutoff, migrate.CutoffAdaptive},
+		migrate.MS2MCutoff:  {migrate.MS2MCutoff, ""},
+		migrate.StopAndCopy: {migrate.StopAndCopy, ""},
+		migrate.StatefulSet: {migrate.StatefulSet, ""},
+	}
+	for s, tc := range tests {
+		t.Run(string(s), func(t *testing.T) {
+			st, cutoff := planOf(s)
+			if st != tc.wantStrategy || cutoff != tc.wantCutoff {
+				t.Errorf("planOf(%s) = %s, %q; want %s, %q", s, st, cutoff, tc.wantStrategy, tc.wantCutoff)
+			}
+			if !slices.Contains(migrate.Strategies, st) {
+				t.Errorf("planOf(%s) = %s: not a strategy of the migrator", s, st)
+			}
+		})
 	}
 }
 
@@ -159,34 +232,49 @@ func TestExpectedMigration(t *testing.T) {
 	if got := expectedMigration(migrate.MS2MCutoff, 16, 5*time.Second); got != 15250*time.Millisecond {
 		t.Errorf("ms2m-cutoff at 16: %s, want 15.25s", got)
 	}
+	// The adaptive rule stops the source no later than the formula.
+	if got := expectedMigration(ms2mCutoffAdaptive, 16, 5*time.Second); got != 15250*time.Millisecond {
+		t.Errorf("ms2m-cutoff-adaptive at 16: %s, want ms2m-cutoff's 15.25s", got)
+	}
 	if got := expectedMigration(migrate.StopAndCopy, 19, 5*time.Second); got != 4*time.Second {
 		t.Errorf("stop-and-copy: %s, want 4s whatever the rate", got)
 	}
 }
 
+// synthRun is a synthetic exact migration.
+func synthRun(s migrate.Strategy, rate, totalMs, downMs, replayMs, afterStopMs float64) paperRun {
+	zero := 0
+	lat := 3100.0
+	r := paperRun{Strategy: s, Rate: rate, migrationRound: migrationRound{
+		Round: 1, TotalMs: totalMs, Downtime: downMs, HashOK: true, Produced: 100, Count: 100,
+		ReplayAfterStopMs: afterStopMs, WorstLatencyMs: &lat, Lost: &zero, Duplicated: &zero,
+		Groups: map[string]float64{"restore": 2500, "replay": replayMs},
+	}}
+	st, cutoff := planOf(s)
+	r.Report.Strategy = st
+	if st == migrate.MS2MCutoff {
+		r.Report.Cutoff = migrate.CutoffFormula
+		if cutoff != "" {
+			r.Report.Cutoff = cutoff
+		}
+	}
+	return r
+}
+
 // TestPaperReport runs the whole report on a synthetic run: goals, CSV,
 // figures and the section.
 func TestPaperReport(t *testing.T) {
-	zero := 0
-	lat := 3100.0
-	run := func(s migrate.Strategy, rate, totalMs, downMs, replayMs, afterStopMs float64) paperRun {
-		return paperRun{Strategy: s, Rate: rate, migrationRound: migrationRound{
-			Round: 1, TotalMs: totalMs, Downtime: downMs, HashOK: true, Produced: 100, Count: 100,
-			ReplayAfterStopMs: afterStopMs, WorstLatencyMs: &lat, Lost: &zero, Duplicated: &zero,
-			Groups: map[string]float64{"restore": 2500, "replay": replayMs},
-		}}
-	}
 	var runs []paperRun
 	for _, rate := range paperBarRates {
 		runs = append(runs,
-			run(migrate.StopAndCopy, rate, 3100, 3000, 0, 0),
-			run(migrate.MS2M, rate, 3000+1000*rate, 4, 800*rate, 0),
-			run(migrate.MS2MCutoff, rate, 3000+500*rate, 5, 400*rate, 1200),
-			run(migrate.StatefulSet, rate, 3500, 3100, 300, 0),
-			run(migrate.StatefulSetShadow, rate, 9000, 7, 1000, 0),
+			synthRun(migrate.StopAndCopy, rate, 3100, 3000, 0, 0),
+			synthRun(migrate.MS2M, rate, 3000+1000*rate, 4, 800*rate, 0),
+			synthRun(migrate.MS2MCutoff, rate, 3000+500*rate, 5, 400*rate, 1200),
+			synthRun(migrate.StatefulSet, rate, 3500, 3100, 300, 0),
+			synthRun(migrate.StatefulSetShadow, rate, 9000, 7, 1000, 0),
 		)
 	}
-	bad := run(migrate.MS2M, 16, 1, 1, 0, 0)
+	bad := synthRun(migrate.MS2M, 16, 1, 1, 0, 0)
 	bad.HashOK, bad.Error = false, "hash mismatch"
 	runs = append(runs, bad)
 	dir := t.TempDir()
@@ -197,22 +285,13 @@ func TestPaperReport(t *testing.T) {
 	res := paperResults{Quick: true, Command: "go run ./hack/bench paper -quick", Runs: runs}
 	res.Summary = summarise(runs, paperStrategies)
 	res.Goals = paperGoals(res, o)
-	verdicts := map[string]string{}
-	for _, g := range res.Goals {
-		verdicts[g.Name] = g.Verdict
-	}
-	wantVerdicts := map[string]string{
+	checkVerdicts(t, res.Goals, map[string]string{
 		"ms2m downtime against stop-and-copy at 16 msg/s":                    "PASS",
 		"ms2m-cutoff replay after the source's stop at 16 msg/s (worst run)": "PASS",
 		"ms2m-cutoff replay after the source's stop at 19 msg/s (worst run)": "SKIP",
 		"statefulset-shadow downtime at 10 msg/s":                            "PASS",
 		"every migration exact: lost and duplicated messages":                "MISS", // the bad run
-	}
-	for name, want := range wantVerdicts {
-		if verdicts[name] != want {
-			t.Errorf("goal %q: %q, want %q", name, verdicts[name], want)
-		}
-	}
+	})
 	if err := writePaper(o, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +313,147 @@ func TestPaperReport(t *testing.T) {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("the section lacks %q:\n%s", want, md)
 		}
+	}
+	// Without the adaptive variant, nothing of it: no goals, no
+	// comparison, no series.
+	if strings.Contains(string(md), string(ms2mCutoffAdaptive)) {
+		t.Errorf("a run without %s mentions it:\n%s", ms2mCutoffAdaptive, md)
+	}
+}
+
+// checkVerdicts checks the verdicts of the goals named in want.
+func checkVerdicts(t *testing.T, goals []paperGoal, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, g := range goals {
+		got[g.Name] = g.Verdict
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("goal %q: %q, want %q", name, got[name], w)
+		}
+	}
+}
+
+// TestPaperReportAdaptive: the adaptive variant is a series of its own in
+// the CSV, the JSON, the figures and the section, with ms2m-cutoff's goals
+// and a comparison with the formula; -from writes the same section again.
+func TestPaperReportAdaptive(t *testing.T) {
+	var runs []paperRun
+	for _, rate := range []float64{16, 19} {
+		runs = append(runs,
+			synthRun(migrate.StopAndCopy, rate, 3100, 3000, 0, 0),
+			synthRun(migrate.MS2MCutoff, rate, 11000, 1300, 6000, 1200),
+			synthRun(ms2mCutoffAdaptive, rate, 9000, 1000, 4000, 900),
+		)
+	}
+	slow := synthRun(ms2mCutoffAdaptive, 19, 9400, 6000, 4000, 6000) // over T_replay_max + 10%
+	runs = append(runs, slow)
+	dir := t.TempDir()
+	o := paperOptions{out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md"), replayMax: 5 * time.Second}
+	res := paperResults{Command: "go run ./hack/bench paper -strategies ms2m-cutoff-adaptive", Runs: runs, ReplayMaxMs: 5000}
+	res.Summary = summarise(runs, ranStrategies(runs))
+	res.Goals = paperGoals(res, o)
+
+	checkVerdicts(t, res.Goals, map[string]string{
+		"ms2m-cutoff-adaptive downtime against stop-and-copy at 16 msg/s":             "MISS",
+		"ms2m-cutoff-adaptive downtime against stop-and-copy at 4 msg/s":              "SKIP",
+		"ms2m-cutoff-adaptive replay after the source's stop at 16 msg/s (worst run)": "PASS",
+		"ms2m-cutoff-adaptive replay after the source's stop at 19 msg/s (worst run)": "MISS", // the slow run
+		"ms2m-cutoff replay after the source's stop at 19 msg/s (worst run)":          "PASS",
+	})
+
+	wantLines := []string{
+		"at 16 msg/s: total 9.00 s against 11.00 s (0.82×, 18.2% below); replay after the stop 900.0 ms against 1200.0 ms (0.75×, 25.0% below; worst 900.0 ms against 1200.0 ms); means of 1 and 1 runs",
+		"at 19 msg/s: total 9.20 s against 11.00 s (0.84×, 16.4% below); replay after the stop 3450.0 ms against 1200.0 ms (2.88×, 187.5% above; worst 6000.0 ms against 1200.0 ms); means of 2 and 1 runs",
+	}
+	if diff := cmp.Diff(wantLines, adaptiveVsFormula(res.Summary)); diff != "" {
+		t.Errorf("adaptive against the formula (-want +got):\n%s", diff)
+	}
+
+	if err := writePaper(o, &res); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, s := range []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive} {
+		want = append(want, filepath.Join(o.out, paperplot.TimeFile(string(s))))
+	}
+	want = append(want, filepath.Join(o.out, paperplot.RateFile(16)))
+	for _, s := range []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive} {
+		want = append(want, filepath.Join(o.out, paperplot.PhaseFile(string(s))))
+	}
+	if diff := cmp.Diff(want, res.Files); diff != "" {
+		t.Errorf("figures (-want +got):\n%s", diff)
+	}
+	csv, err := os.ReadFile(filepath.Join(o.out, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(csv), ",ms2m-cutoff-adaptive,"); got != 3 {
+		t.Errorf("results.csv has %d rows of ms2m-cutoff-adaptive, want 3:\n%s", got, csv)
+	}
+	if got := strings.Count(string(csv), ",adaptive,"); got != 3 {
+		t.Errorf("results.csv names the adaptive rule in %d rows, want 3:\n%s", got, csv)
+	}
+	md, err := os.ReadFile(o.benchmarks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append([]string{"| ms2m-cutoff-adaptive | 19 | 2 of 2 |", "The adaptive cutoff against the paper's formula"}, wantLines...) {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the section lacks %q:\n%s", want, md)
+		}
+	}
+
+	// -from writes the same section from results.json.
+	again := o
+	again.from, again.out, again.benchmarks = filepath.Join(o.out, "results.json"), filepath.Join(dir, "again"), filepath.Join(dir, "AGAIN.md")
+	if err := reportAgain(again); err != nil {
+		t.Fatal(err)
+	}
+	md2, err := os.ReadFile(again.benchmarks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(string(md), string(md2)); diff != "" {
+		t.Errorf("-from (-first +again):\n%s", diff)
+	}
+}
+
+// TestReportAgainOldResults: a results.json written before the adaptive
+// variant (no cutoff rule in its reports, no replayAfterStopMeanMs) is
+// reported again as it was.
+func TestReportAgainOldResults(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"command": "go run ./hack/bench paper -quick", "quick": true, "replayMaxMs": 5000,
+  "runs": [
+    {"strategy": "stop-and-copy", "rateMsgsPerSec": 16, "round": 1, "totalMs": 4700, "downtimeMs": 4298.6, "hashOk": true,
+     "report": {"strategy": "stop-and-copy"}, "phaseGroupsMs": {"restore": 3900}},
+    {"strategy": "ms2m-cutoff", "rateMsgsPerSec": 16, "round": 1, "totalMs": 11250, "downtimeMs": 879, "hashOk": true,
+     "replayAfterStopMs": 826.3, "report": {"strategy": "ms2m-cutoff", "tCutoff": 7400000000}, "phaseGroupsMs": {"replay": 8210}}
+  ],
+  "summary": [{"strategy": "ms2m-cutoff", "rateMsgsPerSec": 16, "replayAfterStopMaxMs": 826.3}]}`
+	from := filepath.Join(dir, "results.json")
+	if err := os.WriteFile(from, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := paperOptions{from: from, out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md")}
+	if err := reportAgain(o); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(o.benchmarks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| ms2m-cutoff | 16 | 1 of 1 | 11.25 (11.25–11.25) | 879.0 (879.0–879.0) | 79.6% below |",
+		"PASS ms2m-cutoff replay after the source's stop at 16 msg/s (worst run): 826.3 ms",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("the section lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(string(md), string(ms2mCutoffAdaptive)) {
+		t.Errorf("an old run mentions %s:\n%s", ms2mCutoffAdaptive, md)
 	}
 }

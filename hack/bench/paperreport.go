@@ -24,11 +24,13 @@ type paperStat struct {
 	Downtime spread           `json:"downtimeMs"`
 	// WorstLatencyMs is the worst first-processing latency of any message
 	// in any of the runs; Lost and Duplicated are summed over them.
-	WorstLatencyMs    float64            `json:"worstLatencyMs"`
-	Lost              int                `json:"lost"`
-	Duplicated        int                `json:"duplicated"`
-	ReplayAfterStopMs float64            `json:"replayAfterStopMaxMs"`
-	Groups            map[string]float64 `json:"phaseGroupMeansMs"`
+	WorstLatencyMs    float64 `json:"worstLatencyMs"`
+	Lost              int     `json:"lost"`
+	Duplicated        int     `json:"duplicated"`
+	ReplayAfterStopMs float64 `json:"replayAfterStopMaxMs"`
+	// ReplayAfterStopMeanMs is the mean of the replay after the stop.
+	ReplayAfterStopMeanMs float64            `json:"replayAfterStopMeanMs"`
+	Groups                map[string]float64 `json:"phaseGroupMeansMs"`
 	// ReplayShare is the replay group's share of the mean total.
 	ReplayShare float64 `json:"replayShare"`
 }
@@ -63,7 +65,7 @@ func summarise(runs []paperRun, strategies []migrate.Strategy) []paperStat {
 	for _, s := range strategies {
 		for _, rate := range rates {
 			st := paperStat{Strategy: s, Rate: rate, Groups: map[string]float64{}}
-			var totals, downs []float64
+			var totals, downs, afterStop []float64
 			n := 0
 			for _, r := range runs {
 				if r.Strategy != s || r.Rate != rate {
@@ -81,7 +83,7 @@ func summarise(runs []paperRun, strategies []migrate.Strategy) []paperStat {
 					st.Lost += *r.Lost
 					st.Duplicated += *r.Duplicated
 				}
-				st.ReplayAfterStopMs = max(st.ReplayAfterStopMs, r.ReplayAfterStopMs)
+				afterStop = append(afterStop, r.ReplayAfterStopMs)
 				for g, v := range r.Groups {
 					st.Groups[g] += v
 				}
@@ -93,6 +95,8 @@ func summarise(runs []paperRun, strategies []migrate.Strategy) []paperStat {
 				st.Groups[g] /= float64(max(st.OK, 1))
 			}
 			st.Total, st.Downtime = spreadOf(totals), spreadOf(downs)
+			as := spreadOf(afterStop)
+			st.ReplayAfterStopMs, st.ReplayAfterStopMeanMs = as.Max, as.Mean
 			if st.Total.Mean > 0 {
 				st.ReplayShare = st.Groups["replay"] / st.Total.Mean
 			}
@@ -128,10 +132,10 @@ func verdict(ok bool) string {
 }
 
 const (
-	goalPaperDowntimeCut = 0.99 // ms2m and ms2m-cutoff: downtime ≥ 99% below stop-and-copy's
+	goalPaperDowntimeCut = 0.99 // ms2m and ms2m-cutoff (both rules): downtime ≥ 99% below stop-and-copy's
 	goalShadowVsMS2M     = 2.0  // statefulset-shadow: downtime within 2× ms2m's
 	goalShadowVsSts      = 0.95 // and ≥ 95% below statefulset's
-	goalReplaySlack      = 1.10 // ms2m-cutoff: replay after the stop ≤ T_replay_max + 10%
+	goalReplaySlack      = 1.10 // ms2m-cutoff (both rules): replay after the stop ≤ T_replay_max + 10%
 )
 
 // paperGoalRatesCutoff are the rates at which the cutoff's bound is
@@ -139,14 +143,20 @@ const (
 var paperGoalRatesCutoff = []float64{16, 19}
 
 // paperGoals checks the goals against the means of this run; every ratio
-// is against stop-and-copy at the same rate in the same run.
+// is against stop-and-copy at the same rate in the same run. The
+// ms2m-cutoff goals hold for ms2m-cutoff-adaptive too, checked when it
+// ran.
 func paperGoals(res paperResults, o paperOptions) []paperGoal {
 	stats := res.Summary
 	var gs []paperGoal
 	skip := func(name, target, why string) {
 		gs = append(gs, paperGoal{Name: name, Target: target, Measured: why, Verdict: "SKIP"})
 	}
-	for _, s := range []migrate.Strategy{migrate.MS2M, migrate.MS2MCutoff} {
+	cutoffs := []migrate.Strategy{migrate.MS2MCutoff}
+	if ran(res.Runs, ms2mCutoffAdaptive) {
+		cutoffs = append(cutoffs, ms2mCutoffAdaptive)
+	}
+	for _, s := range append([]migrate.Strategy{migrate.MS2M}, cutoffs...) {
 		for _, rate := range paperBarRates {
 			name := fmt.Sprintf("%s downtime against stop-and-copy at %g msg/s", s, rate)
 			target := fmt.Sprintf("≥ %g%% below", goalPaperDowntimeCut*100)
@@ -162,17 +172,19 @@ func paperGoals(res paperResults, o paperOptions) []paperGoal {
 				Verdict:  verdict(cut >= goalPaperDowntimeCut)})
 		}
 	}
-	for _, rate := range paperGoalRatesCutoff {
-		name := fmt.Sprintf("ms2m-cutoff replay after the source's stop at %g msg/s (worst run)", rate)
-		target := fmt.Sprintf("≤ T_replay_max + 10%% = %s ms", fmtMs0(ms(o.replayMax)*goalReplaySlack))
-		st, ok := statOf(stats, migrate.MS2MCutoff, rate)
-		if !ok {
-			skip(name, target, "not run")
-			continue
+	for _, s := range cutoffs {
+		for _, rate := range paperGoalRatesCutoff {
+			name := fmt.Sprintf("%s replay after the source's stop at %g msg/s (worst run)", s, rate)
+			target := fmt.Sprintf("≤ T_replay_max + 10%% = %s ms", fmtMs0(ms(o.replayMax)*goalReplaySlack))
+			st, ok := statOf(stats, s, rate)
+			if !ok {
+				skip(name, target, "not run")
+				continue
+			}
+			gs = append(gs, paperGoal{Name: name, Target: target,
+				Measured: fmt.Sprintf("%s ms (downtime mean %s ms, %d runs)", fmtMs1(st.ReplayAfterStopMs), fmtMs1(st.Downtime.Mean), st.OK),
+				Verdict:  verdict(st.ReplayAfterStopMs <= ms(o.replayMax)*goalReplaySlack)})
 		}
-		gs = append(gs, paperGoal{Name: name, Target: target,
-			Measured: fmt.Sprintf("%s ms (downtime mean %s ms, %d runs)", fmtMs1(st.ReplayAfterStopMs), fmtMs1(st.Downtime.Mean), st.OK),
-			Verdict:  verdict(st.ReplayAfterStopMs <= ms(o.replayMax)*goalReplaySlack)})
 	}
 	for _, rate := range paperBarRates {
 		name := fmt.Sprintf("statefulset-shadow downtime at %g msg/s", rate)
@@ -206,6 +218,35 @@ func paperGoals(res paperResults, o paperOptions) []paperGoal {
 	return gs
 }
 
+// adaptiveVsFormula compares ms2m-cutoff-adaptive with ms2m-cutoff (the
+// formula) at every rate where both ran in this run: one line per rate,
+// none when the adaptive rule did not run.
+func adaptiveVsFormula(stats []paperStat) []string {
+	// vs says adaptive's a against the formula's b: the ratio, and how
+	// much below or above.
+	vs := func(a, b float64) string {
+		if b <= 0 {
+			return "no ratio: the formula's is 0"
+		}
+		return fmt.Sprintf("%.2f×, %s", a/b, belowAbove(1-a/b))
+	}
+	var lines []string
+	for _, a := range stats {
+		if a.Strategy != ms2mCutoffAdaptive || a.OK == 0 {
+			continue
+		}
+		f, ok := statOf(stats, migrate.MS2MCutoff, a.Rate)
+		if !ok {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("at %g msg/s: total %s s against %s s (%s); replay after the stop %s ms against %s ms (%s; worst %s ms against %s ms); means of %d and %d runs",
+			a.Rate, fmtS(a.Total.Mean), fmtS(f.Total.Mean), vs(a.Total.Mean, f.Total.Mean),
+			fmtMs1(a.ReplayAfterStopMeanMs), fmtMs1(f.ReplayAfterStopMeanMs), vs(a.ReplayAfterStopMeanMs, f.ReplayAfterStopMeanMs),
+			fmtMs1(a.ReplayAfterStopMs), fmtMs1(f.ReplayAfterStopMs), a.OK, f.OK))
+	}
+	return lines
+}
+
 // belowAbove says a reduction r as "x% below", or "x% above" when it is
 // negative.
 func belowAbove(r float64) string {
@@ -222,7 +263,7 @@ func paperCSV(runs []paperRun) []byte {
 	var buf bytes.Buffer
 	w := csv.NewWriter(&buf)
 	head := []string{"run", "rate_msgs_per_s", "strategy", "ok", "total_ms", "downtime_ms", "worst_latency_ms", "lost", "duplicated",
-		"replay_after_stop_ms", "t_cutoff_ms", "lambda", "mu"}
+		"replay_after_stop_ms", "t_cutoff_ms", "cutoff_rule", "lambda", "mu"}
 	for _, g := range phaseGroupNames {
 		head = append(head, g+"_ms")
 	}
@@ -244,7 +285,7 @@ func paperCSV(runs []paperRun) []byte {
 	for _, r := range runs {
 		row := []string{strconv.Itoa(r.Round), strconv.FormatFloat(r.Rate, 'g', -1, 64), string(r.Strategy), strconv.FormatBool(r.ok()),
 			f(r.TotalMs), f(r.Downtime), opt(r.WorstLatencyMs), opti(r.Lost), opti(r.Duplicated),
-			f(r.ReplayAfterStopMs), f(ms(r.Report.TCutoff)), f(r.Report.Lambda), f(r.Report.Mu)}
+			f(r.ReplayAfterStopMs), f(ms(r.Report.TCutoff)), string(r.Report.Cutoff), f(r.Report.Lambda), f(r.Report.Mu)}
 		for _, g := range phaseGroupNames {
 			row = append(row, f(r.Groups[g]))
 		}
@@ -274,7 +315,7 @@ func plotRuns(runs []paperRun) []paperplot.Run {
 
 func writeFigures(dir string, res *paperResults) ([]string, error) {
 	var strategies []string
-	for _, s := range paperStrategies {
+	for _, s := range ranStrategies(res.Runs) {
 		strategies = append(strategies, string(s))
 	}
 	return paperplot.Write(dir, plotRuns(res.Runs), paperplot.Options{
@@ -334,6 +375,12 @@ func paperMarkdown(res paperResults) string {
 	w("Goals, each against stop-and-copy at the same rate in this run:\n\n")
 	for _, g := range res.Goals {
 		w("- %s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
+	}
+	if lines := adaptiveVsFormula(res.Summary); len(lines) > 0 {
+		w("\nThe adaptive cutoff against the paper's formula (%s against ms2m-cutoff at the same rate in this run; the ratios are adaptive / formula):\n\n", ms2mCutoffAdaptive)
+		for _, l := range lines {
+			w("- %s\n", l)
+		}
 	}
 
 	w("\nPer strategy and rate (means over the exact runs, min–max in brackets; worst latency: the worst time from a message's send to its first processing, over all runs):\n\n")
