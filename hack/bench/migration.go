@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -190,7 +191,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		}
 		journals = append(journals, folds)
 		j := judgeJournals(journals, want.Count)
-		m.WorstLatencyMs, m.Lost, m.Duplicated = &j.worstMs, &j.lost, &j.duplicated
+		m.WorstLatencyMs, m.Lost, m.Duplicated, m.Missing = &j.worstMs, &j.lost, &j.duplicated, j.missing
 	}
 	return m, nil
 }
@@ -226,7 +227,13 @@ var journalPoints = map[migrate.Strategy]map[string]string{
 type journalVerdict struct {
 	worstMs          float64
 	lost, duplicated int
+	// missing: the first lost IDs, each with the index of the earliest
+	// journal that has it (-1: none), as "journal N" or "none".
+	missing map[int64]string
 }
+
+// maxMissing bounds journalVerdict.missing.
+const maxMissing = 20
 
 // judgeJournals reads the journals of the consumers that served in turn
 // (the last one the final target's, holding the whole state). A message's
@@ -259,6 +266,18 @@ func judgeJournals(journals [][]lab.Fold, produced int) journalVerdict {
 		switch c := times[id]; {
 		case c == 0:
 			v.lost++
+			if len(v.missing) < maxMissing {
+				if v.missing == nil {
+					v.missing = map[int64]string{}
+				}
+				v.missing[id] = "none"
+				for i, j := range journals[:len(journals)-1] {
+					if slices.ContainsFunc(j, func(f lab.Fold) bool { return f.ID == id }) {
+						v.missing[id] = fmt.Sprintf("journal %d", i)
+						break
+					}
+				}
+			}
 		case c > 1:
 			v.duplicated += c - 1
 		}

@@ -36,7 +36,15 @@ func TestJudgeJournals(t *testing.T) {
 		"lost and duplicated in the final state": {
 			journals: [][]lab.Fold{{f(1, 1), f(2, 1), f(2, 1), f(4, 1), f(9, 1)}},
 			produced: 4,
-			want:     journalVerdict{worstMs: 1, lost: 1, duplicated: 2},
+			want:     journalVerdict{worstMs: 1, lost: 1, duplicated: 2, missing: map[int64]string{3: "none"}},
+		},
+		"a message the source processed and the target lacks": {
+			journals: [][]lab.Fold{
+				{f(1, 1), f(2, 1)},
+				{f(1, 1), f(3, 1)},
+			},
+			produced: 3,
+			want:     journalVerdict{worstMs: 1, lost: 1, missing: map[int64]string{2: "journal 0"}},
 		},
 		"three instances in turn": {
 			journals: [][]lab.Fold{

@@ -94,6 +94,10 @@ type migrationRound struct {
 	WorstLatencyMs    *float64           `json:"worstLatencyMs,omitempty"`
 	Lost              *int               `json:"lost,omitempty"`
 	Duplicated        *int               `json:"duplicated,omitempty"`
+	// Missing says, for the first lost messages, which earlier consumer's
+	// journal has them ("journal N", 0 the source, in the order the
+	// consumers served) or "none": where to look.
+	Missing map[int64]string `json:"missing,omitempty"`
 }
 
 func (m migrationRound) ok() bool { return m.Error == "" && m.HashOK }
