@@ -62,6 +62,24 @@ test: setup k8s-bin node-setup node-bin criu
 	$(GO) test $(GOFLAGS) -count=1 -timeout 30m -p 1 ./e2e/...
 	$(MAKE) --no-print-directory chart-test
 
+## e2e: the end-to-end suite against an existing cluster with ms2m installed, given by
+## KUBECONFIG (one that `go run ./hack/cluster up --with-ms2m` made, say), instead of a
+## cluster of its own as in `make test`: the tests that drive ms2m by annotation or by
+## the CLI run against the installed webhook, controller and agents; those that need the
+## suite's own cluster skip, saying why. Skipped without a KUBECONFIG. E2E_RUN picks
+## tests (go test -run); MS2M_E2E_* describe the cluster (docs/local-cluster.md).
+E2E_RUN ?=
+.PHONY: e2e
+e2e:
+ifeq ($(strip $(KUBECONFIG)),)
+	@echo "e2e: skipped: no KUBECONFIG. Run the suite against a cluster with ms2m installed:"
+	@echo "  go run ./hack/cluster up --with-ms2m && make e2e KUBECONFIG=/var/tmp/ms2m-cluster/kubeconfig"
+	@echo "(make test runs it on a cluster of its own)"
+else
+	@$(MAKE) --no-print-directory setup
+	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
+endif
+
 ## test-unit: only the tests that need no broker
 test-unit:
 	$(GO) test $(GOFLAGS) -count=1 -short ./...

@@ -19,7 +19,7 @@ import (
 // folder, containerd's CRI socket and state folder, reached at the node's
 // InternalIP as a host-network DaemonSet would be.
 func TestMigrationThroughTheAgent(t *testing.T) {
-	l := needLab(t)
+	l := needLab(t, "it runs migrate.Run in the test process, with the agents started for the test")
 	agents, err := l.StartAgents(context.Background())
 	if err != nil {
 		t.Fatal(err)

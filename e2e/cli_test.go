@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -20,21 +19,12 @@ import (
 // injects the consumer, `migrator agent` runs on every node, and
 // `migrator migrate <ns>/<pod> --to <node>` moves it, showing its phases.
 func TestMigratorCLI(t *testing.T) {
-	l := needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if _, err := l.StartWebhook(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.StopWebhook() })
-	agents, err := l.StartAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(agents.Stop)
+	l := needMS2M(t, ctx, withAgents)
 
 	name := testenv.UniqueName("cli")
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +34,8 @@ func TestMigratorCLI(t *testing.T) {
 	prod := produce(t, src, name, 10, 120, 20)
 
 	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
-		"--to", cluster.NodeName(2), "--image-repo", l.Cluster.RegistryAddr()+"/ms2m/checkpoints", "--kubeconfig", l.Cluster.Kubeconfig())
-	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+lab.AgentToken)
+		"--to", l.NodeName(2), "--image-repo", imageRepo(l), "--kubeconfig", l.Kubeconfig)
+	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -66,7 +56,7 @@ func TestMigratorCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if target.Spec.NodeName != cluster.NodeName(2) {
+	if target.Spec.NodeName != l.NodeName(2) {
 		t.Errorf("target %s runs on %s", m[1], target.Spec.NodeName)
 	}
 	expectExact(t, ctx, prod, target)

@@ -13,9 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -28,22 +26,12 @@ import (
 // that does not exist is refused first, with a Warning Event and a status
 // that says why, and nothing touched.
 func TestAnnotationTriggersMigration(t *testing.T) {
-	l := needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	if _, err := l.StartWebhook(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.StopWebhook() })
-	agents, err := l.StartAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(agents.Stop)
-	startController(t, ctx, l, agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)})
+	l := needMS2M(t, ctx, withControllerAndAgents)
 
 	name := testenv.UniqueName("ann")
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +50,11 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	waitEvent(t, ctx, l, src, "MigrationRejected")
 
 	// The real request.
-	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: cluster.NodeName(2)})
+	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: l.NodeName(2)})
 	target, st := waitMigrated(t, ctx, l, name, src)
 	t.Cleanup(func() { l.DeletePods(context.Background(), name, target.Name) })
 	t.Logf("migration %s: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
-	if target.Spec.NodeName != cluster.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 || len(st.Report.Phases) < 5 {
+	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 || len(st.Report.Phases) < 5 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
 	}
 	if _, ok := target.Annotations[inject.AnnotationMigrateTo]; ok {
@@ -80,13 +68,15 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 // Running that no controller drives (the one that started it was killed
 // after quiescing the source and creating the target) is rolled back by
 // the next controller: the target goes, the source serves again, and the
-// consumer's hash is exact.
+// consumer's hash is exact. On the suite's own cluster the next controller
+// starts once the scene is set; on an external one it is the installed
+// controller, which finds the scene when the status lands.
 func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
-	l := needLab(t)
+	l := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("killed")
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,26 +92,30 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	half := name + "-half"
-	decoy, err := l.Pod(lab.Consumer{Name: half, Queue: name + "-none", Node: cluster.NodeName(2), WorkMS: 50})
+	decoy, err := l.Pod(lab.Consumer{Name: half, Queue: name + "-none", Node: l.NodeName(2), WorkMS: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Create(ctx, mustAdmit(t, l, decoy), metav1.CreateOptions{}); err != nil {
+	if !l.WebhookRunning() {
+		decoy = mustAdmit(t, l, decoy)
+	}
+	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Create(ctx, decoy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.DeletePods(context.Background(), name, half) })
-	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: cluster.NodeName(2), TargetPod: half, Started: time.Now()}
+	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
 	b, _ := json.Marshal(st)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, inject.AnnotationMigrateTo, cluster.NodeName(2), inject.AnnotationMigrationStatus, string(b))
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, inject.AnnotationMigrateTo, l.NodeName(2), inject.AnnotationMigrationStatus, string(b))
 	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if mode := sidecarMode(t, src); mode != "quiesced" {
-		t.Fatalf("source sidecar %q before the new controller starts, want quiesced", mode)
+	if !l.External {
+		if mode := sidecarMode(t, src); mode != "quiesced" {
+			t.Fatalf("source sidecar %q before the new controller starts, want quiesced", mode)
+		}
+		// A new controller starts.
+		startController(t, ctx, l, l.Agent())
 	}
-
-	// A new controller starts.
-	startController(t, ctx, l, l.Agent())
 
 	testenv.Eventually(t, time.Minute, "the migration is rolled back", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})

@@ -49,7 +49,7 @@ func (a corruptAgent) BuildCheckpointImage(ctx context.Context, node, archive, c
 // with the source resumed and serving, the half-made target gone, and the
 // consumer's hash exact once the producer is done.
 func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
-	l := needLab(t)
+	l := needLab(t, "it runs migrate.Run in the test process, with an agent that corrupts the checkpoint image")
 	for _, tc := range []struct {
 		name      string
 		strategy  migrate.Strategy
@@ -139,22 +139,42 @@ func createPod(t *testing.T, ctx context.Context, l *lab.Lab, p *corev1.Pod) *co
 	return running
 }
 
-// sidecarMode reads the mode of the sidecar in pod.
+// sidecarMode reads the mode of the sidecar in pod, with the control port
+// and token the pod's sidecar was given.
 func sidecarMode(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
-	req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s:8089/state", pod.Status.PodIP), nil)
-	req.Header.Set("Authorization", "Bearer "+lab.ControlToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("sidecar state: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	var st struct {
 		Mode string `json:"mode"`
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		t.Fatalf("sidecar state %q: %v", b, err)
+	if err := sidecarState(context.Background(), theLab, pod, &st); err != nil {
+		t.Fatalf("sidecar state: %v", err)
 	}
 	return st.Mode
+}
+
+// sidecarState reads GET /state of the sidecar in pod into v.
+func sidecarState(ctx context.Context, l *lab.Lab, pod *corev1.Pod, v any) error {
+	port, token, err := migrate.SidecarControl(ctx, l.Client, pod)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://%s:%d/state", pod.Status.PodIP, port), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /state of the sidecar in %s: %s: %s", pod.Name, resp.Status, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("GET /state of the sidecar in %s: %q: %w", pod.Name, b, err)
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ type scenario struct {
 // alone, with no replay, loses what the source handled after its
 // checkpoint.
 func TestFirstRealMigration(t *testing.T) {
-	l := needLab(t)
+	l := needLab(t, "it runs migrate.Run in the test process, admitting targets itself, CRIU alone among them")
 	for _, image := range []string{"consumer", "consumer-python"} {
 		strategies := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone}
 		if image == "consumer" {

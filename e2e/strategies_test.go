@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -38,14 +37,9 @@ import (
 // that the real webhook injected, from node 1 to node 2 by annotating it
 // with ms2m.io/migrate-to, by every strategy that applies to its owner.
 func TestEveryStrategyByAnnotation(t *testing.T) {
-	l := needLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	if _, err := l.StartWebhook(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.StopWebhook() })
-	startController(t, ctx, l, l.Agent())
+	l := needMS2M(t, ctx, withController)
 
 	copyPhases := []string{"preconditions", "prepare target", "restore", "finalise"}
 	for _, tc := range []struct {
@@ -80,7 +74,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			defer cancel()
 			name := testenv.UniqueName("own")
 			pods := watchPods(t, ctx, l, name)
-			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50, Image: tc.image})
+			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image})
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
@@ -101,7 +95,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			}
 			prod := produce(t, src, name, 10, 150, 20)
 
-			req := map[string]any{inject.AnnotationMigrateTo: cluster.NodeName(2)}
+			req := map[string]any{inject.AnnotationMigrateTo: l.NodeName(2)}
 			if tc.strategy != "" {
 				req[inject.AnnotationStrategy] = string(tc.strategy)
 			}
@@ -114,8 +108,8 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			t.Logf("%s: total %v, downtime %v, checkpoint %d, cutoff %d; phases %v", rep.Strategy, rep.Total.Round(time.Millisecond),
 				rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID, rep.Phases)
 
-			if target.Spec.NodeName != cluster.NodeName(2) {
-				t.Errorf("%s runs on %s, want %s", target.Name, target.Spec.NodeName, cluster.NodeName(2))
+			if target.Spec.NodeName != l.NodeName(2) {
+				t.Errorf("%s runs on %s, want %s", target.Name, target.Spec.NodeName, l.NodeName(2))
 			}
 			if p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, src.Name, metav1.GetOptions{}); err == nil && p.UID == src.UID {
 				t.Errorf("the source %s (%s) is still there", src.Name, src.UID)

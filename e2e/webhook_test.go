@@ -33,7 +33,7 @@ import (
 // turning the target into a restore, ends with the producer's hash; and
 // the webhook's Events and metrics record both admissions.
 func TestRealWebhook(t *testing.T) {
-	l := needLab(t)
+	l := needLab(t, "it runs a webhook of its own and reads its log and metrics")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 

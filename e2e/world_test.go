@@ -22,6 +22,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -30,6 +31,17 @@ import (
 
 // The lab (cluster, images, Secret) is made once per test binary and taken
 // down by TestMain, unless MS2M_E2E_KEEP is set.
+//
+// With MS2M_E2E_KUBECONFIG set (`make e2e KUBECONFIG=...`), the suite runs
+// against that cluster instead, which must have ms2m installed (`go run
+// ./hack/cluster up --with-ms2m`, or the Helm chart): the tests that drive
+// ms2m the way a user does, by annotation or by the CLI, run against its
+// webhook, controller and agents; those that need the lab's own cluster
+// (its nodes' folders and containerd, a webhook or controller of the
+// test's own, migrate.Run in the test process) skip, saying why. Nothing
+// is taken down. MS2M_E2E_REGISTRY, MS2M_E2E_BROKER_ADDR, MS2M_E2E_NODES,
+// MS2M_E2E_IMAGE_REPO and MS2M_E2E_AGENT_TOKEN describe the cluster
+// (docs/local-cluster.md); the defaults are those of `up --with-ms2m`.
 var (
 	labOnce sync.Once
 	theLab  *lab.Lab
@@ -38,9 +50,11 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if theLab != nil && os.Getenv("MS2M_E2E_KEEP") != "" {
+	switch {
+	case theLab == nil || theLab.External: // nothing of ours to take down
+	case os.Getenv("MS2M_E2E_KEEP") != "":
 		fmt.Fprintf(os.Stderr, "e2e: MS2M_E2E_KEEP is set: the cluster stays up (kubeconfig %s); take it down with: go run ./hack/cluster down -state %s\n", theLab.Cluster.Kubeconfig(), theLab.Opts.StateDir)
-	} else if theLab != nil {
+	default:
 		if err := theLab.Down(); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: cluster down: %v\n", err)
 			code = 1
@@ -49,8 +63,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needLab returns the shared lab, bringing it up on first use.
-func needLab(t *testing.T) *lab.Lab {
+// externalKubeconfig is the kubeconfig of the external cluster the suite
+// runs against, or "" for a lab of its own.
+func externalKubeconfig() string { return os.Getenv("MS2M_E2E_KUBECONFIG") }
+
+// needLab returns the shared lab on the suite's own cluster, bringing it up
+// on first use. Against an external cluster it skips: why says what the
+// test needs that only the lab has.
+func needLab(t *testing.T, why string) *lab.Lab {
+	t.Helper()
+	if externalKubeconfig() != "" {
+		t.Skipf("needs the suite's own local cluster, not the external one of MS2M_E2E_KUBECONFIG: %s", why)
+	}
+	return needCluster(t)
+}
+
+// needCluster returns the shared lab: on the suite's own cluster, or on
+// the external one of MS2M_E2E_KUBECONFIG.
+func needCluster(t *testing.T) *lab.Lab {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real cluster")
@@ -59,6 +89,17 @@ func needLab(t *testing.T) *lab.Lab {
 	testenv.RequireBroker(t)
 	labOnce.Do(func() {
 		root := testenv.ModuleRoot(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if kc := externalKubeconfig(); kc != "" {
+			o := lab.ExternalOptions{Kubeconfig: kc, RepoDir: root, Registry: os.Getenv("MS2M_E2E_REGISTRY"),
+				BrokerAMQP: os.Getenv("MS2M_E2E_BROKER_ADDR"), Log: os.Stderr}
+			if n := os.Getenv("MS2M_E2E_NODES"); n != "" {
+				o.Nodes = strings.Split(n, ",")
+			}
+			theLab, labErr = lab.External(ctx, o)
+			return
+		}
 		opts := cluster.Options{
 			Nodes:          2,
 			StateDir:       envOr("MS2M_E2E_STATE", "/var/tmp/ms2m-e2e"),
@@ -67,14 +108,21 @@ func needLab(t *testing.T) *lab.Lab {
 			Log:            os.Stderr,
 			WaitForNetwork: true,
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
 		var l *lab.Lab
 		l, labErr = lab.Start(ctx, opts)
 		if l != nil && l.Cluster != nil {
 			theLab = l
 		} else if labErr != nil {
 			cluster.Down(opts) // whatever a failed up left
+		}
+		if labErr == nil {
+			// Its controller would race the tests' own for every
+			// migration they ask for.
+			if name, err := lab.InstalledWebhook(ctx, l.Client); err != nil || name != "" {
+				theLab = nil // not ours to take down
+				labErr = fmt.Errorf("the cluster in %s has ms2m installed (MutatingWebhookConfiguration %q; %v): run the suite against it with `make e2e KUBECONFIG=%s`, or take it down first (go run ./hack/cluster down -state %s)",
+					opts.StateDir, name, err, l.Kubeconfig, opts.StateDir)
+			}
 		}
 	})
 	var pe *cluster.PreconditionError
@@ -85,6 +133,68 @@ func needLab(t *testing.T) *lab.Lab {
 		t.Fatalf("bring up the lab: %v", labErr)
 	}
 	return theLab
+}
+
+// ms2mSetup says what of ms2m a test needs running on the suite's own
+// cluster; on an external one, all of it is installed already.
+type ms2mSetup int
+
+const (
+	// withController: the webhook, and the controller with the lab's
+	// host-side node agent.
+	withController ms2mSetup = iota
+	// withControllerAndAgents: the webhook, `migrator agent` on every
+	// node, and the controller through them.
+	withControllerAndAgents
+	// withAgents: the webhook and the agents; the test runs the CLI.
+	withAgents
+)
+
+// needMS2M returns a lab with ms2m running as setup says: on the suite's
+// own cluster it starts the webhook, the agents and the controller for the
+// test and stops them when it ends; on an external cluster they are the
+// installed ones.
+func needMS2M(t *testing.T, ctx context.Context, setup ms2mSetup) *lab.Lab {
+	t.Helper()
+	l := needCluster(t)
+	if l.External {
+		return l
+	}
+	if _, err := l.StartWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.StopWebhook() })
+	var a migrate.NodeAgent = l.Agent()
+	if setup == withControllerAndAgents || setup == withAgents {
+		agents, err := l.StartAgents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(agents.Stop)
+		a = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}
+	}
+	if setup != withAgents {
+		startController(t, ctx, l, a)
+	}
+	return l
+}
+
+// agentToken and imageRepo are the node agents' token and the checkpoint
+// images' repository, for the CLI: the lab's, or on an external cluster
+// MS2M_E2E_AGENT_TOKEN and MS2M_E2E_IMAGE_REPO, which default to those of
+// `up --with-ms2m`.
+func agentToken(l *lab.Lab) string {
+	if l.External {
+		return envOr("MS2M_E2E_AGENT_TOKEN", lab.AgentToken)
+	}
+	return lab.AgentToken
+}
+
+func imageRepo(l *lab.Lab) string {
+	if l.External {
+		return envOr("MS2M_E2E_IMAGE_REPO", l.ImageRepo())
+	}
+	return l.ImageRepo()
 }
 
 func envOr(k, def string) string {
@@ -135,7 +245,7 @@ func startController(t *testing.T, ctx context.Context, l *lab.Lab, agent migrat
 		t.Fatal(err)
 	}
 	cfg := controller.Config{Client: l.Client, Events: mgr.GetEventRecorder(controller.EventSource),
-		Agent: agent, ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints"}
+		Agent: agent, ImageRepo: l.ImageRepo()}
 	if !l.WebhookRunning() {
 		cfg.Admit = l.Admit
 	}

@@ -797,7 +797,7 @@ func GetStatus(ctx context.Context, opts Options) (Status, error) {
 		return Status{StateDir: l.dir}, err
 	}
 	st := Status{StateDir: l.dir, Kubeconfig: l.kubeconfig(), APIServer: "https://" + hostAddr(APIServerPort)}
-	for _, comp := range components(rec.Nodes) {
+	for _, comp := range append(components(rec.Nodes), addons(l)...) {
 		pid, ok := running(l, comp)
 		st.Components = append(st.Components, ComponentStatus{Name: comp, PID: pid, Running: ok, Log: l.log(comp)})
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // Down takes the cluster in opts.StateDir down and removes what Up made:
-// the kubelets, the pods' containers and tasks (through each node's
+// the addons (StartAddon), the kubelets, the pods' containers and tasks (through each node's
 // containerd), the containerds and any shim or container process left in
 // a node's cgroups, the control plane and the host services; every mount
 // under the state folder, deepest first; the node namespaces (and with them
@@ -70,6 +70,7 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 		}
 	}
 
+	note(stopAddons(l))
 	for i := 1; i <= maxNodes; i++ {
 		note(stop(l, compKubelet(i), 10*time.Second))
 	}

@@ -3,13 +3,14 @@ package lab
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/ms2m/ms2m/e2e/cluster"
 )
 
 // AgentPort is where the lab's node agents listen, on each node's address.
@@ -42,14 +43,7 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 			return nil, err
 		}
 		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
-		cmd.Env = append(os.Environ(),
-			"MS2M_AGENT_LISTEN="+n.IP+":"+strconv.Itoa(AgentPort),
-			"MS2M_AGENT_CHECKPOINT_DIR="+n.CheckpointDir,
-			"MS2M_AGENT_RUNTIME_ENDPOINT=unix://"+n.ContainerdSock,
-			"MS2M_AGENT_LOG_DIRS="+filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state"),
-			"MS2M_AGENT_TOKEN="+AgentToken,
-			"MS2M_AGENT_REGISTRY_INSECURE=true",
-		)
+		cmd.Env = append(os.Environ(), agentEnv(n)...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
@@ -59,22 +53,32 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 		}
 		logf.Close()
 		a.procs = append(a.procs, cmd)
-		url := fmt.Sprintf("http://%s:%d/healthz", n.IP, AgentPort)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			resp, err := http.Get(url)
-			if err == nil {
-				resp.Body.Close()
-				break
-			}
-			if time.Now().After(deadline) {
-				a.Stop()
-				return nil, fmt.Errorf("the agent on %s does not answer at %s: %v (log %s)", n.Name, url, err, logf.Name())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := waitAgent(ctx, n, logf.Name(), func() (bool, string) { return false, "" }); err != nil {
+			a.Stop()
+			return nil, err
 		}
 	}
 	return a, nil
+}
+
+// agentEnv configures `migrator agent` for node n: it listens on the
+// node's address, over the node's kubelet checkpoint folder, containerd
+// socket and state folder, with the lab's token, and pushes to the
+// cluster's plain-HTTP registry.
+func agentEnv(n cluster.NodeInfo) []string {
+	return []string{
+		"MS2M_AGENT_LISTEN=" + n.IP + ":" + strconv.Itoa(AgentPort),
+		"MS2M_AGENT_CHECKPOINT_DIR=" + n.CheckpointDir,
+		"MS2M_AGENT_RUNTIME_ENDPOINT=unix://" + n.ContainerdSock,
+		"MS2M_AGENT_LOG_DIRS=" + filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state"),
+		"MS2M_AGENT_TOKEN=" + AgentToken,
+		"MS2M_AGENT_REGISTRY_INSECURE=true",
+	}
+}
+
+// waitAgent waits up to 20 s until the agent on n answers /healthz.
+func waitAgent(ctx context.Context, n cluster.NodeInfo, log string, exited func() (bool, string)) error {
+	return waitHTTP(ctx, "the agent on "+n.Name, fmt.Sprintf("http://%s:%d/healthz", n.IP, AgentPort), 20*time.Second, log, exited)
 }
 
 // Stop ends the agents.

@@ -52,7 +52,7 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 				// the latter, so the app runs as root here.
 				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
 				Env: []corev1.EnvVar{
-					{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.Cluster.BrokerAMQPAddr())},
+					{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)},
 					{Name: "QUEUE", Value: c.Queue},
 					{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
 					{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},

@@ -45,7 +45,17 @@ type Lab struct {
 	// when the host has Debian's python3-pika, "consumer-python".
 	Images map[string]string
 	Inject inject.Config
-	log    io.Writer
+	// Registry is where the images go and the nodes pull them from
+	// (host:port); BrokerAMQP is where pods reach the broker.
+	Registry, BrokerAMQP string
+	// Kubeconfig is the admin kubeconfig's path.
+	Kubeconfig string
+	// External is set for a cluster that the lab did not make (External):
+	// ms2m is installed in it, Cluster is nil, and only what goes through
+	// the Kubernetes API, the registry and the broker is at hand.
+	External bool
+	nodes    []string // an external cluster's, to migrate between
+	log      io.Writer
 	// webhook is the real admission webhook, when StartWebhook ran it
 	// (webhook.go).
 	webhook *Webhook
@@ -70,14 +80,15 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{Cluster: c, Opts: opts, Images: map[string]string{}, log: opts.Log}
+	l := &Lab{Cluster: c, Opts: opts, Images: map[string]string{}, log: opts.Log,
+		Registry: c.RegistryAddr(), BrokerAMQP: c.BrokerAMQPAddr(), Kubeconfig: c.Kubeconfig()}
 	if l.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return l, err
 	}
 	if err := l.dropStaleWebhook(ctx); err != nil { // webhook.go
 		return l, err
 	}
-	if err := l.pushImages(ctx); err != nil {
+	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python"); err != nil {
 		return l, err
 	}
 	l.Inject = inject.Config{
@@ -98,12 +109,31 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	return l, err
 }
 
-// Down stops the lab's webhook, if it runs, and takes the cluster down.
-func (l *Lab) Down() error { return errors.Join(l.StopWebhook(), cluster.Down(l.Opts)) }
+// Down stops the lab's webhook, if it runs, and takes the cluster down. It
+// does nothing to an external cluster.
+func (l *Lab) Down() error {
+	if l.External {
+		return nil
+	}
+	return errors.Join(l.StopWebhook(), cluster.Down(l.Opts))
+}
 
-func (l *Lab) pushImages(ctx context.Context) error {
+// ImageRepo is where checkpoint images go in the lab's registry.
+func (l *Lab) ImageRepo() string { return l.Registry + "/ms2m/checkpoints" }
+
+// pushImages builds and pushes the images named (of "sidecar", "consumer"
+// and "consumer-python") to l.Registry. The Python consumer's is skipped,
+// with a line in the log, when this host lacks Debian's python3-pika.
+func (l *Lab) pushImages(ctx context.Context, images ...string) error {
 	t0 := time.Now()
+	want := map[string]bool{}
+	for _, img := range images {
+		want[img] = true
+	}
 	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer"} {
+		if !want[img] {
+			continue
+		}
 		bin, err := BuildStatic(l.Opts.RepoDir, pkg)
 		if err != nil {
 			return err
@@ -116,21 +146,8 @@ func (l *Lab) pushImages(ctx context.Context) error {
 			return err
 		}
 	}
-	if fo, err := debianpy.Options("pika"); err != nil {
-		fmt.Fprintf(l.log, "lab: no Python consumer image (%v)\n", err)
-	} else {
-		script, err := os.ReadFile(filepath.Join(l.Opts.RepoDir, "examples", "consumer-python", "consumer.py"))
-		if err != nil {
-			return err
-		}
-		fo.Files = append(fo.Files, ociimage.File{Path: "/app/consumer.py", Data: script})
-		fo.Entrypoint = []string{"/usr/bin/python3", "/app/consumer.py"}
-		fo.WorkingDir = "/app"
-		im, err := ociimage.Files(fo)
-		if err != nil {
-			return fmt.Errorf("image consumer-python: %w", err)
-		}
-		if err := l.push(ctx, "consumer-python", im); err != nil {
+	if want["consumer-python"] {
+		if err := l.pushPython(ctx); err != nil {
 			return err
 		}
 	}
@@ -138,8 +155,30 @@ func (l *Lab) pushImages(ctx context.Context) error {
 	return nil
 }
 
+// pushPython pushes the Python consumer's image: Debian's python3 with pika
+// from this host, and the script.
+func (l *Lab) pushPython(ctx context.Context) error {
+	fo, err := debianpy.Options("pika")
+	if err != nil {
+		fmt.Fprintf(l.log, "lab: no Python consumer image (%v)\n", err)
+		return nil
+	}
+	script, err := os.ReadFile(filepath.Join(l.Opts.RepoDir, "examples", "consumer-python", "consumer.py"))
+	if err != nil {
+		return err
+	}
+	fo.Files = append(fo.Files, ociimage.File{Path: "/app/consumer.py", Data: script})
+	fo.Entrypoint = []string{"/usr/bin/python3", "/app/consumer.py"}
+	fo.WorkingDir = "/app"
+	im, err := ociimage.Files(fo)
+	if err != nil {
+		return fmt.Errorf("image consumer-python: %w", err)
+	}
+	return l.push(ctx, "consumer-python", im)
+}
+
 func (l *Lab) push(ctx context.Context, img string, im v1.Image) error {
-	ref := l.Cluster.RegistryAddr() + "/ms2m/" + img + ":lab"
+	ref := l.Registry + "/ms2m/" + img + ":lab"
 	if err := ociimage.Push(ctx, im, ref, ociimage.PushOptions{Insecure: true}); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
@@ -207,7 +246,7 @@ func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
 	env := migrate.Env{
 		Client:       l.Client,
 		Agent:        l.Agent(),
-		ImageRepo:    l.Cluster.RegistryAddr() + "/ms2m/checkpoints",
+		ImageRepo:    l.ImageRepo(),
 		Admit:        l.Admit,
 		ControlToken: ControlToken,
 		Progress:     progress,

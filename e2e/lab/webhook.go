@@ -65,9 +65,13 @@ type Webhook struct {
 // PID is the webhook process's id.
 func (w *Webhook) PID() int { return w.cmd.Process.Pid }
 
-// WebhookRunning reports whether the lab's webhook runs: then it, not
-// Admit, injects pods and turns migration targets into restores.
+// WebhookRunning reports whether the lab's webhook runs, or the lab is on
+// an external cluster with ms2m installed: then the webhook, not Admit,
+// injects pods and turns migration targets into restores.
 func (l *Lab) WebhookRunning() bool {
+	if l.External {
+		return true
+	}
 	if l.webhook == nil {
 		return false
 	}
@@ -97,60 +101,23 @@ func (l *Lab) StartWebhook(ctx context.Context) (*Webhook, error) {
 		LogFile: filepath.Join(l.Cluster.StateDir(), "logs", "webhook.log"),
 		done:    make(chan struct{}),
 	}
-	bin := filepath.Join(w.Dir, "ms2m-webhook")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/webhook")
-	build.Dir = l.Opts.RepoDir
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build cmd/webhook: %v\n%s", err, out)
-	}
 	port, err := webhookPort()
 	if err != nil {
 		return nil, err
 	}
-	w.URL = "https://" + net.JoinHostPort(cluster.HostIP, strconv.Itoa(port)) + webhook.Path
 	if w.HealthAddr, err = freeLoopbackAddr(); err != nil {
 		return nil, err
 	}
 	if w.MetricsAddr, err = freeLoopbackAddr(); err != nil {
 		return nil, err
 	}
-	env, err := webhookEnv(l.Inject)
+	bin, env, err := l.prepareWebhook(ctx, w, WebhookConfigName, port)
 	if err != nil {
 		return nil, err
 	}
-	env = append(env,
-		// Only what the webhook needs: none of the caller's MS2M_WEBHOOK_*
-		// or proxy settings leak in.
-		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-		"KUBECONFIG="+l.Cluster.Kubeconfig(),
-		"MS2M_WEBHOOK_PORT="+strconv.Itoa(port),
-		"MS2M_WEBHOOK_CERT_DIR="+filepath.Join(w.Dir, "certs"),
-		"MS2M_WEBHOOK_HEALTH_ADDR="+w.HealthAddr,
-		"MS2M_WEBHOOK_METRICS_ADDR="+w.MetricsAddr,
-		"MS2M_WEBHOOK_SELF_SIGNED=true",
-		// No Service fronts it; the certificate's name that matters is
-		// the address the registration's URL uses.
-		"MS2M_WEBHOOK_SERVICE_NAMESPACE=ms2m-system",
-		"MS2M_WEBHOOK_CERT_HOSTS="+cluster.HostIP,
-		"MS2M_WEBHOOK_CONFIG_NAME="+WebhookConfigName,
-		"MS2M_WEBHOOK_LOG_LEVEL=debug",
-	)
-
-	// The registration comes first, without a caBundle, so that the
-	// webhook's first attempt to set it succeeds. Until then the API
-	// server cannot call it and, with failurePolicy Fail, refuses pods in
-	// the selected namespaces: that lasts until the webhook is ready, and
-	// this function does not return before.
-	mwc := webhookConfiguration(w.URL)
-	if err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, WebhookConfigName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("delete the old MutatingWebhookConfiguration %s: %w", WebhookConfigName, err)
-	}
-	if _, err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
-		return nil, fmt.Errorf("register the webhook (MutatingWebhookConfiguration %s): %w", WebhookConfigName, err)
-	}
 	defer func() {
 		if !l.WebhookRunning() {
-			l.deleteWebhookConfig()
+			l.deleteWebhookConfig(WebhookConfigName)
 		}
 	}()
 
@@ -202,6 +169,57 @@ func (l *Lab) StartWebhook(ctx context.Context) (*Webhook, error) {
 	return w, nil
 }
 
+// prepareWebhook builds cmd/webhook into w.Dir, sets w.URL for port, and
+// registers it as the MutatingWebhookConfiguration name (replacing an old
+// one); it returns the binary and the webhook's whole environment, which
+// configures it to inject what l.Inject says, serve w's health and metrics
+// addresses, and bootstrap its own certificate.
+//
+// The registration comes first, without a caBundle, so that the webhook's
+// first attempt to set it succeeds. Until then the API server cannot call
+// it and, with failurePolicy Fail, refuses pods in the selected
+// namespaces: that lasts until the webhook is ready, and its starters do
+// not return before.
+func (l *Lab) prepareWebhook(ctx context.Context, w *Webhook, name string, port int) (string, []string, error) {
+	bin := filepath.Join(w.Dir, "ms2m-webhook")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/webhook")
+	build.Dir = l.Opts.RepoDir
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("build cmd/webhook: %v\n%s", err, out)
+	}
+	w.URL = "https://" + net.JoinHostPort(cluster.HostIP, strconv.Itoa(port)) + webhook.Path
+	env, err := webhookEnv(l.Inject)
+	if err != nil {
+		return "", nil, err
+	}
+	env = append(env,
+		// Only what the webhook needs: none of the caller's MS2M_WEBHOOK_*
+		// or proxy settings leak in.
+		"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+		"KUBECONFIG="+l.Cluster.Kubeconfig(),
+		"MS2M_WEBHOOK_PORT="+strconv.Itoa(port),
+		"MS2M_WEBHOOK_CERT_DIR="+filepath.Join(w.Dir, "certs"),
+		"MS2M_WEBHOOK_HEALTH_ADDR="+w.HealthAddr,
+		"MS2M_WEBHOOK_METRICS_ADDR="+w.MetricsAddr,
+		"MS2M_WEBHOOK_SELF_SIGNED=true",
+		// No Service fronts it; the certificate's name that matters is
+		// the address the registration's URL uses.
+		"MS2M_WEBHOOK_SERVICE_NAMESPACE=ms2m-system",
+		"MS2M_WEBHOOK_CERT_HOSTS="+cluster.HostIP,
+		"MS2M_WEBHOOK_CONFIG_NAME="+name,
+		"MS2M_WEBHOOK_LOG_LEVEL=debug",
+	)
+	mwc := webhookConfiguration(name, w.URL)
+	mwcs := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if err := mwcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return "", nil, fmt.Errorf("delete the old MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	if _, err := mwcs.Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		return "", nil, fmt.Errorf("register the webhook (MutatingWebhookConfiguration %s): %w", name, err)
+	}
+	return bin, env, nil
+}
+
 // StopWebhook removes the registration, then stops the webhook (SIGTERM,
 // SIGKILL after 10 s). It does nothing when no webhook was started.
 func (l *Lab) StopWebhook() error {
@@ -212,7 +230,7 @@ func (l *Lab) StopWebhook() error {
 	l.webhook = nil
 	// The registration goes first: with failurePolicy Fail, a registered
 	// webhook that does not answer would refuse every pod.
-	err := l.deleteWebhookConfig()
+	err := l.deleteWebhookConfig(WebhookConfigName)
 	w.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-w.done:
@@ -224,12 +242,12 @@ func (l *Lab) StopWebhook() error {
 	return err
 }
 
-func (l *Lab) deleteWebhookConfig() error {
+func (l *Lab) deleteWebhookConfig(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, WebhookConfigName, metav1.DeleteOptions{})
+	err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the MutatingWebhookConfiguration %s: %w; delete it by hand, or no pod can be created in the cluster's namespaces", WebhookConfigName, err)
+		return fmt.Errorf("delete the MutatingWebhookConfiguration %s: %w; delete it by hand, or no pod can be created in the cluster's namespaces", name, err)
 	}
 	return nil
 }
@@ -263,17 +281,30 @@ func (l *Lab) dropStaleWebhook(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(l.log, "lab: removing MutatingWebhookConfiguration %s, left behind by a webhook that is gone\n", WebhookConfigName)
-	return l.deleteWebhookConfig()
+	return l.deleteWebhookConfig(WebhookConfigName)
 }
 
 // waitReady polls /readyz until it answers 200, the process exits, or
 // timeout passes.
 func (w *Webhook) waitReady(ctx context.Context, timeout time.Duration) error {
+	return waitHTTP(ctx, "the webhook", "http://"+w.HealthAddr+"/readyz", timeout, w.LogFile, func() (bool, string) {
+		select {
+		case <-w.done:
+			return true, fmt.Sprint(w.err)
+		default:
+			return false, ""
+		}
+	})
+}
+
+// waitHTTP polls url until it answers 200, exited reports the process gone
+// (and how it ended), or timeout passes; its errors quote the end of log.
+func waitHTTP(ctx context.Context, what, url string, timeout time.Duration, log string, exited func() (bool, string)) error {
 	c := http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
 	last := "no answer yet"
 	for {
-		resp, err := c.Get("http://" + w.HealthAddr + "/readyz")
+		resp, err := c.Get(url)
 		if err == nil {
 			b := make([]byte, 512)
 			n, _ := resp.Body.Read(b)
@@ -285,15 +316,16 @@ func (w *Webhook) waitReady(ctx context.Context, timeout time.Duration) error {
 		} else {
 			last = err.Error()
 		}
+		if gone, how := exited(); gone {
+			return fmt.Errorf("%s exited before it was ready (%s); the end of its log, %s:\n%s", what, how, log, tail(log, 20))
+		}
 		select {
-		case <-w.done:
-			return fmt.Errorf("the webhook exited before it was ready (%v); the end of its log, %s:\n%s", w.err, w.LogFile, tail(w.LogFile, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("the webhook is not ready (%s): %w; see %s", last, ctx.Err(), w.LogFile)
+			return fmt.Errorf("%s is not ready (%s: %s): %w; see %s", what, url, last, ctx.Err(), log)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the webhook is not ready after %s (/readyz: %s); the end of its log, %s:\n%s", timeout, last, w.LogFile, tail(w.LogFile, 20))
+			return fmt.Errorf("%s is not ready after %s (%s: %s); the end of its log, %s:\n%s", what, timeout, url, last, log, tail(log, 20))
 		}
 	}
 }
@@ -345,13 +377,13 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 // does, by URL instead of by Service: every namespace but the system's,
 // failurePolicy Fail, reinvocation if needed. The caBundle is left to the
 // webhook's self-signed bootstrap.
-func webhookConfiguration(url string) *admissionregistrationv1.MutatingWebhookConfiguration {
+func webhookConfiguration(name, url string) *admissionregistrationv1.MutatingWebhookConfiguration {
 	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
 	fail := admissionregistrationv1.Fail
 	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
 	timeout := int32(10)
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: WebhookConfigName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:         "pods.ms2m.io",
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},

@@ -1,9 +1,14 @@
 // Command cluster runs ms2m's local Kubernetes cluster of real nodes (see
 // docs/local-cluster.md):
 //
-//	go run ./hack/cluster up     [-nodes 2] [-state DIR]
+//	go run ./hack/cluster up     [-nodes 2] [-state DIR] [--with-ms2m]
 //	go run ./hack/cluster status [-state DIR]
 //	go run ./hack/cluster down   [-state DIR]
+//
+// `up --with-ms2m` also runs ms2m on it as host processes: the admission
+// webhook (registered by URL), `migrator controller` and one `migrator
+// agent` per node, with the images and the Secret they need (package lab's
+// Install), and prints how to try a migration. `down` stops them too.
 //
 // `serve-host -state DIR` is the detached helper that `up` starts for the
 // registry and the broker forwarders; it is not meant to be run by hand.
@@ -33,7 +38,7 @@ func main() {
 	}
 }
 
-const usage = `usage: cluster up|down|status [-nodes N] [-state DIR] [-bin DIR]`
+const usage = `usage: cluster up|down|status [-nodes N] [-state DIR] [-bin DIR] [--with-ms2m (up)]`
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -44,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 2, "number of nodes (up)")
 	state := fs.String("state", cluster.DefaultStateDir, "state folder")
 	bin := fs.String("bin", "", "folder with k8s/, containerd/ and criu/ (default: the repository's bin/)")
+	withMS2M := fs.Bool("with-ms2m", false, "also run ms2m on the cluster: the webhook, the migrator controller and a node agent per node (up)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -55,6 +61,9 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		opts.Helper = exe
+		if *withMS2M {
+			return upWithMS2M(ctx, opts)
+		}
 		c, err := cluster.Up(ctx, opts)
 		if err != nil {
 			return err
@@ -84,7 +93,11 @@ func status(ctx context.Context, opts cluster.Options) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "COMPONENT\tPID\tRUNNING\tLOG")
 	for _, c := range st.Components {
-		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", c.Name, c.PID, c.Running, c.Log)
+		name := c.Name
+		if a, ok := cluster.AddonName(c.Name); ok {
+			name = a + " (ms2m)"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", name, c.PID, c.Running, c.Log)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NODE\tIP\tPOD CIDR\tREADY\tCONTAINERD SOCKET\tCHECKPOINTS")

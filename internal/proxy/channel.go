@@ -85,6 +85,10 @@ type channel struct {
 	replayOut []replayDelivery
 	renumber  bool
 	appTag    uint64
+	// replayDone counts the replayed deliveries the app settled for good
+	// on this channel (acked, rejected without requeue, or taken with
+	// no-ack): the records a later consumer will not get again.
+	replayDone int
 
 	// Publisher confirms. confirm is set by the app's confirm.select; pubSeq
 	// is the app's last publish sequence number; absorbed counts the

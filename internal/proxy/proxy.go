@@ -114,6 +114,7 @@ type Proxy struct {
 	firstSwitch    time.Time     // guarded by mu
 	firstPrimary   time.Time     // guarded by mu
 	replayErr      string        // guarded by mu
+	interrupted    int           // guarded by mu; see ReplayState.Interrupted
 	// replayActive counts the app's consumers still served from the log and
 	// replayed basic.get deliveries it has not settled: while it is above
 	// zero, the app's publishes are absorbed.
@@ -439,6 +440,14 @@ type ReplayState struct {
 	SwitchedAt     *time.Time `json:"switchedAt,omitempty"`     // when the broker confirmed the first switch
 	FirstPrimaryAt *time.Time `json:"firstPrimaryAt,omitempty"` // first primary-queue delivery after replay
 	Error          string     `json:"error,omitempty"`          // why a replay stopped, if one did
+	// Interrupted counts the app's channels that went away in the middle
+	// of the replay (a consumer of theirs still served from the log) after
+	// the app had settled replayed deliveries on them. A consumer that
+	// comes back goes on after those; an app that kept its state has them,
+	// but one that was restarted does not: in a restored pod the kubelet
+	// restores a restarted app from the checkpoint again. So the migrator
+	// gives up a target whose replay was interrupted.
+	Interrupted int `json:"interrupted"`
 	// Suppressed counts the app's publishes absorbed during replay, by
 	// exchange and routing key: the source already made them.
 	Suppressed []Suppressed `json:"suppressed"`
@@ -499,6 +508,7 @@ func (p *Proxy) State() State {
 		rs.SwitchedAt = timePtr(p.firstSwitch)
 		rs.FirstPrimaryAt = timePtr(p.firstPrimary)
 		rs.Error = p.replayErr
+		rs.Interrupted = p.interrupted
 		rs.PublishCheck = p.publishCheckLocked()
 		rs.Suppressed = []Suppressed{}
 		for k, n := range p.suppressedBy {

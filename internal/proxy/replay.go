@@ -294,6 +294,7 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 		c.p.tracker.Delivered(rc.m.Queue, rec.ID, now, !rc.m.NoAck)
 		if rc.m.NoAck {
 			rc.q.ack(idx)
+			ch.replayDone++
 		} else {
 			ch.replayOut = append(ch.replayOut, replayDelivery{tag: ch.appTag, idx: idx, q: rc.q, id: rec.ID, queue: rc.m.Queue, at: now})
 		}
@@ -354,6 +355,7 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 			continue
 		case ack || !requeue:
 			r.q.ack(r.idx)
+			ch.replayDone++
 			if ack {
 				c.p.replayAcked(r.id)
 			}
@@ -389,8 +391,18 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 }
 
 // dropReplay puts the channel's unsettled replayed deliveries back, to be
-// replayed again (as redeliveries) to the app's next consumer.
+// replayed again (as redeliveries) to the app's next consumer. A channel
+// that goes away while a consumer of it is still served from the log,
+// after the app settled replayed deliveries on it, interrupts the replay
+// (ReplayState.Interrupted).
 func (c *conn) dropReplay(ch *channel) {
+	if len(ch.replaying) > 0 && ch.replayDone > 0 {
+		c.p.mu.Lock()
+		c.p.interrupted++
+		c.p.mu.Unlock()
+		c.log.Warn("the app's channel went away in the middle of the replay, after it had settled replayed deliveries: an app restarted from the checkpoint would lack them",
+			"channel", ch.id, "settled", ch.replayDone, "unsettled", len(ch.replayOut))
+	}
 	for _, r := range ch.replayOut {
 		r.q.release(r.idx, false)
 		c.p.replayRequeued(r.id)

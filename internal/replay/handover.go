@@ -85,6 +85,7 @@ type targetState struct {
 		SwitchedAt     *time.Time `json:"switchedAt"`
 		FirstPrimaryAt *time.Time `json:"firstPrimaryAt"`
 		Error          string     `json:"error"`
+		Interrupted    int        `json:"interrupted"`
 	} `json:"replay"`
 	Source *Status `json:"source"`
 }
@@ -118,6 +119,9 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		}
 		if st.Source.Error != "" {
 			return t, fmt.Errorf("handover: the target cannot replay: %s", st.Source.Error)
+		}
+		if err := st.interrupted(); err != nil {
+			return t, fmt.Errorf("handover: %w", err)
 		}
 		var src sourceState
 		if err := call(ctx, o.HTTP, source, http.MethodGet, "/state", &src); err != nil {
@@ -166,6 +170,9 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		}
 		if st.Replay != nil && st.Replay.Error != "" {
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target's replay failed: %s", t.CutoffID, st.Replay.Error)
+		}
+		if err := st.interrupted(); err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but %w", t.CutoffID, err)
 		}
 		if r := st.Replay; r != nil && st.Source != nil && st.Source.Complete && r.SwitchedAt != nil && r.Replaying == 0 {
 			t.Switched = *r.SwitchedAt
@@ -267,6 +274,9 @@ func WaitSwitched(ctx context.Context, hc *http.Client, target Endpoint, timeout
 				if r.Error != "" {
 					return time.Time{}, fmt.Errorf("the target's replay failed: %s", r.Error)
 				}
+				if err := st.interrupted(); err != nil {
+					return time.Time{}, err
+				}
 				if r.SwitchedAt != nil && r.Replaying == 0 {
 					return *r.SwitchedAt, nil
 				}
@@ -276,6 +286,17 @@ func WaitSwitched(ctx context.Context, hc *http.Client, target Endpoint, timeout
 			return time.Time{}, fmt.Errorf("the target at %s did not switch to the primary queue in %s (last error: %v): %w", target.URL, timeout, err, serr)
 		}
 	}
+}
+
+// interrupted is an error if the target's app went away in the middle of
+// its replay after settling replayed deliveries: a restarted app was
+// restored from the checkpoint again and lacks them, and the target cannot
+// tell a restart from a reconnect, so such a target is given up.
+func (st targetState) interrupted() error {
+	if st.Replay == nil || st.Replay.Interrupted == 0 {
+		return nil
+	}
+	return fmt.Errorf("the target's app lost its connection in the middle of the replay (%d times), after it had processed replayed messages; if it was restarted, it was restored from the checkpoint again and lacks them, so the target cannot be trusted to be exact", st.Replay.Interrupted)
 }
 
 // lagBehind is how many of the source's deliveries up to last the target's

@@ -2,15 +2,19 @@ package sidecar_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -116,6 +120,70 @@ func TestTargetRestartMidReplay(t *testing.T) {
 	if got.Count != n || got.Hash != want {
 		t.Fatalf("restarted target %+v, want %d messages and the producer's hash %s", got, n, want)
 	}
+}
+
+// TestTargetAppRestartInterruptsReplay: the app of a target killed in the
+// middle of its replay and started again over the same sidecar, as the
+// kubelet restarts a container, starts from the checkpoint's state again
+// (here: empty, the start is ID 0), but the sidecar goes on after what the
+// first app had acked. It cannot tell a restart from a reconnect, so its
+// /state says the replay was interrupted, and the migrator's handover
+// helpers give such a target up instead of letting it take over with the
+// first app's part of the replay missing.
+func TestTargetAppRestartInterruptsReplay(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	_, want := sourceThenStop(t, e, q, n)
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	target := e.startConfig(cfg, sidecar.Options{})
+	dst := &env{t: t, broker: e.broker, log: e.log, sc: target}
+	ep := replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token}
+
+	firstApp, firstCmd := goConsumer(t, target, q, 5)
+	testenv.Eventually(t, 30*time.Second, "the first app to replay a part", func() bool {
+		s, _ := appStateAt(firstApp)
+		return s.Count >= 20
+	})
+	if got := interruptions(dst); got != 0 {
+		t.Fatalf("replay.interrupted = %d while the first app replays, want 0", got)
+	}
+	firstCmd.Process.Kill()
+	testenv.Eventually(t, 10*time.Second, "/state to count the interrupted replay", func() bool { return interruptions(dst) == 1 })
+
+	// The app comes back with the checkpoint's state.
+	secondApp, _ := goConsumer(t, target, q, 5)
+	_, err := replay.WaitSwitched(context.Background(), http.DefaultClient, ep, 30*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "lost its connection in the middle of the replay") {
+		t.Errorf("WaitSwitched on the interrupted target: %v; want it to refuse the target", err)
+	}
+	// What the refusal spares: the restarted app misses what the first
+	// one had acked.
+	var got appState
+	prev := -1
+	testenv.Eventually(t, 60*time.Second, "the restarted app to drain the log and the queue", func() bool {
+		time.Sleep(time.Second)
+		got, _ = appStateAt(secondApp)
+		done := got.Count > n/2 && got.Count == prev
+		prev = got.Count
+		return done
+	})
+	t.Logf("restarted app: %d messages (producer %d), hash equal: %t", got.Count, n, got.Hash == want)
+	if got.Hash == want {
+		t.Errorf("the restarted app ended with the producer's hash: the test did not restart it in the middle of the replay")
+	}
+}
+
+// interruptions reads replay.interrupted from a target's /state.
+func interruptions(e *env) int {
+	var st struct {
+		Replay struct {
+			Interrupted int `json:"interrupted"`
+		} `json:"replay"`
+	}
+	e.call("GET", "/state", &st)
+	return st.Replay.Interrupted
 }
 
 // cutter relays TCP connections to addr and can cut all of them at once.
