@@ -157,11 +157,11 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 func (r *run) takeOver(ctx context.Context, shadow *corev1.Pod, ep replay.Endpoint, timeout time.Duration) error {
 	if shadow != nil && podReady(shadow) {
 		shadowEP := r.endpoint(shadow)
-		stopped, err := replay.Stopped(ctx, r.env.HTTP, shadowEP)
+		st, err := replay.Inspect(ctx, r.env.HTTP, shadowEP)
 		if err != nil {
 			return err
 		}
-		if !stopped {
+		if st.Mode != "stopped" {
 			_, err := replay.Handover(ctx, shadowEP, ep, replay.HandoverOptions{SwitchTimeout: timeout, HTTP: r.env.HTTP})
 			return err
 		}

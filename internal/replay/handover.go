@@ -358,16 +358,6 @@ func Switched(ctx context.Context, hc *http.Client, target Endpoint) (bool, erro
 	return st.Replay != nil && st.Replay.SwitchedAt != nil && st.Replay.Replaying == 0, nil
 }
 
-// Stopped reports whether a sidecar is stopped: it wrote its cutoff marker
-// and consumes no more.
-func Stopped(ctx context.Context, hc *http.Client, e Endpoint) (bool, error) {
-	st, err := getState(ctx, hc, e)
-	if err != nil {
-		return false, fmt.Errorf("read the state of the sidecar at %s: %w", e.URL, err)
-	}
-	return st.Mode == "stopped", nil
-}
-
 // SidecarState is what a migrator checks of a sidecar before it starts.
 type SidecarState struct {
 	Mode  string // serving, quiesced or stopped
