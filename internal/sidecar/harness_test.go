@@ -196,20 +196,30 @@ func deliveries(t *testing.T, recs []shadowqueue.Record, first uint64) []shadowq
 // call makes a control API call and decodes the JSON answer into v.
 func (e *env) call(method, path string, v any) int {
 	e.t.Helper()
-	req, _ := http.NewRequest(method, "http://"+e.sc.ControlAddr()+path, nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	code, b, err := e.callRaw(method, path)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	if v != nil {
 		if err := json.Unmarshal(b, v); err != nil {
 			e.t.Fatalf("%s %s: decode %q: %v", method, path, b, err)
 		}
 	}
-	return resp.StatusCode
+	return code
+}
+
+// callRaw is call without failing the test: for a goroutine of a test,
+// where t.Fatal would end only that goroutine.
+func (e *env) callRaw(method, path string) (int, []byte, error) {
+	req, _ := http.NewRequest(method, "http://"+e.sc.ControlAddr()+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 type state struct {

@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -332,17 +333,18 @@ func TestQuiesceAndResume(t *testing.T) {
 	held := []amqp.Delivery{recv(t, ds), recv(t, ds)}
 	type result struct {
 		code int
-		body map[string]uint64
+		body []byte
+		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		r.code = e.call("POST", "/quiesce?timeout=10s", &r.body)
+		r.code, r.body, r.err = e.callRaw("POST", "/quiesce?timeout=10s")
 		done <- r
 	}()
 	select {
 	case r := <-done:
-		t.Fatalf("quiesce returned %d %v while the app still had unacked deliveries", r.code, r.body)
+		t.Fatalf("quiesce returned %d %s (%v) while the app still had unacked deliveries", r.code, r.body, r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
 	for _, d := range held {
@@ -350,8 +352,9 @@ func TestQuiesceAndResume(t *testing.T) {
 		d.Ack(false)
 	}
 	r := <-done
-	if r.code != 200 || r.body["checkpointId"] != 5 {
-		t.Fatalf("quiesce = %d %v, want 200 with checkpointId 5", r.code, r.body)
+	var cut map[string]uint64
+	if r.err != nil || r.code != 200 || json.Unmarshal(r.body, &cut) != nil || cut["checkpointId"] != 5 {
+		t.Fatalf("quiesce = %d %s (%v), want 200 with checkpointId 5", r.code, r.body, r.err)
 	}
 	noDelivery(t, ds, 300*time.Millisecond, "the sidecar is quiesced")
 	if s := e.state(); s.Mode != "quiesced" || s.Held == 0 {
