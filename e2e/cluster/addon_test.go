@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAddons starts a real process as an addon of a cluster record (no
@@ -32,8 +33,8 @@ func TestAddons(t *testing.T) {
 	if got, ok := c.AddonRunning("sleeper"); !ok || got != pid {
 		t.Fatalf("AddonRunning = %d, %t; want %d, true", got, ok, pid)
 	}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || !strings.Contains(string(b), "MS2M_ADDON_TEST=1") {
-		t.Errorf("the addon's environment lacks its Env (%v)", err)
+	if env, err := environ(pid); err != nil || !strings.Contains(env, "MS2M_ADDON_TEST=1") {
+		t.Errorf("the addon's environment lacks its Env (%q, %v)", env, err)
 	}
 	if log != c.AddonLog("sleeper") {
 		t.Errorf("log %s, AddonLog %s", log, c.AddonLog("sleeper"))
@@ -76,5 +77,20 @@ func TestAddons(t *testing.T) {
 	}
 	if len(addons(l)) != 0 {
 		t.Errorf("addons left after stopAddons: %v", addons(l))
+	}
+}
+
+// environ reads the environment of process pid. Start returns once the
+// child's exec has closed its descriptors, which is a moment before the
+// kernel fills in the new program's environment; until then the file is
+// empty, so environ reads it again for up to two seconds.
+func environ(pid int) (string, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil || len(b) > 0 || time.Now().After(deadline) {
+			return string(b), err
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
