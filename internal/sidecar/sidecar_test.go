@@ -314,6 +314,12 @@ func TestLogOutageHoldsAcks(t *testing.T) {
 // TestQuiesceAndResume: quiesce holds new deliveries back, returns once the
 // app acked what it has, with the last delivery's ID; resume hands over the
 // held ones.
+//
+// The app takes a full prefetch window (5) and acks nothing until the
+// sidecar is quiesced: the broker sends no sixth delivery before an ack, so
+// the quiesce's ID is exactly 5. (Acking earlier would let the broker send
+// more, which the sidecar forwards to the app before the quiesce begins and
+// then rightly waits for.)
 func TestQuiesceAndResume(t *testing.T) {
 	e := newEnv(t)
 	e.start(sidecar.Options{})
@@ -323,14 +329,10 @@ func TestQuiesceAndResume(t *testing.T) {
 	ch.Qos(5, 0, false)
 	ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 
-	var got []string
-	for range 3 {
-		d := recv(t, ds)
-		got = append(got, string(d.Body))
-		d.Ack(false)
+	var held []amqp.Delivery
+	for range 5 {
+		held = append(held, recv(t, ds))
 	}
-	// Two more in the app's hands, unacked, while the quiesce starts.
-	held := []amqp.Delivery{recv(t, ds), recv(t, ds)}
 	type result struct {
 		code int
 		body []byte
@@ -342,11 +344,13 @@ func TestQuiesceAndResume(t *testing.T) {
 		r.code, r.body, r.err = e.callRaw("POST", "/quiesce?timeout=10s")
 		done <- r
 	}()
+	testenvEventually(t, func() bool { return e.state().Mode == "quiesced" })
 	select {
 	case r := <-done:
 		t.Fatalf("quiesce returned %d %s (%v) while the app still had unacked deliveries", r.code, r.body, r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
+	var got []string
 	for _, d := range held {
 		got = append(got, string(d.Body))
 		d.Ack(false)
