@@ -105,3 +105,19 @@ template that depends on them includes this.
 {{- fail (printf "webhook.sidecar.listenPort and webhook.sidecar.controlPort are both %d: the sidecar needs two ports" (int .Values.webhook.sidecar.listenPort)) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The host folder the agent mounts for a node folder of its values: the folder
+itself, or, where the path names $(NODE_NAME) (nodes that share one host
+filesystem, each with folders of its own), the folder above the first
+segment that names it. Kubernetes expands $(NODE_NAME) in the agent's
+environment, not in a mount, so the agent mounts what holds every node's
+folder and opens its own node's.
+*/}}
+{{- define "ms2m.agentHostDir" -}}
+{{- if contains "$(NODE_NAME)" . -}}
+{{- dir (index (splitList "$(NODE_NAME)" .) 0) -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}

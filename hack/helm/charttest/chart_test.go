@@ -45,6 +45,16 @@ func envMap(c corev1.Container) map[string]corev1.EnvVar {
 	return m
 }
 
+// envIndex is the position of variable name in c's environment, or -1.
+func envIndex(c corev1.Container, name string) int {
+	for i, e := range c.Env {
+		if e.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 func webhookDeployment(t *testing.T, r rendered) *appsv1.Deployment {
 	t.Helper()
 	return typed[appsv1.Deployment](t, r.get(t, "Deployment", r.namespace, "ms2m-webhook"))
@@ -439,16 +449,33 @@ func checkAgent(t *testing.T, r rendered) {
 		}
 	}
 	env := envMap(c)
+	if i := envIndex(c, "NODE_NAME"); i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil ||
+		c.Env[i].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("the agent has no NODE_NAME from spec.nodeName")
+	}
+	// hostDir is the host folder mounted at path, or at the folder above
+	// its first segment that names $(NODE_NAME), which only expands in
+	// the environment (and only after NODE_NAME).
+	hostDir := func(name, path string) *corev1.HostPathVolumeSource {
+		if strings.Contains(path, "$(NODE_NAME)") && envIndex(c, name) < envIndex(c, "NODE_NAME") {
+			t.Errorf("%s=%s names $(NODE_NAME) before NODE_NAME is defined", name, path)
+		}
+		before, _, _ := strings.Cut(path, "$(NODE_NAME)")
+		if before != path {
+			path = filepath.Dir(before)
+		}
+		return hostPaths[mounted[path]]
+	}
 	dir := env["MS2M_AGENT_CHECKPOINT_DIR"].Value
-	if v := mounted[dir]; v == "" || hostPaths[v] == nil || *hostPaths[v].Type != corev1.HostPathDirectory {
+	if hp := hostDir("MS2M_AGENT_CHECKPOINT_DIR", dir); hp == nil || *hp.Type != corev1.HostPathDirectory {
 		t.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s is not a host folder of type Directory mounted there", dir)
 	}
 	sock := strings.TrimPrefix(env["MS2M_AGENT_RUNTIME_ENDPOINT"].Value, "unix://")
-	if v := mounted[filepath.Dir(sock)]; v == "" || hostPaths[v] == nil {
+	if hostDir("MS2M_AGENT_RUNTIME_ENDPOINT", filepath.Dir(sock)) == nil {
 		t.Errorf("the CRI socket %s's folder is not mounted from the host", sock)
 	}
 	for _, d := range strings.Split(env["MS2M_AGENT_LOG_DIRS"].Value, ",") {
-		if d != "" && hostPaths[mounted[d]] == nil {
+		if d != "" && hostDir("MS2M_AGENT_LOG_DIRS", d) == nil {
 			t.Errorf("CRIU log folder %s (MS2M_AGENT_LOG_DIRS) is not mounted from the host", d)
 		}
 	}
@@ -705,5 +732,34 @@ func TestAgentDisabled(t *testing.T) {
 	}
 	if !strings.Contains(r.notes, "no node agent") {
 		t.Errorf("NOTES must say that migrations need an agent:\n%s", r.notes)
+	}
+}
+
+// TestAgentPerNodePaths: nodes that share one host filesystem (the local
+// cluster) name their folders by $(NODE_NAME); the agent mounts the folder
+// that holds them all, once, read-only, and gets the paths with the node's
+// name expanded by Kubernetes.
+func TestAgentPerNodePaths(t *testing.T) {
+	r := render(t, values(t, `
+image: {registry: "registry.example.com:5000"}
+agent:
+  checkpointDir: /var/tmp/lab/$(NODE_NAME)/kubelet/checkpoints
+  runtimeEndpoint: unix:///var/tmp/lab/$(NODE_NAME)/containerd.sock
+  criuLogDirs: [/var/tmp/lab/$(NODE_NAME)/containerd/state, /run/other]
+`))
+	checkAgent(t, r)
+	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
+	var dirs []string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			dirs = append(dirs, v.HostPath.Path)
+		}
+	}
+	if diff := cmp.Diff([]string{"/var/tmp/lab", "/run/other"}, dirs); diff != "" {
+		t.Errorf("host folders (-want +got):\n%s", diff)
+	}
+	env := envMap(ds.Spec.Template.Spec.Containers[0])
+	if got := env["MS2M_AGENT_CHECKPOINT_DIR"].Value; got != "/var/tmp/lab/$(NODE_NAME)/kubelet/checkpoints" {
+		t.Errorf("MS2M_AGENT_CHECKPOINT_DIR = %s", got)
 	}
 }
