@@ -22,8 +22,9 @@ K8S_LDFLAGS := -s -w \
 	-X k8s.io/client-go/pkg/version.gitVersion=$(K8S_VERSION)
 
 # A real node for checkpoint and restore through the kubelet: the kubelet,
-# kube-controller-manager and kube-scheduler from the same hack/k8s module
-# (into bin/k8s beside the envtest control plane), and containerd, ctr and
+# kube-proxy (Service routing, nftables mode), kube-controller-manager and
+# kube-scheduler from the same hack/k8s module (into bin/k8s beside the
+# envtest control plane), and containerd, ctr and
 # the runc shim from the hack/containerd module (into bin/containerd).
 # containerd's version is read from hack/containerd/go.mod, so the stamp
 # always names what was built. Everything builds with CGO_ENABLED=0: the
@@ -31,7 +32,7 @@ K8S_LDFLAGS := -s -w \
 # node does not need. A cold build of all six takes 10-18 minutes on
 # 2 cores (most of it the kubelet and controller-manager), a rebuild with a
 # warm Go build cache about 6 s, and a warm `make node-bin` does nothing.
-NODE_STAMP         := $(K8S_BIN)/.node-built-$(K8S_VERSION)
+NODE_STAMP         := $(K8S_BIN)/.node-built-$(K8S_VERSION)-with-kube-proxy
 CONTAINERD_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/containerd/containerd/v2" {print $$3}' hack/containerd/go.mod)
 CONTAINERD_BIN     := $(CURDIR)/$(BIN)/containerd
 CONTAINERD_STAMP   := $(CONTAINERD_BIN)/.built-$(CONTAINERD_VERSION)
@@ -112,12 +113,13 @@ $(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum
 	cd hack/k8s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(K8S_BIN)/etcd go.etcd.io/etcd/server/v3
 	@rm -f $(K8S_BIN)/.built-* && touch $@
 
-## node-bin: build kubelet, kube-controller-manager, kube-scheduler (bin/k8s) and containerd, ctr, containerd-shim-runc-v2 (bin/containerd) (once; warm runs do nothing)
+## node-bin: build kubelet, kube-proxy, kube-controller-manager, kube-scheduler (bin/k8s) and containerd, ctr, containerd-shim-runc-v2 (bin/containerd) (once; warm runs do nothing)
 node-bin: $(NODE_STAMP) $(CONTAINERD_STAMP)
 $(NODE_STAMP): hack/k8s/go.mod hack/k8s/go.sum
 	@mkdir -p $(K8S_BIN)
 	cd hack/k8s && GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(K8S_BIN)/ \
-		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+		k8s.io/kubernetes/cmd/kube-proxy
 	@rm -f $(K8S_BIN)/.node-built-* && touch $@
 $(CONTAINERD_STAMP): hack/containerd/go.mod hack/containerd/go.sum
 	@test -n "$(CONTAINERD_VERSION)" || { echo "no github.com/containerd/containerd/v2 require line in hack/containerd/go.mod" >&2; exit 1; }

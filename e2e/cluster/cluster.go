@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,7 +321,7 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 func components(nodes int) []string {
 	comps := []string{compEtcd, compAPIServer, compKCM, compScheduler, compHost}
 	for i := 1; i <= nodes; i++ {
-		comps = append(comps, compContainerd(i), compKubelet(i))
+		comps = append(comps, compContainerd(i), compKubelet(i), compKubeProxy(i))
 	}
 	return comps
 }
@@ -512,6 +513,20 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		}
 		p.say("node %s Ready (%s, pods %s)", name, NodeIP(i), PodCIDR(i))
 	}
+	// kube-proxy reads its node's object, so it starts once the node is
+	// registered; it is healthy once it has programmed the Services.
+	for i := 1; i <= opts.Nodes; i++ {
+		if _, err := start(l, process{name: compKubeProxy(i), bin: k8s("kube-proxy"), args: kubeProxyArgs(l, i), netns: NodeName(i), env: nodeEnv(i)}); err != nil {
+			return nil, err
+		}
+	}
+	for i := 1; i <= opts.Nodes; i++ {
+		health := fmt.Sprintf("http://%s:%d/healthz", NodeIP(i), kubeProxyHealthPort)
+		if err := waitAlive(ctx, l, opts.Timeout, func() bool { return httpOK(health) }, compKubeProxy(i)); err != nil {
+			return nil, fmt.Errorf("kube-proxy of %s not healthy at %s: %w", NodeName(i), health, withLogs(err, l, compKubeProxy(i)))
+		}
+	}
+	p.say("kube-proxy up on %d nodes (nftables; services %s)", opts.Nodes, serviceCIDR)
 	// Pods are admitted once their namespace's service account exists, and
 	// their token volume is mounted once the root CA config map does.
 	err = waitAlive(ctx, l, opts.Timeout, func() bool {
@@ -689,7 +704,13 @@ func apiserverArgs(l layout) []string {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
-		"--endpoint-reconciler-type=none",
+		// The kubernetes Service's endpoints (HostIP:6443), which
+		// kube-proxy routes in-cluster clients to.
+		"--endpoint-reconciler-type=lease",
+		// The API server calls webhooks and aggregated APIs at their
+		// endpoints' pod IPs, which the host routes to the nodes, rather
+		// than at a ClusterIP, which only the nodes' kube-proxy knows.
+		"--enable-aggregator-routing=true",
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-client-certificate=" + l.pki(idKubeletClient.file+".crt"),
 		"--kubelet-client-key=" + l.pki(idKubeletClient.file+".key"),
@@ -734,6 +755,33 @@ func kubeletArgs(l layout, i int) []string {
 		"--node-ip=" + NodeIP(i),
 		"--v=1",
 	}
+}
+
+// kubeProxyArgs run kube-proxy on node i in nftables mode. Traffic to a
+// ClusterIP from outside the pod network is masqueraded, and kube-proxy
+// leaves the kernel's conntrack limits alone (a node shares the host's).
+func kubeProxyArgs(l layout, i int) []string {
+	return []string{
+		"--kubeconfig=" + l.compKubeconfig("kube-proxy"),
+		"--hostname-override=" + NodeName(i),
+		"--proxy-mode=nftables",
+		"--cluster-cidr=" + podCIDRs,
+		"--conntrack-max-per-core=0",
+		"--healthz-bind-address=" + NodeIP(i) + ":" + strconv.Itoa(kubeProxyHealthPort),
+		"--metrics-bind-address=127.0.0.1:10249",
+		"--v=1",
+	}
+}
+
+// httpOK says whether a GET of url answers 200 within a second.
+func httpOK(url string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // startHelper starts the detached host-services process and waits until

@@ -93,7 +93,10 @@ func TestRealCluster(t *testing.T) {
 	ns := "default"
 	pinned := pod("pinned", cluster.PauseImage, corev1.PullNever, nil)
 	pinned.Spec.NodeName = c.Node(2).Name
-	probeArgs := []string{hostPort(c.APIServer())}
+	// The kubernetes Service's ClusterIP, the first of the service range:
+	// only the node's kube-proxy routes it (to the apiserver).
+	kubeService := "10.96.0.1:443"
+	probeArgs := []string{hostPort(c.APIServer()), kubeService}
 	brokerUp := dialOK("127.0.0.1:5672")
 	if brokerUp {
 		probeArgs = append(probeArgs, c.BrokerAMQPAddr())
@@ -130,7 +133,7 @@ func TestRealCluster(t *testing.T) {
 	}
 
 	// The probe reports what it could reach from inside the pod.
-	wantLines := []string{"ok " + hostPort(c.APIServer()), "count 1 "}
+	wantLines := []string{"ok " + hostPort(c.APIServer()), "ok " + kubeService, "count 1 "}
 	if brokerUp {
 		wantLines = append(wantLines, "ok "+c.BrokerAMQPAddr())
 	}

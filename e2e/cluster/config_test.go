@@ -146,7 +146,7 @@ func TestPKI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []identity{idAdmin, idKubeletClient, idKCM, idScheduler, idNode(1), idNode(2)} {
+	for _, id := range []identity{idAdmin, idKubeletClient, idKCM, idScheduler, idKubeProxy, idNode(1), idNode(2)} {
 		cert, _, _, err := loadPair(l.pki(id.file+".crt"), l.pki(id.file+".key"))
 		if err != nil {
 			t.Fatalf("%s: %v", id.cn, err)

@@ -72,7 +72,7 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 
 	note(stopAddons(l))
 	for i := 1; i <= maxNodes; i++ {
-		note(stop(l, compKubelet(i), 10*time.Second))
+		note(stop(l, compKubeProxy(i), 10*time.Second), stop(l, compKubelet(i), 10*time.Second))
 	}
 	for i := 1; i <= maxNodes; i++ {
 		n := l.node(i)

@@ -114,3 +114,7 @@ const (
 
 func compContainerd(i int) string { return NodeName(i) + "-containerd" }
 func compKubelet(i int) string    { return NodeName(i) + "-kubelet" }
+func compKubeProxy(i int) string  { return NodeName(i) + "-kube-proxy" }
+
+// kubeProxyHealthPort is kube-proxy's health port on its node's address.
+const kubeProxyHealthPort = 10256

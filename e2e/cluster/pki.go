@@ -34,6 +34,9 @@ var (
 	idKubeletClient = identity{"apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}}
 	idKCM           = identity{"kube-controller-manager", "system:kube-controller-manager", nil}
 	idScheduler     = identity{"kube-scheduler", "system:kube-scheduler", nil}
+	// The bootstrap ClusterRoleBinding system:node-proxier grants this user
+	// what kube-proxy needs.
+	idKubeProxy = identity{"kube-proxy", "system:kube-proxy", nil}
 )
 
 func idNode(i int) identity {
@@ -72,7 +75,7 @@ func ensurePKI(l layout, nodes int) error {
 		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}); err != nil {
 		return fmt.Errorf("apiserver serving certificate: %w", err)
 	}
-	ids := []identity{idAdmin, idKubeletClient, idKCM, idScheduler}
+	ids := []identity{idAdmin, idKubeletClient, idKCM, idScheduler, idKubeProxy}
 	for i := 1; i <= nodes; i++ {
 		ids = append(ids, idNode(i))
 	}
@@ -90,6 +93,7 @@ func ensurePKI(l layout, nodes int) error {
 		l.kubeconfig():                  idAdmin,
 		l.compKubeconfig(compKCM):       idKCM,
 		l.compKubeconfig(compScheduler): idScheduler,
+		l.compKubeconfig("kube-proxy"):  idKubeProxy,
 	}
 	for i := 1; i <= nodes; i++ {
 		kcs[l.node(i).kubeletKubeconfig()] = idNode(i)

@@ -35,6 +35,7 @@ var binaries = []struct{ rel, target string }{
 	{"k8s/kube-controller-manager", "make node-bin"},
 	{"k8s/kube-scheduler", "make node-bin"},
 	{"k8s/kubelet", "make node-bin"},
+	{"k8s/kube-proxy", "make node-bin"},
 	{"containerd/containerd", "make node-bin"},
 	{"containerd/ctr", "make node-bin"},
 	{"containerd/containerd-shim-runc-v2", "make node-bin"},
@@ -87,6 +88,9 @@ func Preflight(opts Options) error {
 	}
 	if st, err := os.Stat("/usr/sbin/runc"); err != nil || st.Mode()&0o111 == 0 {
 		add("missing /usr/sbin/runc (Debian's runc, which containerd is configured to use)", "make node-setup (or apt-get install runc)")
+	}
+	if st, err := os.Stat("/usr/sbin/nft"); err != nil || st.Mode()&0o111 == 0 {
+		add("missing /usr/sbin/nft (Debian's nftables, which kube-proxy programs Services with)", "make node-setup (or apt-get install nftables)")
 	}
 	for _, plugin := range []string{"bridge", "host-local", "loopback"} {
 		if _, err := os.Stat(filepath.Join("/usr/lib/cni", plugin)); err != nil {
