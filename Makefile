@@ -57,7 +57,7 @@ setup:
 ## builds the control plane, kubelet and containerd (10-18 minutes on 2 cores)
 ## and installs CRIU; warm runs reuse them.
 test: export KUBEBUILDER_ASSETS := $(K8S_BIN)
-test: setup k8s-bin node-setup node-bin criu
+test: setup k8s-bin node-setup node-bin criu helm-bin
 	$(GO) vet ./...
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m $$($(GO) list ./... | grep -v /e2e)
 	$(GO) test $(GOFLAGS) -count=1 -timeout 30m -p 1 ./e2e/...

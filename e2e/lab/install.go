@@ -45,15 +45,21 @@ type Installed struct {
 	WebhookURL string
 	// ImageRepo is where checkpoint images go.
 	ImageRepo string
-	// Components are the processes, in the order they started.
+	// Components are the processes, in the order they started, or the
+	// chart's pods.
 	Components []InstalledComponent
+	// Chart says ms2m runs in pods, installed by the chart (InstallChart)
+	// with the values file Values.
+	Chart  bool
+	Values string
 }
 
 // InstalledComponent is one process of an installation.
 type InstalledComponent struct {
 	Name string // the addon's name
-	PID  int
-	Log  string
+	PID  int    // a process's; 0 for a pod
+	Node string // a pod's node
+	Log  string // a process's log file, or how to read a pod's
 	// Addr is where it serves: the webhook's URL, an agent's address, the
 	// controller's health address.
 	Addr string
@@ -75,6 +81,12 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 	dir := filepath.Join(l.Cluster.StateDir(), "ms2m")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	// The chart's installation and this one must not serve side by side.
+	if l.chartInstalled(ctx) {
+		if err := l.UninstallChart(ctx); err != nil {
+			return nil, fmt.Errorf("uninstall the chart first: %w", err)
+		}
 	}
 	in := &Installed{ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints"}
 	migrator := filepath.Join(dir, "migrator")

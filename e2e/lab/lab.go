@@ -59,6 +59,8 @@ type Lab struct {
 	// webhook is the real admission webhook, when StartWebhook ran it
 	// (webhook.go).
 	webhook *Webhook
+	// chart is set while InstallChart's release is installed (chart.go).
+	chart bool
 }
 
 // Start brings the cluster up (or attaches to one that is up) and puts the

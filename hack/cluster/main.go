@@ -1,14 +1,16 @@
 // Command cluster runs ms2m's local Kubernetes cluster of real nodes (see
 // docs/local-cluster.md):
 //
-//	go run ./hack/cluster up     [-nodes 2] [-state DIR] [--with-ms2m]
+//	go run ./hack/cluster up     [-nodes 2] [-state DIR] [--with-ms2m [-install host|chart]]
 //	go run ./hack/cluster status [-state DIR]
 //	go run ./hack/cluster down   [-state DIR]
 //
 // `up --with-ms2m` also runs ms2m on it as host processes: the admission
 // webhook (registered by URL), `migrator controller` and one `migrator
 // agent` per node, with the images and the Secret they need (package lab's
-// Install), and prints how to try a migration. `down` stops them too.
+// Install), and prints how to try a migration. `down` stops them too. With
+// `-install chart` ms2m runs in pods instead, installed by the Helm chart
+// from images built and pushed as `make images push` does (InstallChart).
 //
 // `serve-host -state DIR` is the detached helper that `up` starts for the
 // registry and the broker forwarders; it is not meant to be run by hand.
@@ -38,7 +40,7 @@ func main() {
 	}
 }
 
-const usage = `usage: cluster up|down|status [-nodes N] [-state DIR] [-bin DIR] [--with-ms2m (up)]`
+const usage = `usage: cluster up|down|status [-nodes N] [-state DIR] [-bin DIR] [--with-ms2m [-install host|chart] (up)]`
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -50,6 +52,7 @@ func run(ctx context.Context, args []string) error {
 	state := fs.String("state", cluster.DefaultStateDir, "state folder")
 	bin := fs.String("bin", "", "folder with k8s/, containerd/ and criu/ (default: the repository's bin/)")
 	withMS2M := fs.Bool("with-ms2m", false, "also run ms2m on the cluster: the webhook, the migrator controller and a node agent per node (up)")
+	install := fs.String("install", "host", "with --with-ms2m: how ms2m runs, as host processes (host) or in pods installed by the Helm chart (chart; needs `make helm-bin`)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -61,8 +64,11 @@ func run(ctx context.Context, args []string) error {
 			return err
 		}
 		opts.Helper = exe
+		if *install != "host" && *install != "chart" {
+			return fmt.Errorf("-install %q: want host or chart", *install)
+		}
 		if *withMS2M {
-			return upWithMS2M(ctx, opts)
+			return upWithMS2M(ctx, opts, *install == "chart")
 		}
 		c, err := cluster.Up(ctx, opts)
 		if err != nil {

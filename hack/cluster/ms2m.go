@@ -19,7 +19,7 @@ const exampleName = "example"
 
 // upWithMS2M brings the cluster up with ms2m running on it, and says how to
 // use it.
-func upWithMS2M(ctx context.Context, opts cluster.Options) error {
+func upWithMS2M(ctx context.Context, opts cluster.Options, chart bool) error {
 	if opts.RepoDir = cluster.FindRepo(); opts.RepoDir == "" {
 		return fmt.Errorf("--with-ms2m builds ms2m from the repository: run it from inside the repository (go run ./hack/cluster up --with-ms2m)")
 	}
@@ -41,7 +41,11 @@ func upWithMS2M(ctx context.Context, opts cluster.Options) error {
 		}
 		return err
 	}
-	in, err := l.Install(ctx)
+	install := l.Install
+	if chart {
+		install = l.InstallChart
+	}
+	in, err := install(ctx)
 	if err != nil {
 		return fmt.Errorf("install ms2m: %w\nthe cluster stays up for inspection; take it down with: go run ./hack/cluster down -state %s", err, l.Cluster.StateDir())
 	}
@@ -58,18 +62,30 @@ func upWithMS2M(ctx context.Context, opts cluster.Options) error {
 }
 
 func printUsage(l *lab.Lab, in *lab.Installed, example string) {
-	fmt.Printf("\nms2m runs on the cluster (host processes; `status` lists them, `down` stops them):\n\n")
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "  COMPONENT\tPID\tSERVES\tLOG")
-	for _, c := range in.Components {
-		fmt.Fprintf(w, "  %s\t%d\t%s\t%s\n", c.Name, c.PID, c.Addr, c.Log)
+	registration := lab.InstalledWebhookConfigName + " (every namespace but kube-system and ms2m-system)"
+	secrets := "Secret " + lab.Namespace + "/ms2m          stream-uri and control-token, which injected sidecars read"
+	if in.Chart {
+		secrets = "Secrets " + lab.Namespace + "/ms2m-broker, ms2m-control  the stream URI and the control token, which injected sidecars read (made by the chart)"
+		fmt.Printf("\nms2m runs on the cluster, in pods of the Helm release %s/%s (values %s):\n\n", lab.ChartNamespace, lab.ChartRelease, in.Values)
+		fmt.Fprintln(w, "  POD\tNODE\tIP\tLOG")
+		for _, c := range in.Components {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Name, c.Node, c.Addr, c.Log)
+		}
+		registration = lab.ChartWebhookConfigName + " (namespace " + lab.Namespace + ")"
+	} else {
+		fmt.Printf("\nms2m runs on the cluster (host processes; `status` lists them, `down` stops them):\n\n")
+		fmt.Fprintln(w, "  COMPONENT\tPID\tSERVES\tLOG")
+		for _, c := range in.Components {
+			fmt.Fprintf(w, "  %s\t%d\t%s\t%s\n", c.Name, c.PID, c.Addr, c.Log)
+		}
 	}
 	w.Flush()
 	fmt.Printf(`
-  webhook registration  MutatingWebhookConfiguration %s (every namespace but kube-system and ms2m-system)
+  webhook registration  MutatingWebhookConfiguration %s
   sidecar image         %s
   consumer images       %s, %s
-  Secret %s/ms2m         stream-uri and control-token, which injected sidecars read
+  %s
   checkpoint images     %s
   node agents' token    %s
 
@@ -89,7 +105,7 @@ or by the CLI, with live phases:
 The e2e suite against this cluster:  make e2e KUBECONFIG=%s
 Take it all down:                    go run ./hack/cluster down -state %s
 `,
-		lab.InstalledWebhookConfigName, l.Images["sidecar"], l.Images["consumer"], imageOr(l, "consumer-python"), lab.Namespace,
+		registration, l.Images["sidecar"], l.Images["consumer"], imageOr(l, "consumer-python"), secrets,
 		in.ImageRepo, lab.AgentToken,
 		l.Kubeconfig, example, l.NodeName(1), inject.AnnotationInject, exampleName, exampleName, inject.AnnotationMigrateTo, l.NodeName(2),
 		exampleName, l.NodeName(2),
