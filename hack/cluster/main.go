@@ -21,13 +21,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/e2e/lab"
 )
 
 func main() {
@@ -105,6 +112,9 @@ func status(ctx context.Context, opts cluster.Options) error {
 		}
 		fmt.Fprintf(w, "%s\t%d\t%t\t%s\n", name, c.PID, c.Running, c.Log)
 	}
+	if st.APIReady {
+		chartPods(ctx, w, st.Kubeconfig)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NODE\tIP\tPOD CIDR\tREADY\tCONTAINERD SOCKET\tCHECKPOINTS")
 	for _, n := range st.Nodes {
@@ -115,4 +125,27 @@ func status(ctx context.Context, opts cluster.Options) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.IP, n.PodCIDR, ready, n.ContainerdSock, n.CheckpointDir)
 	}
 	return w.Flush()
+}
+
+// chartPods lists the pods of ms2m's Helm release, when `up --with-ms2m
+// -install chart` (or a user) installed it in lab.ChartNamespace.
+func chartPods(ctx context.Context, w io.Writer, kubeconfig string) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods(lab.ChartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=Helm"})
+	if err != nil || len(pods.Items) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nPOD (ms2m, Helm release %s/%s)\tNODE\tPHASE\tIP\n", lab.ChartNamespace, lab.ChartRelease)
+	for _, p := range pods.Items {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.PodIP)
+	}
 }
