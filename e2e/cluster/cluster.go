@@ -762,7 +762,7 @@ func kubeletArgs(l layout, i int) []string {
 // leaves the kernel's conntrack limits alone (a node shares the host's).
 func kubeProxyArgs(l layout, i int) []string {
 	return []string{
-		"--kubeconfig=" + l.compKubeconfig("kube-proxy"),
+		"--kubeconfig=" + l.compKubeconfig(idKubeProxy.file),
 		"--hostname-override=" + NodeName(i),
 		"--proxy-mode=nftables",
 		"--cluster-cidr=" + podCIDRs,

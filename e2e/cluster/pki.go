@@ -90,10 +90,10 @@ func ensurePKI(l layout, nodes int) error {
 
 	server := fmt.Sprintf("https://%s:%d", HostIP, APIServerPort)
 	kcs := map[string]identity{
-		l.kubeconfig():                  idAdmin,
-		l.compKubeconfig(compKCM):       idKCM,
-		l.compKubeconfig(compScheduler): idScheduler,
-		l.compKubeconfig("kube-proxy"):  idKubeProxy,
+		l.kubeconfig():                     idAdmin,
+		l.compKubeconfig(compKCM):          idKCM,
+		l.compKubeconfig(compScheduler):    idScheduler,
+		l.compKubeconfig(idKubeProxy.file): idKubeProxy,
 	}
 	for i := 1; i <= nodes; i++ {
 		kcs[l.node(i).kubeletKubeconfig()] = idNode(i)

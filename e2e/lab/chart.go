@@ -54,7 +54,7 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := l.uninstallHostProcesses(); err != nil {
+	if err := l.uninstallHostProcesses(ctx); err != nil {
 		return nil, err
 	}
 
@@ -72,7 +72,7 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 		return nil, err
 	}
 	values := filepath.Join(dir, "values.yaml")
-	if err := os.WriteFile(values, []byte(chartValues(l.Cluster.StateDir(), l.Registry)), 0o644); err != nil {
+	if err := os.WriteFile(values, []byte(chartValues(l.Cluster.StateDir(), l.Registry, l.ImageRepo())), 0o644); err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
@@ -106,12 +106,13 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 }
 
 // chartValues are the chart's values for the local cluster under state,
-// with its registry: the images and checkpoint images in that registry
+// with its registry: the images in that registry and checkpoint images in
+// its repository checkpoints,
 // over plain HTTP, workloads in Namespace with the broker Secret and the
 // lab's control token made by the chart, the lab's agent token, and the
 // agent's folders per node ($(NODE_NAME)), since the nodes share this
 // host's filesystem.
-func chartValues(state, registry string) string {
+func chartValues(state, registry, checkpoints string) string {
 	node := filepath.Join(state, "$(NODE_NAME)")
 	return fmt.Sprintf(`# Written by the e2e lab (InstallChart) for the local cluster in %[1]s.
 image:
@@ -145,7 +146,7 @@ agent:
   logLevel: debug
 `, state, registry, chartImageTag, Namespace,
 		fmt.Sprintf("rabbitmq-stream://%s:%s@%s:%d/", BrokerUser, BrokerPassword, cluster.HostIP, cluster.StreamPort),
-		ControlToken, registry+"/ms2m/checkpoints",
+		ControlToken, checkpoints,
 		filepath.Join(node, "kubelet", "checkpoints"), "unix://"+filepath.Join(node, "containerd.sock"),
 		filepath.Join(node, "containerd", "state"), chartAgentTokenSecret)
 }
@@ -196,14 +197,8 @@ func (l *Lab) waitCABundle(ctx context.Context, name string) error {
 // until its pods are gone.
 func (l *Lab) UninstallChart(ctx context.Context) error {
 	helm := filepath.Join(l.Opts.RepoDir, "bin", "helm")
-	out, err := exec.CommandContext(ctx, helm, "status", ChartRelease, "--namespace", ChartNamespace, "--kubeconfig", l.Kubeconfig).CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "not found") {
-			return nil
-		}
-		return fmt.Errorf("helm status %s: %v\n%s", ChartRelease, err, out)
-	}
-	if err := l.run(ctx, helm, "uninstall", ChartRelease, "--namespace", ChartNamespace, "--kubeconfig", l.Kubeconfig, "--wait", "--timeout", "2m"); err != nil {
+	if err := l.run(ctx, helm, "uninstall", ChartRelease, "--namespace", ChartNamespace, "--kubeconfig", l.Kubeconfig,
+		"--ignore-not-found", "--wait", "--timeout", "2m"); err != nil {
 		return err
 	}
 	l.chart = false
@@ -212,7 +207,7 @@ func (l *Lab) UninstallChart(ctx context.Context) error {
 
 // uninstallHostProcesses stops what Install started and removes its
 // webhook registration.
-func (l *Lab) uninstallHostProcesses() error {
+func (l *Lab) uninstallHostProcesses(ctx context.Context) error {
 	names := []string{addonWebhook, addonController}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
 		names = append(names, addonAgent(i))
@@ -222,7 +217,7 @@ func (l *Lab) uninstallHostProcesses() error {
 			return fmt.Errorf("stop %s: %w", n, err)
 		}
 	}
-	if l.chartInstalled(context.Background()) {
+	if l.chartInstalled(ctx) {
 		return nil // the registration of the same name is the chart's
 	}
 	return l.deleteWebhookConfig(InstalledWebhookConfigName)
@@ -242,16 +237,7 @@ func (l *Lab) run(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = l.Opts.RepoDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, tail2(string(out), 40))
+		return fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, lastLines(string(out), 40))
 	}
 	return nil
-}
-
-// tail2 is the last n lines of s.
-func tail2(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -88,12 +87,10 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 			return nil, fmt.Errorf("uninstall the chart first: %w", err)
 		}
 	}
-	in := &Installed{ImageRepo: l.Cluster.RegistryAddr() + "/ms2m/checkpoints"}
+	in := &Installed{ImageRepo: l.ImageRepo()}
 	migrator := filepath.Join(dir, "migrator")
-	build := exec.CommandContext(ctx, "go", "build", "-o", migrator, "./cmd/migrator")
-	build.Dir = l.Opts.RepoDir
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build cmd/migrator: %v\n%s", err, out)
+	if err := l.run(ctx, "go", "build", "-o", migrator, "./cmd/migrator"); err != nil {
+		return nil, err
 	}
 	started := func(name string, pid int, log, addr string) {
 		in.Components = append(in.Components, InstalledComponent{Name: name, PID: pid, Log: log, Addr: addr})

@@ -67,8 +67,8 @@ func (w *Webhook) PID() int { return w.cmd.Process.Pid }
 
 // WebhookRunning reports whether the lab's webhook runs, or the lab is on
 // an external cluster with ms2m installed, or InstallChart installed it:
-// then the webhook, not Admit,
-// injects pods and turns migration targets into restores.
+// then the webhook, not Admit, injects pods and turns migration targets
+// into restores.
 func (l *Lab) WebhookRunning() bool {
 	if l.External || l.chart {
 		return true
@@ -434,7 +434,12 @@ func tail(path string, n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return lastLines(string(b), n)
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
