@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Run is one migration's figures, in seconds.
@@ -137,9 +139,9 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		return nil, err
 	}
 	var files []string
-	save := func(p *plot.Plot, name string, w vg.Length) error {
+	save := func(name string, w vg.Length, panels ...*plot.Plot) error {
 		path := filepath.Join(dir, name)
-		if err := p.Save(w, 10*vg.Centimeter, path); err != nil {
+		if err := savePanels(path, w, 10*vg.Centimeter, panels); err != nil {
 			return fmt.Errorf("draw %s: %w", path, err)
 		}
 		files = append(files, path)
@@ -149,11 +151,11 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if len(Series(runs, s, Total)) == 0 {
 			continue
 		}
-		p, err := timePlot(runs, s)
+		total, down, err := timePlots(runs, s)
 		if err != nil {
 			return files, err
 		}
-		if err := save(p, TimeFile(s), 14*vg.Centimeter); err != nil {
+		if err := save(TimeFile(s), 14*vg.Centimeter, total, down); err != nil {
 			return files, err
 		}
 	}
@@ -161,11 +163,11 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if !slices.ContainsFunc(runs, func(r Run) bool { return r.Rate == rate }) {
 			continue
 		}
-		p, err := ratePlot(runs, rate, o.Strategies)
+		total, down, err := ratePlots(runs, rate, o.Strategies)
 		if err != nil {
 			return files, err
 		}
-		if err := save(p, RateFile(rate), 18*vg.Centimeter); err != nil {
+		if err := save(RateFile(rate), 18*vg.Centimeter, total, down); err != nil {
 			return files, err
 		}
 	}
@@ -182,63 +184,177 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if err != nil {
 			return files, err
 		}
-		if err := save(p, PhaseFile(s), 14*vg.Centimeter); err != nil {
+		if err := save(PhaseFile(s), 14*vg.Centimeter, p); err != nil {
 			return files, err
 		}
 	}
 	return files, nil
 }
 
-// timePlot is one strategy's total time and downtime against the rate,
+// savePanels draws panels one above the other, each width × height, into
+// the PNG file path.
+func savePanels(path string, width, height vg.Length, panels []*plot.Plot) error {
+	img := vgimg.New(width, height*vg.Length(len(panels)))
+	dc := draw.New(img)
+	rows := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4, PadY: vg.Millimeter * 6}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, p := range panels {
+		p.Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// The two metrics differ by up to three orders of magnitude (seconds of
+// migration, milliseconds of downtime), so each figure draws them in
+// panels of their own: total time in seconds above, downtime in
+// milliseconds below.
+var (
+	totalAxis    = axis{label: "total migration time (s)", scale: 1, color: 0}
+	downtimeAxis = axis{label: "downtime (ms)", scale: 1000, color: 1}
+)
+
+type axis struct {
+	label string
+	scale float64 // from seconds
+	color int
+}
+
+// timePlots are one strategy's total time and downtime against the rate,
 // means with min-max bars (the paper's Figs 5-8).
-func timePlot(runs []Run, strategy string) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = strategy + ": migration time and downtime"
-	p.X.Label.Text = "message rate λ (msg/s)"
-	p.Y.Label.Text = "seconds (mean, min-max)"
-	p.Legend.Top = true
-	p.Legend.Left = true
-	for i, m := range []Metric{Total, Downtime} {
-		pts := errPoints(Series(runs, strategy, m))
+func timePlots(runs []Run, strategy string) (total, downtime *plot.Plot, err error) {
+	panel := func(m Metric, a axis, title string) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.X.Label.Text = "message rate λ (msg/s)"
+		p.Y.Label.Text = a.label + ", mean and min-max"
+		pts := errPoints(scaled(Series(runs, strategy, m), a.scale))
 		line, dots, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return nil, err
 		}
-		line.Color, dots.Color = plotutil.Color(i), plotutil.Color(i)
-		dots.Shape = plotutil.Shape(i)
+		line.Color, dots.Color = plotutil.Color(a.color), plotutil.Color(a.color)
+		dots.Shape = plotutil.Shape(a.color)
 		bars, err := plotter.NewYErrorBars(pts)
 		if err != nil {
 			return nil, err
 		}
-		bars.Color = plotutil.Color(i)
-		p.Add(line, dots, bars)
-		p.Legend.Add(m.String(), line, dots)
+		bars.Color = plotutil.Color(a.color)
+		p.Add(line, dots, bars, plotter.NewGrid())
+		p.X.Tick.Marker, p.Y.Tick.Marker = roundTicks{}, roundTicks{}
+		p.Y.Min = 0
+		return p, nil
 	}
-	p.Y.Min = 0
-	return p, nil
+	if total, err = panel(Total, totalAxis, strategy+": migration time and downtime"); err != nil {
+		return nil, nil, err
+	}
+	downtime, err = panel(Downtime, downtimeAxis, "")
+	return total, downtime, err
 }
 
-// ratePlot is every strategy's mean total time and downtime at one rate
+// ratePlots are every strategy's mean total time and downtime at one rate
 // (the paper's Figs 9-11).
-func ratePlot(runs []Run, rate float64, strategies []string) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = "strategies at λ = " + fmtRate(rate) + " msg/s"
-	p.Y.Label.Text = "seconds (mean)"
-	p.Legend.Top = true
-	w := vg.Points(18)
-	for i, m := range []Metric{Total, Downtime} {
-		b, err := plotter.NewBarChart(plotter.Values(Bars(runs, rate, strategies, m)), w)
+func ratePlots(runs []Run, rate float64, strategies []string) (total, downtime *plot.Plot, err error) {
+	panel := func(m Metric, a axis, title string) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = a.label + ", mean"
+		vs := Bars(runs, rate, strategies, m)
+		for i := range vs {
+			vs[i] *= a.scale
+		}
+		b, err := plotter.NewBarChart(plotter.Values(vs), vg.Points(24))
 		if err != nil {
 			return nil, err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = plotutil.Color(a.color)
 		b.LineStyle.Width = 0
-		b.Offset = vg.Length(2*i-1) * w / 2
-		p.Add(b)
-		p.Legend.Add(m.String(), b)
+		// Each bar carries its value: a downtime of milliseconds beside
+		// one of seconds is too short to read off the axis.
+		var xys plotter.XYs
+		var texts []string
+		top := 0.0
+		for i, v := range vs {
+			xys = append(xys, plotter.XY{X: float64(i), Y: v})
+			texts = append(texts, valueLabel(v))
+			top = max(top, v)
+		}
+		labels, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: texts})
+		if err != nil {
+			return nil, err
+		}
+		for i := range labels.TextStyle {
+			labels.TextStyle[i].XAlign = draw.XCenter
+		}
+		labels.Offset = vg.Point{Y: vg.Points(2)}
+		p.Add(b, labels)
+		p.NominalX(strategies...)
+		p.X.Min, p.X.Max = -0.6, float64(len(strategies))-0.4
+		p.Y.Tick.Marker = roundTicks{}
+		p.Y.Min, p.Y.Max = 0, 1.15*top
+		return p, nil
 	}
-	p.NominalX(strategies...)
-	return p, nil
+	if total, err = panel(Total, totalAxis, "strategies at λ = "+fmtRate(rate)+" msg/s"); err != nil {
+		return nil, nil, err
+	}
+	downtime, err = panel(Downtime, downtimeAxis, "")
+	return total, downtime, err
+}
+
+// roundTicks labels an axis every 1, 2 or 5 times a power of ten, with
+// no more than 10 labels and no trailing zeros.
+type roundTicks struct{}
+
+func (roundTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: valueLabel(lo)}}
+	}
+	step := math.Pow(10, math.Floor(math.Log10((hi-lo)/10)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if (hi-lo)/(step*m) <= 10 {
+			step *= m
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
+		v = math.Round(v/step) * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: valueLabel(v)})
+	}
+	return ticks
+}
+
+// valueLabel is v with at most three significant digits after the
+// point, and none that are zero.
+func valueLabel(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 100 || a == 0:
+		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+	case a >= 10:
+		return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+	default:
+		return strconv.FormatFloat(v, 'g', 3, 64)
+	}
+}
+
+// scaled is pts with every value multiplied by f.
+func scaled(pts []Point, f float64) []Point {
+	out := make([]Point, len(pts))
+	for i, p := range pts {
+		out[i] = Point{Rate: p.Rate, Mean: p.Mean * f, Min: p.Min * f, Max: p.Max * f, N: p.N}
+	}
+	return out
 }
 
 // phasePlot is one strategy's phases stacked per rate (the paper's Figs
@@ -265,10 +381,19 @@ func phasePlot(strategy string, rates []float64, means [][]float64, groups []str
 		p.Legend.Add(name, b)
 	}
 	labels := make([]string, len(rates))
+	top := 0.0
 	for i, r := range rates {
 		labels[i] = fmtRate(r)
+		sum := 0.0
+		for g := range groups {
+			sum += means[g][i]
+		}
+		top = max(top, sum)
 	}
 	p.NominalX(labels...)
+	p.Y.Tick.Marker = roundTicks{}
+	// Room above the tallest bar for the legend.
+	p.Y.Min, p.Y.Max = 0, top*(1.1+0.07*float64(len(groups)))
 	return p, nil
 }
 

@@ -83,6 +83,7 @@ func TestWrite(t *testing.T) {
 	if diff := cmp.Diff(want, files); diff != "" {
 		t.Fatalf("files (-want +got):\n%s", diff)
 	}
+	heights := map[string]int{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -99,6 +100,35 @@ func TestWrite(t *testing.T) {
 		}
 		if r := img.Bounds(); r.Dx() < 100 || r.Dy() < 100 {
 			t.Errorf("%s is %dx%d pixels, want a real figure", f, r.Dx(), r.Dy())
+		}
+		heights[filepath.Base(f)] = img.Bounds().Dy()
+	}
+	// Time and downtime differ by orders of magnitude: the time and rate
+	// figures have a panel for each, the phase figures one.
+	one := heights[PhaseFile("ms2m")]
+	for _, f := range []string{TimeFile("ms2m"), RateFile(16)} {
+		if h := heights[f]; h != 2*one {
+			t.Errorf("%s is %d pixels high, want two panels of %d", f, h, one)
+		}
+	}
+}
+
+func TestRoundTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{1, 19, []string{"2", "4", "6", "8", "10", "12", "14", "16", "18"}},
+		{0, 78, []string{"0", "10", "20", "30", "40", "50", "60", "70"}},
+		{0, 2900, []string{"0", "500", "1000", "1500", "2000", "2500"}},
+		{0, 0.03, []string{"0", "0.005", "0.01", "0.015", "0.02", "0.025", "0.03"}},
+	} {
+		var got []string
+		for _, tk := range (roundTicks{}).Ticks(c.lo, c.hi) {
+			got = append(got, tk.Label)
+		}
+		if diff := cmp.Diff(c.want, got); diff != "" {
+			t.Errorf("ticks of %g..%g (-want +got):\n%s", c.lo, c.hi, diff)
 		}
 	}
 }
