@@ -241,7 +241,9 @@ func (b *bench) teedIDs() uint64 {
 
 // gateWaits reads the sidecar's ms2m_sidecar_ack_gate_wait_seconds
 // histogram from its control API: how many app acks have had to wait for
-// their deliveries to be durable in the replay log, and for how long in all.
+// their deliveries to be durable in the replay log, and for how long in all;
+// how many writes the log has had, with how many records; and how many acks
+// went upstream inside a later cumulative ack.
 func (b *bench) gateWaits(ctx context.Context) (gateWait, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+b.sc.ControlAddr()+"/metrics", nil)
 	if err != nil {
@@ -263,6 +265,12 @@ func (b *bench) gateWaits(ctx context.Context) (gateWait, error) {
 			g.AcksWaited = uint64(v)
 		case "ms2m_sidecar_ack_gate_wait_seconds_sum":
 			g.WaitSeconds = v
+		case "ms2m_sidecar_log_writes_total":
+			g.LogWrites = uint64(v)
+		case "ms2m_sidecar_log_records_written_total":
+			g.LogRecords = uint64(v)
+		case "ms2m_sidecar_acks_coalesced_total":
+			g.AcksCoalesced = uint64(v)
 		}
 	}
 	return g, sc.Err()

@@ -501,7 +501,7 @@ func joinRatios(direct, sidecar []float64) string {
 func joinGateWaits(gws []gateWait, n int) string {
 	parts := make([]string, len(gws))
 	for i, g := range gws {
-		parts[i] = fmt.Sprintf("%s (mean %s ms)", pct(float64(g.AcksWaited)/float64(n)), fmtMs(g.meanMs()))
+		parts[i] = fmt.Sprintf("%s (mean %s ms; %.1f records per log write; %s of acks coalesced)", pct(float64(g.AcksWaited)/float64(n)), fmtMs(g.meanMs()), g.recordsPerWrite(), pct(float64(g.AcksCoalesced)/float64(n)))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -30,7 +30,9 @@ func (b *bench) throughput(ctx context.Context, prefetch, n int) (throughputResu
 				res.DirectMsgsPerSec = append(res.DirectMsgsPerSec, rate)
 			} else {
 				progress("  done", "msgs_per_s", fmt.Sprintf("%.0f", rate),
-					"acks_that_waited_for_the_log", pct(float64(gw.AcksWaited)/float64(n)), "mean_wait_ms", fmtMs(gw.meanMs()))
+					"acks_that_waited_for_the_log", pct(float64(gw.AcksWaited)/float64(n)), "mean_wait_ms", fmtMs(gw.meanMs()),
+					"log_writes", gw.LogWrites, "records_per_write", fmt.Sprintf("%.1f", gw.recordsPerWrite()),
+					"acks_coalesced", pct(float64(gw.AcksCoalesced)/float64(n)))
 				res.SidecarMsgsPerSec = append(res.SidecarMsgsPerSec, rate)
 				res.SidecarGateWaits = append(res.SidecarGateWaits, gw)
 			}
@@ -81,16 +83,33 @@ func (b *bench) throughputRun(ctx context.Context, p path, prefetch, n int) (flo
 		if err != nil {
 			return 0, gateWait{}, err
 		}
-		gw = gateWait{AcksWaited: after.AcksWaited - gwBefore.AcksWaited, WaitSeconds: after.WaitSeconds - gwBefore.WaitSeconds}
+		gw = gateWait{AcksWaited: after.AcksWaited - gwBefore.AcksWaited, WaitSeconds: after.WaitSeconds - gwBefore.WaitSeconds,
+			LogWrites: after.LogWrites - gwBefore.LogWrites, LogRecords: after.LogRecords - gwBefore.LogRecords,
+			AcksCoalesced: after.AcksCoalesced - gwBefore.AcksCoalesced}
 	}
 	return float64(n) / elapsed.Seconds(), gw, nil
 }
 
 // gateWait is how many app acks the sidecar held until the replay log
-// confirmed their deliveries, and their total wait.
+// confirmed their deliveries, and their total wait; and the writes to the
+// log and the records they carried (the broker's work for the log is per
+// write).
 type gateWait struct {
 	AcksWaited  uint64  `json:"acksWaited"`
 	WaitSeconds float64 `json:"waitSeconds"`
+	LogWrites   uint64  `json:"logWrites"`
+	LogRecords  uint64  `json:"logRecords"`
+	// AcksCoalesced is the app acks that went upstream inside a later
+	// cumulative ack.
+	AcksCoalesced uint64 `json:"acksCoalesced"`
+}
+
+// recordsPerWrite is the mean batch the log was written in.
+func (g gateWait) recordsPerWrite() float64 {
+	if g.LogWrites == 0 {
+		return 0
+	}
+	return float64(g.LogRecords) / float64(g.LogWrites)
 }
 
 func (g gateWait) meanMs() float64 {

@@ -22,7 +22,13 @@ type segment struct {
 	raw   []byte
 	gated bool
 	gate  shadowqueue.Ticket
+	// tail is set when raw ends with a cumulative ack, which a following
+	// ack on the same channel may absorb (coalesce.go).
+	tail cumAck
 }
+
+// onlyAck reports whether the segment is one cumulative ack and nothing else.
+func (s *segment) onlyAck() bool { return s.tail.last(s.raw) && s.tail.start == 0 }
 
 // conn is one app connection and its broker connection.
 type conn struct {
@@ -151,7 +157,8 @@ func (c *conn) push(s segment) {
 func (c *conn) writeUp(ctx context.Context) {
 	broken := false
 	var buf []byte
-	done := 0 // segments in buf
+	var tail cumAck // a cumulative ack that ends buf
+	done := 0       // segments in buf
 	flush := func() {
 		if len(buf) > 0 && !broken {
 			c.upMu.Lock()
@@ -162,7 +169,7 @@ func (c *conn) writeUp(ctx context.Context) {
 				c.abort()
 			}
 		}
-		buf = buf[:0]
+		buf, tail = buf[:0], cumAck{}
 		c.queued.Add(int64(-done))
 		done = 0
 	}
@@ -178,7 +185,7 @@ func (c *conn) writeUp(ctx context.Context) {
 				}
 				c.p.opts.Metrics.gateWaits.Observe(time.Since(start).Seconds())
 			}
-			buf = append(buf, s.raw...)
+			buf = c.appendSegment(buf, &tail, &s)
 			done++
 			if s.gated {
 				c.gated.Add(-1)
@@ -198,6 +205,27 @@ func (c *conn) writeUp(ctx context.Context) {
 		}
 		flush()
 	}
+}
+
+// appendSegment appends s to buf, the bytes about to go upstream. A segment
+// that is one cumulative ack absorbs one that ends buf on the same channel.
+func (c *conn) appendSegment(buf []byte, tail *cumAck, s *segment) []byte {
+	if s.onlyAck() {
+		buf, merged := appendAck(buf, tail, s.tail.ch, s.tail.tag, s.raw, true)
+		if merged {
+			c.p.opts.Metrics.acksCoalesced.Inc()
+		}
+		return buf
+	}
+	start := len(buf)
+	buf = append(buf, s.raw...)
+	*tail = cumAck{}
+	if s.tail.last(s.raw) {
+		*tail = s.tail
+		tail.start += start
+		tail.end += start
+	}
+	return buf
 }
 
 // pumpUp reads the app's frames, settles acks and queues the frames for the

@@ -182,7 +182,14 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 				return &amqpwire.BasicAck{DeliveryTag: up, Multiple: m.Multiple}
 			}), nil
 		}
-		c.settle(ch, seg, m.DeliveryTag, m.Multiple, true)
+		if covered := c.settle(ch, seg, m.DeliveryTag, m.Multiple, true); len(covered) > 0 && c.cumulative(ch, m.DeliveryTag) {
+			var merged bool
+			seg.raw, merged = appendAck(seg.raw, &seg.tail, f.Channel, m.DeliveryTag, f.Raw, true)
+			if merged {
+				c.p.opts.Metrics.acksCoalesced.Inc()
+			}
+			return nil, nil
+		}
 	case mBasicNack:
 		m, err := decode[*amqpwire.BasicNack](f.Payload)
 		if err != nil {

@@ -15,6 +15,7 @@ type Metrics struct {
 	suppressed           *prometheus.CounterVec
 	pubChecked           prometheus.Counter
 	pubMismatches        prometheus.Counter
+	acksCoalesced        prometheus.Counter
 }
 
 // NewMetrics makes the proxy's metrics and registers them with reg, unless
@@ -56,10 +57,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pubMismatches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ms2m_sidecar_publish_mismatches_total", Help: "Replayed deliveries for which the app published differently than on the source: a sign of a non-deterministic app.",
 		}),
+		acksCoalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_acks_coalesced_total", Help: "App acks that went upstream inside a later cumulative ack (basic.ack multiple=true) instead of on their own.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed, m.pubChecked, m.pubMismatches)
+			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
 	}
 	return m
 }

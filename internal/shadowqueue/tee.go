@@ -33,6 +33,8 @@ type TeeStatus struct {
 	Degraded    bool   `json:"degraded"`            // the last write to the log failed
 	LastError   string `json:"lastError,omitempty"` // the last write error
 	Epoch       uint64 `json:"epoch"`               // epoch of the last marker written
+	Writes      uint64 `json:"writes"`              // log writes confirmed since start
+	Written     uint64 `json:"written"`             // records in those writes
 }
 
 // Tee numbers deliveries and writes them to a Log, in order.
@@ -51,6 +53,8 @@ type Tee struct {
 	durableID uint64   // last delivery ID that is durable
 	degraded  bool
 	lastErr   string
+	writes    uint64        // confirmed Log.Write calls
+	written   uint64        // records in them
 	wake      chan struct{} // closed when records are queued
 	advanced  chan struct{} // closed when durableTk grows
 }
@@ -185,6 +189,8 @@ func (t *Tee) Status() TeeStatus {
 		Degraded:    t.degraded,
 		LastError:   t.lastErr,
 		Epoch:       t.epoch,
+		Writes:      t.writes,
+		Written:     t.written,
 	}
 }
 
@@ -224,6 +230,8 @@ func (t *Tee) Run(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		t.inflight = 0
+		t.writes++
+		t.written += uint64(n)
 		t.durableTk = lastTk + 1
 		if lastID > 0 {
 			t.durableID = lastID

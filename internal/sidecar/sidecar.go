@@ -228,7 +228,12 @@ func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
 	gauge := func(name, help string, f func(shadowqueue.TeeStatus) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.tee.Status()) })
 	}
+	counter := func(name, help string, f func(shadowqueue.TeeStatus) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(s.tee.Status())) })
+	}
 	reg.MustRegister(
+		counter("ms2m_sidecar_log_writes_total", "Writes to the replay log that the broker confirmed; each carries one batch of records.", func(t shadowqueue.TeeStatus) uint64 { return t.Writes }),
+		counter("ms2m_sidecar_log_records_written_total", "Records in the confirmed writes to the replay log (records per write = this / ms2m_sidecar_log_writes_total).", func(t shadowqueue.TeeStatus) uint64 { return t.Written }),
 		gauge("ms2m_sidecar_log_last_id", "Last delivery ID assigned.", func(t shadowqueue.TeeStatus) float64 { return float64(t.LastID) }),
 		gauge("ms2m_sidecar_log_confirmed_id", "Last delivery ID durable in the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.ConfirmedID) }),
 		gauge("ms2m_sidecar_log_pending_records", "Records not yet confirmed by the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.Pending) }),
