@@ -120,7 +120,7 @@ func TestUnackedUpTo(t *testing.T) {
 		tag  uint64
 		want bool
 	}{
-		"nothing unsettled below":         {ch: base, tag: 4, want: false},
+		"nothing unsettled below":          {ch: base, tag: 4, want: false},
 		"an unsettled delivery at the tag": {ch: base, tag: 5, want: true},
 		"an unsettled delivery below":      {ch: base, tag: 6, want: true},
 		"a held delivery below": {ch: func() *channel {
