@@ -36,7 +36,7 @@ func (b *bench) replayThroughput(ctx context.Context, m int) (*replayResult, err
 		for _, p := range []path{direct, viaReplay} {
 			progress("replay throughput", "round", fmt.Sprintf("%d/%d", r, b.o.rounds), "path", p, "messages", m)
 			if p == direct {
-				rate, _, err := b.throughputRun(ctx, direct, replayPrefetch, m)
+				rate, _, _, err := b.throughputRun(ctx, direct, replayPrefetch, m)
 				if err != nil {
 					return nil, fmt.Errorf("replay throughput, round %d, direct: %w", r, err)
 				}

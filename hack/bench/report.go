@@ -79,6 +79,11 @@ type throughputResult struct {
 	// SidecarGateWaits is, per sidecar round, how many acks the sidecar
 	// held for the replay log, and how long.
 	SidecarGateWaits []gateWait `json:"sidecarGateWaits"`
+	// DirectBrokerUsPerMsg and SidecarBrokerUsPerMsg are, per round, the
+	// broker's CPU time per message over the drain, in µs (empty or 0 when
+	// the broker is not a local process).
+	DirectBrokerUsPerMsg  []float64 `json:"directBrokerUsPerMsg,omitempty"`
+	SidecarBrokerUsPerMsg []float64 `json:"sidecarBrokerUsPerMsg,omitempty"`
 }
 
 type latencyResult struct {
@@ -344,6 +349,10 @@ func markdownOverhead(w func(string, ...any), res results) {
 		w("- Throughput, prefetch %d (msg/s): direct %s; sidecar %s; sidecar/direct within each round %s. Acks the sidecar held for the replay log: %s\n",
 			t.Prefetch, joinRates(t.DirectMsgsPerSec), joinRates(t.SidecarMsgsPerSec), joinRatios(t.DirectMsgsPerSec, t.SidecarMsgsPerSec),
 			joinGateWaits(t.SidecarGateWaits, t.Messages))
+		if len(t.DirectBrokerUsPerMsg) > 0 && t.DirectBrokerUsPerMsg[0] > 0 {
+			w("- Broker CPU per message over the drain, prefetch %d (µs): direct %s; sidecar %s\n",
+				t.Prefetch, joinFloats(t.DirectBrokerUsPerMsg), joinFloats(t.SidecarBrokerUsPerMsg))
+		}
 	}
 	if l := res.Latency; l != nil {
 		w("- Latency p50/p99/max (ms): direct %s; sidecar %s (%s samples per path)\n",
@@ -502,6 +511,14 @@ func joinGateWaits(gws []gateWait, n int) string {
 	parts := make([]string, len(gws))
 	for i, g := range gws {
 		parts[i] = fmt.Sprintf("%s (mean %s ms; %.1f records per log write; %s of acks coalesced)", pct(float64(g.AcksWaited)/float64(n)), fmtMs(g.meanMs()), g.recordsPerWrite(), pct(float64(g.AcksCoalesced)/float64(n)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinFloats(fs []float64) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = fmt.Sprintf("%.1f", f)
 	}
 	return strings.Join(parts, ", ")
 }

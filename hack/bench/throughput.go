@@ -21,15 +21,17 @@ func (b *bench) throughput(ctx context.Context, prefetch, n int) (throughputResu
 	for r := 1; r <= b.o.rounds; r++ {
 		for _, p := range paths {
 			progress("consumer throughput", "prefetch", prefetch, "round", fmt.Sprintf("%d/%d", r, b.o.rounds), "path", p, "messages", n)
-			rate, gw, err := b.throughputRun(ctx, p, prefetch, n)
+			rate, gw, brokerUs, err := b.throughputRun(ctx, p, prefetch, n)
 			if err != nil {
 				return res, fmt.Errorf("consumer throughput at prefetch %d, round %d, %s: %w", prefetch, r, p, err)
 			}
 			if p == direct {
-				progress("  done", "msgs_per_s", fmt.Sprintf("%.0f", rate))
+				progress("  done", "msgs_per_s", fmt.Sprintf("%.0f", rate), "broker_cpu_us_per_msg", fmt.Sprintf("%.1f", brokerUs))
 				res.DirectMsgsPerSec = append(res.DirectMsgsPerSec, rate)
+				res.DirectBrokerUsPerMsg = append(res.DirectBrokerUsPerMsg, brokerUs)
 			} else {
-				progress("  done", "msgs_per_s", fmt.Sprintf("%.0f", rate),
+				res.SidecarBrokerUsPerMsg = append(res.SidecarBrokerUsPerMsg, brokerUs)
+				progress("  done", "msgs_per_s", fmt.Sprintf("%.0f", rate), "broker_cpu_us_per_msg", fmt.Sprintf("%.1f", brokerUs),
 					"acks_that_waited_for_the_log", pct(float64(gw.AcksWaited)/float64(n)), "mean_wait_ms", fmtMs(gw.meanMs()),
 					"log_writes", gw.LogWrites, "records_per_write", fmt.Sprintf("%.1f", gw.recordsPerWrite()),
 					"acks_coalesced", pct(float64(gw.AcksCoalesced)/float64(n)))
@@ -46,48 +48,55 @@ func (b *bench) throughput(ctx context.Context, prefetch, n int) (throughputResu
 
 // throughputRun pre-fills a fresh queue with n messages straight to the
 // broker, then times one consumer on path p draining it, and returns its
-// messages per second. The clock runs from basic.consume to the ack of the
-// last message. Afterwards it checks that every ack reached the broker and,
+// messages per second and the broker's CPU time per message over the drain
+// (0 if the broker is not a local process). The clock runs from
+// basic.consume to the ack of the last message. Afterwards it checks that every ack reached the broker and,
 // through the sidecar, that every delivery was teed; for the sidecar it
 // also returns how many acks had to wait for the replay log.
-func (b *bench) throughputRun(ctx context.Context, p path, prefetch, n int) (float64, gateWait, error) {
+func (b *bench) throughputRun(ctx context.Context, p path, prefetch, n int) (float64, gateWait, float64, error) {
 	q, err := b.newQueue()
 	if err != nil {
-		return 0, gateWait{}, err
+		return 0, gateWait{}, 0, err
 	}
 	defer b.deleteQueue(q)
 	if err := b.fill(ctx, q, n, bytes.Repeat([]byte("x"), throughputBody)); err != nil {
-		return 0, gateWait{}, err
+		return 0, gateWait{}, 0, err
 	}
 	var teedBefore uint64
 	var gwBefore gateWait
 	if p == viaSidecar {
 		teedBefore = b.teedIDs()
 		if gwBefore, err = b.gateWaits(ctx); err != nil {
-			return 0, gateWait{}, err
+			return 0, gateWait{}, 0, err
 		}
 	}
+	cpu0, cpuOK := brokerCPU()
 	elapsed, err := drain(ctx, b.url(p), q, prefetch, n)
+	cpu1, _ := brokerCPU()
 	if err != nil {
-		return 0, gateWait{}, err
+		return 0, gateWait{}, 0, err
 	}
 	if err := b.waitDrained(ctx, q); err != nil {
-		return 0, gateWait{}, err
+		return 0, gateWait{}, 0, err
 	}
 	var gw gateWait
 	if p == viaSidecar {
 		if teed := b.teedIDs() - teedBefore; teed != uint64(n) {
-			return 0, gateWait{}, fmt.Errorf("the sidecar teed %d deliveries into the replay log, want %d", teed, n)
+			return 0, gateWait{}, 0, fmt.Errorf("the sidecar teed %d deliveries into the replay log, want %d", teed, n)
 		}
 		after, err := b.gateWaits(ctx)
 		if err != nil {
-			return 0, gateWait{}, err
+			return 0, gateWait{}, 0, err
 		}
 		gw = gateWait{AcksWaited: after.AcksWaited - gwBefore.AcksWaited, WaitSeconds: after.WaitSeconds - gwBefore.WaitSeconds,
 			LogWrites: after.LogWrites - gwBefore.LogWrites, LogRecords: after.LogRecords - gwBefore.LogRecords,
 			AcksCoalesced: after.AcksCoalesced - gwBefore.AcksCoalesced}
 	}
-	return float64(n) / elapsed.Seconds(), gw, nil
+	brokerUs := 0.0
+	if cpuOK {
+		brokerUs = (cpu1 - cpu0) * 1e6 / float64(n)
+	}
+	return float64(n) / elapsed.Seconds(), gw, brokerUs, nil
 }
 
 // gateWait is how many app acks the sidecar held until the replay log
