@@ -7,9 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/ms2m/ms2m/internal/shadowqueue"
-	"github.com/ms2m/ms2m/internal/sidecar"
 )
 
 // TestAcksCoalesceExactly: acks that pile up behind a slow replay log go
@@ -20,12 +17,7 @@ import (
 // ack over 8 would have lost it.
 func TestAcksCoalesceExactly(t *testing.T) {
 	e := newEnv(t)
-	tp := &tap{}
-	slow := &slowLog{delay: 100 * time.Millisecond, confirmed: map[uint64]time.Time{}}
-	e.start(sidecar.Options{
-		Dial:    tp.dial,
-		WrapLog: func(l shadowqueue.Log) shadowqueue.Log { slow.Log = l; return slow },
-	})
+	tp, _ := e.startTapped(100 * time.Millisecond)
 	q := e.queue()
 	const n = 20
 	e.publish(q, bodies("c", n)...)
@@ -86,25 +78,13 @@ func TestAcksCoalesceExactly(t *testing.T) {
 	if err := ch.Close(); err != nil {
 		t.Fatal(err)
 	}
-	direct := e.direct()
 	var back []string
 	testenvEventually(t, func() bool {
-		for {
-			d, ok, err := direct.Get(q, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-			back = append(back, string(d.Body))
-		}
+		back = append(back, e.drainQueue(q)...)
 		return len(back) >= 2
 	})
-	time.Sleep(200 * time.Millisecond)
-	if d, ok, _ := direct.Get(q, true); ok {
-		back = append(back, string(d.Body))
-	}
+	time.Sleep(200 * time.Millisecond) // nothing more may come back
+	back = append(back, e.drainQueue(q)...)
 	if diff := cmp.Diff([]string{"c-8", "c-15"}, back); diff != "" {
 		t.Errorf("messages the broker gave back when the channel closed (-want +got):\n%s", diff)
 	}

@@ -307,6 +307,37 @@ func (c *tapConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// drainQueue takes every message ready in queue, straight from the broker,
+// and returns their bodies in order.
+func (e *env) drainQueue(queue string) []string {
+	e.t.Helper()
+	ch := e.direct()
+	var out []string
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			e.t.Fatalf("get from %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, string(d.Body))
+	}
+}
+
+// startTapped starts a sidecar whose broker connections are tapped for the
+// acks that go upstream, and whose log is a slowLog that delays each write
+// by delay.
+func (e *env) startTapped(delay time.Duration) (*tap, *slowLog) {
+	tp := &tap{}
+	slow := &slowLog{delay: delay, confirmed: map[uint64]time.Time{}}
+	e.start(sidecar.Options{
+		Dial:    tp.dial,
+		WrapLog: func(l shadowqueue.Log) shadowqueue.Log { slow.Log = l; return slow },
+	})
+	return tp, slow
+}
+
 // slowLog delays each write, can be made to fail, and remembers when each
 // delivery ID was confirmed.
 type slowLog struct {

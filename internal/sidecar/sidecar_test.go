@@ -245,12 +245,7 @@ func testenvEventually(t *testing.T, cond func() bool) {
 // deliveries it covers.
 func TestAckWaitsForLog(t *testing.T) {
 	e := newEnv(t)
-	tp := &tap{}
-	slow := &slowLog{delay: 150 * time.Millisecond, confirmed: map[uint64]time.Time{}}
-	e.start(sidecar.Options{
-		Dial:    tp.dial,
-		WrapLog: func(l shadowqueue.Log) shadowqueue.Log { slow.Log = l; return slow },
-	})
+	tp, slow := e.startTapped(150 * time.Millisecond)
 	q := e.queue()
 	const n = 30
 	e.publish(q, bodies("s", n)...)
@@ -280,12 +275,7 @@ func TestAckWaitsForLog(t *testing.T) {
 // through once the log is back.
 func TestLogOutageHoldsAcks(t *testing.T) {
 	e := newEnv(t)
-	tp := &tap{}
-	slow := &slowLog{confirmed: map[uint64]time.Time{}}
-	e.start(sidecar.Options{
-		Dial:    tp.dial,
-		WrapLog: func(l shadowqueue.Log) shadowqueue.Log { slow.Log = l; return slow },
-	})
+	tp, slow := e.startTapped(0)
 	q := e.queue()
 	e.publish(q, "o-1")
 	ch, _ := e.dial(amqp.Config{}).Channel()
@@ -444,18 +434,7 @@ func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
 	}
 
 	// The broker holds exactly the rest, in order.
-	direct := e.direct()
-	var rest []string
-	for {
-		d, ok, err := direct.Get(q, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		rest = append(rest, string(d.Body))
-	}
+	rest := e.drainQueue(q)
 	all := append(append([]string(nil), sawBeforeStop...), rest...)
 	sort.Slice(all, func(i, j int) bool { return num(all[i]) < num(all[j]) })
 	if d := cmp.Diff(bodies("x", n), all); d != "" {
