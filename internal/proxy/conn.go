@@ -57,6 +57,11 @@ type conn struct {
 	queued  atomic.Int64 // segments queued and not yet written
 	gated   atomic.Int64 // gated segments queued and not yet written
 
+	// heartbeat is the interval the app and the broker agreed on (0: none);
+	// lastUp is when the sidecar last wrote to the broker, in Unix ns.
+	heartbeat atomic.Int64
+	lastUp    atomic.Int64
+
 	downP, upP *amqpwire.Parser
 	closeOnce  sync.Once
 
@@ -98,6 +103,7 @@ func (c *conn) run(ctx context.Context) {
 		defer close(writerDone)
 		c.writeUp(writerCtx)
 	}()
+	go c.keepUpstreamAlive()
 	downDone := make(chan struct{})
 	go func() {
 		defer close(downDone)
@@ -168,6 +174,7 @@ func (c *conn) writeUp(ctx context.Context) {
 				broken = true
 				c.abort()
 			}
+			c.lastUp.Store(time.Now().UnixNano())
 		}
 		buf, tail = buf[:0], cumAck{}
 		c.queued.Add(int64(-done))
@@ -226,6 +233,36 @@ func (c *conn) appendSegment(buf []byte, tail *cumAck, s *segment) []byte {
 		tail.end += start
 	}
 	return buf
+}
+
+// keepUpstreamAlive sends the broker a heartbeat whenever nothing went to
+// it for half the agreed interval. The app's own heartbeats do not cover
+// that: a client sends them only while it writes nothing else, and while a
+// target replays, the sidecar swallows the app's acks of replayed messages
+// (and its publishes), so the broker would hear nothing from a busy app and
+// close the connection after two missed heartbeats.
+func (c *conn) keepUpstreamAlive() {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	hb := amqpwire.AppendHeartbeat(nil)
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		interval := time.Duration(c.heartbeat.Load())
+		if interval <= 0 || time.Since(time.Unix(0, c.lastUp.Load())) < interval/2 {
+			continue
+		}
+		c.upMu.Lock()
+		_, err := c.up.Write(hb)
+		c.upMu.Unlock()
+		if err != nil {
+			return
+		}
+		c.lastUp.Store(time.Now().UnixNano())
+	}
 }
 
 // pumpUp reads the app's frames, settles acks and queues the frames for the

@@ -67,6 +67,8 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			c.upP.SetMaxFrame(t.FrameMax)
 			c.downP.SetMaxFrame(t.FrameMax)
+			c.heartbeat.Store(int64(time.Duration(t.Heartbeat) * time.Second))
+			c.lastUp.Store(time.Now().UnixNano()) // the tune-ok goes up next
 		}
 		return f.Raw, nil
 	}
