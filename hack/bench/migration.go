@@ -178,7 +178,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		return m, nil
 	}
 	got := lab.WaitFor(target, want, strategySettle)
-	m.Count, m.Hash, m.Reconnects = got.Count, got.Hash, got.Reconnects
+	m.Count, m.Hash, m.Reconnects, m.SkippedRedeliveries = got.Count, got.Hash, got.Reconnects, got.Skipped
 	m.HashOK = got.Count == want.Count && got.Hash == want.Hash
 	if !m.HashOK {
 		m.Error = fmt.Sprintf("hash mismatch: the restored consumer has count %d hash %.12s, the producer sent %d with hash %.12s", got.Count, got.Hash, want.Count, want.Hash)

@@ -74,14 +74,17 @@ type migrationRound struct {
 	StartedAfterMs float64 `json:"startedAfterMs"`
 	CountAtStart   int     `json:"countAtStart"`
 	// The producer's messages and hash, and the restored consumer's.
-	Produced   int            `json:"produced"`
-	WantHash   string         `json:"wantHash"`
-	Count      int            `json:"count"`
-	Hash       string         `json:"hash"`
-	HashOK     bool           `json:"hashOk"`
-	Reconnects int            `json:"reconnects"`
-	Error      string         `json:"error,omitempty"`
-	Report     migrate.Report `json:"report"`
+	Produced   int    `json:"produced"`
+	WantHash   string `json:"wantHash"`
+	Count      int    `json:"count"`
+	Hash       string `json:"hash"`
+	HashOK     bool   `json:"hashOk"`
+	Reconnects int    `json:"reconnects"`
+	// SkippedRedeliveries counts redeliveries the restored consumer
+	// dropped as already folded (a message ID at or below its last).
+	SkippedRedeliveries int            `json:"skippedRedeliveries"`
+	Error               string         `json:"error,omitempty"`
+	Report              migrate.Report `json:"report"`
 	// What `hack/bench paper` adds (migration.go): the whole round's wall
 	// time, the phases in the paper's groups, the replay after the
 	// source's stop, whether the producer still sent when the migration

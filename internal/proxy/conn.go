@@ -41,8 +41,8 @@ type conn struct {
 	mu    sync.Mutex // guards the fields below it up to the next blank line
 	mode  Mode
 	chans map[uint16]*channel
-	// requeued is set once Stop gave the held deliveries back; later ones
-	// go straight back too.
+	// requeued is set once Stop released the held deliveries; later ones
+	// go straight back to the broker.
 	requeued bool
 	// late collects frames for the broker made while mu is held; the pump
 	// queues them after it lets go of mu.

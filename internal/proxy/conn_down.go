@@ -387,33 +387,37 @@ func (c *conn) cancelLocked(id uint16, ch *channel, tag string, cons *consumer) 
 	c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicCancel{ConsumerTag: tag})
 }
 
-// cancelsPending reports whether a sidecar cancel is still unanswered.
+// cancelsPending reports whether a sidecar cancel, or a consume that the
+// stop must cancel once it is confirmed, is still unanswered.
 func (c *conn) cancelsPending() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ch := range c.chans {
-		if len(ch.awaitCancelOk) > 0 {
+		if len(ch.awaitCancelOk) > 0 || len(ch.consumes) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// requeueHeld gives every held delivery back to the broker, on stop.
-// Auto-ack deliveries cannot go back; the app gets them instead.
-func (c *conn) requeueHeld() int {
+// releaseHeld ends the holding of deliveries, on stop: by default the app
+// gets every held delivery, so that it takes the broker's deliveries in
+// the broker's order; with requeue they go back to the broker. Auto-ack
+// deliveries cannot go back; the app gets them either way. Deliveries that
+// still arrive later (a basic.get answered late) go back to the broker.
+func (c *conn) releaseHeld(requeue bool) (handed, requeued int) {
 	c.mu.Lock()
-	n := 0
 	var toApp []byte
 	for id, ch := range c.chans {
 		for _, d := range ch.held {
-			if d.noAck {
+			if !requeue || d.noAck {
 				toApp = append(toApp, d.raw...)
 				c.deliverLocked(ch, d)
+				handed++
 				continue
 			}
 			c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicReject{DeliveryTag: d.upTag, Requeue: true})
-			n++
+			requeued++
 		}
 		ch.held = nil
 	}
@@ -424,8 +428,9 @@ func (c *conn) requeueHeld() int {
 	}
 	c.mu.Unlock()
 	c.push(segment{raw: late})
-	c.p.opts.Metrics.requeued.Add(float64(n))
-	return n
+	c.p.opts.Metrics.heldHanded.Add(float64(handed))
+	c.p.opts.Metrics.requeued.Add(float64(requeued))
+	return handed, requeued
 }
 
 // resume hands held deliveries to the app and, after a stop, consumes again.

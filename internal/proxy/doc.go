@@ -8,8 +8,8 @@
 //   - the app's basic.ack, basic.nack and basic.reject go upstream only once
 //     every delivery they cover is durable in the log (invariant I1);
 //   - while quiesced or stopped, new deliveries are held back from the app;
-//     a stop cancels the app's consumers upstream and requeues what the app
-//     never saw.
+//     a stop cancels the app's consumers upstream, gives the app what was
+//     held, and writes a cutoff marker once the app acked it all.
 //
 // Each connection has two pumps. The downstream pump (broker to app) parses
 // what it reads, records deliveries and writes the frames on. The upstream

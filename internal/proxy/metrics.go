@@ -11,6 +11,7 @@ type Metrics struct {
 	frameErrors          *prometheus.CounterVec
 	upstreamDialFailures prometheus.Counter
 	requeued             prometheus.Counter
+	heldHanded           prometheus.Counter
 	mode                 prometheus.Gauge
 	suppressed           *prometheus.CounterVec
 	pubChecked           prometheus.Counter
@@ -43,7 +44,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "ms2m_sidecar_upstream_connect_failures_total", Help: "App connections closed because the broker could not be reached.",
 		}),
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ms2m_sidecar_requeued_total", Help: "Held deliveries given back to the broker on stop.",
+			Name: "ms2m_sidecar_requeued_total", Help: "Held deliveries given back to the broker on stop (MS2M_STOP_HELD=requeue, or arriving after the stop).",
+		}),
+		heldHanded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_stop_held_delivered_total", Help: "Deliveries held back since the quiesce that a stop gave the app, before its cutoff.",
 		}),
 		mode: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ms2m_sidecar_mode", Help: "0 serving, 1 quiesced, 2 stopped.",
@@ -63,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
+			m.upstreamDialFailures, m.requeued, m.heldHanded, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
 	}
 	return m
 }

@@ -36,8 +36,8 @@ const (
 	Serving Mode = iota
 	// Quiesced holds new deliveries back; Resume hands them over.
 	Quiesced
-	// Stopped has cancelled the app's consumers upstream and requeued what
-	// the app never saw; Resume consumes again.
+	// Stopped has cancelled the app's consumers upstream and released what
+	// was held; Resume consumes again.
 	Stopped
 )
 
@@ -83,6 +83,13 @@ type Options struct {
 	CheckPublishes bool
 	// Dial connects to the broker. Default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RequeueHeldOnStop makes Stop give the deliveries it held since the
+	// quiesce back to the broker instead of to the app. The stop is then
+	// shorter by their processing time, but the next consumer may get later
+	// messages before those (RabbitMQ can act on its basic.consume before
+	// the source's reject), so an app that drops what it takes for an old
+	// redelivery loses them. Default false: the app takes them, in order.
+	RequeueHeldOnStop bool
 }
 
 // Proxy serves AMQP connections from the app.
@@ -319,8 +326,9 @@ func (p *Proxy) waitSettled(ctx context.Context) error {
 	}
 }
 
-// waitCancelled waits until the broker confirmed every cancel the stop sent:
-// after that, no more deliveries come.
+// waitCancelled waits until the broker confirmed every consume the app sent
+// before the stop and every cancel the stop sent: after that, no more
+// deliveries come.
 func (p *Proxy) waitCancelled(ctx context.Context, conns []*conn) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
@@ -334,7 +342,7 @@ func (p *Proxy) waitCancelled(ctx context.Context, conns []*conn) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("wait for the broker to confirm the consumer cancels: %w", context.Cause(ctx))
+			return fmt.Errorf("wait for the broker to confirm the app's consumes and the stop's cancels: %w", context.Cause(ctx))
 		case <-tick.C:
 		}
 	}
@@ -347,15 +355,22 @@ type StopResult struct {
 	StartedAt time.Time `json:"startedAt"`
 	CutoffID  uint64    `json:"cutoffId"`
 	Epoch     uint64    `json:"epoch"`
+	// Held counts the deliveries held back since the quiesce that the stop
+	// gave the app (they are at or before the cutoff), Requeued those it gave
+	// back to the broker (with RequeueHeldOnStop).
+	Held      int       `json:"held"`
 	Requeued  int       `json:"requeued"`
 	StoppedAt time.Time `json:"stoppedAt"`
 }
 
 // Stop ends this sidecar's tenure of the app's queues: it cancels the app's
-// consumers upstream, waits until the app has settled what it has, gives
-// every delivery the app never saw back to the broker, and writes a cutoff
-// marker with the last delivery ID to the log. It returns once the marker
-// is durable. The app keeps its connection; Resume consumes again.
+// consumers upstream and waits for the broker to confirm, so that no more
+// deliveries come. The deliveries held back since a quiesce are the
+// broker's next ones in order: it gives them to the app (or, with
+// RequeueHeldOnStop, back to the broker). It waits until the app has settled
+// all it has and writes a cutoff marker with the last delivery ID to the
+// log, returning once the marker is durable. The app keeps its connection;
+// Resume consumes again.
 func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
@@ -375,9 +390,10 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	if err := p.waitCancelled(ctx, conns); err != nil {
 		return StopResult{}, err
 	}
-	requeued := 0
+	held, requeued := 0, 0
 	for _, c := range conns {
-		requeued += c.requeueHeld()
+		h, r := c.releaseHeld(p.opts.RequeueHeldOnStop)
+		held, requeued = held+h, requeued+r
 	}
 	if err := p.waitSettled(ctx); err != nil {
 		return StopResult{}, err
@@ -390,8 +406,8 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	p.mu.Lock()
 	p.cutoffID, p.stopEpoch, p.stopAt = id, epoch, now
 	p.mu.Unlock()
-	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "requeued", requeued)
-	return StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Requeued: requeued, StoppedAt: now}, nil
+	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "held", held, "requeued", requeued)
+	return StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, Requeued: requeued, StoppedAt: now}, nil
 }
 
 // Resume hands deliveries to the app again. After a Stop it consumes again

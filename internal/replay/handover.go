@@ -59,8 +59,10 @@ type Timings struct {
 	// LagAtStop is how many of the source's deliveries the target's app had
 	// not acked when the source was stopped.
 	LagAtStop uint64 `json:"lagAtStop"`
-	// Requeued counts deliveries the source held and never gave its app:
-	// the stop gave them back to the broker, and the target gets them next.
+	// Held counts deliveries the source held back since its quiesce and
+	// gave its app on stop, before the cutoff; Requeued those it gave back
+	// to the broker instead (MS2M_STOP_HELD=requeue), which the target gets.
+	Held     int `json:"held"`
 	Requeued int `json:"requeued"`
 }
 
@@ -150,12 +152,13 @@ func Handover(ctx context.Context, source, target Endpoint, o HandoverOptions) (
 		StartedAt time.Time `json:"startedAt"`
 		CutoffID  uint64    `json:"cutoffId"`
 		StoppedAt time.Time `json:"stoppedAt"`
+		Held      int       `json:"held"`
 		Requeued  int       `json:"requeued"`
 	}
 	if err := call(ctx, o.HTTP, source, http.MethodPost, "/stop?timeout=60s", &stop); err != nil {
 		return t, fmt.Errorf("handover: stop the source: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
 	}
-	t.CutoffID, t.StopStarted, t.Stopped, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Requeued
+	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued
 
 	// 3. Wait for the target to replay to the cutoff and switch.
 	ctx, cancel := context.WithTimeout(ctx, o.SwitchTimeout)
@@ -244,13 +247,14 @@ type StopResult struct {
 	StartedAt time.Time `json:"startedAt"`
 	CutoffID  uint64    `json:"cutoffId"`
 	Epoch     uint64    `json:"epoch"`
+	Held      int       `json:"held"`
 	Requeued  int       `json:"requeued"`
 	StoppedAt time.Time `json:"stoppedAt"`
 }
 
 // Stop ends a sidecar's tenure at a cutoff: it cancels the app's consumers
-// upstream, waits until the app settled what it has, requeues what the app
-// never saw and writes the cutoff marker.
+// upstream, gives the app what it held back since a quiesce, waits until
+// the app settled all it has and writes the cutoff marker.
 func Stop(ctx context.Context, hc *http.Client, e Endpoint, timeout time.Duration) (StopResult, error) {
 	var out StopResult
 	if err := call(ctx, hc, e, http.MethodPost, "/stop?timeout="+timeout.String(), &out); err != nil {

@@ -219,6 +219,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"empty token file":          {set: map[string]string{"MS2M_CONTROL_TOKEN": "", "MS2M_CONTROL_TOKEN_FILE": empty}, wantErr: "is empty"},
 		"bad duration":              {set: map[string]string{"MS2M_LOG_MAX_AGE": "soon"}, wantErr: "MS2M_LOG_MAX_AGE"},
 		"bad level":                 {set: map[string]string{"MS2M_LOG_LEVEL": "loud"}, wantErr: "MS2M_LOG_LEVEL"},
+		"bad stop-held mode":        {set: map[string]string{"MS2M_STOP_HELD": "drop"}, wantErr: "MS2M_STOP_HELD"},
 		"negative bytes":            {set: map[string]string{"MS2M_LOG_MAX_BYTES": "-1"}, wantErr: "MS2M_LOG_MAX_BYTES"},
 		"replay start not a number": {set: map[string]string{"MS2M_REPLAY_START": "x"}, wantErr: "MS2M_REPLAY_START"},
 		"cutoff below start":        {set: map[string]string{"MS2M_REPLAY_START": "10", "MS2M_REPLAY_CUTOFF": "5"}, wantErr: "below start"},

@@ -59,6 +59,11 @@ type Config struct {
 	// mismatches as a sign of a non-deterministic app. Set it on source and
 	// target alike.
 	PublishCheck bool `env:"MS2M_PUBLISH_CHECK" envDefault:"false"`
+	// StopHeld says what a stop does with the deliveries held back since a
+	// quiesce: "deliver" gives them to the app before the cutoff, in the
+	// broker's order; "requeue" gives them back to the broker, which makes
+	// the stop shorter but lets the next consumer see later messages first.
+	StopHeld string `env:"MS2M_STOP_HELD" envDefault:"deliver"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
@@ -111,6 +116,9 @@ func (c *Config) complete() error {
 		}
 	case c.ControlToken == "":
 		errs = append(errs, errors.New("MS2M_CONTROL_TOKEN or MS2M_CONTROL_TOKEN_FILE: one must be set; the control API never runs without a token"))
+	}
+	if c.StopHeld != "deliver" && c.StopHeld != "requeue" {
+		errs = append(errs, fmt.Errorf("MS2M_STOP_HELD=%q: want deliver (the default: the app takes them, in order) or requeue", c.StopHeld))
 	}
 	if _, err := c.Level(); err != nil {
 		errs = append(errs, err)

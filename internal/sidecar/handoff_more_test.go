@@ -171,13 +171,23 @@ func TestHandoffNearSaturation(t *testing.T) {
 	t.Logf("cutoff %d, lag at stop %d, downtime %s", tm.CutoffID, tm.LagAtStop, tm.Downtime)
 }
 
-// TestHandoffHeldDeliveries: deliveries the source held and never gave its
-// app go back to the queue at the stop, and the target consumes each once.
+// TestHandoffHeldDeliveries: deliveries the source held back since its
+// quiesce go to its app before the cutoff (or, with MS2M_STOP_HELD=requeue,
+// back to the queue), and the target's app ends with exactly the
+// producer's state.
 func TestHandoffHeldDeliveries(t *testing.T) {
+	for _, mode := range []string{"deliver", "requeue"} {
+		t.Run(mode, func(t *testing.T) { handoffHeld(t, mode) })
+	}
+}
+
+func handoffHeld(t *testing.T, mode string) {
 	const n = 100
 	e := newEnv(t)
 	q := e.queue()
-	source := e.start(sidecar.Options{})
+	cfg := e.config()
+	cfg.StopHeld = mode
+	source := e.startConfig(cfg, sidecar.Options{})
 	src := &env{t: t, broker: e.broker, log: e.log, sc: source}
 	target := e.startConfig(targetConfig(e), sidecar.Options{})
 	startMultiApp(t, source.AMQPAddr(), []string{q}, 20, 5*time.Millisecond)
@@ -195,15 +205,15 @@ func TestHandoffHeldDeliveries(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "held deliveries", func() bool { return src.state().Held > 0 })
 	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 0})
-	if tm.Requeued == 0 {
-		t.Fatal("the stop requeued nothing; the test needs held deliveries")
+	if released := map[string]int{"deliver": tm.Held, "requeue": tm.Requeued}[mode]; released == 0 || tm.Held+tm.Requeued != released {
+		t.Fatalf("the stop gave the app %d held deliveries and requeued %d; want some, all by %s", tm.Held, tm.Requeued, mode)
 	}
 	testenv.Eventually(t, 30*time.Second, "the target to finish", func() bool {
 		c, _ := dst.state(q)
 		return c >= n
 	})
 	if c, h := dst.state(q); c != n || h != want.hex() {
-		t.Fatalf("target processed %d with hash %s, want %d and %s (requeued %d)", c, h, n, want.hex(), tm.Requeued)
+		t.Fatalf("target processed %d with hash %s, want %d and %s (held %d, requeued %d)", c, h, n, want.hex(), tm.Held, tm.Requeued)
 	}
 }
 

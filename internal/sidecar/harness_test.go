@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,8 +254,11 @@ func (e *env) state() state {
 
 // tap records the basic.ack frames that the sidecar writes to the broker.
 type tap struct {
-	mu   sync.Mutex
-	acks []tappedAck
+	mu      sync.Mutex
+	acks    []tappedAck
+	rejects int // basic.reject and basic.nack
+	// readDelay, when set, delays what each read from the broker returns.
+	readDelay atomic.Int64
 }
 
 type tappedAck struct {
@@ -296,15 +300,32 @@ func (c *tapConn) Write(b []byte) (int, error) {
 			return nil
 		}
 		if m, err := amqpwire.DecodeMethod(f.Payload); err == nil {
-			if a, ok := m.(*amqpwire.BasicAck); ok {
-				c.tap.mu.Lock()
+			c.tap.mu.Lock()
+			switch a := m.(type) {
+			case *amqpwire.BasicAck:
 				c.tap.acks = append(c.tap.acks, tappedAck{a.DeliveryTag, a.Multiple, now})
-				c.tap.mu.Unlock()
+			case *amqpwire.BasicReject, *amqpwire.BasicNack:
+				c.tap.rejects++
 			}
+			c.tap.mu.Unlock()
 		}
 		return nil
 	})
 	return c.Conn.Write(b)
+}
+
+func (c *tapConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if d := time.Duration(c.tap.readDelay.Load()); d > 0 {
+		time.Sleep(d)
+	}
+	return n, err
+}
+
+func (tp *tap) rejected() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return tp.rejects
 }
 
 // drainQueue takes every message ready in queue, straight from the broker,

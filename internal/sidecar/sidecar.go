@@ -133,13 +133,14 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 
 	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
-		Upstream:       cfg.Upstream,
-		ConnectTimeout: cfg.UpstreamConnectTimeout,
-		DrainTimeout:   cfg.DrainTimeout,
-		Logger:         s.log,
-		Metrics:        metrics,
-		Dial:           opts.Dial,
-		CheckPublishes: cfg.PublishCheck,
+		Upstream:          cfg.Upstream,
+		ConnectTimeout:    cfg.UpstreamConnectTimeout,
+		DrainTimeout:      cfg.DrainTimeout,
+		Logger:            s.log,
+		Metrics:           metrics,
+		Dial:              opts.Dial,
+		CheckPublishes:    cfg.PublishCheck,
+		RequeueHeldOnStop: cfg.StopHeld == "requeue",
 	}
 	if src != nil {
 		popts.Replay = src

@@ -369,13 +369,27 @@ func TestQuiesceAndResume(t *testing.T) {
 	deliveries(t, e.records(), 1)
 }
 
-// TestStopRequeuesWhatTheAppNeverSaw: stop cancels the app's consumer,
-// waits for its acks, gives the held deliveries back to the broker, and
-// writes a cutoff marker with the last delivery ID. What the broker then
-// holds is exactly what the app never saw. Resume consumes again.
-func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
-	e := newEnv(t)
-	e.start(sidecar.Options{})
+// TestStopReleasesHeldDeliveries: stop cancels the app's consumer, waits
+// for its acks, releases the deliveries held back since the quiesce and
+// writes a cutoff marker with the last delivery ID. By default the app
+// takes the held deliveries before the cutoff, so it has taken exactly the
+// broker's first messages, in order, and the broker holds the rest. With
+// MS2M_STOP_HELD=requeue they go back to the broker instead. Either way
+// nothing is lost or taken twice, and resume consumes again.
+func TestStopReleasesHeldDeliveries(t *testing.T) {
+	for _, mode := range []string{"deliver", "requeue"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			cfg := e.config()
+			cfg.StopHeld = mode
+			tp := &tap{}
+			e.startConfig(cfg, sidecar.Options{Dial: tp.dial})
+			stopReleasesHeld(t, e, tp, mode)
+		})
+	}
+}
+
+func stopReleasesHeld(t *testing.T, e *env, tp *tap, mode string) {
 	q := e.queue()
 	const n = 60
 	e.publish(q, bodies("x", n)...)
@@ -408,15 +422,19 @@ func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
 	}()
 	testenvEventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= 15 })
 	// Quiesce first, so that the broker refills the prefetch window while
-	// the sidecar holds deliveries back: those are what stop must requeue.
+	// the sidecar holds deliveries back: those are what stop releases.
 	if code := e.call("POST", "/quiesce?timeout=10s", nil); code != 200 {
 		t.Fatalf("quiesce = %d", code)
 	}
 	testenvEventually(t, func() bool { return e.state().Held == 10 })
+	mu.Lock()
+	sawAtQuiesce := len(got)
+	mu.Unlock()
 
 	var res struct {
 		CutoffID uint64 `json:"cutoffId"`
 		Epoch    uint64 `json:"epoch"`
+		Held     int    `json:"held"`
 		Requeued int    `json:"requeued"`
 	}
 	if code := e.call("POST", "/stop?timeout=10s", &res); code != 200 {
@@ -429,17 +447,33 @@ func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
 	if uint64(len(sawBeforeStop)) != res.CutoffID {
 		t.Fatalf("app processed %d messages, cutoff ID is %d: they must match", len(sawBeforeStop), res.CutoffID)
 	}
-	if res.Requeued != 10 {
-		t.Errorf("stop requeued %d, want the 10 held deliveries", res.Requeued)
-	}
-
-	// The broker holds exactly the rest, in order.
 	rest := e.drainQueue(q)
-	all := append(append([]string(nil), sawBeforeStop...), rest...)
-	sort.Slice(all, func(i, j int) bool { return num(all[i]) < num(all[j]) })
-	if d := cmp.Diff(bodies("x", n), all); d != "" {
-		t.Errorf("seen by the app + left in the queue (-want +got):\n%s", d)
+	switch mode {
+	case "deliver":
+		if res.Held != 10 || res.Requeued != 0 || tp.rejected() != 0 {
+			t.Errorf("stop gave the app %d and requeued %d (%d rejects upstream), want the 10 held deliveries given to the app and none requeued",
+				res.Held, res.Requeued, tp.rejected())
+		}
+		if len(sawBeforeStop) != sawAtQuiesce+10 {
+			t.Errorf("app processed %d at the quiesce and %d at the stop, want the 10 held ones more", sawAtQuiesce, len(sawBeforeStop))
+		}
+		// In order, with nothing left out: the app has the first
+		// messages, the broker the rest.
+		if d := cmp.Diff(bodies("x", n), append(append([]string(nil), sawBeforeStop...), rest...)); d != "" {
+			t.Errorf("seen by the app, then left in the queue (-want +got):\n%s", d)
+		}
+	case "requeue":
+		if res.Held != 0 || res.Requeued != 10 || tp.rejected() != 10 {
+			t.Errorf("stop gave the app %d and requeued %d (%d rejects upstream), want the 10 held deliveries requeued",
+				res.Held, res.Requeued, tp.rejected())
+		}
+		all := append(append([]string(nil), sawBeforeStop...), rest...)
+		sort.Slice(all, func(i, j int) bool { return num(all[i]) < num(all[j]) })
+		if d := cmp.Diff(bodies("x", n), all); d != "" {
+			t.Errorf("seen by the app + left in the queue (-want +got):\n%s", d)
+		}
 	}
+	e.publish(q, rest...) // back where they were, for the resume
 
 	recs := e.records()
 	last := recs[len(recs)-1]
@@ -462,9 +496,14 @@ func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
 	})
 	close(stopApp)
 	<-appDone
+	mu.Lock()
+	if len(got) != n+1 {
+		t.Errorf("after the resume the app has %d messages, want %d", len(got), n+1)
+	}
+	mu.Unlock()
 	recs = e.records()
-	if r := recs[len(recs)-1]; !(r.Kind == shadowqueue.KindDelivery && r.ID == res.CutoffID+1) {
-		t.Errorf("after resume the log ends with %+v, want delivery %d", r, res.CutoffID+1)
+	if r := recs[len(recs)-1]; !(r.Kind == shadowqueue.KindDelivery && r.ID == uint64(n+1)) {
+		t.Errorf("after resume the log ends with %+v, want delivery %d", r, n+1)
 	}
 	var sawResume bool
 	for _, r := range recs {
@@ -472,6 +511,64 @@ func TestStopRequeuesWhatTheAppNeverSaw(t *testing.T) {
 	}
 	if !sawResume {
 		t.Error("no resume marker voids the cutoff")
+	}
+}
+
+// TestStopWaitsForAConsumeInFlight: a basic.consume the broker has not
+// confirmed when the stop comes is waited for and cancelled too, and what
+// it delivered in between goes to the app before the cutoff, not back to
+// the broker.
+func TestStopWaitsForAConsumeInFlight(t *testing.T) {
+	e := newEnv(t)
+	tp := &tap{}
+	e.start(sidecar.Options{Dial: tp.dial})
+	q := e.queue()
+	const n = 30
+	e.publish(q, bodies("c", n)...)
+	ch, err := e.dial(amqp.Config{}).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Qos(5, 0, false)
+
+	// The app consumes and acks as it goes; the broker answers late.
+	tp.readDelay.Store(int64(300 * time.Millisecond))
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		ds, err := ch.Consume(q, "app", false, false, false, false, nil)
+		if err != nil {
+			t.Errorf("consume: %v", err)
+			return
+		}
+		for d := range ds {
+			mu.Lock()
+			got = append(got, string(d.Body))
+			mu.Unlock()
+			d.Ack(false)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the consume is out, its consume-ok not in
+	var res struct {
+		CutoffID uint64 `json:"cutoffId"`
+		Held     int    `json:"held"`
+		Requeued int    `json:"requeued"`
+	}
+	if code := e.call("POST", "/stop?timeout=30s", &res); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	tp.readDelay.Store(0)
+	time.Sleep(200 * time.Millisecond) // nothing more may arrive
+	mu.Lock()
+	saw := append([]string(nil), got...)
+	mu.Unlock()
+	if res.CutoffID == 0 || uint64(len(saw)) != res.CutoffID || tp.rejected() != 0 || res.Requeued != 0 {
+		t.Errorf("stop: cutoff %d, app took %d, held %d, requeued %d, %d rejects upstream; want the late consume's deliveries given to the app, none back to the broker",
+			res.CutoffID, len(saw), res.Held, res.Requeued, tp.rejected())
+	}
+	rest := e.drainQueue(q)
+	if d := cmp.Diff(bodies("c", n), append(saw, rest...)); d != "" {
+		t.Errorf("seen by the app, then left in the queue (-want +got):\n%s", d)
 	}
 }
 
