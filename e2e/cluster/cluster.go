@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -489,9 +490,17 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		return nil, err
 	}
 	for i := 1; i <= opts.Nodes; i++ {
+		// Every kubelet on this host clears /var/lib/kubelet/device-plugins
+		// and listens on kubelet.sock there. Two doing it at once can fail
+		// with "address already in use" (seen once in CI), so each starts
+		// after the one before has listened.
+		if st, err := os.Lstat(devicePluginSocket); err == nil && st.Mode()&fs.ModeSocket != 0 {
+			os.Remove(devicePluginSocket)
+		}
 		if _, err := start(l, process{name: compKubelet(i), bin: k8s("kubelet"), args: kubeletArgs(l, i), netns: NodeName(i), env: nodeEnv(i)}); err != nil {
 			return nil, err
 		}
+		waitSocket(ctx, devicePluginSocket, 20*time.Second)
 	}
 	helperErr, helperDone = <-helper, true
 	if helperErr != nil {
@@ -871,4 +880,20 @@ func GetStatus(ctx context.Context, opts Options) (Status, error) {
 		st.Nodes = append(st.Nodes, ns)
 	}
 	return st, nil
+}
+
+// devicePluginSocket is where every kubelet on a host listens for device
+// plugins; the path is fixed.
+const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// waitSocket waits up to limit for a Unix socket at path. It gives up
+// quietly: a kubelet that never listens is reported by the Ready wait.
+func waitSocket(ctx context.Context, path string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if st, err := os.Lstat(path); err == nil && st.Mode()&fs.ModeSocket != 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -421,9 +421,8 @@ func cleanHostPaths(l layout) []error {
 	for _, p := range strings.Fields(string(b)) {
 		if p == "/var/lib/kubelet" {
 			// The device-plugin socket of whichever kubelet started last.
-			sock := "/var/lib/kubelet/device-plugins/kubelet.sock"
-			if st, err := os.Lstat(sock); err == nil && st.Mode()&fs.ModeSocket != 0 {
-				os.Remove(sock)
+			if st, err := os.Lstat(devicePluginSocket); err == nil && st.Mode()&fs.ModeSocket != 0 {
+				os.Remove(devicePluginSocket)
 			}
 		}
 		if p == "/run/netns" {
