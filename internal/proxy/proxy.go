@@ -355,9 +355,10 @@ type StopResult struct {
 	StartedAt time.Time `json:"startedAt"`
 	CutoffID  uint64    `json:"cutoffId"`
 	Epoch     uint64    `json:"epoch"`
-	// Held counts the deliveries held back since the quiesce that the stop
-	// gave the app (they are at or before the cutoff), Requeued those it gave
-	// back to the broker (with RequeueHeldOnStop).
+	// Held counts the deliveries held back (since a quiesce, or that came
+	// while the stop waited for the broker) that the stop gave the app; they
+	// are at or before the cutoff. Requeued counts those it gave back to the
+	// broker instead (RequeueHeldOnStop).
 	Held      int       `json:"held"`
 	Requeued  int       `json:"requeued"`
 	StoppedAt time.Time `json:"stoppedAt"`
@@ -365,8 +366,8 @@ type StopResult struct {
 
 // Stop ends this sidecar's tenure of the app's queues: it cancels the app's
 // consumers upstream and waits for the broker to confirm, so that no more
-// deliveries come. The deliveries held back since a quiesce are the
-// broker's next ones in order: it gives them to the app (or, with
+// deliveries come. The deliveries held back since a quiesce, or that came
+// meanwhile, are the broker's next ones in order: it gives them to the app (or, with
 // RequeueHeldOnStop, back to the broker). It waits until the app has settled
 // all it has and writes a cutoff marker with the last delivery ID to the
 // log, returning once the marker is durable. The app keeps its connection;
