@@ -494,7 +494,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		// and listens on kubelet.sock there. Two doing it at once can fail
 		// with "address already in use" (seen once in CI), so each starts
 		// after the one before has listened.
-		if st, err := os.Lstat(devicePluginSocket); err == nil && st.Mode()&fs.ModeSocket != 0 {
+		if isSocket(devicePluginSocket) {
 			os.Remove(devicePluginSocket)
 		}
 		if _, err := start(l, process{name: compKubelet(i), bin: k8s("kubelet"), args: kubeletArgs(l, i), netns: NodeName(i), env: nodeEnv(i)}); err != nil {
@@ -886,12 +886,18 @@ func GetStatus(ctx context.Context, opts Options) (Status, error) {
 // plugins; the path is fixed.
 const devicePluginSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
 
+// isSocket reports whether path is a Unix socket.
+func isSocket(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode()&fs.ModeSocket != 0
+}
+
 // waitSocket waits up to limit for a Unix socket at path. It gives up
 // quietly: a kubelet that never listens is reported by the Ready wait.
 func waitSocket(ctx context.Context, path string, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if st, err := os.Lstat(path); err == nil && st.Mode()&fs.ModeSocket != 0 {
+		if isSocket(path) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

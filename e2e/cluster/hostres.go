@@ -421,7 +421,7 @@ func cleanHostPaths(l layout) []error {
 	for _, p := range strings.Fields(string(b)) {
 		if p == "/var/lib/kubelet" {
 			// The device-plugin socket of whichever kubelet started last.
-			if st, err := os.Lstat(devicePluginSocket); err == nil && st.Mode()&fs.ModeSocket != 0 {
+			if isSocket(devicePluginSocket) {
 				os.Remove(devicePluginSocket)
 			}
 		}

@@ -252,7 +252,8 @@ func (e *env) state() state {
 	return s
 }
 
-// tap records the basic.ack frames that the sidecar writes to the broker.
+// tap records the basic.ack frames that the sidecar writes to the broker,
+// counts its rejects and nacks, and can delay what the broker sends.
 type tap struct {
 	mu      sync.Mutex
 	acks    []tappedAck
