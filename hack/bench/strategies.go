@@ -69,8 +69,8 @@ type phaseMedian struct {
 
 // migrationRound is one migration.
 type migrationRound struct {
-	Round    int           `json:"round"`
-	First    bool          `json:"ranFirst"` // before the other strategy's migration of the same round
+	Round   int     `json:"round"`
+	First   bool    `json:"ranFirst"` // before the other strategy's migration of the same round
 	TotalMs float64 `json:"totalMs"`
 	// SwitchMs is the migrator's Report.Downtime: the source's stop to
 	// the target's consume of the primary queue, from sidecar clocks. Its
