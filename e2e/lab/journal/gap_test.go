@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -117,5 +118,73 @@ func TestProcessingGap(t *testing.T) {
 				t.Errorf("ProcessingGap (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestProcessingGapAgainstBruteForce compares ProcessingGap with a search
+// of every interval on a millisecond grid, on random journals: messages
+// sent in order, each first folded by some instance, some folded again
+// later by another (a replay), and a random window.
+func TestProcessingGapAgainstBruteForce(t *testing.T) {
+	t0 := time.Unix(1_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 500 {
+		n := 1 + rng.IntN(8)
+		journals := make([][]Fold, 1+rng.IntN(3))
+		sent, first := map[int64]int{}, map[int64]int{}
+		s := 0
+		for id := int64(1); id <= int64(n); id++ {
+			s += rng.IntN(30)
+			f := s + rng.IntN(60)
+			sent[id], first[id] = s, f
+			j := rng.IntN(len(journals))
+			journals[j] = append(journals[j], Fold{ID: id, AtNS: at(f).UnixNano(), SentNS: at(s).UnixNano()})
+			if rng.IntN(3) == 0 { // replayed later by another instance
+				k := rng.IntN(len(journals))
+				journals[k] = append(journals[k], Fold{ID: id, AtNS: at(f + 1 + rng.IntN(40)).UnixNano(), SentNS: at(s).UnixNano()})
+			}
+		}
+		end := 0
+		for _, f := range first {
+			end = max(end, f)
+		}
+		from := rng.IntN(end + 1)
+		to := from + rng.IntN(end-from+1)
+
+		// Brute force: the longest [a, b] on the grid with no first fold
+		// strictly inside, something waiting in every millisecond of it,
+		// and overlapping the window.
+		progress := map[int]bool{}
+		for _, f := range first {
+			progress[f] = true
+		}
+		waiting := func(k int) bool { // in [k, k+1)
+			for id, s := range sent {
+				if s <= k && first[id] > k {
+					return true
+				}
+			}
+			return false
+		}
+		want := 0
+		for a := 0; a <= end; a++ {
+			for b := a + 1; b <= end; b++ {
+				if !waiting(b - 1) {
+					break
+				}
+				if b > from && a < to {
+					want = max(want, b-a)
+				}
+				if progress[b] {
+					break
+				}
+			}
+		}
+		got := ProcessingGap(journals, SendTimes(journals), at(from), at(to))
+		if got.Duration() != time.Duration(want)*time.Millisecond {
+			t.Fatalf("round %d: ProcessingGap = %v (%v to %v), brute force %d ms; window %d..%d ms, sent %v, first folds %v",
+				round, got.Duration(), got.Start.Sub(t0), got.End.Sub(t0), want, from, to, sent, first)
+		}
 	}
 }
