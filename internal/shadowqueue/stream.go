@@ -149,7 +149,9 @@ func OpenStream(ctx context.Context, o StreamOptions) (*StreamLog, error) {
 func streamResolver(uri string) (stream.AddressResolver, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return stream.AddressResolver{}, fmt.Errorf("parse the stream URI: %w", err)
+		// url.Parse's error quotes the URI, or the part it choked on,
+		// which may be the password: say nothing of either.
+		return stream.AddressResolver{}, errors.New("the stream URI does not parse (it is not shown: it holds the password); want rabbitmq-stream://user:pass@host:port/vhost, with '%', '/', '?', '#' and '@' in the password percent-encoded")
 	}
 	if u.Scheme != "rabbitmq-stream" {
 		return stream.AddressResolver{}, fmt.Errorf("stream URI scheme is %q, want rabbitmq-stream://user:pass@host:port/vhost", u.Scheme)
