@@ -629,7 +629,8 @@ func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 
 // lastBetween returns the last complete record whose last message has an
 // offset in [from, end); a record whose first fragments come before from is
-// not seen. truncated says that retention removed offsets at or after from.
+// not seen, nor is a message that does not decode (it is logged). truncated
+// says that retention removed offsets at or after from.
 func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, from, end int64) (last Record, found, truncated bool, err error) {
 	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
 	if err != nil {
@@ -652,7 +653,14 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 			return last, found, truncated, nil
 		}
 		recs, err = l.decode(recs[:0], &asm, m)
-		if err != nil {
+		if errors.Is(err, ErrBadRecord) {
+			// A message this sidecar did not write (anyone with the
+			// stream's credentials can append one) must not keep the
+			// writer from starting: Last only tells it where to go on
+			// numbering. Replay reads every message and fails on it.
+			l.logger.Warn("the replay log holds a message that is not a record; ignored when looking for the last record, but a replay across it fails",
+				"log", l.opts.Name, "offset", m.offset, "err", err)
+		} else if err != nil {
 			return Record{}, false, false, err
 		}
 		if len(recs) > 0 {
