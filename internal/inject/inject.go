@@ -150,6 +150,8 @@ func Inject(in Input, cfg Config) (Result, error) {
 	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
 	if v, ok := pod.Annotations[AnnotationLogName]; ok {
 		spec.logName = v
+	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
+		return Result{Warnings: warnings}, denyf("%s", msg)
 	}
 	spec.logMaxAge = cfg.LogMaxAge
 	if v, ok := pod.Annotations[AnnotationLogMaxAge]; ok {

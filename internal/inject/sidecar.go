@@ -10,21 +10,24 @@ import (
 
 // The sidecar's environment (docs/sidecar.md lists what each one means).
 const (
-	envPodName          = "POD_NAME"
-	envPodNamespace     = "POD_NAMESPACE"
-	envListen           = "MS2M_LISTEN"
-	envUpstream         = "MS2M_UPSTREAM"
-	envStreamURI        = "MS2M_STREAM_URI"
-	envLogName          = "MS2M_LOG_NAME"
-	envLogMaxAge        = "MS2M_LOG_MAX_AGE"
-	envLogMaxBytes      = "MS2M_LOG_MAX_BYTES"
-	envControlListen    = "MS2M_CONTROL_LISTEN"
-	envControlToken     = "MS2M_CONTROL_TOKEN"
-	envReplayStart      = "MS2M_REPLAY_START"
-	envReplayCutoff     = "MS2M_REPLAY_CUTOFF"
-	envReplayEpoch      = "MS2M_REPLAY_EPOCH"
-	defaultLogNameValue = "$(" + envPodNamespace + ").$(" + envPodName + ")"
+	envPodName       = "POD_NAME"
+	envPodNamespace  = "POD_NAMESPACE"
+	envListen        = "MS2M_LISTEN"
+	envUpstream      = "MS2M_UPSTREAM"
+	envStreamURI     = "MS2M_STREAM_URI"
+	envLogName       = "MS2M_LOG_NAME"
+	envLogMaxAge     = "MS2M_LOG_MAX_AGE"
+	envLogMaxBytes   = "MS2M_LOG_MAX_BYTES"
+	envControlListen = "MS2M_CONTROL_LISTEN"
+	envControlToken  = "MS2M_CONTROL_TOKEN"
+	envReplayStart   = "MS2M_REPLAY_START"
+	envReplayCutoff  = "MS2M_REPLAY_CUTOFF"
+	envReplayEpoch   = "MS2M_REPLAY_EPOCH"
 )
+
+// defaultLogNameValue is the injected MS2M_LOG_NAME when ms2m.io/log-name
+// names no log: the kubelet expands it to DefaultLogName of the pod.
+var defaultLogNameValue = DefaultLogName("$("+envPodNamespace+")", "$("+envPodName+")")
 
 // sidecarSpec is what varies between injections.
 type sidecarSpec struct {
