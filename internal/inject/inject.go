@@ -66,6 +66,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 	asked, askedName := restoreAsked(pod, in.Pending)
 	status, injected := injectedStatus(pod)
 	if injected && (!asked || (askedName != "" && askedName == status.Restore)) {
+		// A pod can carry the sidecar and the status from its author, not
+		// from ms2m: its log must still be its namespace's.
+		if msg := checkInjectedLogName(pod); msg != "" {
+			return Result{}, denyf("%s", msg)
+		}
 		return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
 	}
 

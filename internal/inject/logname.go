@@ -83,6 +83,24 @@ func checkLogNameAnnotation(pod *corev1.Pod, v string) string {
 	return allowed
 }
 
+// checkInjectedLogName checks the log name of a pod that carries the
+// sidecar already: one that the webhook injected before (a copy of an
+// injected pod), or one whose author wrote the sidecar and the status
+// annotation in, which must not reach another namespace's log either. It
+// returns "" or a message for the deny.
+func checkInjectedLogName(pod *corev1.Pod) string {
+	name, known := sidecarLogName(pod)
+	if !known {
+		return fmt.Sprintf("the pod carries the %s container and the %s annotation, but its %s cannot be read here (it comes from a Secret, a ConfigMap or envFrom, or is missing): set it as a literal or $(%s).$(%s), or create the pod without the sidecar and let the webhook inject it",
+			SidecarName, AnnotationStatus, envLogName, envPodNamespace, envPodName)
+	}
+	if allowed := checkLogNameIn(pod.Namespace, name); allowed != "" {
+		return fmt.Sprintf("the pod carries the %s container and the %s annotation, and its %s is %s: %s; or create the pod without the sidecar and let the webhook inject it",
+			SidecarName, AnnotationStatus, envLogName, quote(name), allowed)
+	}
+	return ""
+}
+
 // checkDefaultLogName checks the default log name of a pod that
 // ms2m.io/log-name does not name, as far as the pod's name is known at
 // admission: a pod made from generateName gets at most 63 characters. It

@@ -79,3 +79,32 @@ func TestCheckDefaultLogName(t *testing.T) {
 		}
 	}
 }
+
+func TestExpandEnvRefs(t *testing.T) {
+	vars := map[string]string{"NS": "shop", "POD": "orders-0"}
+	lookup := func(ref string) (string, bool, bool) {
+		if ref == "SECRET" {
+			return "", false, true
+		}
+		v, ok := vars[ref]
+		return v, true, ok
+	}
+	for in, want := range map[string]struct {
+		out   string
+		known bool
+	}{
+		"$(NS).$(POD)":      {"shop.orders-0", true},
+		"$$(NS).x":          {"$(NS).x", true},
+		"$(UNDEFINED).x":    {"$(UNDEFINED).x", true},
+		"$(NS).$(SECRET)":   {"shop.", false},
+		"a$b$":              {"a$b$", true},
+		"$(NS":              {"$(NS", true},
+		"plain.name":        {"plain.name", true},
+		"$(NS)$(NS)$$$(NS)": {"shopshop$shop", true},
+	} {
+		out, known := expandEnvRefs(in, lookup)
+		if out != want.out || known != want.known {
+			t.Errorf("expandEnvRefs(%q) = %q, %v; want %q, %v", in, out, known, want.out, want.known)
+		}
+	}
+}

@@ -76,6 +76,21 @@ func TestDeniesAnotherNamespacesLog(t *testing.T) {
 			UID: types.UID("6a1e5c3a-7f2d-4c1b-9a9e-6f1c2d3e4f51"), Controller: new(true)}}
 		requireDenied(t, c.Create(ctx, pod), "logName", bLog, `must start with "`+nsA+`."`)
 	})
+	t.Run("sidecar written in by the tenant", func(t *testing.T) {
+		// A copy of B's injected pod, sidecar and status included, so that
+		// the webhook would skip it as already injected, with B's log.
+		pod := victim.DeepCopy()
+		pod.ObjectMeta = metav1.ObjectMeta{Namespace: nsA, Name: "copied", Annotations: victim.Annotations}
+		pod.Spec.NodeName = ""
+		for i := range pod.Spec.InitContainers {
+			for j, e := range pod.Spec.InitContainers[i].Env {
+				if e.Name == "MS2M_LOG_NAME" {
+					pod.Spec.InitContainers[i].Env[j].Value = bLog
+				}
+			}
+		}
+		requireDenied(t, c.Create(ctx, pod), "MS2M_LOG_NAME", bLog, `must start with "`+nsA+`."`)
+	})
 	t.Run("own namespace", func(t *testing.T) {
 		pod := appPod(nsA, "own", map[string]string{inject.AnnotationInject: "true", inject.AnnotationLogName: inject.DefaultLogName(nsA, "orders")})
 		if err := c.Create(ctx, pod); err != nil {
