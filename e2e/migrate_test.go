@@ -70,7 +70,7 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		}
 		b := testenv.RequireBroker(t)
 		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src))
-		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src)+"."+plan.Name)
+		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(inject.LogName(src), plan.Name))
 	})
 
 	prod := produce(t, src, name, sc.rate, sc.n, 20)

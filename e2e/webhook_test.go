@@ -69,9 +69,9 @@ func TestRealWebhook(t *testing.T) {
 			l.DeletePods(ctx, plan.Pod, plan.TargetPod)
 		}
 		b := testenv.RequireBroker(t)
-		logName := lab.Namespace + "." + name // the default, $(POD_NAMESPACE).$(POD_NAME)
+		logName := inject.DefaultLogName(lab.Namespace, name)
 		shadowqueue.DeleteStream(ctx, b.StreamURI, logName)
-		shadowqueue.DeleteStream(ctx, b.StreamURI, logName+"."+plan.Name)
+		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(logName, plan.Name))
 	})
 
 	// (a) The pod as a user writes it, created through the API server.
