@@ -440,8 +440,14 @@ func checkAgent(t *testing.T, r rendered) {
 	for _, m := range c.VolumeMounts {
 		mounted[m.MountPath] = m.Name
 		if hp := hostPaths[m.Name]; hp != nil {
-			if !m.ReadOnly {
+			// The one exception: the agent removes each checkpoint archive
+			// once pushed (it is the process's memory), unless they are kept.
+			keep := envMap(c)["MS2M_AGENT_KEEP_ARCHIVES"].Value == "true"
+			if !m.ReadOnly && (m.Name != "checkpoints" || keep) {
 				t.Errorf("host folder %s is mounted read-write", hp.Path)
+			}
+			if m.Name == "checkpoints" && m.ReadOnly && !keep {
+				t.Errorf("the checkpoint folder %s is read-only, but MS2M_AGENT_KEEP_ARCHIVES is not true: the agent cannot remove pushed archives", hp.Path)
 			}
 			if hp.Path != m.MountPath {
 				t.Errorf("host folder %s is mounted at %s: the kubelet and the runtime report host paths, so it must be at the same path", hp.Path, m.MountPath)
@@ -477,6 +483,15 @@ func checkAgent(t *testing.T, r rendered) {
 	for _, d := range strings.Split(env["MS2M_AGENT_LOG_DIRS"].Value, ",") {
 		if d != "" && hostDir("MS2M_AGENT_LOG_DIRS", d) == nil {
 			t.Errorf("CRIU log folder %s (MS2M_AGENT_LOG_DIRS) is not mounted from the host", d)
+		}
+	}
+	// The agent pushes to and deletes from the controller's repository,
+	// and no other.
+	if o, ok := r.find("Deployment", r.namespace, "ms2m-controller"); ok {
+		cd := typed[appsv1.Deployment](t, o)
+		want := envMap(cd.Spec.Template.Spec.Containers[0])["MS2M_IMAGE_REPO"].Value
+		if got := env["MS2M_AGENT_IMAGE_REPO"].Value; got != want || got == "" {
+			t.Errorf("MS2M_AGENT_IMAGE_REPO = %q, want the controller's MS2M_IMAGE_REPO %q", got, want)
 		}
 	}
 	tokenFile := env["MS2M_AGENT_TOKEN_FILE"].Value
