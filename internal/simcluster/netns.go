@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,19 +14,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Subnet is the simulated nodes' network: the host side of the veth pair
-// is .1, nodes and pods get addresses from .2 on. It lies outside the local
-// cluster's (e2e/cluster) networks, so that both can run at once.
+// The simulated nodes' network is one /24 of 10.78.0.0/16 per cluster: the
+// host side of the veth pair is .1, nodes and pods get addresses from .2
+// on. Each cluster claims a /24 that no other route of the host's
+// namespace covers, so that clusters of test processes running at once
+// (two packages, or two checkouts on one machine) never share a subnet:
+// with two routes to one /24, the API server's proxy reaches the other
+// cluster's kubelet, which knows none of this cluster's pods. 10.78.0.0/16
+// lies outside the local cluster's (e2e/cluster) networks, so that both
+// can run at once.
 const (
-	subnetPrefix = "10.78.0."
-	hostAddr     = subnetPrefix + "1"
-	maxAddrs     = 60
+	subnetBase = "10.78."
+	maxAddrs   = 60
+	// subnetLock serializes the claims of the processes of one machine.
+	subnetLock = "ms2m-simcluster-subnet.lock"
 )
 
 // netns is a network namespace with one veth pair into the host's, and a
 // pool of addresses on its side.
 type netns struct {
 	name, hostIf string
+	prefix       string // "10.78.N.", the subnet's first three octets
 	mu           sync.Mutex
 	free         []string
 }
@@ -41,7 +50,16 @@ func newNetns() (*netns, error) {
 	}
 	id := fmt.Sprintf("%d", os.Getpid()%100000)
 	n := &netns{name: "ms2m-sim-" + id, hostIf: "ms2msim" + id}
+	unlock, err := lockSubnets()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	removeStale()
+	if n.prefix, err = freeSubnet(); err != nil {
+		return nil, err
+	}
+	hostAddr := n.prefix + "1"
 	steps := [][]string{
 		{"netns", "add", n.name},
 		{"link", "add", n.hostIf, "type", "veth", "peer", "name", "eth0", "netns", n.name},
@@ -51,7 +69,7 @@ func newNetns() (*netns, error) {
 		{"-n", n.name, "link", "set", "eth0", "up"},
 	}
 	for i := 2; i < 2+maxAddrs; i++ {
-		a := subnetPrefix + fmt.Sprint(i)
+		a := n.prefix + fmt.Sprint(i)
 		steps = append(steps, []string{"-n", n.name, "addr", "add", a + "/24", "dev", "eth0"})
 		n.free = append(n.free, a)
 	}
@@ -64,12 +82,85 @@ func newNetns() (*netns, error) {
 	return n, nil
 }
 
+// lockSubnets takes the machine-wide lock under which a cluster picks its
+// subnet and routes it, and returns its release.
+func lockSubnets() (func(), error) {
+	path := filepath.Join(os.TempDir(), subnetLock)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the simulated clusters' subnet lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
+}
+
+// freeSubnet returns the first "10.78.N." whose /24 holds no route of this
+// network namespace (the API server's, which proxies to the nodes).
+func freeSubnet() (string, error) {
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return "", fmt.Errorf("ip -4 route show table all: %w", err)
+	}
+	return pickSubnet(routed(string(out)))
+}
+
+// routed reads the destinations out of `ip -4 route show` lines.
+func routed(out string) []*net.IPNet {
+	var taken []*net.IPNet
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		// A route starts with its destination, or with its type (local,
+		// broadcast, unreachable...) and then its destination.
+		dst := f[0]
+		if dst != "default" && dst[0] >= 'a' && dst[0] <= 'z' && len(f) > 1 {
+			dst = f[1]
+		}
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		if _, nw, err := net.ParseCIDR(dst); err == nil {
+			taken = append(taken, nw)
+		}
+	}
+	return taken
+}
+
+// pickSubnet returns the first "10.78.N." whose /24 holds no route of
+// taken. A broader route (10.0.0.0/8, the default route) does not count: the
+// cluster's /24 is more specific and takes the traffic to its addresses.
+func pickSubnet(taken []*net.IPNet) (string, error) {
+	for i := 0; i < 256; i++ {
+		prefix := subnetBase + strconv.Itoa(i) + "."
+		_, cand, _ := net.ParseCIDR(prefix + "0/24")
+		free := true
+		for _, t := range taken {
+			if ones, _ := t.Mask.Size(); ones < 24 {
+				continue
+			}
+			if cand.Contains(t.IP) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return prefix, nil
+		}
+	}
+	return "", fmt.Errorf("simulated nodes: every /24 of %s0.0/16 is routed already: take down the stale ms2m-sim-* network namespaces (ip netns list)", subnetBase)
+}
+
 // take returns a free address of the pool.
 func (n *netns) take() (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if len(n.free) == 0 {
-		return "", fmt.Errorf("simulated nodes: all %d addresses of %s0/24 are taken", maxAddrs, subnetPrefix)
+		return "", fmt.Errorf("simulated nodes: all %d addresses of %s0/24 are taken", maxAddrs, n.prefix)
 	}
 	a := n.free[0]
 	n.free = n.free[1:]
