@@ -10,6 +10,12 @@ const (
 	AnnotationInject = Prefix + "inject"
 	// LabelNamespaceInject on a namespace opts in all its pods: "enabled".
 	LabelNamespaceInject = Prefix + "inject"
+	// LabelInject on a pod opts it in like AnnotationInject ("true" or
+	// "false"), and also routes its creation to the webhook that fails
+	// closed: a pod labelled "true" is not created while the webhook is
+	// down, so it never starts without its sidecar. "false" opts out and
+	// keeps the webhook away from the pod altogether.
+	LabelInject = Prefix + "inject"
 
 	// AnnotationStatus is written by the webhook: what it injected and
 	// rewrote, as JSON (Status). Its presence with the sidecar container

@@ -79,8 +79,8 @@ func Inject(in Input, cfg Config) (Result, error) {
 		if !asked {
 			return Result{Skipped: []string{ReasonNotOptedIn + reason}}, nil
 		}
-		if pod.Annotations[AnnotationInject] == "false" {
-			warnings = append(warnings, fmt.Sprintf("annotation %s is \"false\", but the pod is a restore target: injected all the same", AnnotationInject))
+		if pod.Annotations[AnnotationInject] == "false" || pod.Labels[LabelInject] == "false" {
+			warnings = append(warnings, fmt.Sprintf("%s is \"false\", but the pod is a restore target: injected all the same", AnnotationInject))
 		}
 	}
 
@@ -184,23 +184,33 @@ func Inject(in Input, cfg Config) (Result, error) {
 }
 
 // optedIn says whether the pod opted in, and if not, why not.
-// AnnotationInject has been checked to be "true", "false" or absent.
+// AnnotationInject and LabelInject have been checked to be "true", "false"
+// or absent. A "false" in either opts out; else a "true" in either opts
+// in; else the namespace's label decides.
 func optedIn(pod *corev1.Pod, nsLabels map[string]string) (string, bool) {
 	label, hasLabel := nsLabels[LabelNamespaceInject]
-	switch v, ok := pod.Annotations[AnnotationInject]; {
-	case ok && v == "true":
+	ann, hasAnn := pod.Annotations[AnnotationInject]
+	podLabel, hasPodLabel := pod.Labels[LabelInject]
+	var out string
+	switch {
+	case hasAnn && ann == "false":
+		out = fmt.Sprintf("annotation %s is \"false\"", AnnotationInject)
+	case hasPodLabel && podLabel == "false":
+		out = fmt.Sprintf("label %s is \"false\"", LabelInject)
+	case ann == "true" || podLabel == "true":
 		return "", true
-	case ok && v == "false" && label == "enabled":
-		return fmt.Sprintf("annotation %s is \"false\" (it overrides the namespace's label %s=enabled)", AnnotationInject, LabelNamespaceInject), false
-	case ok && v == "false":
-		return fmt.Sprintf("annotation %s is \"false\"", AnnotationInject), false
 	case label == "enabled":
 		return "", true
 	case hasLabel:
-		return fmt.Sprintf("the pod has no annotation %s: \"true\", and its namespace's label %s is %s, not \"enabled\"",
+		return fmt.Sprintf("the pod has neither the annotation nor the label %s: \"true\", and its namespace's label %s is %s, not \"enabled\"",
 			AnnotationInject, LabelNamespaceInject, quote(label)), false
+	default:
+		return fmt.Sprintf("the pod has neither the annotation nor the label %s: \"true\", nor its namespace the label %s=enabled", AnnotationInject, LabelNamespaceInject), false
 	}
-	return fmt.Sprintf("the pod has no annotation %s: \"true\", nor its namespace the label %s=enabled", AnnotationInject, LabelNamespaceInject), false
+	if label == "enabled" {
+		out += fmt.Sprintf(" (it overrides the namespace's label %s=enabled)", LabelNamespaceInject)
+	}
+	return out, false
 }
 
 // injectedStatus reads the status of an earlier injection. The pod counts

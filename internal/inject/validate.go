@@ -64,12 +64,15 @@ var annotationChecks = []annotationCheck{
 
 // checkInjectAnnotation checks AnnotationInject alone, before anything
 // else: an opt-in with a bad value must not pass as "not opted in".
+// The pod label LabelInject is held to the same two values.
 func checkInjectAnnotation(pod *corev1.Pod) error {
-	v, ok := pod.Annotations[AnnotationInject]
-	if !ok || v == "true" || v == "false" {
-		return nil
+	if v, ok := pod.Annotations[AnnotationInject]; ok && v != "true" && v != "false" {
+		return denyf("annotation %s is %s: use \"true\" to inject the ms2m sidecar or \"false\" to opt out", AnnotationInject, quote(v))
 	}
-	return denyf("annotation %s is %s: use \"true\" to inject the ms2m sidecar or \"false\" to opt out", AnnotationInject, quote(v))
+	if v, ok := pod.Labels[LabelInject]; ok && v != "true" && v != "false" {
+		return denyf("label %s is %s: use \"true\" to inject the ms2m sidecar (and have pod creation wait for the webhook) or \"false\" to opt out", LabelInject, quote(v))
+	}
+	return nil
 }
 
 // checkAnnotations checks every ms2m annotation's value. It returns a

@@ -13,7 +13,7 @@ import (
 // the webhook is down. "false" keeps the webhook away from the pod
 // altogether. Namespaces opt in by the label inject.LabelNamespaceInject
 // with the value "enabled".
-const LabelInject = inject.Prefix + "inject"
+const LabelInject = inject.LabelInject
 
 // The webhooks of the configuration that Registration builds. Each pod
 // CREATE goes to exactly one of the first three, each UPDATE to the
