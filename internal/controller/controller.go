@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // EventSource names the controller in Events.
@@ -252,8 +252,8 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 		return fmt.Errorf("migration %s: the target %s: %w", st.Name, st.TargetPod, err)
 	}
 	if target != nil && target.Status.PodIP != "" && ctlErr == nil {
-		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(target.Status.PodIP, strconv.Itoa(port)), Token: token}
-		switched, err := replay.Switched(ctx, r.http, ep)
+		ep := control.Client{URL: "http://" + net.JoinHostPort(target.Status.PodIP, strconv.Itoa(port)), Token: token}
+		switched, err := ep.Switched(ctx)
 		if err != nil && target.Status.Phase == corev1.PodRunning {
 			// Unknown: deleting a target that serves would lose what it
 			// processed, resuming the source beside it would count twice.
@@ -271,8 +271,8 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	}
 	err = ctlErr
 	if err == nil {
-		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), Token: token}
-		err = replay.Resume(ctx, r.http, ep)
+		ep := control.Client{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), Token: token}
+		err = ep.Resume(ctx)
 	}
 	if err != nil {
 		errs = append(errs, err)

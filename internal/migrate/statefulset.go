@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // A StatefulSet's pod is its identity: only the StatefulSet controller
@@ -36,7 +36,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.rep.Start = cut.ID
-	stopped, err := replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second)
+	stopped, err := srcEP.Stop(ctx, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, r.dropImages(r.resume(err, srcEP)))
 	}
@@ -50,7 +50,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.phase("restore")
-	switched, err := replay.WaitSwitched(ctx, r.env.HTTP, r.endpoint(running), p.Timeout)
+	switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
 	if err != nil {
 		return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w", p.Name, src.Name, err)
 	}
@@ -137,7 +137,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return serving(err)
 	}
 	r.phase("restore")
-	tm2, err := replay.Handover(ctx, shadowEP, r.endpoint(running), replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP})
+	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout})
 	if err != nil {
 		return serving(err)
 	}
