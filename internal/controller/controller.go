@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -251,15 +250,13 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	case err != nil:
 		return fmt.Errorf("migration %s: the target %s: %w", st.Name, st.TargetPod, err)
 	}
-	if target != nil && target.Status.PodIP != "" && ctlErr == nil {
-		ep := control.Client{URL: "http://" + net.JoinHostPort(target.Status.PodIP, strconv.Itoa(port)), Token: token}
-		switched, err := ep.Switched(ctx)
-		if err != nil && target.Status.Phase == corev1.PodRunning {
-			// Unknown: deleting a target that serves would lose what it
-			// processed, resuming the source beside it would count twice.
-			return fmt.Errorf("migration %s: cannot tell whether the target took over: %w", st.Name, err)
-		}
-		if switched {
+	if target != nil && ctlErr == nil {
+		switch v, err := migrate.TargetTakeover(ctx, target, control.ClientAt(target.Status.PodIP, port, token, r.http), 0); v {
+		case migrate.TakeoverUnknown:
+			// Deleting a target that serves would lose what it processed,
+			// resuming the source beside it would count twice.
+			return fmt.Errorf("migration %s: %w", st.Name, err)
+		case migrate.TookOver:
 			return r.rollForward(ctx, pod, target, st)
 		}
 	}
@@ -271,8 +268,7 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	}
 	err = ctlErr
 	if err == nil {
-		ep := control.Client{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), Token: token}
-		err = ep.Resume(ctx)
+		err = control.ClientAt(pod.Status.PodIP, port, token, r.http).Resume(ctx)
 	}
 	if err != nil {
 		errs = append(errs, err)

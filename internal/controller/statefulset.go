@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -35,7 +33,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 		return fmt.Errorf("migration %s: %w", st.Name, err)
 	}
 	endpoint := func(p *corev1.Pod) control.Client {
-		return control.Client{URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)), Token: token}
+		return control.ClientAt(p.Status.PodIP, port, token, r.http)
 	}
 	shadow, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, migrate.ShadowName(st.Name), metav1.GetOptions{})
 	switch {
@@ -44,12 +42,11 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	case err != nil:
 		return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
 	}
-	if shadow != nil && shadow.Status.PodIP != "" {
-		switched, err := endpoint(shadow).Switched(ctx)
-		if err != nil && shadow.Status.Phase == corev1.PodRunning {
-			return fmt.Errorf("migration %s: cannot tell whether the shadow took over: %w", st.Name, err)
-		}
-		if switched {
+	if shadow != nil {
+		switch v, err := migrate.TargetTakeover(ctx, shadow, endpoint(shadow), 0); v {
+		case migrate.TakeoverUnknown:
+			return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
+		case migrate.TookOver:
 			return r.continueShadow(ctx, pod, st, port, token)
 		}
 	}

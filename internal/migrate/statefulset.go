@@ -105,6 +105,19 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	r.phase("shadow restore")
 	shadowEP := r.endpoint(shadowPod)
 	tm, err := r.handover(ctx, srcEP, shadowEP)
+	if err != nil && !errors.Is(err, control.ErrBeforeStop) {
+		// The source was asked to stop: the shadow may have taken over.
+		switch _, v, terr := r.checkTakeover(ctx, shadowName); v {
+		case TookOver:
+			shadowServes = true
+			r.rep.Note = fmt.Sprintf("the first handover reported %q, but the shadow %s had taken over: the migration went on from it; that handover's timings are unknown", err, shadowName)
+			r.phase("shadow handover")
+			return r.fromShadow(ctx, shadowPod)
+		case TakeoverUnknown:
+			shadowServes = true // neither deleted nor resumed
+			return fmt.Errorf("migration %s: %w; %w, so the shadow is kept and the source %s stays stopped, never both consuming: read the shadow's GET /state, and if replay.switchedAt is set let a restarted migrator controller continue from it, else delete the shadow and POST /resume the source's sidecar", p.Name, err, terr, src.Name)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}

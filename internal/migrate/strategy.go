@@ -170,6 +170,9 @@ type Report struct {
 	ShadowCheckpoint uint64           `json:"shadowCheckpointId,omitempty"`
 	ShadowImage      string           `json:"shadowImage,omitempty"`
 	ShadowHandover   *control.Timings `json:"shadowHandover,omitempty"`
+	// Note says what the migrator had to find out on its own: a handover
+	// that failed after the target had taken over, which it completed.
+	Note string `json:"note,omitempty"`
 }
 
 // Refused is the error of a migration that Run refused before it touched
@@ -279,13 +282,24 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	srcEP := r.endpoint(src)
 
 	// On a failure before the target has taken over, the source serves
-	// again and a half-made target goes.
+	// again and a half-made target goes. Once the source was asked to
+	// stop, the target may have taken over even if the migration failed
+	// (a read of it failed, the migrator's context ended): that is found
+	// out first (afterStop), and a target that took over, or that cannot
+	// be read, is never deleted.
 	resumeSource := false
 	targetCreated := false
+	stopAsked := false
 	tookOver := false
 	defer func() {
 		if err == nil || tookOver {
 			return
+		}
+		if targetCreated && stopAsked {
+			if handled, out := r.afterStop(ctx, err, p.TargetPod); handled {
+				err = out
+				return
+			}
 		}
 		err = r.dropImages(err)
 		if targetCreated {
@@ -312,7 +326,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 			if stopped, err = srcEP.Stop(ctx, 60*time.Second); err != nil {
 				return fmt.Errorf("migration %s: %w", p.Name, err)
 			}
-			resumeSource = true
+			resumeSource, stopAsked = true, true
 			r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
 			r.phase("stop")
 		}
@@ -354,6 +368,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	case MS2M, MS2MCutoff:
 		tm, err := r.handover(ctx, srcEP, dstEP)
 		if err != nil {
+			stopAsked = !errors.Is(err, control.ErrBeforeStop)
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
 		r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
@@ -421,7 +436,14 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 		return cut, r.resume(err, ep)
 	}
 	r.phase(prefix + "checkpoint")
-	if err := ep.Resume(ctx); err != nil {
+	if err := ep.ResumeHold(ctx, cut.Hold); err != nil {
+		if errors.Is(err, control.ErrConflict) {
+			// The sidecar did not stay quiesced (it restarted, say): the
+			// checkpoint may hold deliveries after cut.ID, which a target
+			// would get again. No image is built from it; the sidecar is
+			// left as it is (a restarted one serves).
+			return cut, fmt.Errorf("%w; the checkpoint %s is discarded and nothing was deleted: migrate again", err, filepath.Base(archive))
+		}
 		return cut, err
 	}
 	r.phase(prefix + "resume")
