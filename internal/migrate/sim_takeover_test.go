@@ -59,6 +59,9 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
 		name, ns string
+		// shadow: a statefulset-shadow migration, whose shadow is the
+		// target here; else ms2m.
+		shadow bool
 		// fault returns the transport's fail func; cancel ends the
 		// migration's context.
 		fault func(cancel context.CancelFunc) func() bool
@@ -67,11 +70,11 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 		completes bool
 		want      []string
 	}{
-		{"reads fail for a while", "sim-takeover-retry", func(context.CancelFunc) func() bool {
+		{"reads fail for a while", "sim-takeover-retry", false, func(context.CancelFunc) func() bool {
 			var n atomic.Int64
 			return func() bool { return n.Add(1) <= 5 }
 		}, true, nil},
-		{"the migrator's context ends after the switch", "sim-takeover-ctx", func(cancel context.CancelFunc) func() bool {
+		{"the migrator's context ends after the switch", "sim-takeover-ctx", false, func(cancel context.CancelFunc) func() bool {
 			var once sync.Once
 			return func() bool {
 				failed := false
@@ -79,17 +82,28 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 				return failed
 			}
 		}, true, nil},
-		{"the target stays unreachable", "sim-takeover-lost", func(context.CancelFunc) func() bool {
+		{"the target stays unreachable", "sim-takeover-lost", false, func(context.CancelFunc) func() bool {
 			return func() bool { return true }
 		}, false, []string{"reading the target failed", "cannot tell whether the target target-ms2m took over", "so the target is kept and the source", "stays stopped, never both consuming"}},
+		{"the shadow stays unreachable", "sim-takeover-shadow", true, func(context.CancelFunc) func() bool {
+			return func() bool { return true }
+		}, false, []string{"reading the target failed", "cannot tell whether the target m-statefulset-shadow-shadow took over", "so the shadow is kept and the source consumer-0 stays stopped, never both consuming"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
-			w := deploy(t, c, tc.ns, "Deployment", true)
-			p := plan(w, migrate.MS2M)
+			owner, strategy := "Deployment", migrate.MS2M
+			if tc.shadow {
+				owner, strategy = "StatefulSet", migrate.StatefulSetShadow
+			}
+			w := deploy(t, c, tc.ns, owner, true)
+			p := plan(w, strategy)
+			target := p.TargetPod
+			if tc.shadow {
+				target = migrate.ShadowName(p.Name)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			tr := &afterSwitch{c: c, ns: w.ns, target: p.TargetPod, fail: tc.fault(cancel)}
+			tr := &afterSwitch{c: c, ns: w.ns, target: target, fail: tc.fault(cancel)}
 			e := env(c, c.Client)
 			e.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tr}
 			rep, err := migrate.Run(ctx, e, p)
@@ -112,10 +126,10 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 					t.Errorf("err = %v\nwant it to say %q", err, s)
 				}
 			}
-			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), p.TargetPod, metav1.GetOptions{}); gerr != nil {
+			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), target, metav1.GetOptions{}); gerr != nil {
 				t.Errorf("the target that may have taken over was deleted: %v", gerr)
 			}
-			if sp := c.Nodes[nodeB].Pod(w.ns, p.TargetPod); sp == nil || sp.Sidecar.Mode() != simcluster.ModeServing {
+			if sp := c.Nodes[nodeB].Pod(w.ns, target); sp == nil || sp.Sidecar.Mode() != simcluster.ModeServing {
 				t.Errorf("the target does not serve on node B")
 			}
 			src := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
@@ -170,7 +184,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	if r.err == nil {
 		t.Fatal("the migration succeeded from a checkpoint taken while the source served")
 	}
-	for _, s := range []string{"409 Conflict", "holds no quiesce", "is discarded and nothing was deleted"} {
+	for _, s := range []string{"409 Conflict", "holds no quiesce", "is discarded (no image is built from it) and nothing was deleted"} {
 		if !strings.Contains(r.err.Error(), s) {
 			t.Errorf("err = %v\nwant it to say %q", r.err, s)
 		}

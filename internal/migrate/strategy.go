@@ -442,7 +442,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 			// checkpoint may hold deliveries after cut.ID, which a target
 			// would get again. No image is built from it; the sidecar is
 			// left as it is (a restarted one serves).
-			return cut, fmt.Errorf("%w; the checkpoint %s is discarded and nothing was deleted: migrate again", err, filepath.Base(archive))
+			return cut, fmt.Errorf("%w; the checkpoint %s is discarded (no image is built from it) and nothing was deleted: migrate again", err, filepath.Base(archive))
 		}
 		return cut, err
 	}

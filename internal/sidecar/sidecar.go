@@ -286,9 +286,6 @@ func (s *Sidecar) ControlAddr() string { return s.ctlAddr.String() }
 // Proxy returns the AMQP proxy.
 func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
-// State is what GET /state returns.
-type State = control.State
-
 // replayLag returns the target's lag behind the log.
 func (s *Sidecar) replayLag() uint64 {
 	st := s.proxy.State()
