@@ -80,20 +80,36 @@ const (
 )
 
 // checkTakeover finds out, after err, whether the pod named name (the
-// target or the shadow) took over. It runs on a context of its own, so
-// that a migration whose context ended still finds out.
+// target or the shadow) took over, reading the pod and its sidecar again
+// for up to takeoverCheckRetry while that is unknown: a pod that goes
+// meanwhile (deleted, say) took nothing over. It runs on a context of its
+// own, so that a migration whose context ended still finds out.
 func (r *run) checkTakeover(ctx context.Context, name string) (*corev1.Pod, Takeover, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), takeoverCheckTimeout)
 	defer cancel()
-	pod, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, NotTakenOver, nil
-	case err != nil:
-		return nil, TakeoverUnknown, fmt.Errorf("cannot tell whether the target %s took over: read its pod: %w", name, err)
+	deadline := time.Now().Add(takeoverCheckRetry)
+	wait := 100 * time.Millisecond
+	for {
+		pod, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Get(ctx, name, metav1.GetOptions{})
+		v := TakeoverUnknown
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, NotTakenOver, nil
+		case err != nil:
+			err = fmt.Errorf("cannot tell whether the target %s took over: read its pod: %w", name, err)
+		default:
+			v, err = TargetTakeover(ctx, pod, r.endpoint(pod), 0)
+		}
+		if v != TakeoverUnknown || time.Now().Add(wait).After(deadline) {
+			return pod, v, err
+		}
+		select {
+		case <-ctx.Done():
+			return pod, v, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	v, err := TargetTakeover(ctx, pod, r.endpoint(pod), takeoverCheckRetry)
-	return pod, v, err
 }
 
 // afterStop decides what a migration that failed with err, after it had
