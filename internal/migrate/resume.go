@@ -162,7 +162,7 @@ func (r *run) takeOver(ctx context.Context, shadow *corev1.Pod, ep control.Clien
 			return err
 		}
 		if st.Mode != "stopped" {
-			_, err := control.Handover(ctx, shadowEP, ep, control.HandoverOptions{SwitchTimeout: timeout})
+			_, err := control.Handover(ctx, shadowEP, ep, control.HandoverOptions{SwitchTimeout: timeout, ReadRetry: r.env.ReadRetry})
 			return err
 		}
 	}

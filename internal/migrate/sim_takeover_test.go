@@ -106,6 +106,7 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 			tr := &afterSwitch{c: c, ns: w.ns, target: target, fail: tc.fault(cancel)}
 			e := env(c, c.Client)
 			e.HTTP = &http.Client{Timeout: 10 * time.Second, Transport: tr}
+			e.ReadRetry = 2 * time.Second // the default, 20 s, twice for each unreachable target
 			rep, err := migrate.Run(ctx, e, p)
 			if tr.failed.Load() == 0 {
 				t.Fatalf("no read of the switched target failed (err %v): the fault did not fire", err)

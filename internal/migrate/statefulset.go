@@ -150,7 +150,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return serving(err)
 	}
 	r.phase("restore")
-	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout})
+	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, ReadRetry: r.env.ReadRetry})
 	if err != nil {
 		return serving(err)
 	}

@@ -123,6 +123,11 @@ type Env struct {
 	HTTP *http.Client
 	// Progress, if set, hears each phase as it ends.
 	Progress func(phase string, took time.Duration)
+	// ReadRetry bounds how long failed reads of a target's sidecar are
+	// retried once the source was asked to stop: in the handover, and again
+	// before a failed migration decides whether its target took over.
+	// Default control.DefaultReadRetry.
+	ReadRetry time.Duration
 }
 
 // Plan is one migration.
@@ -205,6 +210,9 @@ func newRun(env Env, p Plan) *run {
 	}
 	if env.ControlPort == 0 {
 		env.ControlPort = 8089
+	}
+	if env.ReadRetry <= 0 {
+		env.ReadRetry = control.DefaultReadRetry
 	}
 	if p.Timeout == 0 {
 		p.Timeout = 3 * time.Minute
@@ -482,7 +490,7 @@ func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (
 // handover stops the source and lets the target replay to the cutoff and
 // switch; for ms2m-cutoff, the stop comes once T_cutoff has passed.
 func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (control.Timings, error) {
-	ho := control.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout}
+	ho := control.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, ReadRetry: r.env.ReadRetry}
 	if r.p.Strategy == MS2MCutoff {
 		lambda, mu, err := srcEP.Rates(ctx)
 		if err != nil {

@@ -73,21 +73,15 @@ func TargetTakeover(ctx context.Context, target *corev1.Pod, c control.Client, r
 	}
 }
 
-// Bounds of the check a failed migration makes before it undoes anything.
-const (
-	takeoverCheckRetry   = 30 * time.Second
-	takeoverCheckTimeout = takeoverCheckRetry + 15*time.Second
-)
-
 // checkTakeover finds out, after err, whether the pod named name (the
 // target or the shadow) took over, reading the pod and its sidecar again
-// for up to takeoverCheckRetry while that is unknown: a pod that goes
+// for up to Env.ReadRetry while that is unknown: a pod that goes
 // meanwhile (deleted, say) took nothing over. It runs on a context of its
 // own, so that a migration whose context ended still finds out.
 func (r *run) checkTakeover(ctx context.Context, name string) (*corev1.Pod, Takeover, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), takeoverCheckTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.ReadRetry+15*time.Second)
 	defer cancel()
-	deadline := time.Now().Add(takeoverCheckRetry)
+	deadline := time.Now().Add(r.env.ReadRetry)
 	wait := 100 * time.Millisecond
 	for {
 		pod, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Get(ctx, name, metav1.GetOptions{})
