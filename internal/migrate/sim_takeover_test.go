@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,7 +96,7 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 			if tc.shadow {
 				owner, strategy = "StatefulSet", migrate.StatefulSetShadow
 			}
-			w := deploy(t, c, tc.ns, owner, true)
+			w := deploy(t, c, tc.ns+"-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), owner, true)
 			p := plan(w, strategy)
 			target := p.TargetPod
 			if tc.shadow {
@@ -154,7 +155,7 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
-	w := deploy(t, c, "sim-lost-hold", "Deployment", true)
+	w := deploy(t, c, "sim-lost-hold-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), "Deployment", true)
 	p := plan(w, migrate.MS2M)
 	p.Name = "m-lost-hold"
 	h := c.Nodes[nodeA].HoldStep(simcluster.StepCheckpoint)
