@@ -36,18 +36,25 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 	t.Cleanup(func() { l.DeletePods(context.Background(), name, name+"-target") })
 	prod := produce(t, src, name, 10, 100, 10)
 
-	env := l.Env(func(phase string, took time.Duration) { t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond)) })
-	env.Agent = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}
 	plan := migrate.Plan{Name: fmt.Sprintf("a%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: migrate.MS2M}
+	journals := l.NewJournals(src, plan)
+	env := l.Env(func(phase string, took time.Duration) {
+		t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond))
+		journals.AfterPhase(ctx, phase)
+	})
+	env.Agent = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}
+	began := time.Now()
 	rep, err := migrate.Run(ctx, env, plan)
+	ended := time.Now()
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	t.Logf("through the agent: total %v, downtime %v, image %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Image)
+	t.Logf("through the agent: total %v, switch %v, image %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Image)
 	target, err := migrate.WaitRunning(ctx, l.Client, lab.Namespace, plan.TargetPod, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	expectExact(t, ctx, prod, target)
+	logGap(t, "through the agent", journals, target, began, ended)
 }

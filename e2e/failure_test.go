@@ -116,8 +116,8 @@ func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := lab.WaitFor(src, want, 30*time.Second)
-			if got.Count != want.Count || got.Hash != want.Hash {
-				t.Errorf("source consumer after the failed migration: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
+			if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
+				t.Errorf("source consumer after the failed migration: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
 			}
 		})
 	}

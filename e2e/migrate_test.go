@@ -70,18 +70,22 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		}
 		b := testenv.RequireBroker(t)
 		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src))
-		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src)+"."+plan.Name)
+		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(inject.LogName(src), plan.Name))
 	})
 
 	prod := produce(t, src, name, sc.rate, sc.n, 20)
 
+	journals := l.NewJournals(src, plan)
+	began := time.Now()
 	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
 		t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond))
+		journals.AfterPhase(ctx, phase)
 	}), plan)
+	ended := time.Now()
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	t.Logf("%s: total %v, downtime %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+	t.Logf("%s: total %v, switch %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 	if sc.strategy == migrate.MS2MCutoff {
 		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 		if rep.TCutoff <= 0 || rep.Lambda <= 0 {
@@ -111,6 +115,7 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 	got := lab.WaitFor(target, want, settle)
 	t.Logf("%s: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d, skipped redeliveries %d)",
 		sc.strategy, want.Count, want.Hash, got.Count, got.Hash, got.Reconnects, got.Skipped)
+	logGap(t, string(sc.strategy), journals, target, began, ended)
 	if sc.strategy == migrate.CRIUAlone {
 		if got.Hash == want.Hash {
 			t.Errorf("CRIU alone ended with the producer's hash: the source handled nothing after its checkpoint, so the test shows nothing")
@@ -119,7 +124,7 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		}
 		return
 	}
-	if got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, want.Count, want.Hash)
+	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
+		t.Errorf("restored consumer: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
 	}
 }

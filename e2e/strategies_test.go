@@ -105,7 +105,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			if rep == nil {
 				t.Fatalf("the status of %s has no report: %+v", target.Name, st)
 			}
-			t.Logf("%s: total %v, downtime %v, checkpoint %d, cutoff %d; phases %v", rep.Strategy, rep.Total.Round(time.Millisecond),
+			t.Logf("%s: total %v, switch %v, checkpoint %d, cutoff %d; phases %v (the processing gap needs the journals read across migrate.Run: TestFirstRealMigration logs it)", rep.Strategy, rep.Total.Round(time.Millisecond),
 				rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID, rep.Phases)
 
 			if target.Spec.NodeName != l.NodeName(2) {

@@ -69,9 +69,9 @@ func TestRealWebhook(t *testing.T) {
 			l.DeletePods(ctx, plan.Pod, plan.TargetPod)
 		}
 		b := testenv.RequireBroker(t)
-		logName := lab.Namespace + "." + name // the default, $(POD_NAMESPACE).$(POD_NAME)
+		logName := inject.DefaultLogName(lab.Namespace, name)
 		shadowqueue.DeleteStream(ctx, b.StreamURI, logName)
-		shadowqueue.DeleteStream(ctx, b.StreamURI, logName+"."+plan.Name)
+		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(logName, plan.Name))
 	})
 
 	// (a) The pod as a user writes it, created through the API server.
@@ -99,11 +99,21 @@ func TestRealWebhook(t *testing.T) {
 
 	// (b) An ms2m migration with the webhook making the target a restore.
 	prod := produce(t, src, name, 10, 120, 20)
+	journals := l.NewJournals(src, plan)
+	progress := env.Progress
+	env.Progress = func(phase string, took time.Duration) {
+		if progress != nil {
+			progress(phase, took)
+		}
+		journals.AfterPhase(ctx, phase)
+	}
+	began := time.Now()
 	rep, err := migrate.Run(ctx, env, plan)
+	ended := time.Now()
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	t.Logf("ms2m: total %v, downtime %v, checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+	t.Logf("ms2m: total %v, switch %v, checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 
 	target, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
 	if err != nil {
@@ -120,8 +130,9 @@ func TestRealWebhook(t *testing.T) {
 	got := lab.WaitFor(target, wantState, 30*time.Second)
 	t.Logf("ms2m: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d, skipped redeliveries %d)",
 		wantState.Count, wantState.Hash, got.Count, got.Hash, got.Reconnects, got.Skipped)
-	if got.Count != wantState.Count || got.Hash != wantState.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, wantState.Count, wantState.Hash)
+	logGap(t, "ms2m", journals, target, began, ended)
+	if got.Count != wantState.Count || got.Hash != wantState.Hash || got.Skipped != 0 {
+		t.Errorf("restored consumer: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", got.Count, got.Hash, got.Skipped, wantState.Count, wantState.Hash)
 	}
 
 	// (c) The webhook's own record of the two admissions.

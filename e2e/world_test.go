@@ -223,16 +223,34 @@ func produce(t *testing.T, src *corev1.Pod, queue string, rate float64, n, folds
 }
 
 // expectExact waits for the producer to finish and for pod's consumer to
-// settle, and fails the test unless its count and hash are the producer's.
+// settle, and fails the test unless its count and hash are the producer's
+// and it skipped no redelivery (the sample consumers fold every delivery
+// unless SKIP_REDELIVERIES is set, so a skip is a duplicate the hash would
+// not show).
 func expectExact(t *testing.T, ctx context.Context, prod *lab.Producer, pod *corev1.Pod) {
 	t.Helper()
 	want, err := prod.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lab.WaitFor(pod, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash {
-		t.Errorf("the consumer in %s: count %d hash %s; producer: count %d hash %s", pod.Name, got.Count, got.Hash, want.Count, want.Hash)
+	if got := lab.WaitFor(pod, want, 30*time.Second); got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
+		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
 	}
+}
+
+// logGap logs the migration's processing gap, the downtime as the consumer
+// sees it, from the journals read across it (only the Go consumer keeps
+// one), over the window [from, to] of migrate.Run.
+func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from, to time.Time) {
+	t.Helper()
+	j.Target(target)
+	g, err := j.Gap(from, to)
+	if err != nil {
+		t.Logf("%s: no processing gap: %v", what, err)
+		return
+	}
+	t.Logf("%s: processing gap %v (no consumer finished a message while one waited), %v after the migration began",
+		what, g.Duration().Round(time.Millisecond), g.Start.Sub(from).Round(time.Millisecond))
 }
 
 // startController runs the annotation-driven controller, with agent for

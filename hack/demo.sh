@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 BIN=bin
 QUEUE=ms2m-demo-$$
-LOG=ms2m-demo-log-$$
+LOG=ms2m-demo.log-$$ # shaped as the webhook names logs: <namespace>.<name>
 TOKEN=demo-token-$$
 AMQP=127.0.0.1:5672
 SIDECAR=127.0.0.1:15672

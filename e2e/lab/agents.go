@@ -43,7 +43,7 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 			return nil, err
 		}
 		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
-		cmd.Env = append(os.Environ(), agentEnv(n)...)
+		cmd.Env = append(os.Environ(), agentEnv(n, l.ImageRepo())...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
@@ -63,9 +63,9 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 
 // agentEnv configures `migrator agent` for node n: it listens on the
 // node's address, over the node's kubelet checkpoint folder, containerd
-// socket and state folder, with the lab's token, and pushes to the
+// socket and state folder, with the lab's token, and pushes to repo in the
 // cluster's plain-HTTP registry.
-func agentEnv(n cluster.NodeInfo) []string {
+func agentEnv(n cluster.NodeInfo, repo string) []string {
 	return []string{
 		"MS2M_AGENT_LISTEN=" + n.IP + ":" + strconv.Itoa(AgentPort),
 		"MS2M_AGENT_CHECKPOINT_DIR=" + n.CheckpointDir,
@@ -73,6 +73,7 @@ func agentEnv(n cluster.NodeInfo) []string {
 		"MS2M_AGENT_LOG_DIRS=" + filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state"),
 		"MS2M_AGENT_TOKEN=" + AgentToken,
 		"MS2M_AGENT_REGISTRY_INSECURE=true",
+		"MS2M_AGENT_IMAGE_REPO=" + repo,
 	}
 }
 

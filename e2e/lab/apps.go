@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/e2e/lab/journal"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
@@ -206,11 +207,9 @@ func WaitFor(pod *corev1.Pod, want ProducerResult, timeout time.Duration) AppSta
 }
 
 // Fold is one entry of the sample Go consumer's GET /folds: a folded
-// message's id and its latency from the producer's send.
-type Fold struct {
-	ID        int64   `json:"id"`
-	LatencyMS float64 `json:"latency_ms"`
-}
+// message's id, its latency from the producer's send, and when it was sent
+// and folded.
+type Fold = journal.Fold
 
 // GetFolds reads the journal of the Go consumer in pod, oldest first, and
 // how many older folds it dropped.

@@ -374,34 +374,16 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 	return env, nil
 }
 
-// webhookConfiguration registers the webhook at url as docs/webhook.md
-// does, by URL instead of by Service: every namespace but the system's,
-// failurePolicy Fail, reinvocation if needed. The caBundle is left to the
-// webhook's self-signed bootstrap.
+// webhookConfiguration registers the webhook at url as the chart does
+// (webhook.Registration), by URL instead of by Service: every namespace but
+// the system's, Fail only for pods that opted in by a label. The caBundle
+// is left to the webhook's self-signed bootstrap.
 func webhookConfiguration(name, url string) *admissionregistrationv1.MutatingWebhookConfiguration {
-	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
-	fail := admissionregistrationv1.Fail
-	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
-	timeout := int32(10)
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "pods.ms2m.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"ms2m-system", "kube-system"},
-			}}},
-			FailurePolicy:           &fail,
-			SideEffects:             &sideEffects,
-			ReinvocationPolicy:      &ifNeeded,
-			TimeoutSeconds:          &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	return webhook.Registration{
+		Name:              name,
+		ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: &url},
+		ExcludeNamespaces: []string{"ms2m-system", "kube-system"},
+	}.Configuration()
 }
 
 // webhookPort is WebhookPort if it is free on every address (the webhook

@@ -35,6 +35,9 @@ Environment:
   HTTP_ADDR        address of the state server (default 127.0.0.1:8080)
   DECLARE          declare the queue as durable before consuming (default true)
   CONNECTION_NAME  client-provided connection name (default ms2m-example-consumer)
+  SKIP_REDELIVERIES  skip a redelivered message whose numeric message-id is
+                   not above the last folded one's (default false: fold
+                   everything, so that the hash shows every duplicate)
 """
 
 MIN_BACKOFF = 0.1
@@ -65,6 +68,7 @@ class Config:
         self.prefetch = _int(env, "PREFETCH", 1, 0, 65535)
         self.work = _int(env, "WORK_MS", 50, 0, None) / 1000.0
         self.declare = _bool(env, "DECLARE", True)
+        self.skip_redeliveries = _bool(env, "SKIP_REDELIVERIES", False)
         try:
             pika.URLParameters(self.url)
         except Exception as e:  # pika raises several types for a bad URL
@@ -99,7 +103,8 @@ def _bool(env, name, default):
 class State:
     """The in-memory state and connection status, shared with the HTTP server."""
 
-    def __init__(self):
+    def __init__(self, skip_redeliveries=False):
+        self.skip_redeliveries = skip_redeliveries  # off: a duplicate shows in the hash
         self.lock = threading.Lock()
         self.hash = bytes(32)  # h0
         self.count = 0
@@ -111,18 +116,20 @@ class State:
         self.max_latency_ms = 0.0
 
     def apply(self, body, message_id, redelivered, sent_at_ns, now_ns):
-        """Folds one message and returns True, or returns False when it is a
-        redelivery of a message already folded: it is redelivered and its
-        numeric message-id is not above that of the last folded message. That
-        happens when the connection drops after a message was folded but
-        before its ack reached the broker; skipping keeps the state
-        exactly-once."""
+        """Folds one message and returns True. With skip_redeliveries on, it
+        returns False instead when the message is a redelivery of one already
+        folded: it is redelivered and its numeric message-id is not above that
+        of the last folded message. That happens when the connection drops
+        after a message was folded but before its ack reached the broker;
+        skipping keeps the state exactly-once, but also hides a duplicate that
+        something else caused, so it is off unless asked for."""
         try:
             msg_id = int(message_id)
         except (TypeError, ValueError):
             msg_id = None
         with self.lock:
-            if (redelivered and msg_id is not None and self.last_id is not None
+            if (self.skip_redeliveries and redelivered and msg_id is not None
+                    and self.last_id is not None
                     and msg_id <= self.last_id):
                 self.skipped += 1
                 return False
@@ -246,15 +253,17 @@ def main(argv, env):
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    state = State()
+    state = State(cfg.skip_redeliveries)
     try:
         server = serve_http(cfg.http_addr, state)
     except (OSError, ValueError) as e:
         log.error("listen on HTTP_ADDR %s failed: %s", cfg.http_addr, e)
         return 1
     host, port = server.server_address[:2]
-    log.info("listening http=http://%s:%d queue=%s prefetch=%d work_ms=%d connection_name=%s",
-             host, port, cfg.queue, cfg.prefetch, cfg.work * 1000, cfg.conn_name)
+    log.info("listening http=http://%s:%d queue=%s prefetch=%d work_ms=%d connection_name=%s"
+             " skip_redeliveries=%s",
+             host, port, cfg.queue, cfg.prefetch, cfg.work * 1000, cfg.conn_name,
+             cfg.skip_redeliveries)
 
     backoff = MIN_BACKOFF
     while not stop.is_set():

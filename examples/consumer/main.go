@@ -32,6 +32,9 @@ Environment:
   HTTP_ADDR        address of the state server (default 127.0.0.1:8080)
   DECLARE          declare the queue as durable before consuming (default true)
   CONNECTION_NAME  client-provided connection name (default ms2m-example-consumer)
+  SKIP_REDELIVERIES  skip a redelivered message whose numeric message-id is
+                   not above the last folded one's (default false: fold
+                   everything, so that the hash shows every duplicate)
 `
 
 const (
@@ -47,6 +50,9 @@ type config struct {
 	httpAddr string
 	declare  bool
 	connName string
+	// skipRedeliveries turns on the redelivery skip (see state.apply).
+	// It is off by default, so that a duplicate shows in the hash.
+	skipRedeliveries bool
 }
 
 func main() {
@@ -115,11 +121,18 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 		}
 		cfg.declare = b
 	}
+	if v, ok := env("SKIP_REDELIVERIES"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("SKIP_REDELIVERIES=%q: want true or false", v)
+		}
+		cfg.skipRedeliveries = b
+	}
 	return cfg, nil
 }
 
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	st := &state{}
+	st := &state{skipRedeliveries: cfg.skipRedeliveries}
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.httpAddr, err)
@@ -132,7 +145,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		srv.Shutdown(shutdownCtx)
 	}()
 	log.Info("listening", "http", "http://"+ln.Addr().String(), "broker", redact(cfg.url),
-		"queue", cfg.queue, "prefetch", cfg.prefetch, "work", cfg.work, "connection_name", cfg.connName)
+		"queue", cfg.queue, "prefetch", cfg.prefetch, "work", cfg.work, "connection_name", cfg.connName,
+		"skip_redeliveries", cfg.skipRedeliveries)
 
 	backoff := minBackoff
 	for {

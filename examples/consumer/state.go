@@ -13,6 +13,10 @@ import (
 // state is the consumer's in-memory state and connection status. The HTTP
 // server reads it while the consume loop writes it.
 type state struct {
+	// skipRedeliveries turns on the redelivery skip in apply; set before
+	// the first apply.
+	skipRedeliveries bool
+
 	mu         sync.Mutex
 	chain      hashchain.Chain
 	count      int
@@ -30,15 +34,20 @@ type state struct {
 	dropped int // folds that fell out of the journal
 }
 
-// journalMax bounds the journal (16 bytes a fold, 1.6 MiB); when it is
+// journalMax bounds the journal (32 bytes a fold, 3.2 MiB); when it is
 // full the older half goes.
 const journalMax = 100_000
 
-// fold is one folded message: its message-id (-1 if it had no numeric one)
-// and the time from its x-sent-at header to its fold (-1 without one).
+// fold is one folded message: its message-id (-1 if it had no numeric one),
+// the time from its x-sent-at header to its fold (-1 without one), when it
+// was folded, and its x-sent-at (0 without one), both in Unix nanoseconds
+// of the host's clock. A benchmark reads the times to find the longest
+// interval in which nothing was folded while a message waited.
 type fold struct {
 	ID        int64   `json:"id"`
 	LatencyMS float64 `json:"latency_ms"`
+	AtNS      int64   `json:"at_ns"`
+	SentNS    int64   `json:"sent_ns"`
 }
 
 // message is what apply needs from a delivery.
@@ -49,18 +58,21 @@ type message struct {
 	sentAt      time.Time // zero when the message has no x-sent-at header
 }
 
-// apply folds m into the hash chain and reports true, or reports false when
-// m is a redelivery of a message that was already folded: it is redelivered,
-// and its numeric message-id is not above that of the last folded message.
-// That happens when the connection drops after a message was folded but before
-// its ack reached the broker. Skipping it keeps the state exactly-once.
+// apply folds m into the hash chain and reports true. With
+// skipRedeliveries on, it reports false instead when m is a redelivery of a
+// message that was already folded: it is redelivered, and its numeric
+// message-id is not above that of the last folded message. That happens
+// when the connection drops after a message was folded but before its ack
+// reached the broker. Skipping it keeps the state exactly-once, but it also
+// hides a duplicate that something else caused (a migration that handed the
+// app a message twice), so it is off unless asked for.
 func (s *state) apply(m message, now time.Time) bool {
 	id, err := strconv.ParseInt(m.messageID, 10, 64)
 	hasID := err == nil
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if m.redelivered && hasID && s.haveLastID && id <= s.lastID {
+	if s.skipRedeliveries && m.redelivered && hasID && s.haveLastID && id <= s.lastID {
 		s.skipped++
 		return false
 	}
@@ -68,13 +80,14 @@ func (s *state) apply(m message, now time.Time) bool {
 	s.count++
 	s.last = string(m.body)
 	s.lastID, s.haveLastID = id, hasID
-	f := fold{ID: -1, LatencyMS: -1}
+	f := fold{ID: -1, LatencyMS: -1, AtNS: now.UnixNano()}
 	if hasID {
 		f.ID = id
 	}
 	if !m.sentAt.IsZero() {
 		s.maxLatency = max(s.maxLatency, now.Sub(m.sentAt))
 		f.LatencyMS = float64(now.Sub(m.sentAt)) / float64(time.Millisecond)
+		f.SentNS = m.sentAt.UnixNano()
 	}
 	if len(s.journal) == journalMax { // drop the older half, amortised
 		n := copy(s.journal, s.journal[journalMax/2:])

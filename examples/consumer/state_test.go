@@ -15,10 +15,16 @@ func TestApply(t *testing.T) {
 		return message{body: []byte("msg-" + id), messageID: id, redelivered: redelivered}
 	}
 	tests := map[string]struct {
+		noSkip      bool // the default: SKIP_REDELIVERIES unset
 		in          []message
 		wantFolded  []string // bodies, in order
 		wantSkipped int
 	}{
+		"without the skip, a redelivery is folded again": {
+			noSkip:     true,
+			in:         []message{msg("1", false), msg("2", false), msg("2", true), msg("3", false)},
+			wantFolded: []string{"msg-1", "msg-2", "msg-2", "msg-3"},
+		},
 		"in order": {
 			in:         []message{msg("1", false), msg("2", false), msg("3", false)},
 			wantFolded: []string{"msg-1", "msg-2", "msg-3"},
@@ -48,7 +54,7 @@ func TestApply(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var s state
+			s := state{skipRedeliveries: !tc.noSkip}
 			for _, m := range tc.in {
 				s.apply(m, time.Now())
 			}
@@ -81,13 +87,18 @@ func TestApplyLatency(t *testing.T) {
 }
 
 func TestFolds(t *testing.T) {
-	var s state
+	s := state{skipRedeliveries: true}
 	now := time.Unix(100, 0)
 	s.apply(message{body: []byte("msg-1"), messageID: "1", sentAt: now.Add(-30 * time.Millisecond)}, now)
 	s.apply(message{body: []byte("msg-2"), messageID: "2"}, now)
 	s.apply(message{body: []byte("msg-2"), messageID: "2", redelivered: true}, now) // skipped: not folded
-	s.apply(message{body: []byte("x"), messageID: "x", sentAt: now.Add(-5 * time.Millisecond)}, now)
-	want := foldsJSON{Folds: []fold{{ID: 1, LatencyMS: 30}, {ID: 2, LatencyMS: -1}, {ID: -1, LatencyMS: 5}}}
+	s.apply(message{body: []byte("x"), messageID: "x", sentAt: now.Add(-5 * time.Millisecond)}, now.Add(time.Millisecond))
+	at, later := now.UnixNano(), now.Add(time.Millisecond).UnixNano()
+	want := foldsJSON{Folds: []fold{
+		{ID: 1, LatencyMS: 30, AtNS: at, SentNS: now.Add(-30 * time.Millisecond).UnixNano()},
+		{ID: 2, LatencyMS: -1, AtNS: at},
+		{ID: -1, LatencyMS: 6, AtNS: later, SentNS: now.Add(-5 * time.Millisecond).UnixNano()},
+	}}
 	if diff := cmp.Diff(want, s.folds()); diff != "" {
 		t.Errorf("folds (-want +got):\n%s", diff)
 	}
@@ -106,14 +117,18 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.prefetch != 10 || cfg.work != 0 || cfg.declare || cfg.queue != "q" || cfg.httpAddr != "127.0.0.1:8080" {
+	if cfg.prefetch != 10 || cfg.work != 0 || cfg.declare || cfg.queue != "q" || cfg.httpAddr != "127.0.0.1:8080" || cfg.skipRedeliveries {
 		t.Errorf("loadConfig = %+v", cfg)
 	}
 	cfg, err = loadConfig(func(k string) (string, bool) { return "", true })
-	if err != nil || cfg.prefetch != 1 || cfg.queue != "orders" {
+	if err != nil || cfg.prefetch != 1 || cfg.queue != "orders" || cfg.skipRedeliveries {
 		t.Errorf("with every variable set but empty: loadConfig = %+v, %v; want the defaults", cfg, err)
 	}
-	for _, bad := range []map[string]string{{"PREFETCH": "-1"}, {"WORK_MS": "x"}, {"DECLARE": "maybe"}} {
+	cfg, err = loadConfig(func(k string) (string, bool) { return "true", k == "SKIP_REDELIVERIES" })
+	if err != nil || !cfg.skipRedeliveries {
+		t.Errorf("with SKIP_REDELIVERIES=true: loadConfig = %+v, %v; want the skip on", cfg, err)
+	}
+	for _, bad := range []map[string]string{{"PREFETCH": "-1"}, {"WORK_MS": "x"}, {"DECLARE": "maybe"}, {"SKIP_REDELIVERIES": "sometimes"}} {
 		if _, err := loadConfig(func(k string) (string, bool) { v, ok := bad[k]; return v, ok }); err == nil {
 			t.Errorf("loadConfig(%v): want an error", bad)
 		}

@@ -18,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
@@ -201,10 +202,11 @@ func (b *bench) close() error {
 	return errors.Join(errs...)
 }
 
-// newLogName returns a fresh replay log name; close deletes the log if the
+// newLogName returns a fresh replay log name, shaped as the webhook names
+// logs (in a namespace of the bench's own); close deletes the log if the
 // run does not.
 func (b *bench) newLogName() string {
-	name := uniqueName("ms2m-bench-log")
+	name := inject.DefaultLogName("ms2m-bench", uniqueName("log"))
 	b.mu.Lock()
 	b.logs[name] = true
 	b.mu.Unlock()

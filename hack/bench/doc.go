@@ -14,7 +14,9 @@
 // the app's resident memory (hack/bench/ballast), beside raw CRIU dumping
 // and restoring the same program on the host; strategies migrates a
 // consumer between the nodes with ms2m and with stop-and-copy and compares
-// their downtime, checking the restored state's hash every time. Compared
+// their downtime, the processing gap read from the consumers' journals
+// (e2e/lab/journal), beside the migrator's switch time, checking the
+// restored state's hash (and that no redelivery was skipped) every time. Compared
 // paths alternate round by round so that a noisy machine hurts both alike.
 // It prints a Markdown block for BENCHMARKS.md to stdout and writes the raw
 // figures to out/bench/sidecar.json (out/bench/sidecar-<parts>.json when not
@@ -27,8 +29,9 @@
 // (and, when -strategies asks for it, ms2m-cutoff-adaptive: ms2m-cutoff by
 // the adaptive rule, beside the formula) migrating a fresh consumer at
 // each producer rate, run after run, with
-// the worst latency and the lost and repeated messages read from the
-// consumers' journals (GET /folds). It writes results.csv, results.json
+// the processing gap, the worst latency and the lost and repeated messages
+// read from the consumers' journals (GET /folds), the switch time beside
+// the gap, and means, medians and p95s. It writes results.csv, results.json
 // and the figures (package paperplot) to out/bench-paper, prints PASS or
 // MISS per goal, and replaces its section of BENCHMARKS.md.
 package main

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/e2e/lab/journal"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
@@ -30,18 +32,17 @@ type migrationSpec struct {
 	statefulSet bool
 	replayMax   time.Duration      // T_replay_max for ms2m-cutoff; 0 is the default
 	cutoff      migrate.CutoffRule // ms2m-cutoff's rule; "" is the default
-	// journal reads each consumer's GET /folds as it stops serving, for
-	// the worst latency and the lost and repeated messages.
-	journal bool
 }
 
 // migrate starts a fresh consumer on node 1 and a producer at spec.rate,
 // migrates the consumer to node 2 by spec.strategy once it has consumed
 // for the warm-up, waits for the producer to finish and the target to
 // process everything, and compares the target's hash with the
-// producer's. A failed migration or a wrong hash is reported in the
-// round; an error is returned only when the bench could not run the
-// migration at all.
+// producer's. Each consumer's journal (GET /folds) is read as it stops
+// serving, for the processing gap, the worst latency and the lost and
+// repeated messages. A failed migration, a wrong hash or a skipped
+// redelivery is reported in the round; an error is returned only when the
+// bench could not run the migration at all.
 func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin string, spec migrationSpec) (m migrationRound, err error) {
 	began := time.Now()
 	defer func() { m.WallMs = ms(time.Since(began)) }()
@@ -114,34 +115,17 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	// Each consumer's journal is read when it has stopped for good and
 	// before it is deleted; the time that takes (a few ms) falls into the
 	// next phase.
-	var journals [][]lab.Fold
-	readJournal := func(pod *corev1.Pod) {
-		folds, _, err := lab.GetFolds(pod)
-		if err != nil {
-			progress("  could not read the consumer's journal", "pod", pod.Name, "err", err)
-			return
-		}
-		journals = append(journals, folds)
-	}
-	read := journalPoints[spec.strategy]
+	journals := l.NewJournals(src, plan)
 	phaseEnd := map[string]time.Time{}
+	migrationBegan := time.Now()
 	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
 		phaseEnd[phase] = time.Now()
 		progress("  phase", "name", phase, "took", took.Round(time.Millisecond))
-		if !spec.journal {
-			return
-		}
-		switch read[phase] {
-		case "source":
-			readJournal(src)
-		case "shadow":
-			if p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.Name+"-shadow", metav1.GetOptions{}); err == nil {
-				readJournal(p)
-			}
-		}
+		journals.AfterPhase(ctx, phase)
 	}), plan)
+	migrationEnded := time.Now()
 	m.Report = rep
-	m.TotalMs, m.Downtime = ms(rep.Total), ms(rep.Downtime)
+	m.TotalMs, m.SwitchMs = ms(rep.Total), ms(rep.Downtime)
 	for _, p := range rep.Phases {
 		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})
 	}
@@ -183,16 +167,20 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	if !m.HashOK {
 		m.Error = fmt.Sprintf("hash mismatch: the restored consumer has count %d hash %.12s, the producer sent %d with hash %.12s", got.Count, got.Hash, want.Count, want.Hash)
 	}
-	if spec.journal {
-		folds, dropped, err := lab.GetFolds(target)
-		if err != nil || dropped > 0 {
-			m.Error = fmt.Sprintf("the target's journal: %v (%d folds dropped)", err, dropped)
-			return m, nil
-		}
-		journals = append(journals, folds)
-		j := judgeJournals(journals, want.Count)
-		m.WorstLatencyMs, m.Lost, m.Duplicated, m.Missing = &j.worstMs, &j.lost, &j.duplicated, j.missing
+	if got.Skipped > 0 && m.Error == "" {
+		m.Error = fmt.Sprintf("the restored consumer skipped %d redeliveries: a duplicate the hash does not show", got.Skipped)
 	}
+	journals.Target(target)
+	all, err := journals.All()
+	if err != nil {
+		m.Error = strings.TrimPrefix(m.Error+"; "+err.Error(), "; ")
+		return m, nil
+	}
+	j := judgeJournals(all, want.Count)
+	m.WorstLatencyMs, m.Lost, m.Duplicated, m.Missing = &j.worstMs, &j.lost, &j.duplicated, j.missing
+	gap := journal.ProcessingGap(all, journal.SendTimes(all), migrationBegan, migrationEnded)
+	gapMs, startMs := ms(gap.Duration()), ms(gap.Start.Sub(migrationBegan))
+	m.ProcessingGapMs, m.ProcessingGapStartMs = &gapMs, &startMs
 	return m, nil
 }
 
@@ -210,17 +198,6 @@ func shortName(s migrate.Strategy) string {
 		return "shadow"
 	}
 	return "m"
-}
-
-// journalPoints says, per strategy, after which phase a consumer has
-// stopped for good and still exists: "source" or "shadow". The final
-// target's journal is read at the end. Stop-and-copy checkpoints after the
-// stop, so the target's journal already holds the source's.
-var journalPoints = map[migrate.Strategy]map[string]string{
-	migrate.MS2M:              {"replay and handover": "source"},
-	migrate.MS2MCutoff:        {"replay and handover": "source"},
-	migrate.StatefulSet:       {"stop": "source"},
-	migrate.StatefulSetShadow: {"shadow handover": "source", "handover": "shadow"},
 }
 
 // journalVerdict is what the consumers' journals say.

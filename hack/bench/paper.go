@@ -359,7 +359,7 @@ func runPaper(ctx context.Context, o paperOptions) (err error) {
 				m, err := nodes.migrate(ctx, b, l, producer, migrationSpec{
 					strategy: strategy, cutoff: cutoff, rate: c.Rate, warmup: o.warmup, producerFor: o.producerFor(s, c.Rate),
 					statefulSet: s == migrate.StatefulSet || s == migrate.StatefulSetShadow,
-					replayMax:   o.replayMax, journal: true,
+					replayMax:   o.replayMax,
 				})
 				if err != nil {
 					return err // the bench itself failed, not the migration
@@ -391,7 +391,11 @@ func reportRun(r paperRun) {
 		progress("  ERROR", "strategy", r.Strategy, "rate_msgs_per_s", r.Rate, "error", r.Error)
 		return
 	}
-	kv := []any{"strategy", r.Strategy, "rate_msgs_per_s", r.Rate, "total_s", fmtS(r.TotalMs), "downtime_ms", fmtMs1(r.Downtime)}
+	kv := []any{"strategy", r.Strategy, "rate_msgs_per_s", r.Rate, "total_s", fmtS(r.TotalMs)}
+	if r.ProcessingGapMs != nil {
+		kv = append(kv, "processing_gap_ms", fmtMs1(*r.ProcessingGapMs))
+	}
+	kv = append(kv, "switch_ms", fmtMs1(r.SwitchMs))
 	if r.WorstLatencyMs != nil {
 		kv = append(kv, "worst_latency_ms", fmtMs1(*r.WorstLatencyMs), "lost", *r.Lost, "duplicated", *r.Duplicated)
 	}

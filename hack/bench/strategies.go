@@ -24,7 +24,7 @@ const (
 	// strategySettle bounds the wait, once the producer is done, for the
 	// target to have processed everything.
 	strategySettle = 90 * time.Second
-	// goalDowntimeRatio: ms2m's downtime at most 1% of stop-and-copy's.
+	// goalDowntimeRatio: ms2m's switch time at most 1% of stop-and-copy's.
 	goalDowntimeRatio = 0.01
 )
 
@@ -43,7 +43,12 @@ type strategiesResult struct {
 
 type strategyRate struct {
 	RateMsgsPerSec float64 `json:"rateMsgsPerSec"`
-	// Medians over the rounds that succeeded.
+	// The processing gap (the downtime as the consumer sees it) over the
+	// rounds that succeeded: mean, median, p95.
+	MS2MGap spread `json:"ms2mProcessingGapMs"`
+	SCGap   spread `json:"stopAndCopyProcessingGapMs"`
+	// Medians over the rounds that succeeded. The downtime fields are the
+	// switch time (Report.Downtime), under their earlier JSON names.
 	MS2MDowntimeMs float64          `json:"ms2mDowntimeMedianMs"`
 	SCDowntimeMs   float64          `json:"stopAndCopyDowntimeMedianMs"`
 	MS2MTotalMs    float64          `json:"ms2mTotalMedianMs"`
@@ -64,11 +69,21 @@ type phaseMedian struct {
 
 // migrationRound is one migration.
 type migrationRound struct {
-	Round    int           `json:"round"`
-	First    bool          `json:"ranFirst"` // before the other strategy's migration of the same round
-	TotalMs  float64       `json:"totalMs"`
-	Downtime float64       `json:"downtimeMs"`
-	Phases   []phaseMedian `json:"phasesMs"` // one each; MedianMs is the phase's time
+	Round   int     `json:"round"`
+	First   bool    `json:"ranFirst"` // before the other strategy's migration of the same round
+	TotalMs float64 `json:"totalMs"`
+	// SwitchMs is the migrator's Report.Downtime: the source's stop to
+	// the target's consume of the primary queue, from sidecar clocks. Its
+	// JSON name is the one earlier results files have.
+	SwitchMs float64 `json:"downtimeMs"`
+	// ProcessingGapMs is the downtime as the consumer sees it: the
+	// longest interval overlapping the migration in which no instance
+	// finished a message while one was waiting (journal.ProcessingGap),
+	// and ProcessingGapStartMs when it began, from the migration's start.
+	// Nil when the journals were not read (earlier results files).
+	ProcessingGapMs      *float64      `json:"processingGapMs,omitempty"`
+	ProcessingGapStartMs *float64      `json:"processingGapStartMs,omitempty"`
+	Phases               []phaseMedian `json:"phasesMs"` // one each; MedianMs is the phase's time
 	// StartedAfterMs is when the migration started, from the consumer's
 	// first processed message; CountAtStart what it had processed by then.
 	StartedAfterMs float64 `json:"startedAfterMs"`
@@ -81,7 +96,9 @@ type migrationRound struct {
 	HashOK     bool   `json:"hashOk"`
 	Reconnects int    `json:"reconnects"`
 	// SkippedRedeliveries counts redeliveries the restored consumer
-	// dropped as already folded (a message ID at or below its last).
+	// dropped as already folded (a message ID at or below its last). The
+	// consumers skip none unless told to (SKIP_REDELIVERIES), so anything
+	// but 0 is a hidden duplicate and fails the round.
 	SkippedRedeliveries int            `json:"skippedRedeliveries"`
 	Error               string         `json:"error,omitempty"`
 	Report              migrate.Report `json:"report"`
@@ -140,7 +157,11 @@ func (n *nodeLab) strategies(ctx context.Context, b *bench) (*strategiesResult, 
 				}
 				m.Round, m.First = r, k == 0
 				if m.ok() {
-					progress("  done", "strategy", s, "downtime_ms", fmtMs(m.Downtime), "total_ms", fmtMs(m.TotalMs),
+					gap := "?"
+					if m.ProcessingGapMs != nil {
+						gap = fmtMs(*m.ProcessingGapMs)
+					}
+					progress("  done", "strategy", s, "processing_gap_ms", gap, "switch_ms", fmtMs(m.SwitchMs), "total_ms", fmtMs(m.TotalMs),
 						"count", m.Count, "hash_ok", m.HashOK, "reconnects", m.Reconnects)
 				} else {
 					progress("  ERROR", "strategy", s, "rate_msgs_per_s", rate, "round", r, "error", m.Error)
@@ -160,8 +181,8 @@ func (n *nodeLab) strategies(ctx context.Context, b *bench) (*strategiesResult, 
 }
 
 func (s *strategyRate) summarise() {
-	med := func(rs []migrationRound) (down, total float64, phases []phaseMedian) {
-		var ds, ts []float64
+	med := func(rs []migrationRound) (down, total float64, gap spread, phases []phaseMedian) {
+		var ds, ts, gs []float64
 		byName := map[string][]float64{}
 		var names []string
 		for _, m := range rs {
@@ -169,7 +190,10 @@ func (s *strategyRate) summarise() {
 				s.Failed++
 				continue
 			}
-			ds, ts = append(ds, m.Downtime), append(ts, m.TotalMs)
+			ds, ts = append(ds, m.SwitchMs), append(ts, m.TotalMs)
+			if m.ProcessingGapMs != nil {
+				gs = append(gs, *m.ProcessingGapMs)
+			}
 			for _, p := range m.Phases {
 				if _, seen := byName[p.Name]; !seen {
 					names = append(names, p.Name)
@@ -180,10 +204,10 @@ func (s *strategyRate) summarise() {
 		for _, name := range names {
 			phases = append(phases, phaseMedian{Name: name, MedianMs: median(byName[name])})
 		}
-		return median(ds), median(ts), phases
+		return median(ds), median(ts), spreadOf(gs), phases
 	}
-	s.MS2MDowntimeMs, s.MS2MTotalMs, s.MS2MPhases = med(s.MS2M)
-	s.SCDowntimeMs, s.SCTotalMs, s.SCPhases = med(s.StopAndCopy)
+	s.MS2MDowntimeMs, s.MS2MTotalMs, s.MS2MGap, s.MS2MPhases = med(s.MS2M)
+	s.SCDowntimeMs, s.SCTotalMs, s.SCGap, s.SCPhases = med(s.StopAndCopy)
 	if s.SCDowntimeMs > 0 {
 		s.DowntimeRatio = s.MS2MDowntimeMs / s.SCDowntimeMs
 	}

@@ -113,8 +113,11 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 	}
 	fmt.Fprintln(out)
 	writeTable(out, results)
-	fmt.Fprintln(out, "(HASH OK: the restored consumer's count and full SHA-256 chain are the producer's. LOST and DUPLICATED are derived from its count,\n"+
-		" last message and hash chain, assuming one gap or one repeated run; \"≥n\" is a bound from the counts where the chain cannot confirm that)")
+	fmt.Fprintln(out, "(DOWNTIME is the processing gap: the longest time during the migration in which no consumer (source, shadow or target) finished\n"+
+		" a message while one was waiting, from their journals; it includes the checkpoint's freeze and the one message's own work. SWITCH is\n"+
+		" the migrator's figure: the source's stop to the target's consume of the primary queue. HASH OK: the restored consumer's count and\n"+
+		" full SHA-256 chain are the producer's, with no redelivery skipped. LOST and DUPLICATED are derived from its count, last message and\n"+
+		" hash chain, assuming one gap or one repeated run; \"≥n\" is a bound from the counts where the chain cannot confirm that)")
 	if line := downtimeShare(results); line != "" {
 		fmt.Fprintln(out, line)
 	}
@@ -131,8 +134,8 @@ func verdict(results []result) error {
 		case r.err != nil:
 			errs = append(errs, fmt.Errorf("%s: %w", r.strategy, r.err))
 		case !r.ok():
-			errs = append(errs, fmt.Errorf("%s: MISMATCH: the restored consumer folded %d messages to hash %s, the producer sent %d with hash %s",
-				r.strategy, r.got.Count, r.got.Hash, r.want.Count, r.want.Hash))
+			errs = append(errs, fmt.Errorf("%s: MISMATCH: the restored consumer folded %d messages to hash %s (skipping %d redeliveries), the producer sent %d with hash %s",
+				r.strategy, r.got.Count, r.got.Hash, r.got.Skipped, r.want.Count, r.want.Hash))
 		}
 	}
 	return errors.Join(errs...)

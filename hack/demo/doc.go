@@ -12,9 +12,11 @@
 // each phase as it ends. When the producer is done it reads the restored
 // consumer's hash chain and compares it with the producer's: equal means
 // every message was processed exactly once, in order, across the
-// migration. It prints a table (total time, downtime, messages lost and
-// duplicated, derived as tally.go says, and whether the hash is the
-// producer's) and ms2m's downtime as a share of stop-and-copy's, deletes
+// migration. It prints a table (total time; downtime, which is the
+// processing gap read from the consumers' journals, e2e/lab/journal; the
+// migrator's switch time; messages lost and duplicated, derived as
+// tally.go says; and whether the hash is the producer's with no redelivery
+// skipped) and ms2m's downtime as a share of stop-and-copy's, deletes
 // the workloads, queues and replay logs it made, and takes the cluster
 // down, on failure and on Ctrl-C too, unless -keep is given. It exits
 // non-zero when a migration failed or a hash does not match.

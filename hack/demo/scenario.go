@@ -13,6 +13,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/e2e/lab/journal"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
@@ -24,13 +25,19 @@ type result struct {
 	report   migrate.Report
 	want     lab.ProducerResult // what the producer sent
 	got      lab.AppState       // the restored consumer's state at the end
-	err      error              // the migration, or the demo around it, failed
+	// gap is the processing gap, from the consumers' journals
+	// (journal.ProcessingGap); gapErr says why there is none.
+	gap    journal.Gap
+	gapErr error
+	err    error // the migration, or the demo around it, failed
 }
 
 // ok reports whether the restored consumer processed exactly what the
-// producer sent: every message once, in order.
+// producer sent: every message once, in order, with no redelivery skipped
+// (the consumers fold every delivery unless told otherwise, so the hash
+// alone would show a duplicate; a skip is one too).
 func (r result) ok() bool {
-	return r.err == nil && r.want.Count > 0 && r.got.Count == r.want.Count && r.got.Hash == r.want.Hash
+	return r.err == nil && r.want.Count > 0 && r.got.Count == r.want.Count && r.got.Hash == r.want.Hash && r.got.Skipped == 0
 }
 
 // How long the demo waits for the consumer to get going, and for the
@@ -107,14 +114,20 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 	}
 	sayf("the consumer has folded %d messages; migrating it to %s", n, plan.TargetNode)
 
+	// Each consumer's journal is read as it stops for good, the target's
+	// at the end: the processing gap is computed from them.
+	journals := l.NewJournals(src, plan)
+	began := time.Now()
 	res.report, err = migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
 		sayf("  %-20s %8v", phase, took.Round(time.Millisecond))
+		journals.AfterPhase(ctx, phase)
 	}), plan)
+	ended := time.Now()
 	if err != nil {
 		return fail(err)
 	}
 	rep := res.report
-	sayf("migrated in %v: downtime %v, checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+	sayf("migrated in %v: switch %v (the source's stop to the target's consume), checkpoint ID %d, cutoff %d", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 
 	target, err = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
@@ -136,10 +149,17 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 	if err != nil && ctx.Err() != nil {
 		return fail(err)
 	}
+	journals.Target(target)
+	if res.gap, res.gapErr = journals.Gap(began, ended); res.gapErr != nil {
+		sayf("no processing gap: %v", res.gapErr)
+	} else {
+		sayf("processing gap %v: from %s to %s no consumer finished a message while one waited",
+			res.gap.Duration().Round(time.Millisecond), res.gap.Start.Format("15:04:05.000"), res.gap.End.Format("15:04:05.000"))
+	}
 	verdict := "OK: every message processed once, in order, across the migration"
 	if !res.ok() {
 		lost, dup := tallyOf(res.want, res.got).cells()
-		verdict = fmt.Sprintf("MISMATCH: %s lost, %s duplicated", lost, dup)
+		verdict = fmt.Sprintf("MISMATCH: %s lost, %s duplicated, %d redeliveries skipped", lost, dup, res.got.Skipped)
 	}
 	sayf("restored consumer: %d messages, hash %s (reconnects %d, skipped redeliveries %d): %s",
 		res.got.Count, short(res.got.Hash), res.got.Reconnects, res.got.Skipped, verdict)

@@ -10,22 +10,29 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/e2e/lab/journal"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
 func TestDowntimeShare(t *testing.T) {
-	ok := func(s migrate.Strategy, down time.Duration) result {
-		return result{strategy: s, report: migrate.Report{Downtime: down}, want: lab.ProducerResult{Count: 3, Hash: "h"}, got: lab.AppState{Count: 3, Hash: "h"}}
+	t0 := time.Unix(1000, 0)
+	ok := func(s migrate.Strategy, gap, down time.Duration) result {
+		return result{strategy: s, report: migrate.Report{Downtime: down}, gap: journal.Gap{Start: t0, End: t0.Add(gap)},
+			want: lab.ProducerResult{Count: 3, Hash: "h"}, got: lab.AppState{Count: 3, Hash: "h"}}
 	}
-	failed := ok(migrate.StopAndCopy, time.Second)
+	failed := ok(migrate.StopAndCopy, 2*time.Second, time.Second)
 	failed.err = errors.New("restore failed")
+	noJournal := ok(migrate.StopAndCopy, 0, time.Second)
+	noJournal.gapErr = errors.New("no journal was read")
 	tests := map[string]struct {
 		results []result
 		want    string
 	}{
-		"both":          {results: []result{ok(migrate.MS2M, 50*time.Millisecond), ok(migrate.StopAndCopy, 2*time.Second)}, want: "ms2m's downtime is 2.5% of stop-and-copy's (50ms against 2s)"},
-		"one failed":    {results: []result{ok(migrate.MS2M, 50*time.Millisecond), failed}},
-		"only ms2m ran": {results: []result{ok(migrate.MS2M, 50*time.Millisecond)}},
+		"both": {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 10*time.Millisecond), ok(migrate.StopAndCopy, 8*time.Second, 2*time.Second)},
+			want: "ms2m's downtime (processing gap) is 5.0% of stop-and-copy's (400ms against 8s); its switch time 10ms against 2s"},
+		"one failed":     {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond), failed}},
+		"one has no gap": {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond), noJournal}},
+		"only ms2m ran":  {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -38,7 +45,9 @@ func TestDowntimeShare(t *testing.T) {
 
 func TestTableAndVerdict(t *testing.T) {
 	sent := consumed(seq(1, 300)...)
+	t0 := time.Unix(1000, 0)
 	good := result{strategy: migrate.MS2M, report: migrate.Report{Total: 6123456 * time.Microsecond, Downtime: 140 * time.Millisecond, Start: 101, CutoffID: 160},
+		gap:  journal.Gap{Start: t0, End: t0.Add(412345 * time.Microsecond)},
 		want: lab.ProducerResult{Count: 300, Hash: sent.Hash}, got: sent}
 	short := good
 	short.strategy = migrate.StopAndCopy
@@ -46,15 +55,20 @@ func TestTableAndVerdict(t *testing.T) {
 	twice := good
 	twice.strategy = migrate.StatefulSet
 	twice.got = consumed(append(seq(1, 120), seq(101, 300)...)...)
+	skipped := good
+	skipped.strategy = migrate.MS2MCutoff
+	skipped.got.Skipped = 1
+	skipped.gapErr = errors.New("no journal was read")
 	failed := result{strategy: migrate.StopAndCopy, err: errors.New("restore failed")}
 
 	var b bytes.Buffer
-	writeTable(&b, []result{good, short, twice, failed})
+	writeTable(&b, []result{good, short, twice, skipped, failed})
 	wantRows := []string{
-		"ms2m           6.123s  140ms     0     0           yes",
-		"stop-and-copy  6.123s  140ms     1     0           NO",
-		"statefulset    6.123s  140ms     0     20          NO",
-		"stop-and-copy  0       -         -     -           FAILED",
+		"ms2m           6.123s  412ms     140ms   0     0           yes",
+		"stop-and-copy  6.123s  412ms     140ms   1     0           NO",
+		"statefulset    6.123s  412ms     140ms   0     20          NO",
+		"ms2m-cutoff    6.123s  ?         140ms   0     0           NO",
+		"stop-and-copy  0       -         -       -     -           FAILED",
 	}
 	rows := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")[1:]
 	if diff := cmp.Diff(wantRows, trimRight(rows)); diff != "" {
@@ -67,6 +81,9 @@ func TestTableAndVerdict(t *testing.T) {
 	err := verdict([]result{good, short, failed})
 	if err == nil || !strings.Contains(err.Error(), "stop-and-copy: MISMATCH") || !strings.Contains(err.Error(), "restore failed") {
 		t.Errorf("verdict = %v, want the mismatch and the failure", err)
+	}
+	if err := verdict([]result{skipped}); err == nil || !strings.Contains(err.Error(), "ms2m-cutoff: MISMATCH") || !strings.Contains(err.Error(), "skipping 1 redeliveries") {
+		t.Errorf("verdict of a run that skipped a redelivery = %v, want a mismatch", err)
 	}
 }
 

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -26,8 +28,19 @@ type Config struct {
 	// read from inside it.
 	CheckpointDir string
 	// LogDirs are the folders CRIU logs may be read from (the runtime's
-	// state folder). Only files ending in .log are served.
+	// state folder). Only regular files whose real path (symlinks
+	// resolved) lies in one of them and ends in .log are served.
 	LogDirs []string
+	// Repository is where checkpoint images go (registry/path, for
+	// example registry.example.com/ms2m/checkpoints): the agent pushes and
+	// deletes images in it or under it, and refuses any other reference.
+	// Empty: it refuses every push and delete.
+	Repository string
+	// KeepArchives leaves the kubelet's checkpoint archive on the node
+	// once its image is pushed (for debugging). Default: the archive, the
+	// process's whole memory, is removed as soon as the image is in the
+	// registry.
+	KeepArchives bool
 	// Token authenticates callers (Authorization: Bearer).
 	Token string
 	// Push configures pushes of checkpoint images.
@@ -44,8 +57,9 @@ type Puller interface {
 
 // Server is the agent's HTTP API.
 type Server struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	repo *name.Repository // nil: Config.Repository is empty
+	log  *slog.Logger
 }
 
 // NewServer checks cfg and returns a Server.
@@ -59,7 +73,15 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{cfg: cfg, log: cfg.Logger}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.Repository != "" {
+		repo, err := name.NewRepository(strings.TrimSuffix(cfg.Repository, "/"), name.WeakValidation)
+		if err != nil {
+			return nil, fmt.Errorf("agent: the checkpoint repository %q (MS2M_AGENT_IMAGE_REPO) is not a repository: %w", cfg.Repository, err)
+		}
+		s.repo = &repo
+	}
+	return s, nil
 }
 
 // BuildRequest asks for a checkpoint image.
@@ -109,11 +131,13 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err)
 		return
 	}
-	archive, err := inside(s.cfg.CheckpointDir, req.Archive)
+	t0 := time.Now()
+	f, archive, err := openInside([]string{s.cfg.CheckpointDir}, req.Archive, nil)
 	if err != nil {
-		httpError(w, http.StatusBadRequest, fmt.Errorf("archive: %w", err))
+		httpError(w, fileErrorStatus(err), fmt.Errorf("archive %s: %w", req.Archive, err))
 		return
 	}
+	defer f.Close()
 	tag, err := name.NewTag(req.Ref, name.WeakValidation)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("ref %q is not an image tag: %w", req.Ref, err))
@@ -123,13 +147,19 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, errors.New("container: empty; name the checkpointed container"))
 		return
 	}
-	t0 := time.Now()
-	st, err := os.Stat(archive)
-	if err != nil {
-		httpError(w, http.StatusNotFound, fmt.Errorf("archive %s: %w", req.Archive, err))
+	if err := s.inRepository(tag); err != nil {
+		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
-	img, err := ociimage.Checkpoint(archive, req.Container)
+	st, err := f.Stat()
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, fmt.Errorf("archive %s: %w", req.Archive, err))
+		return
+	}
+	// The image reads the archive through the open file (its /proc link
+	// reopens the same inode): a symlink swapped in after the check cannot
+	// make it read another file.
+	img, err := ociimage.Checkpoint(fdPath(f), req.Container)
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err)
 		return
@@ -145,6 +175,9 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 	}
 	res := BuildResponse{Image: tag.Context().Digest(d.String()).String(), Size: st.Size(), Took: time.Since(t0)}
 	s.log.Info("checkpoint image pushed", "archive", req.Archive, "image", res.Image, "bytes", res.Size, "took", res.Took)
+	if !s.cfg.KeepArchives {
+		s.removeArchive(f, archive)
+	}
 	writeJSON(w, res)
 }
 
@@ -152,8 +185,13 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 // (?ref=repo:tag or repo@digest): a failed migration leaves none behind.
 func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {
 	ref := r.URL.Query().Get("ref")
-	if _, err := name.ParseReference(ref, name.WeakValidation); err != nil || ref == "" {
+	parsed, err := name.ParseReference(ref, name.WeakValidation)
+	if err != nil || ref == "" {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("ref %q is not an image reference (want ?ref=repo:tag or repo@sha256:...)", ref))
+		return
+	}
+	if err := s.inRepository(parsed); err != nil {
+		httpError(w, http.StatusForbidden, fmt.Errorf("delete of %s refused: %w", ref, err))
 		return
 	}
 	if err := ociimage.Delete(r.Context(), ref, s.cfg.Push); err != nil {
@@ -193,20 +231,20 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("path %q: only .log files are served", p))
 		return
 	}
-	var full string
-	var err error
-	for _, dir := range s.cfg.LogDirs {
-		if full, err = inside(dir, p); err == nil {
-			break
+	// The suffix is checked again on the real path: a link named x.log
+	// may point at any file of the folder.
+	f, _, err := openInside(s.cfg.LogDirs, p, func(real string) error {
+		if !strings.HasSuffix(real, ".log") {
+			return fmt.Errorf("%w: it resolves to %s, and only .log files are served", errOutside, filepath.Base(real))
 		}
-	}
-	if full == "" {
-		httpError(w, http.StatusForbidden, fmt.Errorf("path %q is outside the log folders %v", p, s.cfg.LogDirs))
+		return nil
+	})
+	if errors.Is(err, errOutside) {
+		httpError(w, http.StatusForbidden, fmt.Errorf("path %q is outside the log folders %v: %w", p, s.cfg.LogDirs, err))
 		return
 	}
-	f, err := os.Open(full)
 	if err != nil {
-		httpError(w, http.StatusNotFound, err)
+		httpError(w, fileErrorStatus(err), fmt.Errorf("path %q: %w", p, err))
 		return
 	}
 	defer f.Close()
@@ -218,28 +256,128 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	io.Copy(w, f)
 }
 
-// inside resolves p (absolute, or relative to dir) and checks that it lies
-// in dir, after symlinks: the agent never reads outside its folders.
-func inside(dir, p string) (string, error) {
+// errOutside marks a path the agent refuses to open.
+var errOutside = errors.New("outside the agent's folders")
+
+// openInside opens p (absolute, or relative to each of dirs in turn) for
+// reading if its real path, every symlink resolved, lies in one of dirs
+// (their own real paths), names a regular file and passes check (nil: no
+// more checks). The file opened is checked to be the one resolved, so
+// that a link swapped in after the check is caught. It returns the file
+// and its real path.
+func openInside(dirs []string, p string, check func(real string) error) (*os.File, string, error) {
 	if p == "" {
-		return "", errors.New("empty path")
+		return nil, "", errors.New("empty path")
 	}
+	var firstErr error
+	for _, dir := range dirs {
+		f, real, err := openIn(dir, p, check)
+		if err == nil {
+			return f, real, nil
+		}
+		if firstErr == nil || (errors.Is(firstErr, errOutside) && !errors.Is(err, errOutside)) {
+			firstErr = err
+		}
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("%w: no folder is configured", errOutside)
+	}
+	return nil, "", firstErr
+}
+
+func openIn(dir, p string, check func(real string) error) (*os.File, string, error) {
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(dir, p)
 	}
 	realDir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return "", fmt.Errorf("folder %s: %w", dir, err)
+		return nil, "", fmt.Errorf("folder %s: %w", dir, err)
 	}
-	realP, err := filepath.EvalSymlinks(p)
+	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	rel, err := filepath.Rel(realDir, realP)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("%s is outside %s", p, dir)
+	if !within(realDir, real) {
+		return nil, "", fmt.Errorf("%w: %s resolves to a file outside %s", errOutside, p, dir)
 	}
-	return realP, nil
+	if check != nil {
+		if err := check(real); err != nil {
+			return nil, "", err
+		}
+	}
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%w: %s is not a regular file", errOutside, p)
+	}
+	if err == nil {
+		// A folder on the way swapped for a link between the two steps
+		// would open another file: what the kernel opened must be real.
+		if got, lerr := os.Readlink(fdPath(f)); lerr == nil && got != real {
+			err = fmt.Errorf("%w: %s changed while it was opened", errOutside, p)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, "", err
+	}
+	return f, real, nil
+}
+
+// within says whether path p lies in dir (both clean and absolute).
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// fdPath is the /proc path of f's descriptor: opening it opens the same
+// file, whatever happens to its name.
+func fdPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
+// fileErrorStatus is the HTTP status of an openInside error.
+func fileErrorStatus(err error) int {
+	switch {
+	case errors.Is(err, errOutside):
+		return http.StatusForbidden
+	case errors.Is(err, fs.ErrNotExist):
+		return http.StatusNotFound
+	}
+	return http.StatusBadRequest
+}
+
+// inRepository checks that ref names an image in the configured
+// repository or under it: the agent's push credentials reach more than
+// ms2m's images, and its caller must not borrow them.
+func (s *Server) inRepository(ref name.Reference) error {
+	if s.repo == nil {
+		return errors.New("this agent has no checkpoint repository configured (MS2M_AGENT_IMAGE_REPO), so it pushes and deletes nothing")
+	}
+	got := ref.Context()
+	if got.RegistryStr() == s.repo.RegistryStr() &&
+		(got.RepositoryStr() == s.repo.RepositoryStr() || strings.HasPrefix(got.RepositoryStr(), s.repo.RepositoryStr()+"/")) {
+		return nil
+	}
+	return fmt.Errorf("%s is outside the checkpoint repository %s, the only one this agent pushes to and deletes from (MS2M_AGENT_IMAGE_REPO)", got, s.repo)
+}
+
+// removeArchive deletes the archive once its image is pushed: it holds the
+// process's memory, and nothing reads it again. Only the file that was
+// read goes: a file put in its place is left.
+func (s *Server) removeArchive(f *os.File, archive string) {
+	opened, err1 := f.Stat()
+	now, err2 := os.Lstat(archive)
+	if err1 != nil || err2 != nil || !os.SameFile(opened, now) {
+		s.log.Warn("checkpoint archive not removed: it changed since it was read", "archive", archive)
+		return
+	}
+	if err := os.Remove(archive); err != nil {
+		s.log.Warn("could not remove the checkpoint archive; delete it by hand, it holds the process's memory (the agent needs the checkpoint folder mounted read-write)", "archive", archive, "err", err)
+		return
+	}
+	s.log.Info("checkpoint archive removed", "archive", archive)
 }
 
 func decode(r *http.Request, v any) error {

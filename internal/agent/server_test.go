@@ -27,7 +27,7 @@ func (p *recordingPuller) Pull(_ context.Context, ref string) error {
 
 // setup serves an agent over a checkpoint folder with one archive, and a
 // registry on loopback.
-func setup(t *testing.T) (Client, string, string, *recordingPuller) {
+func setup(t *testing.T, opts ...func(*Config)) (Client, string, string, *recordingPuller) {
 	t.Helper()
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "checkpoints")
@@ -48,7 +48,11 @@ func setup(t *testing.T) (Client, string, string, *recordingPuller) {
 	}
 	t.Cleanup(func() { reg.Close() })
 	p := &recordingPuller{}
-	s, err := NewServer(Config{CheckpointDir: ckpt, LogDirs: []string{logs}, Token: "tok", Push: ociimage.PushOptions{Insecure: true}, Puller: p})
+	cfg := Config{CheckpointDir: ckpt, LogDirs: []string{logs}, Token: "tok", Push: ociimage.PushOptions{Insecure: true}, Puller: p, Repository: reg.Addr() + "/ckpt"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +89,11 @@ func TestBuildCheckpointImage(t *testing.T) {
 	if m.Annotations[ociimage.AnnotationCheckpointContainerd] != "app" || m.Annotations[ociimage.AnnotationCheckpointCRIO] != "app" {
 		t.Errorf("manifest annotations %v: want both checkpoint annotations naming app", m.Annotations)
 	}
-	// Relative to the checkpoint folder works too.
+	// Relative to the checkpoint folder works too (the first push removed
+	// the archive: the kubelet writes a new one per checkpoint).
+	if err := os.WriteFile(archive, []byte("criu images again\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.BuildCheckpointImage(ctx, "node-1", filepath.Base(archive), "app", reg+"/ckpt/app:m2"); err != nil {
 		t.Errorf("relative archive path: %v", err)
 	}

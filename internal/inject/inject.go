@@ -66,6 +66,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 	asked, askedName := restoreAsked(pod, in.Pending)
 	status, injected := injectedStatus(pod)
 	if injected && (!asked || (askedName != "" && askedName == status.Restore)) {
+		// A pod can carry the sidecar and the status from its author, not
+		// from ms2m: its log must still be its namespace's.
+		if msg := checkInjectedLogName(pod); msg != "" {
+			return Result{}, denyf("%s", msg)
+		}
 		return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
 	}
 
@@ -150,6 +155,8 @@ func Inject(in Input, cfg Config) (Result, error) {
 	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
 	if v, ok := pod.Annotations[AnnotationLogName]; ok {
 		spec.logName = v
+	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
+		return Result{Warnings: warnings}, denyf("%s", msg)
 	}
 	spec.logMaxAge = cfg.LogMaxAge
 	if v, ok := pod.Annotations[AnnotationLogMaxAge]; ok {

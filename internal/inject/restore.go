@@ -77,15 +77,16 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 	if pending == nil {
 		return nil, warnings, nil
 	}
-	if err := checkPending(pending); err != nil {
+	if err := checkPending(pod.Namespace, pending); err != nil {
 		return nil, warnings, err
 	}
 	m := *pending
 	return &m, warnings, nil
 }
 
-// checkPending checks a pending migration that the migrator recorded.
-func checkPending(p *Migration) error {
+// checkPending checks a pending migration that the migrator recorded for a
+// pod in namespace.
+func checkPending(namespace string, p *Migration) error {
 	var bad []string
 	add := func(field, v, allowed string) {
 		if allowed != "" {
@@ -97,7 +98,7 @@ func checkPending(p *Migration) error {
 		add("image", p.Image, "use the checkpoint image's reference")
 	}
 	add("node", p.Node, checkNodeName(p.Node))
-	add("logName", p.LogName, checkLogName(p.LogName))
+	add("logName", p.LogName, checkLogNameIn(namespace, p.LogName))
 	add("replayStart", p.ReplayStart, checkReplayStart(p.ReplayStart))
 	add("replayCutoff", p.ReplayCutoff, checkReplayCutoff(p.ReplayCutoff))
 	if p.ReplayEpoch != "" {

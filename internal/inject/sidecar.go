@@ -10,21 +10,24 @@ import (
 
 // The sidecar's environment (docs/sidecar.md lists what each one means).
 const (
-	envPodName          = "POD_NAME"
-	envPodNamespace     = "POD_NAMESPACE"
-	envListen           = "MS2M_LISTEN"
-	envUpstream         = "MS2M_UPSTREAM"
-	envStreamURI        = "MS2M_STREAM_URI"
-	envLogName          = "MS2M_LOG_NAME"
-	envLogMaxAge        = "MS2M_LOG_MAX_AGE"
-	envLogMaxBytes      = "MS2M_LOG_MAX_BYTES"
-	envControlListen    = "MS2M_CONTROL_LISTEN"
-	envControlToken     = "MS2M_CONTROL_TOKEN"
-	envReplayStart      = "MS2M_REPLAY_START"
-	envReplayCutoff     = "MS2M_REPLAY_CUTOFF"
-	envReplayEpoch      = "MS2M_REPLAY_EPOCH"
-	defaultLogNameValue = "$(" + envPodNamespace + ").$(" + envPodName + ")"
+	envPodName       = "POD_NAME"
+	envPodNamespace  = "POD_NAMESPACE"
+	envListen        = "MS2M_LISTEN"
+	envUpstream      = "MS2M_UPSTREAM"
+	envStreamURI     = "MS2M_STREAM_URI"
+	envLogName       = "MS2M_LOG_NAME"
+	envLogMaxAge     = "MS2M_LOG_MAX_AGE"
+	envLogMaxBytes   = "MS2M_LOG_MAX_BYTES"
+	envControlListen = "MS2M_CONTROL_LISTEN"
+	envControlToken  = "MS2M_CONTROL_TOKEN"
+	envReplayStart   = "MS2M_REPLAY_START"
+	envReplayCutoff  = "MS2M_REPLAY_CUTOFF"
+	envReplayEpoch   = "MS2M_REPLAY_EPOCH"
 )
+
+// defaultLogNameValue is the injected MS2M_LOG_NAME when ms2m.io/log-name
+// names no log: the kubelet expands it to DefaultLogName of the pod.
+var defaultLogNameValue = DefaultLogName("$("+envPodNamespace+")", "$("+envPodName+")")
 
 // sidecarSpec is what varies between injections.
 type sidecarSpec struct {
@@ -131,22 +134,92 @@ func setEnv(c *corev1.Container, name, value string) {
 func ptr[T any](v T) *T { return &v }
 
 // LogName returns the replay log the injected sidecar of pod writes to:
-// its MS2M_LOG_NAME with the pod's name and namespace filled in, as the
-// kubelet expands them. It is "" for a pod without the sidecar.
+// its MS2M_LOG_NAME with $(VAR) references expanded as the kubelet expands
+// them (see sidecarLogName). It is "" for a pod without the sidecar.
 func LogName(pod *corev1.Pod) string {
+	name, _ := sidecarLogName(pod)
+	return name
+}
+
+// sidecarLogName expands the sidecar's MS2M_LOG_NAME as the kubelet will:
+// a $(VAR) takes the value of the env entry VAR defined before it, a
+// literal (itself expanded) or the pod's metadata.name or
+// metadata.namespace by field reference; "$$" is a "$"; a reference to a
+// variable not defined stays as written. known is false when the name
+// depends on what cannot be read here (a Secret, a ConfigMap, envFrom) or
+// when the sidecar sets none. A pod without a name yet (generateName) reads
+// as its generateName.
+func sidecarLogName(pod *corev1.Pod) (name string, known bool) {
 	i := sidecarIndex(pod.Spec.InitContainers)
 	if i < 0 {
-		return ""
+		return "", false
+	}
+	type value struct {
+		v     string
+		known bool
+	}
+	vars := map[string]value{}
+	podName := pod.Name
+	if podName == "" {
+		podName = pod.GenerateName
 	}
 	for _, e := range pod.Spec.InitContainers[i].Env {
-		if e.Name == envLogName {
-			return strings.NewReplacer(
-				"$("+envPodNamespace+")", pod.Namespace,
-				"$("+envPodName+")", pod.Name,
-			).Replace(e.Value)
+		var v value
+		switch {
+		case e.ValueFrom == nil:
+			v.v, v.known = expandEnvRefs(e.Value, func(ref string) (string, bool, bool) {
+				r, ok := vars[ref]
+				return r.v, r.known, ok
+			})
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			v = value{podName, true}
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			v = value{pod.Namespace, true}
+		}
+		vars[e.Name] = v
+	}
+	v, ok := vars[envLogName]
+	return v.v, ok && v.known
+}
+
+// expandEnvRefs expands the $(VAR) references in s with lookup, which says
+// the value, whether it is known, and whether VAR is defined at all.
+func expandEnvRefs(s string, lookup func(string) (v string, known, defined bool)) (string, bool) {
+	var b strings.Builder
+	known := true
+	for len(s) > 0 {
+		i := strings.IndexByte(s, '$')
+		if i < 0 || i == len(s)-1 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(s[:i])
+		s = s[i:]
+		switch {
+		case s[1] == '$':
+			b.WriteByte('$')
+			s = s[2:]
+		case s[1] == '(':
+			end := strings.IndexByte(s, ')')
+			if end < 0 {
+				b.WriteString(s)
+				s = ""
+				continue
+			}
+			v, k, defined := lookup(s[2:end])
+			if defined {
+				b.WriteString(v)
+				known = known && k
+			} else {
+				b.WriteString(s[:end+1])
+			}
+			s = s[end+1:]
+		default:
+			b.WriteByte('$')
+			s = s[1:]
 		}
 	}
-	return ""
+	return b.String(), known
 }
 
 // AppContainer returns the name of the container ms2m treats as pod's app

@@ -14,10 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// maxLogNameLen is the longest replay log (stream) name: an AMQP short
-// string.
-const maxLogNameLen = 255
-
 // annotationCheck checks one annotation's value. It returns "" when the
 // value is fine, or what is allowed instead.
 type annotationCheck struct {
@@ -31,7 +27,7 @@ type annotationCheck struct {
 var annotationChecks = []annotationCheck{
 	{AnnotationContainer, checkContainer},
 	{AnnotationBrokerEnv, checkBrokerEnv},
-	{AnnotationLogName, func(_ *corev1.Pod, v string) string { return checkLogName(v) }},
+	{AnnotationLogName, checkLogNameAnnotation},
 	{AnnotationLogMaxAge, checkPositiveDuration},
 	{AnnotationLogMaxBytes, func(_ *corev1.Pod, v string) string {
 		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {

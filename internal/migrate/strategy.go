@@ -615,7 +615,7 @@ func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.
 				switch e.Name {
 				case "MS2M_REPLAY_START", "MS2M_REPLAY_CUTOFF":
 				case "MS2M_LOG_NAME":
-					env = append(env, corev1.EnvVar{Name: e.Name, Value: inject.LogName(src) + "." + r.p.Name})
+					env = append(env, corev1.EnvVar{Name: e.Name, Value: inject.OwnLogName(inject.LogName(src), r.p.Name)})
 				default:
 					env = append(env, e)
 				}

@@ -33,7 +33,13 @@ type AgentConfig struct {
 	// RegistryAuthFile is a docker config.json with its credentials.
 	RegistryInsecure bool   `env:"MS2M_AGENT_REGISTRY_INSECURE" envDefault:"false"`
 	RegistryAuthFile string `env:"MS2M_AGENT_REGISTRY_AUTH_FILE"`
-	LogLevel         string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
+	// ImageRepo is the checkpoint repository: the only one the agent
+	// pushes to and deletes from (the migrator's MS2M_IMAGE_REPO).
+	ImageRepo string `env:"MS2M_AGENT_IMAGE_REPO"`
+	// KeepArchives leaves kubelet checkpoint archives on the node after
+	// their push, for debugging; the default removes them.
+	KeepArchives bool   `env:"MS2M_AGENT_KEEP_ARCHIVES" envDefault:"false"`
+	LogLevel     string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
 }
 
 func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -78,6 +84,8 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 	s, err := agent.NewServer(agent.Config{
 		CheckpointDir: cfg.CheckpointDir,
 		LogDirs:       cfg.LogDirs,
+		Repository:    cfg.ImageRepo,
+		KeepArchives:  cfg.KeepArchives,
 		Token:         token,
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
@@ -90,7 +98,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("MS2M_AGENT_LISTEN=%s: %w", cfg.Listen, err)
 	}
-	log.Info("agent ready", "listen", ln.Addr().String(), "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint)
+	log.Info("agent ready", "listen", ln.Addr().String(), "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint, "repository", cfg.ImageRepo, "keepArchives", cfg.KeepArchives)
 	err = s.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -257,6 +258,9 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 
 		idx, redelivered := rc.q.claim()
 		rec, done, err := src.Next(c.ctx, rc.m.Queue, idx)
+		if err == nil && !done {
+			err = replayable(&rec, c.downP.MaxFrame())
+		}
 		if err != nil {
 			rc.q.release(idx, true)
 			if c.ctx.Err() == nil {
@@ -442,6 +446,9 @@ func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
 	ctx, cancel := context.WithTimeout(c.ctx, getWait)
 	rec, done, err := c.p.opts.Replay.Next(ctx, m.Queue, idx)
 	cancel()
+	if err == nil && !done {
+		err = replayable(&rec, c.downP.MaxFrame())
+	}
 	empty := amqpwire.AppendMethodFrame(nil, chID, &amqpwire.BasicGetEmpty{})
 
 	c.mu.Lock()
@@ -493,6 +500,29 @@ func (c *conn) replayGet(chID uint16, m *amqpwire.BasicGet, raw []byte) {
 	late := c.takeLateLocked()
 	c.mu.Unlock()
 	c.push(segment{raw: late})
+}
+
+// replayable checks that rec can go to the app as a delivery: its exchange
+// and routing key fit AMQP short strings, and its content header fits the
+// app connection's frame max (maxFrame, as the Parser takes it). The log's
+// decoder holds records to the short-string limits already
+// (shadowqueue.DecodeRecord); this keeps a ReplaySource that does not from
+// making the proxy build a frame it cannot encode, which would panic. An
+// error fails the replay: a record cannot be skipped without breaking
+// exactness.
+func replayable(rec *shadowqueue.Record, maxFrame uint32) error {
+	for _, f := range []struct{ name, v string }{{"exchange", rec.Exchange}, {"routing key", rec.RoutingKey}} {
+		if len(f.v) > 255 {
+			return fmt.Errorf("replay log record ID %d: its %s is %d bytes, over the 255 of an AMQP short string; the log holds data no broker delivered, so the replay stops here",
+				rec.ID, f.name, len(f.v))
+		}
+	}
+	const headerFixed = 2 + 2 + 8 // class, weight, body size
+	if maxFrame != 0 && amqpwire.FrameOverhead+headerFixed+len(propsOf(*rec)) > int(max(maxFrame, amqpwire.FrameMinSize)) {
+		return fmt.Errorf("replay log record ID %d: its %d bytes of properties do not fit the app connection's frame max of %d bytes; raise the app's frame max, or the replay cannot hand this message over",
+			rec.ID, len(rec.Properties), maxFrame)
+	}
+	return nil
 }
 
 // propsOf returns a record's raw basic properties, or an empty property

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -11,6 +12,32 @@ import (
 // ErrBadRecord is wrapped by every DecodeRecord error: the bytes are not a
 // record this version of the codec wrote.
 var ErrBadRecord = errors.New("shadowqueue: malformed record")
+
+// FieldError is the error of a decoder that rejects one field of a record,
+// a fragment header or a batch: its length, its value or the bytes left for
+// it. It wraps ErrBadRecord; errors.As finds it behind the reader's context.
+type FieldError struct {
+	Field   string // the field, as the layout diagrams name it: "RoutingKey", "fragment total"
+	Problem string // what is wrong with it
+}
+
+func (e *FieldError) Error() string {
+	return ErrBadRecord.Error() + ": field " + e.Field + ": " + e.Problem
+}
+
+func (e *FieldError) Unwrap() error { return ErrBadRecord }
+
+// maxShortstr is the longest AMQP 0-9-1 short string. A replaying sidecar
+// sends a record's Exchange and RoutingKey back to the app in basic.deliver
+// and basic.get-ok, where they are short strings; Queue and ConsumerTag are
+// short strings wherever AMQP carries them. DecodeRecord holds all four to
+// it, so that no record read from a log can make a sidecar build a frame it
+// cannot encode.
+const maxShortstr = 255
+
+// minProperties is the length of the shortest non-empty property list: the
+// 16-bit property flags.
+const minProperties = 2
 
 // recordVersion is the first byte of every encoded Record. Version 0 is never
 // a record: StreamLog uses it for its own markers (see markerVersion),
@@ -114,9 +141,15 @@ func uvarintLen(v uint64) int {
 }
 
 // DecodeRecord decodes one record that AppendRecord encoded. It checks every
-// length against the bytes left and rejects unknown versions, kinds and
-// flags, non-minimal varints and trailing bytes; every error wraps
-// ErrBadRecord.
+// length against the bytes left before it copies or slices, and against
+// what AMQP allows the field: Queue, Exchange, RoutingKey and ConsumerTag
+// at most 255 bytes (a short string), Properties empty or at least its
+// 2-byte flags word, and a KindPublish Body exactly PublishDigestLen bytes.
+// It rejects unknown versions, kinds and flags, non-minimal varints and
+// trailing bytes. Every error wraps ErrBadRecord, and an error about one
+// field is a *FieldError naming it. A log holds what any client with the
+// stream's credentials wrote, so a record that DecodeRecord returns is one
+// a sidecar can replay without further checks on its lengths.
 //
 // Buffer lifetime: the returned Properties and Body alias b (capacity capped,
 // so appending to them cannot overwrite b). The caller must not change b
@@ -148,12 +181,18 @@ func DecodeRecord(b []byte) (Record, error) {
 			return Record{}, fmt.Errorf("%w: field For: zero is never encoded", ErrBadRecord)
 		}
 	}
-	r.Queue = string(d.readBytes("Queue"))
-	r.Exchange = string(d.readBytes("Exchange"))
-	r.RoutingKey = string(d.readBytes("RoutingKey"))
-	r.ConsumerTag = string(d.readBytes("ConsumerTag"))
+	r.Queue = string(d.readShortstr("Queue"))
+	r.Exchange = string(d.readShortstr("Exchange"))
+	r.RoutingKey = string(d.readShortstr("RoutingKey"))
+	r.ConsumerTag = string(d.readShortstr("ConsumerTag"))
 	r.Properties = d.readBytes("Properties")
+	if d.err == nil && len(r.Properties) > 0 && len(r.Properties) < minProperties {
+		d.fail("Properties", "%d byte, want none or at least the %d-byte property flags", len(r.Properties), minProperties)
+	}
 	r.Body = d.readBytes("Body")
+	if d.err == nil && r.Kind == KindPublish && len(r.Body) != PublishDigestLen {
+		d.fail("Body", "%d bytes in a publish record, want the %d of a SHA-256 digest", len(r.Body), PublishDigestLen)
+	}
 	if d.err != nil {
 		return Record{}, d.err
 	}
@@ -172,7 +211,7 @@ type decoder struct {
 
 func (d *decoder) fail(field, format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: field %s: %s", ErrBadRecord, field, fmt.Sprintf(format, args...))
+		d.err = &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 	}
 	d.buf = nil
 }
@@ -231,6 +270,19 @@ func uvarintProblem(v uint64, n int) string {
 
 // readBytes reads a length-prefixed field and returns it aliasing the input.
 func (d *decoder) readBytes(field string) []byte {
+	return d.readField(field, math.MaxUint64)
+}
+
+// readShortstr reads a length-prefixed field that AMQP carries as a short
+// string, and returns it aliasing the input.
+func (d *decoder) readShortstr(field string) []byte {
+	return d.readField(field, maxShortstr)
+}
+
+// readField reads a length-prefixed field of at most most bytes and
+// returns it aliasing the input. It checks the length before it touches
+// the bytes.
+func (d *decoder) readField(field string, most uint64) []byte {
 	if d.err != nil {
 		return nil
 	}
@@ -240,6 +292,10 @@ func (d *decoder) readBytes(field string) []byte {
 		return nil
 	}
 	d.buf = d.buf[n:]
+	if l > most {
+		d.fail(field, "length %d exceeds the %d bytes of an AMQP short string", l, most)
+		return nil
+	}
 	if l > uint64(len(d.buf)) {
 		d.fail(field, "length %d exceeds the %d bytes left", l, len(d.buf))
 		return nil
@@ -501,8 +557,10 @@ func decodeBatch(dst []Record, b []byte) ([]Record, error) {
 // writer never produces one.
 //
 // The zero value is ready to use. Its memory is one record's encoding at a
-// time, allocated once per set after fragment 0's Total is checked against
-// maxAssembledLen and against the chunk size.
+// time. It grows with the payloads that arrive, to at most twice the bytes
+// received and never past the set's Total: a fragment header's Total is a
+// claim, and a claim of 256 MiB in a message of a few bytes must cost a
+// few bytes, not 256 MiB.
 type reassembler struct {
 	state  assemblyState
 	set    fragmentHeader // the open set; Index is the fragment expected next
@@ -592,7 +650,7 @@ func (a *reassembler) addFragment(offset int64, b []byte) (r Record, ok bool, er
 		a.reset()
 		return Record{}, false, err
 	}
-	a.buf = append(a.buf, payload...)
+	a.appendPayload(payload)
 	a.set.Index++
 	if a.set.Index < a.set.Count {
 		return Record{}, false, nil
@@ -625,8 +683,22 @@ func (a *reassembler) begin(offset int64, h fragmentHeader, payload []byte) (Rec
 	a.set.Index = 1
 	a.chunk = int(chunk)
 	a.offset = offset
-	a.buf = append(make([]byte, 0, h.Total), payload...)
+	a.appendPayload(payload)
 	return Record{}, false, nil
+}
+
+// appendPayload appends the payload of the fragment just checked to buf.
+// When buf is full it doubles it, or makes it just large enough for p,
+// capped at the set's Total, so that its capacity stays within twice the
+// bytes received. The callers have checked that buf and p together do not
+// exceed Total.
+func (a *reassembler) appendPayload(p []byte) {
+	if need := len(a.buf) + len(p); need > cap(a.buf) {
+		grown := make([]byte, len(a.buf), min(max(2*cap(a.buf), need), int(a.set.Total)))
+		copy(grown, a.buf)
+		a.buf = grown
+	}
+	a.buf = append(a.buf, p...)
 }
 
 // reset drops the open set, if any.

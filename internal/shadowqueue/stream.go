@@ -149,7 +149,9 @@ func OpenStream(ctx context.Context, o StreamOptions) (*StreamLog, error) {
 func streamResolver(uri string) (stream.AddressResolver, error) {
 	u, err := url.Parse(uri)
 	if err != nil {
-		return stream.AddressResolver{}, fmt.Errorf("parse the stream URI: %w", err)
+		// url.Parse's error quotes the URI, or the part it choked on,
+		// which may be the password: say nothing of either.
+		return stream.AddressResolver{}, errors.New("the stream URI does not parse (it is not shown: it holds the password); want rabbitmq-stream://user:pass@host:port/vhost, with '%', '/', '?', '#' and '@' in the password percent-encoded")
 	}
 	if u.Scheme != "rabbitmq-stream" {
 		return stream.AddressResolver{}, fmt.Errorf("stream URI scheme is %q, want rabbitmq-stream://user:pass@host:port/vhost", u.Scheme)
@@ -627,7 +629,8 @@ func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 
 // lastBetween returns the last complete record whose last message has an
 // offset in [from, end); a record whose first fragments come before from is
-// not seen. truncated says that retention removed offsets at or after from.
+// not seen, nor is a message that does not decode (it is logged). truncated
+// says that retention removed offsets at or after from.
 func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, from, end int64) (last Record, found, truncated bool, err error) {
 	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
 	if err != nil {
@@ -650,7 +653,14 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 			return last, found, truncated, nil
 		}
 		recs, err = l.decode(recs[:0], &asm, m)
-		if err != nil {
+		if errors.Is(err, ErrBadRecord) {
+			// A message this sidecar did not write (anyone with the
+			// stream's credentials can append one) must not keep the
+			// writer from starting: Last only tells it where to go on
+			// numbering. Replay reads every message and fails on it.
+			l.logger.Warn("the replay log holds a message that is not a record; ignored when looking for the last record, but a replay across it fails",
+				"log", l.opts.Name, "offset", m.offset, "err", err)
+		} else if err != nil {
 			return Record{}, false, false, err
 		}
 		if len(recs) > 0 {

@@ -163,14 +163,34 @@ func (c *Config) Replay() (replay.Range, bool, error) {
 	return r, true, nil
 }
 
-// redact hides the password in a URI for messages.
+// redact hides the password in a URI for messages and logs. A URI that
+// does not parse is redacted too: everything between the scheme and the
+// last '@' (where a password would be) is replaced, since url.Parse cannot
+// say where the user info ends.
 func redact(uri string) string {
 	u, err := url.Parse(uri)
-	if err != nil || u.User == nil {
+	if err != nil || (u.User == nil && strings.Contains(uri, "@")) {
+		return redactUnparsed(uri)
+	}
+	if u.User == nil {
 		return uri
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// redactUnparsed hides whatever could be user info in a URI that url.Parse
+// rejected or misread: a password may hold '/', '#', '?' or '%' unescaped.
+func redactUnparsed(uri string) string {
+	at := strings.LastIndex(uri, "@")
+	if at < 0 {
+		return uri // no user info: url.Parse failed on something else
+	}
+	start := 0
+	if i := strings.Index(uri, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	return uri[:start] + "xxxxx@" + uri[at+1:]
 }

@@ -130,25 +130,16 @@ func Start(o Options) (c *Cluster, err error) {
 		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},
 	}
 
-	path := strings.TrimPrefix(webhook.Path, "/")
-	fail := admissionregistrationv1.Fail
-	none := admissionregistrationv1.SideEffectClassNone
+	path := strings.TrimPrefix(webhook.Path, "/") // envtest joins host:port and path with a slash
 	c.env = &envtest.Environment{
 		BinaryAssetsDirectory: o.Assets,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
 			LocalServingHost: "127.0.0.1",
-			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{{
-				ObjectMeta: metav1.ObjectMeta{Name: "ms2m-sim"},
-				Webhooks: []admissionregistrationv1.MutatingWebhook{{
-					Name:                    "pods.ms2m.io",
-					ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ms2m-webhook", Namespace: "default", Path: &path}},
-					Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-					NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{NamespaceLabel: "true"}},
-					FailurePolicy:           &fail,
-					SideEffects:             &none,
-					AdmissionReviewVersions: []string{"v1"},
-				}},
-			}},
+			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{webhook.Registration{
+				Name:              "ms2m-sim",
+				ClientConfig:      admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ms2m-webhook", Namespace: "default", Path: &path}},
+				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{NamespaceLabel: "true"}},
+			}.Configuration()},
 		},
 	}
 	if c.Config, err = c.env.Start(); err != nil {

@@ -268,7 +268,7 @@ func (n *Node) start(ctx context.Context) error {
 	go ksrv.ServeTLS(kl, "", "")
 
 	as, err := agent.NewServer(agent.Config{
-		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true},
+		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true}, Repository: c.ImageRepo(),
 		Puller: n, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

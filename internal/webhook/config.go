@@ -49,7 +49,8 @@ type Config struct {
 
 	// SelfSigned makes the webhook generate its own CA and serving
 	// certificate at start, write them to CertDir, and put the CA into the
-	// caBundle of the MutatingWebhookConfiguration ConfigName.
+	// caBundle of the MutatingWebhookConfiguration ConfigName; it renews
+	// both while running, once a third of CertValidity is left.
 	SelfSigned       bool          `env:"MS2M_WEBHOOK_SELF_SIGNED" envDefault:"false"`
 	ServiceName      string        `env:"MS2M_WEBHOOK_SERVICE_NAME" envDefault:"ms2m-webhook"`
 	ServiceNamespace string        `env:"MS2M_WEBHOOK_SERVICE_NAMESPACE"`

@@ -220,31 +220,13 @@ func startManager(ctx context.Context, cfg *rest.Config, wio envtest.WebhookInst
 }
 
 // testWebhookConfiguration registers the pod handler at cc for pods in
-// namespaces that match sel.
+// namespaces that match sel, as the chart does (Registration).
 func testWebhookConfiguration(name string, cc *admissionregistrationv1.WebhookClientConfig, sel metav1.LabelSelectorRequirement) *admissionregistrationv1.MutatingWebhookConfiguration {
-	none := admissionregistrationv1.SideEffectClassNone
-	fail := admissionregistrationv1.Fail
-	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
-	timeout := int32(10)
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         "pods.ms2m.io",
-			ClientConfig: *cc,
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-				},
-			}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{sel}},
-			SideEffects:             &none,
-			FailurePolicy:           &fail,
-			ReinvocationPolicy:      &ifNeeded,
-			TimeoutSeconds:          &timeout,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	return Registration{
+		Name:              name,
+		ClientConfig:      *cc,
+		NamespaceSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{sel}},
+	}.Configuration()
 }
 
 // requireSuite returns the shared client, or fails (CI) or skips the test

@@ -2,12 +2,12 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -74,18 +74,14 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	if err != nil {
 		return err
 	}
-	var ca []byte
+	var self *selfSignedTLS
+	var tlsOpts []func(*tls.Config)
 	if cfg.SelfSigned {
 		hosts := append(ServiceHosts(cfg.ServiceName, cfg.ServiceNamespace), cfg.CertHosts...)
-		certs, err := GenerateSelfSigned(hosts, time.Now(), cfg.CertValidity)
-		if err != nil {
+		if self, err = newSelfSignedTLS(hosts, cfg.CertDir, cfg.CertValidity, cfg.ConfigName, log); err != nil {
 			return err
 		}
-		if err := certs.Write(cfg.CertDir); err != nil {
-			return err
-		}
-		ca = certs.CA
-		log.Info("wrote a self-signed serving certificate", "dir", cfg.CertDir, "hosts", hosts, "validUntil", time.Now().Add(cfg.CertValidity).UTC())
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = self.getCertificate })
 	} else if err := certsPresent(cfg.CertDir); err != nil {
 		return err
 	}
@@ -103,7 +99,7 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		}}},
 		Metrics:                metricsserver.Options{BindAddress: cfg.MetricsAddr},
 		HealthProbeBindAddress: cfg.HealthAddr,
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: cfg.Port, CertDir: cfg.CertDir}),
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: cfg.Port, CertDir: cfg.CertDir, TLSOpts: tlsOpts}),
 	})
 	if err != nil {
 		return fmt.Errorf("set up the controller-runtime manager: %w", err)
@@ -116,14 +112,8 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		return err
 	}
 
-	var caReady atomic.Bool
-	caReady.Store(!cfg.SelfSigned)
-	if cfg.SelfSigned {
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-			patchCABundleUntilDone(ctx, mgr.GetClient(), cfg.ConfigName, ca, log)
-			caReady.Store(true)
-			return nil
-		})); err != nil {
+	if self != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return self.run(ctx, mgr.GetClient()) })); err != nil {
 			return err
 		}
 	}
@@ -145,7 +135,7 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		return err
 	}
 	if err := mgr.AddReadyzCheck("ca-bundle", func(*http.Request) error {
-		if !caReady.Load() {
+		if self != nil && !self.ready.Load() {
 			return fmt.Errorf("the caBundle of MutatingWebhookConfiguration %s is not set yet", cfg.ConfigName)
 		}
 		return nil
@@ -158,20 +148,20 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 }
 
 // patchCABundleUntilDone sets the caBundle, retrying with back-off until it
-// succeeds or ctx is done: the MutatingWebhookConfiguration may be created
-// after the webhook starts (one Helm release makes both).
-func patchCABundleUntilDone(ctx context.Context, c client.Client, name string, ca []byte, log logr.Logger) {
+// succeeds (true) or ctx is done (false): the MutatingWebhookConfiguration
+// may be created after the webhook starts (one Helm release makes both).
+func patchCABundleUntilDone(ctx context.Context, c client.Client, name string, ca []byte, log logr.Logger) bool {
 	wait := 500 * time.Millisecond
 	for {
 		err := PatchCABundle(ctx, c, name, ca)
 		if err == nil {
 			log.Info("set the caBundle", "mutatingWebhookConfiguration", name)
-			return
+			return true
 		}
 		log.Error(err, "could not set the caBundle; retrying", "in", wait)
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 30*time.Second)

@@ -30,71 +30,8 @@ import (
 func TestRunSelfSigned(t *testing.T) {
 	c := requireSuite(t)
 	ctx := context.Background()
-
-	_, portText, _ := net.SplitHostPort(testenv.FreeAddr(t))
-	port, _ := strconv.Atoi(portText)
-	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	certDir := filepath.Join(t.TempDir(), "certs")
-	mwcName := testenv.UniqueName("ms2m-run")
-
-	// The configuration, the way a Helm chart would create it: the
-	// caBundle empty, for the webhook to fill. Only namespaces with
-	// skipLabel=run go to this webhook (and none to the suite's).
-	url := "https://127.0.0.1:" + portText + Path
-	mwc := testWebhookConfiguration(mwcName, &admissionregistrationv1.WebhookClientConfig{URL: &url},
-		metav1.LabelSelectorRequirement{Key: skipLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{mwcName}})
-	if err := c.Create(ctx, mwc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), mwc) })
-
-	for k, v := range map[string]string{
-		"MS2M_WEBHOOK_PORT":                 portText,
-		"MS2M_WEBHOOK_CERT_DIR":             certDir,
-		"MS2M_WEBHOOK_SIDECAR_IMAGE":        "registry.test/ms2m/sidecar:run",
-		"MS2M_WEBHOOK_STREAM_URI_SECRET":    "ms2m",
-		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET": "ms2m",
-		"MS2M_WEBHOOK_METRICS_ADDR":         metrics,
-		"MS2M_WEBHOOK_HEALTH_ADDR":          health,
-		"MS2M_WEBHOOK_SELF_SIGNED":          "true",
-		"MS2M_WEBHOOK_SERVICE_NAMESPACE":    "ms2m-system",
-		"MS2M_WEBHOOK_CERT_HOSTS":           "127.0.0.1",
-		"MS2M_WEBHOOK_CONFIG_NAME":          mwcName,
-	} {
-		t.Setenv(k, v)
-	}
-	cfg, err := LoadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Port != port {
-		t.Fatalf("port %d, want %d", cfg.Port, port)
-	}
-
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- Run(runCtx, cfg, suite.cfg, logr.Discard()) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return within 30s of its context's end")
-		}
-	})
-
-	testenv.Eventually(t, 30*time.Second, "/readyz to answer 200", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned early: %v", err)
-		default:
-		}
-		code, _ := get(t, "http://"+health+"/readyz")
-		return code == http.StatusOK
-	})
+	r := startRun(t, c, nil)
+	certDir, mwcName, health, metrics := r.certDir, r.mwcName, r.health, r.metrics
 	if code, _ := get(t, "http://"+health+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d, want 200", code)
 	}
@@ -168,4 +105,86 @@ func TestRunNeedsCertificates(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MS2M_WEBHOOK_CERT_DIR") || !strings.Contains(err.Error(), "MS2M_WEBHOOK_SELF_SIGNED") {
 		t.Errorf("Run = %v, want an error naming MS2M_WEBHOOK_CERT_DIR and MS2M_WEBHOOK_SELF_SIGNED", err)
 	}
+}
+
+// running is a Run of the webhook binary's wiring, self-signed, with its
+// own MutatingWebhookConfiguration for namespaces labelled skipLabel=mwcName.
+type running struct {
+	certDir, mwcName, health, metrics string
+	port                              int
+}
+
+// startRun runs Run, configured from the environment and then changed by
+// edit (if not nil), until t ends, and waits until it is ready.
+func startRun(t *testing.T, c client.Client, edit func(*Config)) running {
+	t.Helper()
+	ctx := context.Background()
+	_, portText, _ := net.SplitHostPort(testenv.FreeAddr(t))
+	port, _ := strconv.Atoi(portText)
+	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	certDir := filepath.Join(t.TempDir(), "certs")
+	mwcName := testenv.UniqueName("ms2m-run")
+
+	// The configuration, the way a Helm chart would create it: the
+	// caBundle empty, for the webhook to fill. Only namespaces with
+	// skipLabel=run go to this webhook (and none to the suite's).
+	url := "https://127.0.0.1:" + portText + Path
+	mwc := testWebhookConfiguration(mwcName, &admissionregistrationv1.WebhookClientConfig{URL: &url},
+		metav1.LabelSelectorRequirement{Key: skipLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{mwcName}})
+	if err := c.Create(ctx, mwc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), mwc) })
+
+	for k, v := range map[string]string{
+		"MS2M_WEBHOOK_PORT":                 portText,
+		"MS2M_WEBHOOK_CERT_DIR":             certDir,
+		"MS2M_WEBHOOK_SIDECAR_IMAGE":        "registry.test/ms2m/sidecar:run",
+		"MS2M_WEBHOOK_STREAM_URI_SECRET":    "ms2m",
+		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET": "ms2m",
+		"MS2M_WEBHOOK_METRICS_ADDR":         metrics,
+		"MS2M_WEBHOOK_HEALTH_ADDR":          health,
+		"MS2M_WEBHOOK_SELF_SIGNED":          "true",
+		"MS2M_WEBHOOK_SERVICE_NAMESPACE":    "ms2m-system",
+		"MS2M_WEBHOOK_CERT_HOSTS":           "127.0.0.1",
+		"MS2M_WEBHOOK_CONFIG_NAME":          mwcName,
+	} {
+		t.Setenv(k, v)
+	}
+	cfg, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Port != port {
+		t.Fatalf("port %d, want %d", cfg.Port, port)
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Run(runCtx, cfg, suite.cfg, logr.Discard()) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of its context's end")
+		}
+	})
+
+	testenv.Eventually(t, 30*time.Second, "/readyz to answer 200", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned early: %v", err)
+		default:
+		}
+		code, _ := get(t, "http://"+health+"/readyz")
+		return code == http.StatusOK
+	})
+	return running{certDir: certDir, mwcName: mwcName, health: health, metrics: metrics, port: port}
 }

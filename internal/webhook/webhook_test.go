@@ -235,14 +235,14 @@ func TestRestoreAnnotations(t *testing.T) {
 		inject.AnnotationRestoreNode:   "node-b",
 		inject.AnnotationReplayStart:   "41",
 		inject.AnnotationReplayCutoff:  "marker",
-		inject.AnnotationLogName:       "orders-consumer",
+		inject.AnnotationLogName:       inject.DefaultLogName(ns, "orders-consumer"),
 		inject.AnnotationMigrationName: "mig-7",
 	})
 	if err := c.Create(context.Background(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	s := requireInjected(t, pod)
-	requireRestore(t, pod, s, "registry.test/checkpoints/consumer:ckpt-7", "node-b", "41", "marker", "orders-consumer", "mig-7")
+	requireRestore(t, pod, s, "registry.test/checkpoints/consumer:ckpt-7", "node-b", "41", "marker", inject.DefaultLogName(ns, "orders-consumer"), "mig-7")
 	waitEvent(t, ns, ReasonRestored, "Pod", "target")
 }
 
@@ -293,7 +293,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 	}
 	m, _ := json.Marshal(inject.Migration{
 		Name: "mig-web-0", Image: "registry.test/checkpoints/web-0:ckpt-3", Node: "node-c",
-		LogName: "web-0", ReplayStart: "1200", ReplayCutoff: "1350",
+		LogName: inject.DefaultLogName(ns, "web-0"), ReplayStart: "1200", ReplayCutoff: "1350",
 	})
 	putMigration("web-0", string(m))
 
@@ -303,7 +303,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 			t.Fatalf("create: %v", err)
 		}
 		s := requireInjected(t, pod)
-		requireRestore(t, pod, s, "registry.test/checkpoints/web-0:ckpt-3", "node-c", "1200", "1350", "web-0", "mig-web-0")
+		requireRestore(t, pod, s, "registry.test/checkpoints/web-0:ckpt-3", "node-c", "1200", "1350", inject.DefaultLogName(ns, "web-0"), "mig-web-0")
 		// The pod has no UID yet: the Event regards its StatefulSet.
 		ev := waitEvent(t, ns, ReasonRestored, "StatefulSet", "web")
 		if ev.Regarding.UID != owner.UID || ev.Related == nil || ev.Related.Name != "web-0" {
@@ -338,7 +338,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 		requireDenied(t, err, MigrationConfigMapName("web-2"))
 	})
 	t.Run("invalid migration is denied", func(t *testing.T) {
-		bad, _ := json.Marshal(inject.Migration{Name: "mig-web-3", Image: "x", Node: "Not_A_Node", LogName: "web-3", ReplayStart: "5", ReplayCutoff: "marker"})
+		bad, _ := json.Marshal(inject.Migration{Name: "mig-web-3", Image: "x", Node: "Not_A_Node", LogName: inject.DefaultLogName(ns, "web-3"), ReplayStart: "5", ReplayCutoff: "marker"})
 		putMigration("web-3", string(bad))
 		err := c.Create(ctx, stsPod("web-3"))
 		requireDenied(t, err, "mig-web-3")

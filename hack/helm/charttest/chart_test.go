@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // The main value combinations the tests render.
@@ -117,6 +119,7 @@ func TestDefaults(t *testing.T) {
 	// webhook's pods, on the port the container serves.
 	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", "ms2m-webhook"))
 	checkRegistration(t, r, mwc, d)
+	checkPinned(t, mwc, "default")
 	wh := mwc.Webhooks[0]
 	if *wh.FailurePolicy != admissionregistrationv1.Fail || *wh.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun ||
 		*wh.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy || *wh.TimeoutSeconds != 10 {
@@ -333,61 +336,105 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 1 {
-		t.Fatalf("%d webhooks, want 1", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 4 {
+		t.Fatalf("%d webhooks, want 4 (namespace, label, pods, updates)", len(mwc.Webhooks))
 	}
-	wh := mwc.Webhooks[0]
-	ref := wh.ClientConfig.Service
-	if ref == nil || ref.Path == nil || *ref.Path != "/mutate-v1-pod" || ref.Namespace != r.namespace {
-		t.Fatalf("clientConfig.service = %+v, want the webhook Service's /mutate-v1-pod", ref)
-	}
-	svc := typed[corev1.Service](t, r.get(t, "Service", ref.Namespace, ref.Name))
-	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
-		t.Errorf("Service %s selects %v, which the webhook pods' labels %v do not match", svc.Name, svc.Spec.Selector, d.Spec.Template.Labels)
-	}
-	var target string
-	for _, p := range svc.Spec.Ports {
-		if p.Port == *ref.Port {
-			target = p.TargetPort.StrVal
+	for _, wh := range mwc.Webhooks {
+		ref := wh.ClientConfig.Service
+		if ref == nil || ref.Path == nil || *ref.Path != "/mutate-v1-pod" || ref.Namespace != r.namespace {
+			t.Fatalf("webhook %s: clientConfig.service = %+v, want the webhook Service's /mutate-v1-pod", wh.Name, ref)
 		}
-	}
-	env := envMap(d.Spec.Template.Spec.Containers[0])
-	found := false
-	for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
-		if p.Name == target && p.ContainerPort > 0 && env["MS2M_WEBHOOK_PORT"].Value == strconv.Itoa(int(p.ContainerPort)) {
-			found = true
+		svc := typed[corev1.Service](t, r.get(t, "Service", ref.Namespace, ref.Name))
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Service %s selects %v, which the webhook pods' labels %v do not match", svc.Name, svc.Spec.Selector, d.Spec.Template.Labels)
 		}
-	}
-	if !found {
-		t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
-	}
-	if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Operations, []admissionregistrationv1.OperationType{"CREATE", "UPDATE"}) ||
-		!cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
-		t.Errorf("rules = %+v, want CREATE and UPDATE of pods", wh.Rules)
+		var target string
+		for _, p := range svc.Spec.Ports {
+			if p.Port == *ref.Port {
+				target = p.TargetPort.StrVal
+			}
+		}
+		env := envMap(d.Spec.Template.Spec.Containers[0])
+		found := false
+		for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+			if p.Name == target && p.ContainerPort > 0 && env["MS2M_WEBHOOK_PORT"].Value == strconv.Itoa(int(p.ContainerPort)) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
+		}
+		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
+			t.Errorf("webhook %s: rules = %+v, want pods", wh.Name, wh.Rules)
+		}
 	}
 
-	// Never the system's nor the webhook's own namespace.
-	excluded := false
-	for _, e := range wh.NamespaceSelector.MatchExpressions {
-		if e.Key == "kubernetes.io/metadata.name" && e.Operator == metav1.LabelSelectorOpNotIn {
-			mustContain(t, "the excluded namespaces", e.Values, "kube-system", r.namespace)
-			excluded = true
+	// Where each pod goes: never the system's nor the webhook's own
+	// namespace; a pod labelled ms2m.io/inject=false nowhere; a pod that
+	// opted in by its namespace's label or its own to one webhook with the
+	// chart's failurePolicy; every other pod, and every UPDATE, to one that
+	// ignores failures, so that a webhook that is down stops nothing else.
+	fail := admissionregistrationv1.Fail
+	for _, tc := range []struct {
+		op            admissionregistrationv1.OperationType
+		ns            labels.Set
+		pod           labels.Set
+		want          int
+		wantIgnoreAll bool
+	}{
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"app": "consumer"}, 1, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "true"}, 1, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"app": "consumer"}, 1, true},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 1, true},
+	} {
+		var called []admissionregistrationv1.MutatingWebhook
+		for _, wh := range mwc.Webhooks {
+			nsSel, err1 := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
+			objSel, err2 := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("webhook %s: selectors %v %v", wh.Name, err1, err2)
+			}
+			if slices.Contains(wh.Rules[0].Operations, tc.op) && nsSel.Matches(tc.ns) && objSel.Matches(tc.pod) {
+				called = append(called, wh)
+			}
+		}
+		if len(called) != tc.want {
+			t.Errorf("%s of a pod labelled %v in a namespace labelled %v: %d webhooks called, want %d", tc.op, tc.pod, tc.ns, len(called), tc.want)
+			continue
+		}
+		for _, wh := range called {
+			if tc.wantIgnoreAll && *wh.FailurePolicy == fail {
+				t.Errorf("%s of a pod labelled %v in a namespace labelled %v: webhook %s fails closed; a pod that did not opt in by label must not wait on the webhook", tc.op, tc.pod, tc.ns, wh.Name)
+			}
 		}
 	}
-	if !excluded {
-		t.Errorf("namespaceSelector %+v does not exclude kube-system and %s", wh.NamespaceSelector, r.namespace)
-	}
-	// Pods opt in by annotation: the objectSelector must select a pod with
-	// no labels at all, and leave out one labelled ms2m.io/inject=false.
-	sel, err := metav1.LabelSelectorAsSelector(wh.ObjectSelector)
+}
+
+// checkPinned holds the chart's MutatingWebhookConfiguration to
+// internal/webhook's Registration for the same values: its golden file
+// testdata/registration-<name>.golden.yaml, which that package's tests
+// write from the builder that the e2e lab and simcluster register with.
+func checkPinned(t *testing.T, mwc *admissionregistrationv1.MutatingWebhookConfiguration, name string) {
+	t.Helper()
+	file := filepath.Join(repoRoot, "internal", "webhook", "testdata", "registration-"+name+".golden.yaml")
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sel.Matches(labels.Set{}) || !sel.Matches(labels.Set{"app": "consumer"}) {
-		t.Errorf("objectSelector %s leaves out unlabelled pods, which opt in by annotation", sel)
+	want := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := sigsyaml.UnmarshalStrict(b, want); err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
-	if sel.Matches(labels.Set{"ms2m.io/inject": "false"}) {
-		t.Errorf("objectSelector %s selects a pod labelled ms2m.io/inject=false", sel)
+	if want.Name != mwc.Name {
+		t.Errorf("name %q, want %q (%s)", mwc.Name, want.Name, file)
+	}
+	if diff := cmp.Diff(want.Webhooks, mwc.Webhooks); diff != "" {
+		t.Errorf("the chart's webhooks differ from internal/webhook's Registration (%s) (-want +got):\n%s", file, diff)
 	}
 }
 
@@ -440,8 +487,14 @@ func checkAgent(t *testing.T, r rendered) {
 	for _, m := range c.VolumeMounts {
 		mounted[m.MountPath] = m.Name
 		if hp := hostPaths[m.Name]; hp != nil {
-			if !m.ReadOnly {
+			// The one exception: the agent removes each checkpoint archive
+			// once pushed (it is the process's memory), unless they are kept.
+			keep := envMap(c)["MS2M_AGENT_KEEP_ARCHIVES"].Value == "true"
+			if !m.ReadOnly && (m.Name != "checkpoints" || keep) {
 				t.Errorf("host folder %s is mounted read-write", hp.Path)
+			}
+			if m.Name == "checkpoints" && m.ReadOnly && !keep {
+				t.Errorf("the checkpoint folder %s is read-only, but MS2M_AGENT_KEEP_ARCHIVES is not true: the agent cannot remove pushed archives", hp.Path)
 			}
 			if hp.Path != m.MountPath {
 				t.Errorf("host folder %s is mounted at %s: the kubelet and the runtime report host paths, so it must be at the same path", hp.Path, m.MountPath)
@@ -477,6 +530,15 @@ func checkAgent(t *testing.T, r rendered) {
 	for _, d := range strings.Split(env["MS2M_AGENT_LOG_DIRS"].Value, ",") {
 		if d != "" && hostDir("MS2M_AGENT_LOG_DIRS", d) == nil {
 			t.Errorf("CRIU log folder %s (MS2M_AGENT_LOG_DIRS) is not mounted from the host", d)
+		}
+	}
+	// The agent pushes to and deletes from the controller's repository,
+	// and no other.
+	if o, ok := r.find("Deployment", r.namespace, "ms2m-controller"); ok {
+		cd := typed[appsv1.Deployment](t, o)
+		want := envMap(cd.Spec.Template.Spec.Containers[0])["MS2M_IMAGE_REPO"].Value
+		if got := env["MS2M_AGENT_IMAGE_REPO"].Value; got != want || got == "" {
+			t.Errorf("MS2M_AGENT_IMAGE_REPO = %q, want the controller's MS2M_IMAGE_REPO %q", got, want)
 		}
 	}
 	tokenFile := env["MS2M_AGENT_TOKEN_FILE"].Value
@@ -597,13 +659,22 @@ func TestConfined(t *testing.T) {
 	namespaces := []string{"shop", "jobs"}
 
 	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, r.get(t, "MutatingWebhookConfiguration", "", "ms2m-webhook"))
-	sel, err := metav1.LabelSelectorAsSelector(mwc.Webhooks[0].NamespaceSelector)
-	if err != nil {
-		t.Fatal(err)
-	}
+	checkPinned(t, mwc, "confined")
 	for ns, want := range map[string]bool{"shop": true, "jobs": true, "default": false, "kube-system": false, releaseNS: false} {
-		if got := sel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}); got != want {
-			t.Errorf("namespaceSelector %s selects %s: %v, want %v", sel, ns, got, want)
+		// Opted in by its label or not, a namespace is called for only
+		// when it is a workload namespace.
+		for _, nsLabels := range []labels.Set{{"kubernetes.io/metadata.name": ns}, {"kubernetes.io/metadata.name": ns, "ms2m.io/inject": "enabled"}} {
+			got := false
+			for _, wh := range mwc.Webhooks {
+				sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = got || sel.Matches(nsLabels)
+			}
+			if got != want {
+				t.Errorf("the webhooks' namespaceSelectors select %v: %v, want %v", nsLabels, got, want)
+			}
 		}
 	}
 	for _, name := range []string{"ms2m-webhook-workloads", "ms2m-migrator-workloads", "ms2m-controller-workloads"} {

@@ -153,8 +153,10 @@ webhook:
 	for _, o := range r.objs {
 		if o.GetKind() == "MutatingWebhookConfiguration" {
 			mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, o)
-			url := "https://127.0.0.1:" + strconv.Itoa(port) + *mwc.Webhooks[0].ClientConfig.Service.Path
-			mwc.Webhooks[0].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+			for i := range mwc.Webhooks {
+				url := "https://127.0.0.1:" + strconv.Itoa(port) + *mwc.Webhooks[i].ClientConfig.Service.Path
+				mwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url}
+			}
 			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(mwc)
 			if err != nil {
 				t.Fatal(err)

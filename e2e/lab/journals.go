@@ -1,0 +1,95 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/e2e/lab/journal"
+	"github.com/ms2m/ms2m/internal/migrate"
+)
+
+// journalPoints says, per strategy, after which phase of migrate.Run a
+// consumer has stopped for good and still exists: "source" or "shadow".
+// The final target's journal is read at the end. Stop-and-copy (and CRIU
+// alone) checkpoint after the source stopped, so the target's journal
+// already holds all of the source's.
+var journalPoints = map[migrate.Strategy]map[string]string{
+	migrate.MS2M:              {"replay and handover": "source"},
+	migrate.MS2MCutoff:        {"replay and handover": "source"},
+	migrate.StatefulSet:       {"stop": "source"},
+	migrate.StatefulSetShadow: {"shadow handover": "source", "handover": "shadow"},
+}
+
+// Journals collects the journals (GET /folds) of the sample Go consumers
+// that serve in turn across one migration by migrate.Run: each is read
+// once it has stopped for good and before it is deleted. Call AfterPhase
+// from the Env's progress callback, and Target once the target has
+// processed everything.
+type Journals struct {
+	l        *Lab
+	strategy migrate.Strategy
+	src      *corev1.Pod
+	shadow   string
+	read     [][]journal.Fold
+	errs     []error
+}
+
+// NewJournals collects the journals of plan's migration of src.
+func (l *Lab) NewJournals(src *corev1.Pod, plan migrate.Plan) *Journals {
+	return &Journals{l: l, strategy: plan.Strategy, src: src, shadow: migrate.ShadowName(plan.Name)}
+}
+
+// AfterPhase reads the journal of the instance that phase stopped, if
+// it stopped one. It takes a few ms, which fall into the next phase.
+func (j *Journals) AfterPhase(ctx context.Context, phase string) {
+	switch journalPoints[j.strategy][phase] {
+	case "source":
+		j.add(j.src)
+	case "shadow":
+		p, err := j.l.Client.CoreV1().Pods(Namespace).Get(ctx, j.shadow, metav1.GetOptions{})
+		if err != nil {
+			j.errs = append(j.errs, fmt.Errorf("the shadow pod %s: %w", j.shadow, err))
+			return
+		}
+		j.add(p)
+	}
+}
+
+// Target reads the final target's journal, once it has processed what it
+// is to be judged on.
+func (j *Journals) Target(pod *corev1.Pod) { j.add(pod) }
+
+func (j *Journals) add(pod *corev1.Pod) {
+	folds, dropped, err := GetFolds(pod)
+	switch {
+	case err != nil:
+		j.errs = append(j.errs, fmt.Errorf("the journal of pod %s (only the Go consumer keeps one): %w", pod.Name, err))
+	case dropped > 0:
+		j.errs = append(j.errs, fmt.Errorf("the journal of pod %s dropped its %d oldest folds", pod.Name, dropped))
+	default:
+		j.read = append(j.read, folds)
+	}
+}
+
+// All is the journals read so far, in the order the instances stopped, the
+// final target's last, and an error if one could not be read whole.
+func (j *Journals) All() ([][]journal.Fold, error) { return j.read, errors.Join(j.errs...) }
+
+// Gap is the migration's processing gap (journal.ProcessingGap) over the
+// window [from, to], with the producer's send times read from the
+// journals. It fails when a journal could not be read whole.
+func (j *Journals) Gap(from, to time.Time) (journal.Gap, error) {
+	all, err := j.All()
+	if err != nil {
+		return journal.Gap{}, err
+	}
+	if len(all) == 0 {
+		return journal.Gap{}, errors.New("no journal was read")
+	}
+	return journal.ProcessingGap(all, journal.SendTimes(all), from, to), nil
+}

@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ms2m/ms2m/internal/ociimage"
+)
+
+// These tests play a caller that holds the agent's token and wants more
+// than ms2m's own work from it: files of the node, pushes of the node's
+// archives to a registry of its choosing, deletions of other images.
+
+// logDir is the setup's log folder, next to the checkpoint folder.
+func logDir(archive string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(archive)), "state")
+}
+
+func TestAgentRefusesLogReadThroughSymlink(t *testing.T) {
+	c, archive, _, _ := setup(t)
+	ctx := context.Background()
+	// A task folder of the runtime holds more than CRIU logs; a link
+	// named like a log points at one of those files, inside the folder.
+	task := filepath.Join(logDir(archive), "task-1")
+	os.MkdirAll(task, 0o755)
+	if err := os.WriteFile(filepath.Join(task, "config.json"), []byte(`{"password":"hunter2"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("config.json", filepath.Join(task, "peek.log")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReadLog(ctx, "node-1", "task-1/peek.log")
+	if err == nil || strings.Contains(got, "hunter2") {
+		t.Fatalf("ReadLog through a .log link to config.json = %q, %v: want it refused", got, err)
+	}
+	if !strings.Contains(err.Error(), "outside the log folders") || !strings.Contains(err.Error(), "only .log files") {
+		t.Errorf("error %q: want it to say the real file is not a .log", err)
+	}
+	// A link from one log to another log of the folder still works.
+	os.WriteFile(filepath.Join(task, "dump.log"), []byte("(00.1) Error: real\n"), 0o600)
+	os.Symlink("dump.log", filepath.Join(task, "last.log"))
+	if got, err := c.ReadLog(ctx, "node-1", "task-1/last.log"); err != nil || !strings.Contains(got, "real") {
+		t.Errorf("ReadLog of a link to a log = %q, %v", got, err)
+	}
+}
+
+func TestAgentRefusesArchiveThroughSymlink(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	dir := filepath.Dir(filepath.Dir(archive))
+	if err := os.WriteFile(filepath.Join(dir, "host-secret"), []byte("root:x:0:0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(filepath.Dir(archive), "checkpoint-evil.tar")
+	if err := os.Symlink(filepath.Join(dir, "host-secret"), link); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.BuildCheckpointImage(context.Background(), "node-1", link, "app", reg+"/ckpt/evil:1")
+	if err == nil || !strings.Contains(err.Error(), "outside") {
+		t.Errorf("build from a link to a file outside the checkpoint folder: %v, want it refused", err)
+	}
+	if _, err := remote.Head(mustRef(t, reg+"/ckpt/evil:1")); err == nil {
+		t.Error("the image was pushed all the same")
+	}
+}
+
+func TestAgentRefusesPushOutsideRepository(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	foreign, err := ociimage.ServeRegistry("127.0.0.1:0", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { foreign.Close() })
+	for _, ref := range []string{
+		foreign.Addr() + "/stolen/app:1", // the caller's own registry
+		reg + "/other/app:1",             // the right registry, another repository
+		reg + "/ckpt-evil/app:1",         // a name that merely starts like it
+		foreign.Addr() + "/ckpt/app:1",   // the repository's path on another registry
+	} {
+		_, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", ref)
+		if err == nil || !strings.Contains(err.Error(), "outside the checkpoint repository") {
+			t.Errorf("push to %s: %v, want it refused as outside the checkpoint repository", ref, err)
+		}
+		if _, err := remote.Head(mustRef(t, ref)); err == nil {
+			t.Errorf("%s was pushed all the same", ref)
+		}
+	}
+	if _, err := os.Stat(archive); err != nil {
+		t.Errorf("a refused push removed the archive: %v", err)
+	}
+	// Under the repository is allowed (a path per namespace).
+	if _, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/shop/app:1"); err != nil {
+		t.Errorf("push under the repository: %v", err)
+	}
+}
+
+func TestAgentRefusesDeleteOutsideRepository(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	ctx := context.Background()
+	// Someone else's image, in the same registry, that the agent's push
+	// credentials reach.
+	victim := mustRef(t, reg+"/team-b/app:1")
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(victim, img); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	for _, ref := range []string{victim.String(), victim.Context().Digest(d.String()).String()} {
+		err := c.DeleteCheckpointImage(ctx, "node-1", ref)
+		if err == nil || !strings.Contains(err.Error(), "outside the checkpoint repository") {
+			t.Errorf("delete %s: %v, want it refused", ref, err)
+		}
+	}
+	if _, err := remote.Head(victim); err != nil {
+		t.Errorf("the other team's image is gone: %v", err)
+	}
+	// Its own checkpoint images it still deletes.
+	own, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/app:m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteCheckpointImage(ctx, "node-1", own); err != nil {
+		t.Fatalf("delete its own image: %v", err)
+	}
+	if _, err := remote.Head(mustRef(t, own)); err == nil {
+		t.Errorf("%s is still there after its delete", own)
+	}
+}
+
+func TestArchiveRemovedAfterPush(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	if _, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(archive); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("archive after the push: %v, want it removed", err)
+	}
+
+	keep, archive, reg, _ := setup(t, func(c *Config) { c.KeepArchives = true })
+	if _, err := keep.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(archive); err != nil {
+		t.Errorf("with KeepArchives, the archive after the push: %v, want it kept", err)
+	}
+}
+
+func TestNoRepositoryPushesNothing(t *testing.T) {
+	c, archive, reg, _ := setup(t, func(c *Config) { c.Repository = "" })
+	_, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1")
+	if err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_IMAGE_REPO") {
+		t.Errorf("push with no repository configured: %v, want it refused naming MS2M_AGENT_IMAGE_REPO", err)
+	}
+	if _, err := NewServer(Config{CheckpointDir: "/x", Token: "t", Repository: "Not A Repo"}); err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_IMAGE_REPO") {
+		t.Errorf("a bad repository: %v", err)
+	}
+}
+
+func mustRef(t *testing.T, s string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
