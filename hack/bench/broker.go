@@ -18,8 +18,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
