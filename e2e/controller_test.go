@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -136,8 +136,9 @@ func migrateSidecar(ctx context.Context, l *lab.Lab, p *corev1.Pod) (int, string
 	return migrate.SidecarControl(ctx, l.Client, p)
 }
 
-func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (replay.Cut, error) {
-	return replay.Quiesce(ctx, &http.Client{Timeout: 30 * time.Second}, replay.Endpoint{URL: fmt.Sprintf("http://%s:%d", p.Status.PodIP, port), Token: token}, 20*time.Second)
+func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (control.Cut, error) {
+	c := control.ClientAt(p.Status.PodIP, port, token, &http.Client{Timeout: 30 * time.Second})
+	return c.Quiesce(ctx, 20*time.Second)
 }
 
 func mustAdmit(t *testing.T, l *lab.Lab, p *corev1.Pod) *corev1.Pod {

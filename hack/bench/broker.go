@@ -18,8 +18,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
@@ -155,9 +155,9 @@ func (s *runningSidecar) close() error {
 	return nil
 }
 
-// endpoint is the sidecar's control API, for replay.Handover.
-func (s *runningSidecar) endpoint() replay.Endpoint {
-	return replay.Endpoint{URL: "http://" + s.ControlAddr(), Token: s.token}
+// endpoint is the sidecar's control API, for control.Handover.
+func (s *runningSidecar) endpoint() control.Client {
+	return control.Client{URL: "http://" + s.ControlAddr(), Token: s.token}
 }
 
 // close stops the overhead sidecar and deletes every queue and replay log

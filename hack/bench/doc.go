@@ -6,7 +6,7 @@
 // consumer behind a target sidecar that replays a replay log with the same
 // consumer draining a queue straight from the broker. handover runs a
 // source and a target sidecar, each with a 50 ms-per-message consumer, under
-// a steady producer, hands over with replay.Handover, and reports the
+// a steady producer, hands over with control.Handover, and reports the
 // downtime and whether every message was processed exactly once. Two parts
 // run on a local cluster of real nodes (e2e/cluster, state in
 // -cluster-state, taken down at the end): criu times the kubelet's

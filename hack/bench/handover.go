@@ -13,7 +13,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
 
@@ -78,7 +78,7 @@ func (b *bench) handover(ctx context.Context) (*handoverResult, error) {
 // handoverRound runs one handover at rate msg/s: a source sidecar and a
 // target sidecar in replay mode on one fresh replay log, a consumer behind
 // each, and a producer straight to the broker. After the warm-up, once both
-// consumers have caught up, it hands over with replay.Handover, lets the
+// consumers have caught up, it hands over with control.Handover, lets the
 // producer go on for handoverAfter, waits until the target has processed
 // every message, and checks that each was processed exactly once.
 func (b *bench) handoverRound(ctx context.Context, rate float64) (handoverRound, error) {
@@ -134,7 +134,7 @@ func (b *bench) handoverRound(ctx context.Context, rate float64) (handoverRound,
 	hctx, cancel := context.WithTimeout(ctx, handoverCatchUp+handoverSwitchTimeout+10*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	tm, err := replay.Handover(hctx, source.endpoint(), target.endpoint(), replay.HandoverOptions{
+	tm, err := control.Handover(hctx, source.endpoint(), target.endpoint(), control.HandoverOptions{
 		MaxLag: b.o.handoverMaxLag, Deadline: t0.Add(handoverCatchUp), SwitchTimeout: handoverSwitchTimeout,
 	})
 	call := time.Since(t0)
@@ -341,7 +341,7 @@ func (a *app) run(ctx context.Context, deliveries <-chan amqp.Delivery) {
 
 // waitSteady waits until the source's consumer has at most one published
 // message left to process and the target's consumer is at most one message
-// behind it: the target has caught up. replay.Handover's own wait counts
+// behind it: the target has caught up. control.Handover's own wait counts
 // replayed messages handed to the target's app, not processed by it. It
 // gives up, reporting steady false, after handoverSteady.
 func waitSteady(ctx context.Context, p *producer, src, dst *app) (time.Duration, bool, error) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/hack/bench/paperplot"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 func TestJudgeJournals(t *testing.T) {
@@ -79,7 +79,7 @@ func TestPhaseGroups(t *testing.T) {
 		},
 		// The phase ran from t0 to t0+10s: the source stopped at 9.9 s,
 		// the target replayed its last message at 9.95 s.
-		Handover: &replay.Timings{StopStarted: t0.Add(sec(9.9)), LastReplayed: t0.Add(sec(9.95)), Downtime: sec(0.08)},
+		Handover: &control.Timings{StopStarted: t0.Add(sec(9.9)), LastReplayed: t0.Add(sec(9.95)), Downtime: sec(0.08)},
 	}
 	got := phaseGroups(ms2m, map[string]time.Time{"replay and handover": t0.Add(sec(10))})
 	want := map[string]float64{"prepare": 40, "checkpoint": 303, "image": 20, "restore": 2500, "replay": 9950, "handover": 50, "finalise": 10}

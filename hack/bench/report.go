@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 )
 
 // results is everything one run measured; it is written as JSON.
@@ -165,7 +165,7 @@ type handoverRate struct {
 }
 
 // handoverRound is one handover. Times are from the sidecars' clocks
-// (replay.Timings), relative to the start of the source's stop.
+// (control.Timings), relative to the start of the source's stop.
 type handoverRound struct {
 	Produced  int    `json:"produced"`
 	CutoffID  uint64 `json:"cutoffId"`
@@ -176,7 +176,7 @@ type handoverRound struct {
 	StopMs               float64  `json:"stopMs"` // until the cutoff marker was durable
 	StopToLastReplayedMs *float64 `json:"stopToLastReplayedMs"`
 	StopToFirstPrimaryMs *float64 `json:"stopToFirstPrimaryMs"`
-	CallMs               float64  `json:"handoverCallMs"` // replay.Handover, wall clock, catch-up wait included
+	CallMs               float64  `json:"handoverCallMs"` // control.Handover, wall clock, catch-up wait included
 	// Where the downtime went: messages published (confirmed) and not yet
 	// processed by the source when the stop started, and when the source's
 	// app acked its last message and the target's app the replayed cutoff
@@ -186,7 +186,7 @@ type handoverRound struct {
 	SourceLastAckMs    float64  `json:"sourceLastAckMs"`
 	TargetCutoffAckMs  *float64 `json:"targetCutoffAckMs"`
 	// SteadyWaitMs is how long, after the warm-up, the bench waited for
-	// both consumers to catch up before it called replay.Handover; Steady
+	// both consumers to catch up before it called control.Handover; Steady
 	// is false if they had not within 30 s.
 	SteadyWaitMs float64 `json:"steadyWaitMs"`
 	Steady       bool    `json:"steady"`
@@ -202,7 +202,7 @@ type handoverRound struct {
 	ReplayMismatches int  `json:"replayMismatches"`
 	Exact            bool `json:"exact"`
 
-	Timings replay.Timings `json:"timings"`
+	Timings control.Timings `json:"timings"`
 }
 
 func (h *handoverRate) summarise() {
@@ -385,9 +385,9 @@ func markdownHandover(w func(string, ...any), h *handoverResult) {
 	w("\n#### Handover switch time\n\n")
 	w("Method: a source sidecar and a target sidecar in replay mode (replay start 0, cutoff from the marker) on one fresh replay log, each in front of a consumer like examples/consumer (prefetch %d, %g ms of work per message, then the ack: %d msg/s at most); ",
 		h.Prefetch, h.WorkMs, handoverServiceRate)
-	w("a producer straight to the broker publishes at a steady rate λ with publisher confirms, message IDs 1..N. After %gs plus a random part of one publish interval (so that the stop falls at a random point of the producer's cycle), and once both consumers have caught up (the source has at most one published message left, the target's app has processed all but at most one of the source's; `replay.Handover`'s lag counts replayed messages handed to the app, not processed), ",
+	w("a producer straight to the broker publishes at a steady rate λ with publisher confirms, message IDs 1..N. After %gs plus a random part of one publish interval (so that the stop falls at a random point of the producer's cycle), and once both consumers have caught up (the source has at most one published message left, the target's app has processed all but at most one of the source's; `control.Handover`'s lag counts replayed messages handed to the app, not processed), ",
 		h.WarmupSeconds)
-	w("`replay.Handover` (max lag %d) stops the source at a cutoff; the target replays up to it and switches to the primary queue; the producer goes on for %gs. ", h.MaxLag, h.AfterSeconds)
+	w("`control.Handover` (max lag %d) stops the source at a cutoff; the target replays up to it and switches to the primary queue; the producer goes on for %gs. ", h.MaxLag, h.AfterSeconds)
 	w("The switch time is `Timings.Downtime`: from the start of the source's stop until the broker confirmed the target's consume of the primary queue (sidecar clocks); no checkpoint is taken here, so there is no freeze to add. ")
 	w("Exact: the target (which starts empty) processed every ID 1..N exactly once, the source's share plus the target's share after the cutoff is N with no ID twice, the replayed deliveries are the source's in its order, and the source processed exactly the cutoff ID's count. ")
 	w("The rates take turns, round by round.\n\n")

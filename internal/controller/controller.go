@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // EventSource names the controller in Events.
@@ -251,15 +250,13 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	case err != nil:
 		return fmt.Errorf("migration %s: the target %s: %w", st.Name, st.TargetPod, err)
 	}
-	if target != nil && target.Status.PodIP != "" && ctlErr == nil {
-		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(target.Status.PodIP, strconv.Itoa(port)), Token: token}
-		switched, err := replay.Switched(ctx, r.http, ep)
-		if err != nil && target.Status.Phase == corev1.PodRunning {
-			// Unknown: deleting a target that serves would lose what it
-			// processed, resuming the source beside it would count twice.
-			return fmt.Errorf("migration %s: cannot tell whether the target took over: %w", st.Name, err)
-		}
-		if switched {
+	if target != nil && ctlErr == nil {
+		switch v, err := migrate.TargetTakeover(ctx, target, control.ClientAt(target.Status.PodIP, port, token, r.http), 0); v {
+		case migrate.TakeoverUnknown:
+			// Deleting a target that serves would lose what it processed,
+			// resuming the source beside it would count twice.
+			return fmt.Errorf("migration %s: %w", st.Name, err)
+		case migrate.TookOver:
 			return r.rollForward(ctx, pod, target, st)
 		}
 	}
@@ -271,8 +268,7 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	}
 	err = ctlErr
 	if err == nil {
-		ep := replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), Token: token}
-		err = replay.Resume(ctx, r.http, ep)
+		err = control.ClientAt(pod.Status.PodIP, port, token, r.http).Resume(ctx)
 	}
 	if err != nil {
 		errs = append(errs, err)

@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // A StatefulSet migration that a stopped controller left has one of three
@@ -34,8 +32,8 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", st.Name, err)
 	}
-	endpoint := func(p *corev1.Pod) replay.Endpoint {
-		return replay.Endpoint{URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)), Token: token}
+	endpoint := func(p *corev1.Pod) control.Client {
+		return control.ClientAt(p.Status.PodIP, port, token, r.http)
 	}
 	shadow, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, migrate.ShadowName(st.Name), metav1.GetOptions{})
 	switch {
@@ -44,12 +42,11 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	case err != nil:
 		return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
 	}
-	if shadow != nil && shadow.Status.PodIP != "" {
-		switched, err := replay.Switched(ctx, r.http, endpoint(shadow))
-		if err != nil && shadow.Status.Phase == corev1.PodRunning {
-			return fmt.Errorf("migration %s: cannot tell whether the shadow took over: %w", st.Name, err)
-		}
-		if switched {
+	if shadow != nil {
+		switch v, err := migrate.TargetTakeover(ctx, shadow, endpoint(shadow), 0); v {
+		case migrate.TakeoverUnknown:
+			return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
+		case migrate.TookOver:
 			return r.continueShadow(ctx, pod, st, port, token)
 		}
 	}
@@ -70,7 +67,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("the pending-migration ConfigMap %s: %w", name, err))
 	}
-	if err := replay.Resume(ctx, r.http, endpoint(pod)); err != nil {
+	if err := endpoint(pod).Resume(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return r.rolledBack(ctx, pod, st, errs, "the shadow, the pending-migration record and the checkpoint images were deleted")

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // A migrator can stop in the middle of a StatefulSet migration at two
@@ -47,7 +47,7 @@ func (r *run) continueShadow(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migration %s: the shadow pod: %w", p.Name, err)
 	}
-	switched, err := replay.Switched(ctx, r.env.HTTP, r.endpoint(shadow))
+	switched, err := r.endpoint(shadow).Switched(ctx)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
@@ -119,7 +119,7 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 	r := newRun(env, Plan{Name: out.Migration, Namespace: ns, Pod: name, Timeout: timeout})
 	r.source = pod
 	ep := r.endpoint(pod)
-	switched, err := replay.Switched(ctx, r.env.HTTP, ep)
+	switched, err := ep.Switched(ctx)
 	if err != nil {
 		return out, err
 	}
@@ -154,18 +154,18 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 // takeOver lets the restored pod at ep take over: from a shadow that still
 // serves by a handoff, else by replaying to the cutoff it was given (or
 // the one the stopped shadow wrote).
-func (r *run) takeOver(ctx context.Context, shadow *corev1.Pod, ep replay.Endpoint, timeout time.Duration) error {
+func (r *run) takeOver(ctx context.Context, shadow *corev1.Pod, ep control.Client, timeout time.Duration) error {
 	if shadow != nil && podReady(shadow) {
 		shadowEP := r.endpoint(shadow)
-		st, err := replay.Inspect(ctx, r.env.HTTP, shadowEP)
+		st, err := shadowEP.Inspect(ctx)
 		if err != nil {
 			return err
 		}
 		if st.Mode != "stopped" {
-			_, err := replay.Handover(ctx, shadowEP, ep, replay.HandoverOptions{SwitchTimeout: timeout, HTTP: r.env.HTTP})
+			_, err := control.Handover(ctx, shadowEP, ep, control.HandoverOptions{SwitchTimeout: timeout, ReadRetry: r.env.ReadRetry})
 			return err
 		}
 	}
-	_, err := replay.WaitSwitched(ctx, r.env.HTTP, ep, timeout)
+	_, err := ep.WaitSwitched(ctx, timeout)
 	return err
 }

@@ -16,8 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -40,8 +40,8 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	resetNodes(c)
 	w := deploy(t, c, "sim-bad", "Deployment", true)
 	plain := deploy(t, c, "sim-plain", "Deployment", false)
-	ctlEP := replay.Endpoint{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken}
 	hc := &http.Client{Timeout: 10 * time.Second}
+	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken, HTTP: hc}
 	// pending is an injected pod that never starts: node A holds its start.
 	pendingPod := func() (string, func()) {
 		h := c.Nodes[nodeA].HoldStep(simcluster.StepStart)
@@ -77,11 +77,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		}},
 		{"already migrating", func(*migrate.Plan) {}, "is already migrating: its sidecar is quiesced, as a migration under way leaves it; wait for that migration to end", func(*migrate.Plan) func() {
 			// another migration's quiesce
-			if _, err := replay.Quiesce(context.Background(), hc, ctlEP, 10*time.Second); err != nil {
+			if _, err := ctlEP.Quiesce(context.Background(), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			return func() {
-				if err := replay.Resume(context.Background(), hc, ctlEP); err != nil {
+				if err := ctlEP.Resume(context.Background()); err != nil {
 					t.Error(err)
 				}
 			}

@@ -20,10 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -318,8 +318,8 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 	w := deploy(t, c, "sim-reject", "Deployment", true)
 	plain := deploy(t, c, "sim-reject-plain", "Deployment", false)
 	startController(t, c, "the controller", c.Kubeconfig)
-	ctlEP := replay.Endpoint{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken}
 	hc := &http.Client{Timeout: 10 * time.Second}
+	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken, HTTP: hc}
 	for _, tc := range []struct {
 		name, node string
 		w          *workload
@@ -330,10 +330,10 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 		{name: "same node", node: nodeA, w: w, want: "annotation ms2m.io/migrate-to: the pod already runs on sim-a; nothing was touched"},
 		{name: "not injected", node: nodeB, w: plain, want: `the pod has no ms2m sidecar: opt it in with ms2m.io/inject: "true" and recreate it; nothing was touched`},
 		{name: "already migrating", node: nodeB, w: w, arm: func() func() {
-			if _, err := replay.Quiesce(context.Background(), hc, ctlEP, 10*time.Second); err != nil {
+			if _, err := ctlEP.Quiesce(context.Background(), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			return func() { replay.Resume(context.Background(), hc, ctlEP) }
+			return func() { ctlEP.Resume(context.Background()) }
 		}, want: "is already migrating: its sidecar is quiesced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // A StatefulSet's pod is its identity: only the StatefulSet controller
@@ -36,7 +36,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.rep.Start = cut.ID
-	stopped, err := replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second)
+	stopped, err := srcEP.Stop(ctx, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, r.dropImages(r.resume(err, srcEP)))
 	}
@@ -50,7 +50,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.phase("restore")
-	switched, err := replay.WaitSwitched(ctx, r.env.HTTP, r.endpoint(running), p.Timeout)
+	switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
 	if err != nil {
 		return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w", p.Name, src.Name, err)
 	}
@@ -105,6 +105,19 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	r.phase("shadow restore")
 	shadowEP := r.endpoint(shadowPod)
 	tm, err := r.handover(ctx, srcEP, shadowEP)
+	if err != nil && !errors.Is(err, control.ErrBeforeStop) {
+		// The source was asked to stop: the shadow may have taken over.
+		switch _, v, terr := r.checkTakeover(ctx, shadowName); v {
+		case TookOver:
+			shadowServes = true
+			r.rep.Note = fmt.Sprintf("the first handover reported %q, but the shadow %s had taken over: the migration went on from it; that handover's timings are unknown", err, shadowName)
+			r.phase("shadow handover")
+			return r.fromShadow(ctx, shadowPod)
+		case TakeoverUnknown:
+			shadowServes = true // neither deleted nor resumed
+			return fmt.Errorf("migration %s: %w; %w, so the shadow is kept and the source %s stays stopped, never both consuming: read the shadow's GET /state, and if replay.switchedAt is set let a restarted migrator controller continue from it, else delete the shadow and POST /resume the source's sidecar", p.Name, err, terr, src.Name)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
@@ -137,7 +150,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return serving(err)
 	}
 	r.phase("restore")
-	tm2, err := replay.Handover(ctx, shadowEP, r.endpoint(running), replay.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, HTTP: r.env.HTTP})
+	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, ReadRetry: r.env.ReadRetry})
 	if err != nil {
 		return serving(err)
 	}

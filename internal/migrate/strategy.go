@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,8 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // Strategy names a way to migrate.
@@ -125,6 +123,11 @@ type Env struct {
 	HTTP *http.Client
 	// Progress, if set, hears each phase as it ends.
 	Progress func(phase string, took time.Duration)
+	// ReadRetry bounds how long failed reads of a target's sidecar are
+	// retried once the source was asked to stop: in the handover, and again
+	// before a failed migration decides whether its target took over.
+	// Default control.DefaultReadRetry.
+	ReadRetry time.Duration
 }
 
 // Plan is one migration.
@@ -149,17 +152,17 @@ type Plan struct {
 
 // Report is what a migration measured.
 type Report struct {
-	Strategy  Strategy        `json:"strategy"`
-	Total     time.Duration   `json:"total"`
-	Downtime  time.Duration   `json:"downtime"`
-	CutoffID  uint64          `json:"cutoffId,omitempty"`
-	Start     uint64          `json:"checkpointId"`
-	Epoch     uint64          `json:"epoch,omitempty"` // the log's epoch at the checkpoint
-	Phases    []Phase         `json:"phases"`
-	Archive   string          `json:"archive"`
-	Image     string          `json:"image"`
-	TargetPod string          `json:"targetPod"`
-	Handover  *replay.Timings `json:"handover,omitempty"`
+	Strategy  Strategy         `json:"strategy"`
+	Total     time.Duration    `json:"total"`
+	Downtime  time.Duration    `json:"downtime"`
+	CutoffID  uint64           `json:"cutoffId,omitempty"`
+	Start     uint64           `json:"checkpointId"`
+	Epoch     uint64           `json:"epoch,omitempty"` // the log's epoch at the checkpoint
+	Phases    []Phase          `json:"phases"`
+	Archive   string           `json:"archive"`
+	Image     string           `json:"image"`
+	TargetPod string           `json:"targetPod"`
+	Handover  *control.Timings `json:"handover,omitempty"`
 	// Cutoff strategy: the rates it was sized with, and T_cutoff.
 	Cutoff  CutoffRule    `json:"cutoff,omitempty"`
 	Lambda  float64       `json:"lambda,omitempty"`
@@ -168,10 +171,13 @@ type Report struct {
 	// statefulset-shadow: the shadow pod, its checkpoint, and its handoff
 	// to the StatefulSet's recreated pod (Handover is the first one; the
 	// downtime is the sum of both).
-	ShadowPod        string          `json:"shadowPod,omitempty"`
-	ShadowCheckpoint uint64          `json:"shadowCheckpointId,omitempty"`
-	ShadowImage      string          `json:"shadowImage,omitempty"`
-	ShadowHandover   *replay.Timings `json:"shadowHandover,omitempty"`
+	ShadowPod        string           `json:"shadowPod,omitempty"`
+	ShadowCheckpoint uint64           `json:"shadowCheckpointId,omitempty"`
+	ShadowImage      string           `json:"shadowImage,omitempty"`
+	ShadowHandover   *control.Timings `json:"shadowHandover,omitempty"`
+	// Note says what the migrator had to find out on its own: a handover
+	// that failed after the target had taken over, which it completed.
+	Note string `json:"note,omitempty"`
 }
 
 // Refused is the error of a migration that Run refused before it touched
@@ -205,6 +211,9 @@ func newRun(env Env, p Plan) *run {
 	if env.ControlPort == 0 {
 		env.ControlPort = 8089
 	}
+	if env.ReadRetry <= 0 {
+		env.ReadRetry = control.DefaultReadRetry
+	}
 	if p.Timeout == 0 {
 		p.Timeout = 3 * time.Minute
 	}
@@ -233,8 +242,8 @@ func (r *run) phase(name string) {
 	}
 }
 
-func (r *run) endpoint(pod *corev1.Pod) replay.Endpoint {
-	return replay.Endpoint{URL: "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(r.env.ControlPort)), Token: r.env.ControlToken}
+func (r *run) endpoint(pod *corev1.Pod) control.Client {
+	return control.ClientAt(pod.Status.PodIP, r.env.ControlPort, r.env.ControlToken, r.env.HTTP)
 }
 
 func (r *run) do(ctx context.Context) error {
@@ -281,13 +290,24 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	srcEP := r.endpoint(src)
 
 	// On a failure before the target has taken over, the source serves
-	// again and a half-made target goes.
+	// again and a half-made target goes. Once the source was asked to
+	// stop, the target may have taken over even if the migration failed
+	// (a read of it failed, the migrator's context ended): that is found
+	// out first (afterStop), and a target that took over, or that cannot
+	// be read, is never deleted.
 	resumeSource := false
 	targetCreated := false
+	stopAsked := false
 	tookOver := false
 	defer func() {
 		if err == nil || tookOver {
 			return
+		}
+		if targetCreated && stopAsked {
+			if handled, out := r.afterStop(ctx, err, p.TargetPod); handled {
+				err = out
+				return
+			}
 		}
 		err = r.dropImages(err)
 		if targetCreated {
@@ -300,7 +320,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 		}
 	}()
 
-	var stopped replay.StopResult
+	var stopped control.StopResult
 	switch p.Strategy {
 	case MS2M, MS2MCutoff:
 		cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
@@ -311,10 +331,10 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 		r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
 	case StopAndCopy, CRIUAlone:
 		if p.Strategy == StopAndCopy {
-			if stopped, err = replay.Stop(ctx, r.env.HTTP, srcEP, 60*time.Second); err != nil {
+			if stopped, err = srcEP.Stop(ctx, 60*time.Second); err != nil {
 				return fmt.Errorf("migration %s: %w", p.Name, err)
 			}
-			resumeSource = true
+			resumeSource, stopAsked = true, true
 			r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
 			r.phase("stop")
 		}
@@ -356,12 +376,13 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	case MS2M, MS2MCutoff:
 		tm, err := r.handover(ctx, srcEP, dstEP)
 		if err != nil {
+			stopAsked = !errors.Is(err, control.ErrBeforeStop)
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
 		r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
 		r.phase("replay and handover")
 	case StopAndCopy:
-		switched, err := replay.WaitSwitched(ctx, r.env.HTTP, dstEP, p.Timeout)
+		switched, err := dstEP.WaitSwitched(ctx, p.Timeout)
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
@@ -401,8 +422,8 @@ func (r *run) dropImages(err error) error {
 }
 
 // resume resumes the sidecar at ep after err, and says so in the error.
-func (r *run) resume(err error, ep replay.Endpoint) error {
-	if rerr := replay.Resume(context.Background(), r.env.HTTP, ep); rerr != nil {
+func (r *run) resume(err error, ep control.Client) error {
+	if rerr := ep.Resume(context.Background()); rerr != nil {
 		return errors.Join(err, fmt.Errorf("the source could not be resumed: %w", rerr))
 	}
 	return fmt.Errorf("%w (the source was resumed and keeps serving)", err)
@@ -412,9 +433,9 @@ func (r *run) resume(err error, ep replay.Endpoint) error {
 // sidecar, checkpoint the app, resume, and build the checkpoint image
 // (tagged tag). Its phases are named with prefix. On an error after the
 // quiesce, pod serves again.
-func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut replay.Cut, err error) {
+func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut control.Cut, err error) {
 	ep := r.endpoint(pod)
-	if cut, err = replay.Quiesce(ctx, r.env.HTTP, ep, 30*time.Second); err != nil {
+	if cut, err = ep.Quiesce(ctx, 30*time.Second); err != nil {
 		return cut, err
 	}
 	r.phase(prefix + "quiesce")
@@ -423,7 +444,14 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 		return cut, r.resume(err, ep)
 	}
 	r.phase(prefix + "checkpoint")
-	if err := replay.Resume(ctx, r.env.HTTP, ep); err != nil {
+	if err := ep.ResumeHold(ctx, cut.Hold); err != nil {
+		if errors.Is(err, control.ErrConflict) {
+			// The sidecar did not stay quiesced (it restarted, say): the
+			// checkpoint may hold deliveries after cut.ID, which a target
+			// would get again. No image is built from it; the sidecar is
+			// left as it is (a restarted one serves).
+			return cut, fmt.Errorf("%w; the checkpoint %s is discarded (no image is built from it) and nothing was deleted: migrate again", err, filepath.Base(archive))
+		}
 		return cut, err
 	}
 	r.phase(prefix + "resume")
@@ -461,14 +489,14 @@ func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (
 
 // handover stops the source and lets the target replay to the cutoff and
 // switch; for ms2m-cutoff, the stop comes once T_cutoff has passed.
-func (r *run) handover(ctx context.Context, srcEP, dstEP replay.Endpoint) (replay.Timings, error) {
-	ho := replay.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, HTTP: r.env.HTTP}
+func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (control.Timings, error) {
+	ho := control.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, ReadRetry: r.env.ReadRetry}
 	if r.p.Strategy == MS2MCutoff {
-		lambda, mu, err := replay.Rates(ctx, r.env.HTTP, srcEP)
+		lambda, mu, err := srcEP.Rates(ctx)
 		if err != nil {
-			return replay.Timings{}, err
+			return control.Timings{}, err
 		}
-		if _, tmu, err := replay.Rates(ctx, r.env.HTTP, dstEP); err == nil && tmu > 0 {
+		if _, tmu, err := dstEP.Rates(ctx); err == nil && tmu > 0 {
 			mu = tmu // the target's own rate, once it has one
 		}
 		r.rep.Lambda, r.rep.Mu = lambda, mu
@@ -480,7 +508,7 @@ func (r *run) handover(ctx context.Context, srcEP, dstEP replay.Endpoint) (repla
 			ho.StopAt = r.adaptiveStop(ctx, dstEP, mu)
 		}
 	}
-	return replay.Handover(ctx, srcEP, dstEP, ho)
+	return control.Handover(ctx, srcEP, dstEP, ho)
 }
 
 // deleteNow deletes pod at once; one already gone is no error.
@@ -531,12 +559,12 @@ func Adaptive(lag uint64, mu float64, replayMax time.Duration) bool {
 
 // adaptiveStop is the adaptive rule for a handover to dst: μ is the
 // target's, read again every quarter second while it replays.
-func (r *run) adaptiveStop(ctx context.Context, dst replay.Endpoint, mu float64) func(uint64) bool {
+func (r *run) adaptiveStop(ctx context.Context, dst control.Client, mu float64) func(uint64) bool {
 	var read time.Time
 	return func(lag uint64) bool {
 		if time.Since(read) > 250*time.Millisecond {
 			read = time.Now()
-			if _, m, err := replay.Rates(ctx, r.env.HTTP, dst); err == nil && m > 0 {
+			if _, m, err := dst.Rates(ctx); err == nil && m > 0 {
 				mu = m
 				r.rep.Mu = m
 			}
@@ -661,7 +689,7 @@ func imageID(pod *corev1.Pod, container string) string {
 // one that replays is a migration's target that has not taken over.
 func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 	ep := r.endpoint(src)
-	st, err := replay.Inspect(ctx, r.env.HTTP, ep)
+	st, err := ep.Inspect(ctx)
 	if err != nil {
 		return fmt.Errorf("pod %s/%s: its sidecar does not answer (%w): check the pod's %s container and its log", src.Namespace, src.Name, err, inject.SidecarName)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -139,7 +139,7 @@ func TestTargetAppRestartInterruptsReplay(t *testing.T) {
 	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
 	target := e.startConfig(cfg, sidecar.Options{})
 	dst := &env{t: t, broker: e.broker, log: e.log, sc: target}
-	ep := replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token}
+	ep := control.Client{URL: "http://" + target.ControlAddr(), Token: token, HTTP: http.DefaultClient}
 
 	firstApp, firstCmd := goConsumer(t, target, q, 5)
 	testenv.Eventually(t, 30*time.Second, "the first app to replay a part", func() bool {
@@ -154,7 +154,7 @@ func TestTargetAppRestartInterruptsReplay(t *testing.T) {
 
 	// The app comes back with the checkpoint's state.
 	secondApp, _ := goConsumer(t, target, q, 5)
-	_, err := replay.WaitSwitched(context.Background(), http.DefaultClient, ep, 30*time.Second)
+	_, err := ep.WaitSwitched(context.Background(), 30*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "lost its connection in the middle of the replay") {
 		t.Errorf("WaitSwitched on the interrupted target: %v; want it to refuse the target", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -98,13 +98,13 @@ func publishPaced(t *testing.T, e *env, q string, n int, rate float64, done *syn
 	return want
 }
 
-func handover(t *testing.T, source, target *sidecar.Sidecar, o replay.HandoverOptions) replay.Timings {
+func handover(t *testing.T, source, target *sidecar.Sidecar, o control.HandoverOptions) control.Timings {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	tm, err := replay.Handover(ctx,
-		replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
-		replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token}, o)
+	tm, err := control.Handover(ctx,
+		control.Client{URL: "http://" + source.ControlAddr(), Token: token},
+		control.Client{URL: "http://" + target.ControlAddr(), Token: token}, o)
 	if err != nil {
 		t.Fatalf("handover: %v", err)
 	}
@@ -133,7 +133,7 @@ func TestHandoffTwoQueues(t *testing.T) {
 		want[q] = publishPaced(t, e, q, n, 150, &producers)
 	}
 	time.Sleep(500 * time.Millisecond)
-	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 5})
+	tm := handover(t, source, target, control.HandoverOptions{MaxLag: 5})
 	producers.Wait()
 	for _, q := range qs {
 		testenv.Eventually(t, 30*time.Second, "the target to finish "+q, func() bool {
@@ -159,7 +159,7 @@ func TestHandoffNearSaturation(t *testing.T) {
 	var producers sync.WaitGroup
 	want := publishPaced(t, e, q, n, 18, &producers)
 	time.Sleep(2 * time.Second)
-	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 3})
+	tm := handover(t, source, target, control.HandoverOptions{MaxLag: 3})
 	producers.Wait()
 	testenv.Eventually(t, 60*time.Second, "the target to finish", func() bool {
 		c, _ := dst.state(q)
@@ -204,7 +204,7 @@ func handoffHeld(t *testing.T, mode string) {
 		t.Fatalf("quiesce = %d", code)
 	}
 	testenv.Eventually(t, 10*time.Second, "held deliveries", func() bool { return src.state().Held > 0 })
-	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 0})
+	tm := handover(t, source, target, control.HandoverOptions{MaxLag: 0})
 	if released := map[string]int{"deliver": tm.Held, "requeue": tm.Requeued}[mode]; released == 0 || tm.Held+tm.Requeued != released {
 		t.Fatalf("the stop gave the app %d held deliveries and requeued %d; want some, all by %s", tm.Held, tm.Requeued, mode)
 	}
@@ -268,7 +268,7 @@ func TestHandoffPollingConsumer(t *testing.T) {
 	var producers sync.WaitGroup
 	want := publishPaced(t, e, q, n, 150, &producers)
 	time.Sleep(400 * time.Millisecond)
-	tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 3})
+	tm := handover(t, source, target, control.HandoverOptions{MaxLag: 3})
 	producers.Wait()
 	testenv.Eventually(t, 30*time.Second, "the polling target to finish", func() bool {
 		mu.Lock()

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -72,10 +72,10 @@ func TestHandoff(t *testing.T) {
 			time.Sleep(time.Duration(300+rand.IntN(900)) * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			stop, err := replay.Handover(ctx,
-				replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
-				replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token},
-				replay.HandoverOptions{MaxLag: 5})
+			stop, err := control.Handover(ctx,
+				control.Client{URL: "http://" + source.ControlAddr(), Token: token},
+				control.Client{URL: "http://" + target.ControlAddr(), Token: token},
+				control.HandoverOptions{MaxLag: 5})
 			if err != nil {
 				t.Fatalf("handover: %v", err)
 			}

@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -69,7 +69,7 @@ func TestLongReplayKeepsTheBrokerConnection(t *testing.T) {
 			d.Ack(false)
 		}
 	}()
-	handover(t, source, target, replay.HandoverOptions{MaxLag: n})
+	handover(t, source, target, control.HandoverOptions{MaxLag: n})
 	testenv.Eventually(t, 30*time.Second, "the target's app to replay every message", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

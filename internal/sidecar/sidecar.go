@@ -16,7 +16,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/proxy"
-	replaypkg "github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
@@ -38,7 +38,7 @@ type Sidecar struct {
 	proxy   *proxy.Proxy
 	tee     *shadowqueue.Tee
 	replay  shadowqueue.Log
-	source  *replaypkg.Source // target sidecars only
+	source  *replay.Source // target sidecars only
 	amqp    net.Listener
 	ctlAddr net.Addr
 	ready   atomic.Bool
@@ -97,20 +97,20 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			return nil, errors.Join(err, s.Wait())
 		}
 	}
-	replay, last, err := s.openLog(ctx)
+	rlog, last, err := s.openLog(ctx)
 	if err != nil {
 		s.fail(err)
 		return nil, errors.Join(err, s.Wait())
 	}
-	var src *replaypkg.Source
+	var src *replay.Source
 	if rng, ok, _ := cfg.Replay(); ok {
-		follower, isFollower := replay.(replaypkg.Follower)
+		follower, isFollower := rlog.(replay.Follower)
 		if !isFollower {
 			err := fmt.Errorf("replay mode: the replay log %q cannot be followed", cfg.LogName)
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
-		if src, err = replaypkg.NewSource(follower, rng); err != nil {
+		if src, err = replay.NewSource(follower, rng); err != nil {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
@@ -124,10 +124,10 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		s.log.Info("replay mode", "range", rng.String(), "log", cfg.LogName)
 	}
 	if opts.WrapLog != nil {
-		replay = opts.WrapLog(replay)
+		rlog = opts.WrapLog(rlog)
 	}
-	s.replay = replay
-	s.tee = shadowqueue.NewTee(replay, last, shadowqueue.TeeOptions{Logger: s.log})
+	s.replay = rlog
+	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{Logger: s.log})
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
@@ -286,17 +286,6 @@ func (s *Sidecar) ControlAddr() string { return s.ctlAddr.String() }
 // Proxy returns the AMQP proxy.
 func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
-// State is what GET /state returns.
-type State struct {
-	LogName string `json:"logName"`
-	Ready   bool   `json:"ready"`
-	proxy.State
-	Source *replaypkg.Status `json:"source,omitempty"` // target sidecars: what the log holds for the replay
-	// ReplayLag is, on a target, how many records the log holds beyond the
-	// last one replayed to the app.
-	ReplayLag *uint64 `json:"replayLag,omitempty"`
-}
-
 // replayLag returns the target's lag behind the log.
 func (s *Sidecar) replayLag() uint64 {
 	st := s.proxy.State()
@@ -310,8 +299,10 @@ func (s *Sidecar) replayLag() uint64 {
 // api adapts a Sidecar to the control API.
 type api struct{ s *Sidecar }
 
-func (a api) State() any {
-	st := State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
+var _ control.Sidecar = api{}
+
+func (a api) State() control.State {
+	st := control.State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
 	if st.Ready {
 		st.State = a.s.proxy.State()
 		if a.s.source != nil {
@@ -320,11 +311,11 @@ func (a api) State() any {
 			lag := a.s.replayLag()
 			st.ReplayLag = &lag
 			if r := st.Replay; r != nil && (r.SwitchedAt == nil || r.Replaying > 0) {
-				st.Mode = "replaying" // a target that has not taken over yet
+				st.Mode = control.ModeReplaying // a target that has not taken over yet
 			}
 		}
 	} else {
-		st.Mode = "starting"
+		st.Mode = control.ModeStarting
 	}
 	return st
 }
@@ -336,15 +327,15 @@ func (a api) Ready() error {
 	return nil
 }
 
-func (a api) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
+func (a api) Quiesce(ctx context.Context) (control.Cut, error) {
 	if err := a.Ready(); err != nil {
-		return 0, 0, fmt.Errorf("%w: %w", control.ErrConflict, err)
+		return control.Cut{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	id, epoch, err = a.s.proxy.Quiesce(ctx)
+	id, epoch, err := a.s.proxy.Quiesce(ctx)
 	if errors.Is(err, proxy.ErrStopped) {
 		err = fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return id, epoch, err
+	return control.Cut{ID: id, Epoch: epoch}, err
 }
 
 func (a api) Resume(ctx context.Context) error {
@@ -354,9 +345,10 @@ func (a api) Resume(ctx context.Context) error {
 	return a.s.proxy.Resume(ctx)
 }
 
-func (a api) Stop(ctx context.Context) (any, error) {
+func (a api) Stop(ctx context.Context) (control.StopResult, error) {
 	if err := a.Ready(); err != nil {
-		return nil, fmt.Errorf("%w: %w", control.ErrConflict, err)
+		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return a.s.proxy.Stop(ctx)
+	r, err := a.s.proxy.Stop(ctx)
+	return control.StopResult(r), err // the same fields: the compiler keeps them so
 }

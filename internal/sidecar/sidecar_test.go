@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 )
@@ -346,8 +347,8 @@ func TestQuiesceAndResume(t *testing.T) {
 		d.Ack(false)
 	}
 	r := <-done
-	var cut map[string]uint64
-	if r.err != nil || r.code != 200 || json.Unmarshal(r.body, &cut) != nil || cut["checkpointId"] != 5 {
+	var cut control.Cut // the answer also carries the hold, a string
+	if r.err != nil || r.code != 200 || json.Unmarshal(r.body, &cut) != nil || cut.ID != 5 {
 		t.Fatalf("quiesce = %d %s (%v), want 200 with checkpointId 5", r.code, r.body, r.err)
 	}
 	noDelivery(t, ds, 300*time.Millisecond, "the sidecar is quiesced")

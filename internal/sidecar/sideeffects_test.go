@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -114,10 +114,10 @@ func TestReplayHasNoSideEffects(t *testing.T) {
 			time.Sleep(400 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			tm, err := replay.Handover(ctx,
-				replay.Endpoint{URL: "http://" + source.ControlAddr(), Token: token},
-				replay.Endpoint{URL: "http://" + target.ControlAddr(), Token: token},
-				replay.HandoverOptions{MaxLag: 1000})
+			tm, err := control.Handover(ctx,
+				control.Client{URL: "http://" + source.ControlAddr(), Token: token},
+				control.Client{URL: "http://" + target.ControlAddr(), Token: token},
+				control.HandoverOptions{MaxLag: 1000})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +199,7 @@ func TestPublishCheck(t *testing.T) {
 			var producers sync.WaitGroup
 			publishPaced(t, e, q, 80, 200, &producers)
 			time.Sleep(300 * time.Millisecond)
-			tm := handover(t, source, target, replay.HandoverOptions{MaxLag: 1000})
+			tm := handover(t, source, target, control.HandoverOptions{MaxLag: 1000})
 			producers.Wait()
 			if tm.CutoffID == 0 {
 				t.Fatal("the source handled nothing before the stop; the check has nothing to compare")

@@ -12,7 +12,6 @@ import (
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
-	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/tracking"
 )
 
@@ -216,14 +215,14 @@ func (s *Sidecar) Mode() string {
 func (s *Sidecar) close() { close(s.stopped) }
 
 // State is GET /state, in the real sidecar's shape.
-func (s *Sidecar) State() any {
+func (s *Sidecar) State() control.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log.mu.Lock()
 	logLast, epoch := s.log.lastID, s.log.epoch
 	s.log.mu.Unlock()
 	app := s.app.State()
-	st := sidecar.State{LogName: s.log.name, Ready: true, State: proxy.State{
+	st := control.State{LogName: s.log.name, Ready: true, State: proxy.State{
 		Mode:   s.mode,
 		Queues: []tracking.QueueStats{{Queue: Queue, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu}},
 		Log:    shadowqueue.TeeStatus{LastID: logLast, ConfirmedID: logLast, Epoch: epoch},
@@ -249,19 +248,19 @@ func (s *Sidecar) State() any {
 var ErrReplaying = fmt.Errorf("%w: the sidecar is still replaying", control.ErrConflict)
 
 // Quiesce holds deliveries back and returns the checkpoint ID and epoch.
-func (s *Sidecar) Quiesce(context.Context) (uint64, uint64, error) {
+func (s *Sidecar) Quiesce(context.Context) (control.Cut, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.mode {
 	case ModeReplaying:
-		return 0, 0, ErrReplaying
+		return control.Cut{}, ErrReplaying
 	case ModeStopped:
-		return 0, 0, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+		return control.Cut{}, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
 	}
 	s.mode = ModeQuiesced
 	s.log.mu.Lock()
 	defer s.log.mu.Unlock()
-	return s.app.State().Last, s.log.epoch, nil
+	return control.Cut{ID: s.app.State().Last, Epoch: s.log.epoch}, nil
 }
 
 // Resume serves again after a quiesce or a stop.
@@ -280,15 +279,15 @@ func (s *Sidecar) Resume(context.Context) error {
 
 // Stop ends the sidecar's tenure: it takes no more deliveries and writes
 // a cutoff marker at its last one, of a new epoch.
-func (s *Sidecar) Stop(context.Context) (any, error) {
+func (s *Sidecar) Stop(context.Context) (control.StopResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	started := time.Now()
 	switch s.mode {
 	case ModeReplaying:
-		return nil, ErrReplaying
+		return control.StopResult{}, ErrReplaying
 	case ModeStopped:
-		return nil, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
 	}
 	s.mode = ModeStopped
 	cut := s.app.State().Last
@@ -297,7 +296,7 @@ func (s *Sidecar) Stop(context.Context) (any, error) {
 	m := Marker{ID: cut, Epoch: s.log.epoch}
 	s.log.markers = append(s.log.markers, m)
 	s.log.mu.Unlock()
-	return replay.StopResult{StartedAt: started, CutoffID: m.ID, Epoch: m.Epoch, StoppedAt: time.Now()}, nil
+	return control.StopResult{StartedAt: started, CutoffID: m.ID, Epoch: m.Epoch, StoppedAt: time.Now()}, nil
 }
 
 // Ready is always nil: a simulated sidecar's log is open at once.

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ms2m/ms2m/internal/replay"
 )
 
 // step runs the simulation's ticks by hand, 10 ms apart.
@@ -31,7 +29,8 @@ func TestSimulatedHandoverIsExactlyOnce(t *testing.T) {
 	log := &Log{name: "l"}
 	src := newManual(log, &App{}, nil)
 	now := step(src, time.Unix(0, 0), 100) // 1 s at λ = 10
-	id, epoch, err := src.Quiesce(ctx)
+	q, err := src.Quiesce(ctx)
+	id, epoch := q.ID, q.Epoch
 	if err != nil || id != log.LastID() || id < 9 {
 		t.Fatalf("quiesce: %d, %v (log %d)", id, err, log.LastID())
 	}
@@ -50,7 +49,7 @@ func TestSimulatedHandoverIsExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := res.(replay.StopResult).CutoffID
+	cut := res.CutoffID
 	step(src, now, 50) // a stopped source takes nothing
 	if log.LastID() != cut {
 		t.Fatalf("the log went on to %d after the stop at %d", log.LastID(), cut)
@@ -88,7 +87,7 @@ func TestSimulatedAppSeesGapsAndDuplicates(t *testing.T) {
 
 func TestSimulatedSidecarRefusesWhileReplaying(t *testing.T) {
 	s := newManual(&Log{}, &App{}, &Replay{Start: 0})
-	if _, _, err := s.Quiesce(context.Background()); err == nil {
+	if _, err := s.Quiesce(context.Background()); err == nil {
 		t.Fatal("a replaying sidecar was quiesced")
 	}
 	if _, err := s.Stop(context.Background()); err == nil {

@@ -1,0 +1,256 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// HandoverOptions tune Handover.
+type HandoverOptions struct {
+	// MaxLag: the source is stopped once the target's app is at most MaxLag
+	// deliveries behind the source's (the source's last delivery ID minus
+	// the last replayed one the target's app acked).
+	MaxLag uint64
+	// Deadline, if set, stops the source when it passes even if the lag is
+	// higher: the ms2m-cutoff strategy's T_cutoff.
+	Deadline time.Time
+	// StopAt, if set, also stops the source once it returns true for the
+	// lag: the adaptive cutoff, which weighs the live backlog.
+	StopAt func(lag uint64) bool
+	// SwitchTimeout bounds the wait for the target to replay to the cutoff
+	// and switch. Default 5 minutes.
+	SwitchTimeout time.Duration
+	// Poll is the interval between state reads. Default 10 ms.
+	Poll time.Duration
+	// ReadRetry bounds how long, once the source is stopped, reads of the
+	// target that fail for a transient cause (no answer, a 5xx) are
+	// retried, with back-off, before Handover gives up: from then on the
+	// target may have taken over, and a caller that gives up on it cannot
+	// simply roll back. Default DefaultReadRetry.
+	ReadRetry time.Duration
+}
+
+// DefaultReadRetry is HandoverOptions.ReadRetry's default.
+const DefaultReadRetry = 20 * time.Second
+
+// ErrBeforeStop marks a Handover error from before it asked the source to
+// stop: the source serves, no cutoff was written, so the target cannot
+// have taken over.
+var ErrBeforeStop = errors.New("the handover failed before it stopped the source")
+
+// Timings are what a handover measured, from the sidecars' clocks.
+type Timings struct {
+	// CutoffID is the last delivery the source handed to its app.
+	CutoffID uint64 `json:"cutoffId"`
+	// StopStarted is when the source stopped accepting primary deliveries;
+	// Stopped when its cutoff marker was durable.
+	StopStarted time.Time `json:"stopStarted"`
+	Stopped     time.Time `json:"stopped"`
+	// LastReplayed is when the target handed the app its last replayed
+	// delivery (zero if there was nothing to replay after the stop).
+	LastReplayed time.Time `json:"lastReplayed,omitzero"`
+	// Switched is when the broker confirmed the target's consume on the
+	// primary queue; FirstPrimary is its first primary delivery, if one came
+	// while Handover waited.
+	Switched     time.Time `json:"switched"`
+	FirstPrimary time.Time `json:"firstPrimary,omitzero"`
+	// Downtime is Switched - StopStarted: no instance accepted primary
+	// deliveries in between.
+	Downtime time.Duration `json:"downtime"`
+	// LagAtStop is how many of the source's deliveries the target's app had
+	// not acked when the source was stopped.
+	LagAtStop uint64 `json:"lagAtStop"`
+	// Held counts deliveries the source held back since its quiesce and
+	// gave its app on stop, before the cutoff; Requeued those it gave back
+	// to the broker instead (MS2M_STOP_HELD=requeue), which the target gets.
+	Held     int `json:"held"`
+	Requeued int `json:"requeued"`
+}
+
+// Handover stops the source and lets the target take over: it waits until
+// the target's replay lag is at most MaxLag (or Deadline passes), stops the
+// source at a cutoff, and waits until the target has replayed up to it and
+// consumes the primary queue. An error before the stop matches
+// ErrBeforeStop. If it fails after the stop, the source stays stopped and
+// the target may have taken over: the caller finds out (Switched) before it
+// resumes the source or deletes the target.
+func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Timings, error) {
+	if o.SwitchTimeout <= 0 {
+		o.SwitchTimeout = 5 * time.Minute
+	}
+	if o.Poll <= 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	if o.ReadRetry <= 0 {
+		o.ReadRetry = DefaultReadRetry
+	}
+	var t Timings
+
+	// 1. Let the target catch up: lag is the source's last delivery ID
+	// minus the last replayed one the target's app has acked.
+	for {
+		st, err := target.State(ctx)
+		if err != nil {
+			return t, fmt.Errorf("handover: read the target's state: %w: %w", err, ErrBeforeStop)
+		}
+		if st.Source == nil || st.ReplayLag == nil {
+			return t, fmt.Errorf("handover: the target at %s is not in replay mode (start it with MS2M_REPLAY_START): %w", target.URL, ErrBeforeStop)
+		}
+		if st.Source.Error != "" {
+			return t, fmt.Errorf("handover: the target cannot replay: %s: %w", st.Source.Error, ErrBeforeStop)
+		}
+		if err := st.interrupted(); err != nil {
+			return t, fmt.Errorf("handover: %w: %w", err, ErrBeforeStop)
+		}
+		src, err := source.State(ctx)
+		if err != nil {
+			return t, fmt.Errorf("handover: read the source's state: %w: %w", err, ErrBeforeStop)
+		}
+		lag := st.lagBehind(src.Log.LastID)
+		if st.Ready && lag <= o.MaxLag {
+			t.LagAtStop = lag
+			break
+		}
+		if st.Ready && o.StopAt != nil && o.StopAt(lag) {
+			t.LagAtStop = lag
+			break
+		}
+		if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
+			t.LagAtStop = lag
+			break
+		}
+		if err := sleep(ctx, o.Poll); err != nil {
+			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w: %w", lag, o.MaxLag, err, ErrBeforeStop)
+		}
+	}
+
+	// 2. Stop the source at a cutoff.
+	stop, err := source.Stop(ctx, 60*time.Second)
+	if err != nil {
+		return t, fmt.Errorf("handover: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
+	}
+	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued
+
+	// 3. Wait for the target to replay to the cutoff and switch. From here
+	// a failed read is retried: the target may be taking over.
+	ctx, cancel := context.WithTimeout(ctx, o.SwitchTimeout)
+	defer cancel()
+	for {
+		st, err := target.stateRetry(ctx, o.Poll, o.ReadRetry)
+		if err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but reading the target failed: %w", t.CutoffID, err)
+		}
+		if st.Source != nil && st.Source.Error != "" {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target cannot replay: %s", t.CutoffID, st.Source.Error)
+		}
+		if st.Replay != nil && st.Replay.Error != "" {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target's replay failed: %s", t.CutoffID, st.Replay.Error)
+		}
+		if err := st.interrupted(); err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but %w", t.CutoffID, err)
+		}
+		if r := st.Replay; st.Source != nil && st.Source.Complete && st.switched() {
+			t.Switched = *r.SwitchedAt
+			if r.LastReplayedAt != nil && r.LastReplayedAt.After(t.StopStarted) {
+				t.LastReplayed = *r.LastReplayedAt
+			}
+			if r.FirstPrimaryAt != nil {
+				t.FirstPrimary = *r.FirstPrimaryAt
+			}
+			t.Downtime = t.Switched.Sub(t.StopStarted)
+			return t, nil
+		}
+		if err := sleep(ctx, o.Poll); err != nil {
+			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target did not switch to the primary queue in %s: %w", t.CutoffID, o.SwitchTimeout, err)
+		}
+	}
+}
+
+// Back-off between retried reads: from the poll interval, doubling, up to
+// maxBackoff.
+const maxBackoff = time.Second
+
+// nextBackoff is the wait after one of d.
+func nextBackoff(d time.Duration) time.Duration {
+	return min(2*d, maxBackoff)
+}
+
+// stateRetry reads the state, retrying a transient failure with back-off
+// for up to retry (and while ctx lasts). The error says how long it tried
+// and how often.
+func (c Client) stateRetry(ctx context.Context, poll, retry time.Duration) (State, error) {
+	var first time.Time
+	wait := poll
+	for attempt := 1; ; attempt++ {
+		st, err := c.State(ctx)
+		if err == nil {
+			return st, nil
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		if !transient(err) || time.Since(first)+wait > retry {
+			return st, fmt.Errorf("%d reads over %s: %w", attempt, time.Since(first).Round(time.Millisecond), err)
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return st, fmt.Errorf("%d reads over %s (last error: %v): %w", attempt, time.Since(first).Round(time.Millisecond), err, serr)
+		}
+		wait = nextBackoff(wait)
+	}
+}
+
+// WaitSwitched waits until a target sidecar consumes the primary queue
+// (its replay is done), and returns when the broker confirmed the switch.
+// Failed reads are retried until timeout.
+func (c Client) WaitSwitched(ctx context.Context, timeout time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		st, err := c.State(ctx)
+		if err == nil {
+			if st.Source != nil && st.Source.Error != "" {
+				return time.Time{}, fmt.Errorf("the target cannot replay: %s", st.Source.Error)
+			}
+			if r := st.Replay; r != nil {
+				if r.Error != "" {
+					return time.Time{}, fmt.Errorf("the target's replay failed: %s", r.Error)
+				}
+				if err := st.interrupted(); err != nil {
+					return time.Time{}, err
+				}
+				if st.switched() {
+					return *r.SwitchedAt, nil
+				}
+			}
+		}
+		if serr := sleep(ctx, 20*time.Millisecond); serr != nil {
+			return time.Time{}, fmt.Errorf("the target at %s did not switch to the primary queue in %s (last error: %v): %w", c.URL, timeout, err, serr)
+		}
+	}
+}
+
+// interrupted is an error if the target's app went away in the middle of
+// its replay after settling replayed deliveries: a restarted app was
+// restored from the checkpoint again and lacks them, and the target cannot
+// tell a restart from a reconnect, so such a target is given up.
+func (st State) interrupted() error {
+	if st.Replay == nil || st.Replay.Interrupted == 0 {
+		return nil
+	}
+	return fmt.Errorf("the target's app lost its connection in the middle of the replay (%d times), after it had processed replayed messages; if it was restarted, it was restored from the checkpoint again and lacks them, so the target cannot be trusted to be exact", st.Replay.Interrupted)
+}
+
+// lagBehind is how many of the source's deliveries up to last the target's
+// app has not acked yet.
+func (st State) lagBehind(last uint64) uint64 {
+	var acked uint64
+	for _, q := range st.Queues {
+		acked = max(acked, q.LastAckedID)
+	}
+	if last <= acked {
+		return 0
+	}
+	return last - acked
+}
