@@ -103,7 +103,7 @@ func TestHandoff(t *testing.T) {
 				got, _ = appStateAt(dstApp)
 				return got.Count >= n
 			})
-			if got.Count != n || got.Hash != want.Hash {
+			if got.Count != n || got.Hash != want.Hash || got.Skipped != 0 {
 				t.Fatalf("target app %+v, want count %d and the producer's hash %s (cutoff %d)", got, n, want.Hash, stop.CutoffID)
 			}
 			// The target took the log over: its deliveries follow the cutoff.
