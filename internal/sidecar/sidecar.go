@@ -127,7 +127,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		replay = opts.WrapLog(replay)
 	}
 	s.replay = replay
-	s.tee = shadowqueue.NewTee(replay, last, shadowqueue.TeeOptions{Logger: s.log})
+	s.tee = shadowqueue.NewTee(replay, last, shadowqueue.TeeOptions{
+		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
+	})
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
@@ -238,6 +240,14 @@ func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
 		gauge("ms2m_sidecar_log_last_id", "Last delivery ID assigned.", func(t shadowqueue.TeeStatus) float64 { return float64(t.LastID) }),
 		gauge("ms2m_sidecar_log_confirmed_id", "Last delivery ID durable in the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.ConfirmedID) }),
 		gauge("ms2m_sidecar_log_pending_records", "Records not yet confirmed by the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.Pending) }),
+		gauge("ms2m_sidecar_log_pending_bytes", "Encoded bytes of the records not yet confirmed by the replay log (bounded by MS2M_LOG_PENDING_MAX_BYTES).", func(t shadowqueue.TeeStatus) float64 { return float64(t.PendingBytes) }),
+		gauge("ms2m_sidecar_log_backpressure", "1 while the records not yet confirmed by the replay log are at a bound and reads from the broker are paused.", func(t shadowqueue.TeeStatus) float64 {
+			if t.Backpressure {
+				return 1
+			}
+			return 0
+		}),
+		counter("ms2m_sidecar_log_backpressure_total", "Times reads from the broker were paused because the replay log's backlog reached a bound.", func(t shadowqueue.TeeStatus) uint64 { return t.BackpressureEpisodes }),
 		gauge("ms2m_sidecar_log_degraded", "1 while writes to the replay log fail (acks are held).", func(t shadowqueue.TeeStatus) float64 {
 			if t.Degraded {
 				return 1
