@@ -114,6 +114,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
+		src.Logger = s.log
 		s.source = src
 		last = shadowqueue.Record{} // the tee continues after the cutoff, once replay is done
 		go func() {
@@ -152,6 +153,13 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
 				func() float64 { return float64(s.replayLag()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_reader_reconnecting", Help: "1 while the replay log reader has lost its connection to the broker and is reconnecting (targets only)."},
+				func() float64 {
+					if s.source.Status().Reader == replaypkg.ReaderReconnecting {
+						return 1
+					}
+					return 0
+				}),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
 				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
 		)
