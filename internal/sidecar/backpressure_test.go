@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -109,5 +110,88 @@ func TestAutoAckLogOutageIsBounded(t *testing.T) {
 	}
 	if diff := cmp.Diff(app, logged); diff != "" {
 		t.Errorf("the log against what the app got (-app +log):\n%s", diff)
+	}
+}
+
+// TestBackpressureKeepsConnectionsAlive: while reads from the broker are
+// paused, the broker's heartbeats stay unread, so the sidecar sends the app
+// its own: an app with a 1 s heartbeat keeps its connection through a
+// pause of several intervals (amqp091-go gives up after three silent
+// ones), and the broker, which gets the sidecar's heartbeats, keeps its
+// side. Afterwards every message arrives, in order.
+func TestBackpressureKeepsConnectionsAlive(t *testing.T) {
+	e := newEnv(t)
+	const n = 400
+	slow := &slowLog{confirmed: map[uint64]time.Time{}}
+	cfg := e.config()
+	cfg.LogPendingMaxRecords = 20
+	cfg.LogPendingMaxBytes = 8 << 20
+	e.startConfig(cfg, sidecar.Options{
+		WrapLog: func(l shadowqueue.Log) shadowqueue.Log { slow.Log = l; return slow },
+	})
+	q := e.queue()
+	slow.setFailing(true)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("h-%04d-%s", i, strings.Repeat("y", 500))
+	}
+	e.publish(q, want...)
+	conn := e.dial(amqp.Config{Heartbeat: time.Second})
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	go func() {
+		for d := range ds {
+			mu.Lock()
+			got = append(got, string(d.Body))
+			mu.Unlock()
+		}
+	}()
+	testenvEventually(t, func() bool { return e.state().Log.Backpressure })
+	pause := 5 * time.Second
+	if s := os.Getenv("MS2M_TEST_BACKPRESSURE_PAUSE"); s != "" {
+		if pause, err = time.ParseDuration(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("the app's connection closed during backpressure: %v", err)
+	case <-time.After(pause): // several heartbeat intervals without a broker frame
+	}
+	if !e.state().Log.Backpressure {
+		t.Fatal("backpressure ended while the log was still down")
+	}
+	slow.setFailing(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k == n {
+			break
+		}
+		select {
+		case err := <-closed:
+			t.Fatalf("the app's connection closed after %d of %d deliveries: %v", k, n, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the app got %d of %d after the log came back", k, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the app's deliveries (-want +got):\n%s", diff)
 	}
 }
