@@ -29,12 +29,17 @@ type Options struct {
 	// Dial, if set, connects to the broker instead of net.Dialer, for
 	// example to watch what the sidecar sends it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ReaderName, if set, names the replay log's reading connections at
+	// the broker (default ms2m-replay-reader), so that a test can close a
+	// target's reader from the broker's side.
+	ReaderName string
 }
 
 // Sidecar is a running sidecar.
 type Sidecar struct {
 	cfg     Config
 	log     *slog.Logger
+	reader  string // Options.ReaderName
 	proxy   *proxy.Proxy
 	tee     *shadowqueue.Tee
 	replay  shadowqueue.Log
@@ -67,7 +72,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		opts.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Sidecar{cfg: cfg, log: opts.Logger, cancel: cancel}
+	s := &Sidecar{cfg: cfg, log: opts.Logger, reader: opts.ReaderName, cancel: cancel}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -223,6 +228,7 @@ func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Rec
 func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
 		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+		ReaderName: s.reader,
 	})
 	if err != nil {
 		return nil, shadowqueue.Record{}, err
