@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
 )
@@ -15,6 +18,9 @@ func (c *conn) pumpDown() error {
 	out := make([]byte, 0, 64<<10)
 	first := true
 	for {
+		if err := c.waitLogRoom(); err != nil {
+			return err
+		}
 		n, err := c.up.Read(buf)
 		if n > 0 {
 			if first && buf[0] == amqpwire.ProtocolHeader[0] {
@@ -44,6 +50,30 @@ func (c *conn) pumpDown() error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// waitLogRoom blocks while the replay log's backlog is at its bound
+// (backpressure): the broker's frames stay unread, TCP flow control stops the
+// broker from sending more, and nothing is dropped or piles up in memory. An
+// auto-ack consumer has nothing else that bounds it. While it waits, the app
+// gets heartbeats from the sidecar in place of the broker's, which stay
+// unread, so that its client does not give the connection up.
+func (c *conn) waitLogRoom() error {
+	for {
+		ctx, cancel := c.ctx, context.CancelFunc(func() {})
+		if hb := time.Duration(c.heartbeat.Load()); hb > 0 {
+			ctx, cancel = context.WithTimeout(c.ctx, hb/2)
+		}
+		err := c.p.tee.WaitRoom(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if c.ctx.Err() != nil {
+			return net.ErrClosed
+		}
+		c.writeAppRaw(amqpwire.AppendHeartbeat(nil))
 	}
 }
 

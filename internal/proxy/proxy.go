@@ -26,6 +26,9 @@ type Tee interface {
 	Continue(last, epoch uint64) error
 	// AppendPublish records an app publish for publish checking.
 	AppendPublish(forID uint64, exchange, routingKey string, digest []byte) shadowqueue.Ticket
+	// WaitRoom blocks while the log's pending records are at their bound:
+	// each connection calls it before it reads from the broker again.
+	WaitRoom(context.Context) error
 }
 
 // Mode is what the proxy does with new deliveries.

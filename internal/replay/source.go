@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
@@ -168,19 +170,45 @@ func (c *Collector) Publishes() (byID map[uint64][]shadowqueue.Publish, ok bool)
 // LastID returns the highest delivery ID seen in the log.
 func (c *Collector) LastID() uint64 { return c.lastID }
 
-// Follower reads a log live, from its first record.
+// Follower reads a log live, from an offset on (*shadowqueue.StreamLog
+// implements it). FollowFrom returns the offset to go on from; after an
+// error wrapping shadowqueue.ErrReaderDisconnected, the Source follows again
+// from there.
 type Follower interface {
-	Follow(ctx context.Context, fn func(offset int64, r shadowqueue.Record) error) error
+	FollowFrom(ctx context.Context, o shadowqueue.FollowOptions, fn func(offset int64, r shadowqueue.Record) error) (next int64, err error)
 }
 
-// Source follows a replay log and serves its records per queue.
+// Reader states, as Status reports them.
+const (
+	ReaderConnecting   = "connecting"   // before the first subscription
+	ReaderFollowing    = "following"    // subscribed, reading the log
+	ReaderReconnecting = "reconnecting" // the connection failed; retrying with back-off
+	ReaderDone         = "done"         // the range is complete, or Run ended
+	ReaderFailed       = "failed"       // a failure that retrying cannot mend
+)
+
+// Source follows a replay log and serves its records per queue. It follows
+// the log again, from the offset after the last record it took, whenever
+// the reader's connection fails (a broker restart, a closed connection), so
+// that a replay neither misses nor repeats a record.
 type Source struct {
 	log Follower
+	// RetryMin and RetryMax bound the back-off between reconnects. Defaults
+	// 100 ms and 5 s. Set them before Run.
+	RetryMin, RetryMax time.Duration
+	// Logger gets a line when the reader loses its connection and when it
+	// is back. Default slog.Default(). Set it before Run.
+	Logger *slog.Logger
 
-	mu      sync.Mutex
-	col     *Collector
-	err     error
-	changed chan struct{}
+	mu         sync.Mutex
+	col        *Collector
+	err        error
+	changed    chan struct{}
+	reader     string
+	offset     int64     // the next offset to read
+	reconnects uint64    // times the reader followed the log again after losing it
+	lostAt     time.Time // when the connection was lost; zero while following
+	lostErr    string    // why
 }
 
 // NewSource returns a Source over log for rng. Start it with Run.
@@ -188,36 +216,100 @@ func NewSource(log Follower, rng Range) (*Source, error) {
 	if err := rng.Validate(); err != nil {
 		return nil, err
 	}
-	return &Source{log: log, col: NewCollector(rng), changed: make(chan struct{})}, nil
+	return &Source{log: log, col: NewCollector(rng), changed: make(chan struct{}), reader: ReaderConnecting}, nil
 }
 
-// Run follows the log until ctx is done or the range is complete.
+// Run follows the log until ctx is done, the range is complete, or the log
+// fails in a way that reconnecting cannot mend (then Next returns the
+// error). A lost connection is retried with back-off for as long as it
+// takes; Status says "reconnecting" meanwhile.
 func (s *Source) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	retryMin, retryMax, logger := s.RetryMin, s.RetryMax, s.Logger
+	if retryMin <= 0 {
+		retryMin = 100 * time.Millisecond
+	}
+	if retryMax <= 0 {
+		retryMax = 5 * time.Second
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
 	errDone := errors.New("replay range complete")
-	err := s.log.Follow(ctx, func(_ int64, r shadowqueue.Record) error {
+	delay := retryMin
+	for {
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		if err := s.col.Add(r); err != nil {
+		from := s.offset
+		s.mu.Unlock()
+		next, err := s.log.FollowFrom(ctx, shadowqueue.FollowOptions{From: from, Subscribed: func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.reader == ReaderReconnecting {
+				logger.Info("replay log reader reconnected; following the log again from where it stopped",
+					"offset", s.offset, "down_for", time.Since(s.lostAt).String(), "last_id", s.col.LastID())
+				s.reconnects++
+			}
+			s.reader, s.lostAt, s.lostErr = ReaderFollowing, time.Time{}, ""
+			s.notifyLocked()
+		}}, func(_ int64, r shadowqueue.Record) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if err := s.col.Add(r); err != nil {
+				return err
+			}
+			s.notifyLocked()
+			if s.col.Complete() {
+				return errDone
+			}
+			return nil
+		})
+		s.mu.Lock()
+		if next > s.offset {
+			s.offset = next
+			delay = retryMin // it got somewhere: start the back-off over
+		}
+		s.mu.Unlock()
+		switch {
+		case errors.Is(err, errDone):
+			s.setReader(ReaderDone, "")
+			return nil
+		case ctx.Err() != nil:
+			s.setReader(ReaderDone, "")
+			return err
+		case errors.Is(err, shadowqueue.ErrReaderDisconnected):
+			s.mu.Lock()
+			if s.reader != ReaderReconnecting {
+				s.lostAt = time.Now()
+				logger.Warn("replay log reader lost its connection; reconnecting with back-off, the replay waits meanwhile",
+					"offset", s.offset, "last_id", s.col.LastID(), "err", err)
+			}
+			s.reader, s.lostErr = ReaderReconnecting, err.Error()
+			s.notifyLocked()
+			s.mu.Unlock()
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				s.setReader(ReaderDone, "")
+				return context.Cause(ctx)
+			}
+			delay = min(2*delay, retryMax)
+		default:
+			s.mu.Lock()
+			s.err = err
+			s.reader = ReaderFailed
+			s.notifyLocked()
+			s.mu.Unlock()
 			return err
 		}
-		s.notifyLocked()
-		if s.col.Complete() {
-			return errDone
-		}
-		return nil
-	})
-	if errors.Is(err, errDone) {
-		return nil
 	}
-	if err != nil && ctx.Err() == nil {
-		s.mu.Lock()
-		s.err = err
-		s.notifyLocked()
-		s.mu.Unlock()
-	}
-	return err
+}
+
+func (s *Source) setReader(state, lostErr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reader, s.lostErr = state, lostErr
+	s.notifyLocked()
 }
 
 func (s *Source) notifyLocked() {
@@ -280,6 +372,19 @@ type Status struct {
 	Complete bool   `json:"complete"`
 	LogLast  uint64 `json:"logLastId"`
 	Error    string `json:"error,omitempty"`
+	// Reader is the log reader's state: connecting, following,
+	// reconnecting (the connection failed; the replay waits), done or
+	// failed.
+	Reader string `json:"reader"`
+	// Offset is the next stream offset the reader reads.
+	Offset int64 `json:"offset"`
+	// Reconnects counts the times the reader came back after losing its
+	// connection.
+	Reconnects uint64 `json:"reconnects"`
+	// DisconnectedSince and Disconnected say, while reconnecting, since when
+	// and why.
+	DisconnectedSince *time.Time `json:"disconnectedSince,omitempty"`
+	Disconnected      string     `json:"disconnected,omitempty"`
 }
 
 // Status returns a snapshot.
@@ -287,7 +392,12 @@ func (s *Source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cut, _ := s.col.Cutoff()
-	st := Status{Range: s.col.rng.String(), Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID()}
+	st := Status{Range: s.col.rng.String(), Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID(),
+		Reader: s.reader, Offset: s.offset, Reconnects: s.reconnects, Disconnected: s.lostErr}
+	if !s.lostAt.IsZero() {
+		at := s.lostAt
+		st.DisconnectedSince = &at
+	}
 	if s.err != nil {
 		st.Error = s.err.Error()
 	}

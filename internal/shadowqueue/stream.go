@@ -25,6 +25,14 @@ import (
 // ErrBadRecord, for a fragment that claims a record over the cap.
 var ErrRecordTooLarge = errors.New("shadowqueue: record too large for the replay log")
 
+// ErrReaderDisconnected is wrapped by FollowFrom when the reader's
+// connection to the broker failed, could not be made, or its subscription
+// was closed by the broker (a restart, a closed connection): following
+// again from the offset FollowFrom returned resumes exactly where it
+// stopped. Other errors (a record that does not decode, a deleted stream,
+// fn's own) are not worth retrying.
+var ErrReaderDisconnected = errors.New("shadowqueue: the replay log reader lost its connection to the broker")
+
 const (
 	// streamFrameMax is the frame size the stream client asks for; the
 	// broker's stream.frame_max (1 MiB by default) can only lower it.
@@ -65,6 +73,10 @@ type StreamOptions struct {
 	MaxAge       time.Duration // retention, 0 = none
 	MaxBytes     int64         // retention, 0 = none
 	SegmentBytes int64         // 0 = broker default
+	// ReaderName is the client-provided connection name of the reading
+	// connections (Follow, ReadAll, Last), as the broker lists it.
+	// Default "ms2m-replay-reader".
+	ReaderName string
 	// Logger gets warnings, such as a stream that exists with other
 	// retention. Default slog.Default().
 	Logger *slog.Logger
@@ -710,41 +722,98 @@ func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
 // Follow calls fn with each record from the start of the log, then with
 // each new record as it is written, until ctx is done (it returns
 // context.Cause(ctx)), fn returns an error (it returns that error) or the
-// connection fails (call Follow again; fn sees the records again).
-// Records are passed in log order with their stream offsets (for a record
-// from a batch, the batch message's offset, which the batch's records
-// share; for a fragmented record, the offset of its last fragment: fn sees
-// it once all fragments are in); fn runs on the calling goroutine and may
-// keep r. r.Body and r.Properties of a record from a batch share the batch
+// connection fails (it returns an error wrapping ErrReaderDisconnected; to
+// go on without seeing records again, use FollowFrom). Records are passed
+// in log order with their stream offsets (for a record from a batch, the
+// batch message's offset, which the batch's records share; for a
+// fragmented record, the offset of its last fragment: fn sees it once all
+// fragments are in); fn runs on the calling goroutine and may keep r.
+// r.Body and r.Properties of a record from a batch share the batch
 // message's memory, so keeping one record keeps the whole message.
 func (l *StreamLog) Follow(ctx context.Context, fn func(offset int64, r Record) error) error {
+	_, err := l.FollowFrom(ctx, FollowOptions{}, fn)
+	return err
+}
+
+// FollowOptions says where FollowFrom starts.
+type FollowOptions struct {
+	// From is the stream offset to start at: 0 for the start of the log,
+	// or the offset an earlier FollowFrom returned.
+	From int64
+	// Subscribed, if set, is called once the subscription is open.
+	Subscribed func()
+}
+
+// FollowFrom is Follow from offset o.From. It also returns next, the offset
+// to follow from to see exactly the records fn has not been given yet: one
+// past the last message whose records fn had all been given, or, while a
+// fragmented record is incomplete, the offset of its first fragment. After
+// an error wrapping ErrReaderDisconnected, FollowFrom(next) resumes with no
+// record missed and none seen twice. When fn fails, next is the offset of
+// the message whose record it failed on.
+//
+// If retention removed the records at o.From (above 0) before the
+// subscription reached them, FollowFrom fails rather than skip them.
+func (l *StreamLog) FollowFrom(ctx context.Context, o FollowOptions, fn func(offset int64, r Record) error) (next int64, err error) {
+	next = o.From
 	env, err := l.readEnvironment(ctx, "follow")
 	if err != nil {
-		return err
+		if ctx.Err() == nil {
+			err = fmt.Errorf("%w: %w", ErrReaderDisconnected, err)
+		}
+		return next, err
 	}
 	defer func() { _ = env.Close() }()
-	sub, err := l.subscribe(env, stream.OffsetSpecification{}.First())
+	spec := stream.OffsetSpecification{}.First()
+	if o.From > 0 {
+		spec = stream.OffsetSpecification{}.Offset(o.From)
+	}
+	sub, err := l.subscribe(env, spec)
 	if err != nil {
-		return err
+		if !errors.Is(err, stream.StreamDoesNotExist) {
+			err = fmt.Errorf("%w: %w", ErrReaderDisconnected, err)
+		}
+		return next, err
 	}
 	defer sub.close()
+	if o.Subscribed != nil {
+		o.Subscribed()
+	}
 	var asm reassembler
 	var recs []Record
+	first := true
 	for {
 		m, err := sub.next(ctx)
 		if err != nil {
-			return err
+			if ctx.Err() == nil {
+				err = fmt.Errorf("%w: %w", ErrReaderDisconnected, err)
+			}
+			return next, err
+		}
+		if m.offset < o.From {
+			continue // the broker sends whole chunks
+		}
+		if first {
+			first = false
+			if o.From > 0 && m.offset > o.From {
+				return next, fmt.Errorf("follow replay log stream %q from offset %d: the log now starts at offset %d, retention removed the records between; they cannot be replayed", l.opts.Name, o.From, m.offset)
+			}
 		}
 		recs, err = l.decode(recs[:0], &asm, m)
 		if err != nil {
-			return err
+			return next, err
 		}
 		for _, r := range recs {
 			if err := fn(m.offset, r); err != nil {
-				return err
+				return m.offset, err
 			}
 		}
 		clear(recs) // let go of m's body: fn has its own copies
+		if asm.state == assemblyCollecting {
+			next = asm.offset
+		} else {
+			next = m.offset + 1
+		}
 	}
 }
 
@@ -821,7 +890,7 @@ func (l *StreamLog) subscribe(env *stream.Environment, from stream.OffsetSpecifi
 	opts := stream.NewConsumerOptions().
 		SetOffset(from).
 		SetManualCommit().
-		SetClientProvidedName("ms2m-replay-reader")
+		SetClientProvidedName(l.readerName())
 	consumer, err := env.NewConsumer(l.opts.Name, handler, opts)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to replay log stream %q from %s: %w", l.opts.Name, from, err)
@@ -829,6 +898,13 @@ func (l *StreamLog) subscribe(env *stream.Environment, from stream.OffsetSpecifi
 	s.consumer = consumer
 	s.closed = consumer.NotifyClose()
 	return s, nil
+}
+
+func (l *StreamLog) readerName() string {
+	if l.opts.ReaderName != "" {
+		return l.opts.ReaderName
+	}
+	return "ms2m-replay-reader"
 }
 
 func (s *subscription) next(ctx context.Context) (streamMessage, error) {

@@ -19,7 +19,16 @@ type TeeOptions struct {
 	// RetryMin and RetryMax bound the back-off between failed writes.
 	// Defaults 50 ms and 2 s.
 	RetryMin, RetryMax time.Duration
-	// Logger gets one line per failure and one per recovery.
+	// MaxPendingBytes and MaxPendingRecords bound the records assigned but
+	// not yet confirmed by the log (bytes as encoded). Append never blocks;
+	// once either bound is reached, WaitRoom blocks until the log has taken
+	// records off again, which is how the proxy stops reading from the
+	// broker (backpressure) instead of holding an unbounded backlog in
+	// memory while the log is down. Defaults 64 MiB and 65536.
+	MaxPendingBytes   int64
+	MaxPendingRecords int
+	// Logger gets one line per failure and one per recovery, and one when
+	// backpressure starts and when it ends.
 	Logger *slog.Logger
 	// Now is the clock that stamps records. Default time.Now.
 	Now func() time.Time
@@ -27,14 +36,22 @@ type TeeOptions struct {
 
 // TeeStatus is a snapshot of a Tee.
 type TeeStatus struct {
-	LastID      uint64 `json:"lastId"`              // last delivery ID assigned
-	ConfirmedID uint64 `json:"confirmedId"`         // last delivery ID known durable
-	Pending     int    `json:"pending"`             // records assigned but not yet confirmed
-	Degraded    bool   `json:"degraded"`            // the last write to the log failed
-	LastError   string `json:"lastError,omitempty"` // the last write error
-	Epoch       uint64 `json:"epoch"`               // epoch of the last marker written
-	Writes      uint64 `json:"writes"`              // log writes confirmed since start
-	Written     uint64 `json:"written"`             // records in those writes
+	LastID      uint64 `json:"lastId"`      // last delivery ID assigned
+	ConfirmedID uint64 `json:"confirmedId"` // last delivery ID known durable
+	Pending     int    `json:"pending"`     // records assigned but not yet confirmed
+	// PendingBytes is the encoded size of the pending records.
+	PendingBytes int64 `json:"pendingBytes"`
+	// Backpressure is true while pending records are at a bound
+	// (TeeOptions.MaxPendingBytes or MaxPendingRecords): reads from the
+	// broker are paused until the log takes records off.
+	Backpressure bool `json:"backpressure"`
+	// BackpressureEpisodes counts the times backpressure started.
+	BackpressureEpisodes uint64 `json:"backpressureEpisodes"`
+	Degraded             bool   `json:"degraded"`            // the last write to the log failed
+	LastError            string `json:"lastError,omitempty"` // the last write error
+	Epoch                uint64 `json:"epoch"`               // epoch of the last marker written
+	Writes               uint64 `json:"writes"`              // log writes confirmed since start
+	Written              uint64 `json:"written"`             // records in those writes
 }
 
 // Tee numbers deliveries and writes them to a Log, in order.
@@ -43,20 +60,31 @@ type Tee struct {
 	opts TeeOptions
 
 	mu        sync.Mutex
-	lastID    uint64   // last delivery ID assigned
-	epoch     uint64   // last marker epoch assigned
-	nextTk    Ticket   // next ticket to hand out
-	queue     []Record // assigned, not yet taken by the writer
-	queueTk   []Ticket // ticket of each queued record (parallel to queue)
-	inflight  int      // records taken by the writer, not yet confirmed
-	durableTk Ticket   // every ticket below this is durable
-	durableID uint64   // last delivery ID that is durable
-	degraded  bool
-	lastErr   string
-	writes    uint64        // confirmed Log.Write calls
-	written   uint64        // records in them
-	wake      chan struct{} // closed when records are queued
-	advanced  chan struct{} // closed when durableTk grows
+	lastID    uint64        // last delivery ID assigned
+	epoch     uint64        // last marker epoch assigned
+	nextTk    Ticket        // next ticket to hand out
+	queue     []Record      // assigned, not yet taken by the writer
+	queueTk   []Ticket      // ticket of each queued record (parallel to queue)
+	inflight  int           // records taken by the writer, not yet confirmed
+	pendBytes int64         // encoded size of queue and the in-flight batch
+	inflightB int64         // encoded size of the in-flight batch
+	full      bool          // a pending bound is reached: WaitRoom blocks
+	episodes  uint64        // times full became true
+	roomCh    chan struct{} // closed when full becomes false
+	fullSince time.Time     // when full last became true
+	// bpLogged is when the last backpressure line was logged, at
+	// bpLoggedEpisodes episodes; bpOpen says its end is still to log.
+	bpLogged         time.Time
+	bpLoggedEpisodes uint64
+	bpOpen           bool
+	durableTk        Ticket // every ticket below this is durable
+	durableID        uint64 // last delivery ID that is durable
+	degraded         bool
+	lastErr          string
+	writes           uint64        // confirmed Log.Write calls
+	written          uint64        // records in them
+	wake             chan struct{} // closed when records are queued
+	advanced         chan struct{} // closed when durableTk grows
 }
 
 // NewTee returns a Tee whose first delivery gets ID last.ID+1. last is the
@@ -70,6 +98,12 @@ func NewTee(log Log, last Record, opts TeeOptions) *Tee {
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = 2 * time.Second
+	}
+	if opts.MaxPendingBytes <= 0 {
+		opts.MaxPendingBytes = 64 << 20
+	}
+	if opts.MaxPendingRecords <= 0 {
+		opts.MaxPendingRecords = 65536
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -85,6 +119,7 @@ func NewTee(log Log, last Record, opts TeeOptions) *Tee {
 		durableID: last.ID,
 		wake:      make(chan struct{}),
 		advanced:  make(chan struct{}),
+		roomCh:    make(chan struct{}),
 	}
 }
 
@@ -145,11 +180,85 @@ func (t *Tee) enqueueLocked(r Record) Ticket {
 	t.nextTk++
 	t.queue = append(t.queue, r)
 	t.queueTk = append(t.queueTk, tk)
+	t.pendBytes += int64(encodedRecordLen(&r))
 	if len(t.queue) == 1 {
 		close(t.wake)
 		t.wake = make(chan struct{})
 	}
+	t.checkFullLocked()
 	return tk
+}
+
+// checkFullLocked updates full from the pending records and wakes WaitRoom
+// when backpressure ends. Backpressure starts at either bound and ends once
+// the backlog is down to half of both, so that a log that is merely slower
+// than the broker does not flip it on every write. It logs the start of an
+// episode, at most once per backpressureLogEvery (with the episodes since
+// the last line), and the end of an episode whose start it logged.
+func (t *Tee) checkFullLocked() {
+	records := len(t.queue) + t.inflight
+	var full bool
+	if t.full {
+		full = 2*t.pendBytes > t.opts.MaxPendingBytes || 2*records > t.opts.MaxPendingRecords
+	} else {
+		full = t.pendBytes >= t.opts.MaxPendingBytes || records >= t.opts.MaxPendingRecords
+	}
+	if full == t.full {
+		return
+	}
+	t.full = full
+	now := t.opts.Now()
+	if full {
+		t.episodes++
+		t.fullSince = now
+		if t.bpLogged.IsZero() || now.Sub(t.bpLogged) >= backpressureLogEvery {
+			t.opts.Logger.Warn("replay log backlog at its bound; pausing reads from the broker until the log takes records off (nothing is dropped)",
+				"pending_records", records, "pending_bytes", t.pendBytes,
+				"max_records", t.opts.MaxPendingRecords, "max_bytes", t.opts.MaxPendingBytes,
+				"log_failing", t.degraded, "episodes", t.episodes-t.bpLoggedEpisodes)
+			t.bpLogged, t.bpLoggedEpisodes, t.bpOpen = now, t.episodes, true
+		}
+		return
+	}
+	if t.bpOpen {
+		t.opts.Logger.Info("replay log backlog down to half its bound; reading from the broker again",
+			"pending_records", records, "pending_bytes", t.pendBytes, "paused_for", now.Sub(t.fullSince).String())
+		t.bpOpen = false
+	}
+	close(t.roomCh)
+	t.roomCh = make(chan struct{})
+}
+
+// backpressureLogEvery spaces the log lines of a Tee whose backlog keeps
+// reaching its bound.
+const backpressureLogEvery = 30 * time.Second
+
+// WaitRoom blocks while the pending records are at a bound
+// (TeeOptions.MaxPendingBytes, MaxPendingRecords), until the log has taken
+// some off or ctx is done. The proxy calls it before each read from the
+// broker: while it blocks, TCP flow control holds the broker back.
+func (t *Tee) WaitRoom(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		if !t.full {
+			t.mu.Unlock()
+			return nil
+		}
+		ch := t.roomCh
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// Full reports whether the pending records are at a bound.
+func (t *Tee) Full() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.full
 }
 
 // Durable reports whether the record with ticket tk is in the log.
@@ -183,14 +292,17 @@ func (t *Tee) Status() TeeStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return TeeStatus{
-		LastID:      t.lastID,
-		ConfirmedID: t.durableID,
-		Pending:     len(t.queue) + t.inflight,
-		Degraded:    t.degraded,
-		LastError:   t.lastErr,
-		Epoch:       t.epoch,
-		Writes:      t.writes,
-		Written:     t.written,
+		LastID:               t.lastID,
+		ConfirmedID:          t.durableID,
+		Pending:              len(t.queue) + t.inflight,
+		PendingBytes:         t.pendBytes,
+		Backpressure:         t.full,
+		BackpressureEpisodes: t.episodes,
+		Degraded:             t.degraded,
+		LastError:            t.lastErr,
+		Epoch:                t.epoch,
+		Writes:               t.writes,
+		Written:              t.written,
 	}
 }
 
@@ -216,6 +328,10 @@ func (t *Tee) Run(ctx context.Context) error {
 		t.queue = append(t.queue[:0], t.queue[n:]...)
 		t.queueTk = append(t.queueTk[:0], t.queueTk[n:]...)
 		t.inflight = n
+		t.inflightB = 0
+		for i := range batch {
+			t.inflightB += int64(encodedRecordLen(&batch[i]))
+		}
 		t.mu.Unlock()
 
 		if err := t.writeWithRetry(ctx, batch); err != nil {
@@ -230,6 +346,9 @@ func (t *Tee) Run(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		t.inflight = 0
+		t.pendBytes -= t.inflightB
+		t.inflightB = 0
+		t.checkFullLocked()
 		t.writes++
 		t.written += uint64(n)
 		t.durableTk = lastTk + 1

@@ -166,3 +166,65 @@ func TestTeeMarkers(t *testing.T) {
 		t.Errorf("kinds (-want +got):\n%s", d)
 	}
 }
+
+// TestTeeBackpressure: the pending bounds, in records and in bytes, make
+// WaitRoom block once reached, until the log has taken the backlog down to
+// half; Append itself never blocks, and nothing is dropped.
+func TestTeeBackpressure(t *testing.T) {
+	body := make([]byte, 1000)
+	recLen := int64(encodedRecordLen(&Record{Kind: KindDelivery, ID: 1, Time: time.Unix(1, 0), Queue: "q", Body: body}))
+	for _, tc := range []struct {
+		name string
+		opts TeeOptions
+		full int // appends after which WaitRoom blocks
+	}{
+		{"records", TeeOptions{MaxPendingRecords: 10, MaxPendingBytes: 1 << 30}, 10},
+		{"bytes", TeeOptions{MaxPendingRecords: 1 << 20, MaxPendingBytes: 5 * recLen}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &memLog{release: make(chan struct{})}
+			tc.opts.RetryMin, tc.opts.RetryMax = time.Millisecond, 5*time.Millisecond
+			tee := NewTee(l, Record{}, tc.opts)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { tee.Run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			for i := range tc.full + 3 { // past the bound: Append does not block
+				if i == tc.full-1 && tee.Full() {
+					t.Fatalf("full after %d appends, want after %d", i, tc.full)
+				}
+				tee.Append(Record{Queue: "q", Body: body, Time: time.Unix(1, 0)})
+			}
+			if !tee.Full() || !tee.Status().Backpressure {
+				t.Fatalf("status = %+v after %d appends, want backpressure", tee.Status(), tc.full+3)
+			}
+			short, c := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer c()
+			if err := tee.WaitRoom(short); err == nil {
+				t.Fatal("WaitRoom returned at the bound")
+			}
+			close(l.release) // the log takes everything
+			wctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+			defer c2()
+			if err := tee.WaitRoom(wctx); err != nil {
+				t.Fatalf("WaitRoom after the log caught up: %v", err)
+			}
+			_, tk := tee.Append(Record{Queue: "q"})
+			if err := tee.Wait(wctx, tk); err != nil {
+				t.Fatal(err)
+			}
+			st := tee.Status()
+			if st.Backpressure || st.Pending != 0 || st.PendingBytes != 0 || st.BackpressureEpisodes != 1 {
+				t.Errorf("status after the log caught up = %+v, want no backpressure, nothing pending, one episode", st)
+			}
+			want := make([]uint64, tc.full+4)
+			for i := range want {
+				want[i] = uint64(i + 1)
+			}
+			if diff := cmp.Diff(want, l.ids()); diff != "" {
+				t.Errorf("logged IDs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -33,6 +33,13 @@ type Config struct {
 	// LogMaxAge and LogMaxBytes are the log's retention.
 	LogMaxAge   time.Duration `env:"MS2M_LOG_MAX_AGE" envDefault:"24h"`
 	LogMaxBytes int64         `env:"MS2M_LOG_MAX_BYTES" envDefault:"1073741824"`
+	// LogPendingMaxBytes and LogPendingMaxRecords bound the deliveries
+	// teed but not yet confirmed by the log. At either bound the sidecar
+	// stops reading from the broker until the log catches up
+	// (backpressure), so a log outage cannot grow the sidecar's memory
+	// without limit (an auto-ack consumer has no prefetch to bound it).
+	LogPendingMaxBytes   int64 `env:"MS2M_LOG_PENDING_MAX_BYTES" envDefault:"67108864"`
+	LogPendingMaxRecords int   `env:"MS2M_LOG_PENDING_MAX_RECORDS" envDefault:"65536"`
 	// ControlListen is the control API's address.
 	ControlListen string `env:"MS2M_CONTROL_LISTEN" envDefault:":8089"`
 	// ControlToken, or the contents of ControlTokenFile, is the control
@@ -100,6 +107,12 @@ func (c *Config) complete() error {
 	}
 	if c.LogMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("MS2M_LOG_MAX_BYTES=%d: must not be negative (0 means no size limit)", c.LogMaxBytes))
+	}
+	if c.LogPendingMaxBytes <= 0 {
+		errs = append(errs, fmt.Errorf("MS2M_LOG_PENDING_MAX_BYTES=%d: must be positive (it bounds the sidecar's memory while the log is slow or down)", c.LogPendingMaxBytes))
+	}
+	if c.LogPendingMaxRecords <= 0 {
+		errs = append(errs, fmt.Errorf("MS2M_LOG_PENDING_MAX_RECORDS=%d: must be positive (it bounds the sidecar's memory while the log is slow or down)", c.LogPendingMaxRecords))
 	}
 	if c.UpstreamConnectTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("MS2M_UPSTREAM_CONNECT_TIMEOUT=%s: must be positive", c.UpstreamConnectTimeout))

@@ -229,9 +229,12 @@ type state struct {
 	Held     int    `json:"held"`
 	CutoffID uint64 `json:"cutoffId"`
 	Log      struct {
-		LastID      uint64 `json:"lastId"`
-		ConfirmedID uint64 `json:"confirmedId"`
-		Degraded    bool   `json:"degraded"`
+		LastID       uint64 `json:"lastId"`
+		ConfirmedID  uint64 `json:"confirmedId"`
+		Degraded     bool   `json:"degraded"`
+		Pending      int    `json:"pending"`
+		PendingBytes int64  `json:"pendingBytes"`
+		Backpressure bool   `json:"backpressure"`
 	} `json:"log"`
 	Queues []struct {
 		Queue           string  `json:"queue"`

@@ -29,12 +29,17 @@ type Options struct {
 	// Dial, if set, connects to the broker instead of net.Dialer, for
 	// example to watch what the sidecar sends it.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ReaderName, if set, names the replay log's reading connections at
+	// the broker (default ms2m-replay-reader), so that a test can close a
+	// target's reader from the broker's side.
+	ReaderName string
 }
 
 // Sidecar is a running sidecar.
 type Sidecar struct {
 	cfg     Config
 	log     *slog.Logger
+	reader  string // Options.ReaderName
 	proxy   *proxy.Proxy
 	tee     *shadowqueue.Tee
 	replay  shadowqueue.Log
@@ -67,7 +72,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		opts.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Sidecar{cfg: cfg, log: opts.Logger, cancel: cancel}
+	s := &Sidecar{cfg: cfg, log: opts.Logger, reader: opts.ReaderName, cancel: cancel}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -114,6 +119,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
+		src.Logger = s.log
 		s.source = src
 		last = shadowqueue.Record{} // the tee continues after the cutoff, once replay is done
 		go func() {
@@ -127,7 +133,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		rlog = opts.WrapLog(rlog)
 	}
 	s.replay = rlog
-	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{Logger: s.log})
+	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{
+		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
+	})
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
@@ -150,6 +158,13 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
 				func() float64 { return float64(s.replayLag()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_reader_reconnecting", Help: "1 while the replay log reader has lost its connection to the broker and is reconnecting (targets only)."},
+				func() float64 {
+					if s.source.Status().Reader == replay.ReaderReconnecting {
+						return 1
+					}
+					return 0
+				}),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
 				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
 		)
@@ -213,6 +228,7 @@ func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Rec
 func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
 		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+		ReaderName: s.reader,
 	})
 	if err != nil {
 		return nil, shadowqueue.Record{}, err
@@ -238,6 +254,14 @@ func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
 		gauge("ms2m_sidecar_log_last_id", "Last delivery ID assigned.", func(t shadowqueue.TeeStatus) float64 { return float64(t.LastID) }),
 		gauge("ms2m_sidecar_log_confirmed_id", "Last delivery ID durable in the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.ConfirmedID) }),
 		gauge("ms2m_sidecar_log_pending_records", "Records not yet confirmed by the replay log.", func(t shadowqueue.TeeStatus) float64 { return float64(t.Pending) }),
+		gauge("ms2m_sidecar_log_pending_bytes", "Encoded bytes of the records not yet confirmed by the replay log (bounded by MS2M_LOG_PENDING_MAX_BYTES).", func(t shadowqueue.TeeStatus) float64 { return float64(t.PendingBytes) }),
+		gauge("ms2m_sidecar_log_backpressure", "1 while the records not yet confirmed by the replay log are at a bound and reads from the broker are paused.", func(t shadowqueue.TeeStatus) float64 {
+			if t.Backpressure {
+				return 1
+			}
+			return 0
+		}),
+		counter("ms2m_sidecar_log_backpressure_total", "Times reads from the broker were paused because the replay log's backlog reached a bound.", func(t shadowqueue.TeeStatus) uint64 { return t.BackpressureEpisodes }),
 		gauge("ms2m_sidecar_log_degraded", "1 while writes to the replay log fail (acks are held).", func(t shadowqueue.TeeStatus) float64 {
 			if t.Degraded {
 				return 1
