@@ -154,8 +154,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: time.Now(), History: prev.History}, err)
 	}
 
-	name := pod.Name + "-" + strconv.FormatInt(time.Now().Unix(), 36)
-	st := Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: name, Started: time.Now(), History: prev.History}
+	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
+	st := Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
 		return reconcile.Result{}, err // a conflict: try again with the new pod
 	}
@@ -176,7 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
-		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
+		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
 	})
 	st.Report = &rep
 	var refused *migrate.Refused
@@ -363,7 +363,7 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	}
 	var errs []error
 	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + tag
+		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
 		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
 			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}

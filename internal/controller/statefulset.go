@@ -63,7 +63,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	// the pod's next recreation into a stale restore.
 	cms := cs.CoreV1().ConfigMaps(pod.Namespace)
 	name := inject.PendingConfigMapName(pod.Name)
-	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == st.Name {
+	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == migrate.MigrationLabel(st.Name) {
 		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err))
 		}

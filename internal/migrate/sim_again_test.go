@@ -2,7 +2,9 @@ package migrate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -88,9 +90,11 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 	if !slices.Equal(hist, want) {
 		t.Errorf("history on the pod back on %s: %v, want %v", nodeA, hist, want)
 	}
+	// Names do not grow: each pod is named as its ReplicaSet names pods.
+	rs := metav1.GetControllerOf(w.pod).Name
 	for _, p := range []*corev1.Pod{first, second} {
-		if len(p.Name) > 63 {
-			t.Errorf("pod name %s is %d characters, over 63", p.Name, len(p.Name))
+		if !regexp.MustCompile(`^` + regexp.QuoteMeta(rs) + `-[a-z0-9]{5}$`).MatchString(p.Name) {
+			t.Errorf("pod name %s is not of its ReplicaSet %s's form <rs>-<5 characters>", p.Name, rs)
 		}
 	}
 }
@@ -149,6 +153,29 @@ func waitMigrated(t *testing.T, c *simcluster.Cluster, ns string, src *corev1.Po
 	}
 	if _, ok := got.Annotations[inject.AnnotationMigrateTo]; ok {
 		t.Errorf("%s carries a migration request", got.Name)
+	}
+	// Serving, it reads as an ordinary pod of its workload: the restore
+	// annotations are gone, and what it was restored from is recorded.
+	st, _ := controller.DecodeStatus(got.Annotations[inject.AnnotationMigrationStatus])
+	testenv.Eventually(t, 10*time.Second, got.Name+"'s restore annotations are replaced", func() bool {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, got.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		got = p
+		return p.Annotations[inject.AnnotationRestoredFrom] != ""
+	})
+	for _, k := range inject.RestoreRequestAnnotations {
+		if v, ok := got.Annotations[k]; ok {
+			t.Errorf("%s still carries %s=%s while it serves", got.Name, k, v)
+		}
+	}
+	var from inject.RestoredFrom
+	if err := json.Unmarshal([]byte(got.Annotations[inject.AnnotationRestoredFrom]), &from); err != nil || from.Migration != st.Name || from.Image != got.Spec.Containers[0].Image || from.ReplayStart == "" {
+		t.Errorf("%s's %s = %s (%v), want migration %s from its app's image", got.Name, inject.AnnotationRestoredFrom, got.Annotations[inject.AnnotationRestoredFrom], err, st.Name)
+	}
+	if st.Report == nil || len(st.Report.Warnings) > 0 {
+		t.Errorf("%s's migration report: %+v, want one without warnings", got.Name, st.Report)
 	}
 	return got
 }
