@@ -161,6 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
+	defer r.forgetRefused(name)
 	// A request made on the pod while this one runs is refused: its
 	// reconcile would wait until this one returns.
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -279,6 +280,17 @@ func (r *Reconciler) watchRequests(ctx context.Context, pod *corev1.Pod, st Stat
 			r.refuseBusy(p, st, node)
 		}
 	}
+}
+
+// forgetRefused drops the record of the requests refused while migration
+// name ran: its end answers them.
+func (r *Reconciler) forgetRefused(name string) {
+	r.refused.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "\x00"+name+"\x00") {
+			r.refused.Delete(k)
+		}
+		return true
+	})
 }
 
 // fail records a failed migration on the source.
