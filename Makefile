@@ -70,6 +70,9 @@ test: setup k8s-bin node-setup node-bin criu helm-bin
 ## suite's own cluster skip, saying why. Skipped without a KUBECONFIG. E2E_RUN picks
 ## tests (go test -run); MS2M_E2E_* describe the cluster (docs/local-cluster.md).
 E2E_RUN ?=
+## MS2M_E2E_PINGPONG(_STS): how often TestPingPong migrates the Deployment's (the StatefulSet's) pod (make test: 3 and 2).
+MS2M_E2E_PINGPONG ?= 20
+MS2M_E2E_PINGPONG_STS ?= 10
 .PHONY: e2e
 e2e:
 ifeq ($(strip $(KUBECONFIG)),)
@@ -78,7 +81,7 @@ ifeq ($(strip $(KUBECONFIG)),)
 	@echo "(make test runs it on a cluster of its own)"
 else
 	@$(MAKE) --no-print-directory setup
-	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
+	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) MS2M_E2E_PINGPONG=$(MS2M_E2E_PINGPONG) MS2M_E2E_PINGPONG_STS=$(MS2M_E2E_PINGPONG_STS) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
 endif
 
 ## test-unit: only the tests that need no broker

@@ -27,6 +27,10 @@ import (
 //	statefulset         -                            G, Py StatefulSet
 //	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
 //
+// Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
+// StatefulSet (statefulset-shadow) back and forth between the nodes by
+// annotation (pingpong_test.go).
+//
 // Every row of TestEveryStrategyByAnnotation checks all of it: the pod on
 // the target node and the source gone, the pod owned by its controller
 // again, no pod ever started with empty state, the producer's hash, the

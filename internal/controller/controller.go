@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,6 +58,7 @@ type Config struct {
 type Reconciler struct {
 	cfg     Config
 	running sync.Map // migration name → true, for the ones this process drives
+	refused sync.Map // pod UID, migration and node → true, for the Events of refused requests
 	http    *http.Client
 }
 
@@ -118,23 +119,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if _, ok := pod.Annotations[inject.AnnotationMigrateTo]; !ok {
+	prev, has, stErr := statusOf(pod)
+	migrateTo, asked := pod.Annotations[inject.AnnotationMigrateTo]
+	act := decide(situation{
+		node: pod.Spec.NodeName, asked: asked, migrateTo: migrateTo,
+		hasStatus: has, statusBad: stErr != nil, status: prev,
+		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[inject.AnnotationMigrationName]),
+	})
+	switch act {
+	case ActNone:
 		return reconcile.Result{}, nil
-	}
-	st, has, err := statusOf(pod)
-	if err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v; remove it to ask again", err)
+	case ActBadStatus:
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, inject.AnnotationMigrationStatus)
 		return reconcile.Result{}, nil
-	}
-	if has {
-		switch {
-		case st.Phase != PhaseRunning:
-			return reconcile.Result{}, nil // done; remove the annotations to ask again
-		case r.isRunning(st.Name):
-			return reconcile.Result{RequeueAfter: 10 * time.Second}, nil // ours, under way
-		default:
-			return reconcile.Result{}, r.rollBack(ctx, pod, st)
-		}
+	case ActWait:
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	case ActRollBack:
+		return reconcile.Result{}, r.rollBack(ctx, pod, prev)
+	case ActBusy:
+		r.refuseBusy(pod, prev, migrateTo)
+		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+	case ActSameNode:
+		err := fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, migrateTo)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: time.Now(), History: prev.History}, err)
 	}
 
 	rq, err := parseRequest(pod)
@@ -142,21 +149,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = r.checkTarget(ctx, pod, rq)
 	}
 	if err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v", err)
-		r.cfg.Metrics.record(ResultRejected, Status{Strategy: string(rq.strategy)})
-		return reconcile.Result{}, r.setStatus(ctx, pod, Status{Phase: PhaseFailed, Target: rq.node, Strategy: string(rq.strategy), Started: time.Now(), Message: err.Error() + "; nothing was touched"})
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: time.Now(), History: prev.History}, err)
 	}
 
-	name := pod.Name + "-" + strconv.FormatInt(time.Now().Unix(), 36)
-	st = Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Target: rq.node, TargetPod: name, Started: time.Now()}
+	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
+	st := Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
 		return reconcile.Result{}, err // a conflict: try again with the new pod
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
+	defer r.forgetRefused(name)
+	// A request made on the pod while this one runs is refused: its
+	// reconcile would wait until this one returns.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go r.watchRequests(watchCtx, pod, st)
 	r.cfg.Metrics.started()
 	defer r.cfg.Metrics.stopped()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationStarted", "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
 
 	port, token, err := migrate.SidecarControl(ctx, cs, pod)
 	if err != nil {
@@ -164,15 +175,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
-		TargetNode: rq.node, TargetPod: name, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
+		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
 	})
 	st.Report = &rep
 	var refused *migrate.Refused
 	if errors.As(err, &refused) {
-		st.Phase, st.Message, st.Report = PhaseFailed, err.Error()+"; nothing was touched", nil
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRejected", "Migrate", "%v", err)
-		r.cfg.Metrics.record(ResultRejected, st)
-		return reconcile.Result{}, r.setStatus(ctx, pod, st)
+		st.Report = nil
+		return reconcile.Result{}, r.reject(ctx, pod, st, err)
 	}
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
@@ -185,7 +194,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
 	return reconcile.Result{}, r.setStatus(ctx, target, st)
 }
 
@@ -195,7 +204,7 @@ func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) m
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
 		ControlToken: token, ControlPort: port, HTTP: r.http,
 		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationPhase", "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
 	}
 }
@@ -223,10 +232,69 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 	return nil
 }
 
+// reject answers a request that was refused before anything was touched:
+// a Warning Event, and st, Failed, as the pod's status.
+func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
+	st.Phase, st.Message = PhaseFailed, err.Error()+"; nothing was touched"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v", err)
+	r.cfg.Metrics.record(ResultRejected, st)
+	return r.setStatus(ctx, pod, st)
+}
+
+// refuseBusy answers a request for node made while migration st of pod
+// (or the migration pod is the target of) runs, with one Event per
+// request: the running migration goes on, and its end answers the pod's
+// request annotation.
+func (r *Reconciler) refuseBusy(pod *corev1.Pod, st Status, node string) {
+	running := st.Name
+	if running == "" || st.Phase != PhaseRunning {
+		running = pod.Annotations[inject.AnnotationMigrationName]
+	}
+	key := string(pod.UID) + "\x00" + running + "\x00" + node
+	if _, seen := r.refused.LoadOrStore(key, true); seen {
+		return
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInProgress, "Migrate",
+		"migration %s of this pod is under way; the request %s=%s is refused: ask again once it has ended (migrator status %s/%s)",
+		running, inject.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
+}
+
+// watchRequests refuses, with an Event each, the requests made on pod
+// while migration st runs, until ctx ends.
+func (r *Reconciler) watchRequests(ctx context.Context, pod *corev1.Pod, st Status) {
+	w, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", pod.Name).String(), ResourceVersion: pod.ResourceVersion,
+	})
+	if err != nil {
+		return // no Events for the requests made meanwhile; they are answered when it ends
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok || p.UID != pod.UID {
+			continue
+		}
+		if node, asked := p.Annotations[inject.AnnotationMigrateTo]; asked && node != st.Target {
+			r.refuseBusy(p, st, node)
+		}
+	}
+}
+
+// forgetRefused drops the record of the requests refused while migration
+// name ran: its end answers them.
+func (r *Reconciler) forgetRefused(name string) {
+	r.refused.Range(func(k, _ any) bool {
+		if strings.Contains(k.(string), "\x00"+name+"\x00") {
+			r.refused.Delete(k)
+		}
+		return true
+	})
+}
+
 // fail records a failed migration on the source.
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = PhaseFailed, err.Error()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationFailed", "Migrate", "migration %s: %v", st.Name, err)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonFailed, "Migrate", "migration %s: %v", st.Name, err)
 	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -282,12 +350,12 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
 	errs = append(errs, r.dropImages(ctx, pod, st))
 	if err := errors.Join(errs...); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollbackFailed", "Migrate", "migration %s: %v", st.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried
 	}
 	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; remove the annotations to ask again"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRolledBack", "Migrate", "migration %s: %s", st.Name, st.Message)
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + inject.AnnotationMigrateTo + " again to ask again"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -302,7 +370,7 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	}
 	var errs []error
 	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + tag
+		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
 		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
 			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}
@@ -314,26 +382,31 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
 	if err := migrate.Finish(ctx, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollForwardFailed", "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
 		return err // retried
 	}
 	st.Phase = PhaseSucceeded
 	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, target, st)
 }
 
-// setStatus writes st to pod's status annotation. Starting a migration
+// setStatus writes st to pod's status annotation; once st has ended, it
+// goes into st's History, and the pod's request annotation is removed: it
+// is answered, and the next one is new. Starting a migration
 // (PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
 // meanwhile gives a conflict, and the caller starts over with the new one,
 // so that two controllers never both start it. Later writes are not.
 func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) error {
-	rv := ""
+	rv, answered := "", ""
 	if st.Phase == PhaseRunning {
 		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
+	} else {
+		// The request is answered: it goes with the same write.
+		answered = fmt.Sprintf(`,%q:null`, inject.AnnotationMigrateTo)
 	}
-	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q}}}`, rv, inject.AnnotationMigrationStatus, st.encode())
+	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, st.ended().encode(), answered)
 	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {

@@ -60,7 +60,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	// the pod's next recreation into a stale restore.
 	cms := cs.CoreV1().ConfigMaps(pod.Namespace)
 	name := inject.PendingConfigMapName(pod.Name)
-	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == st.Name {
+	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == migrate.MigrationLabel(st.Name) {
 		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err))
 		}
@@ -78,13 +78,13 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Status, port int, token string) error {
 	r.running.Store(st.Name, true)
 	defer r.running.Delete(st.Name)
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationContinued", "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonContinued, "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
 	rep, err := migrate.ContinueShadow(ctx, r.env(pod, st.Name, port, token), migrate.Plan{
 		Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: st.Target, TargetPod: pod.Name, Strategy: migrate.StatefulSetShadow, Timeout: r.cfg.Timeout,
 	})
 	if err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationRollForwardFailed", "Migrate", "migration %s: %v", st.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried; once the source is gone, reconcilePending goes on
 	}
 	st.Phase, st.Report, st.TargetPod = PhaseSucceeded, &rep, pod.Name
@@ -127,7 +127,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	out, err := migrate.FinishPending(ctx, r.env(pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
 	switch {
 	case err != nil && out.Ours:
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, "MigrationPending", "Migrate", "%v", err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPending, "Migrate", "%v", err)
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	case err != nil:
 		return reconcile.Result{}, err
@@ -148,7 +148,7 @@ func (r *Reconciler) succeeded(ctx context.Context, ns, name string, st Status) 
 	if err != nil {
 		return fmt.Errorf("migration %s succeeded, but its pod: %w", st.Name, err)
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, "MigrationSucceeded", "Migrate", "migration %s: %s", st.Name, st.Message)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, pod, st)
 }

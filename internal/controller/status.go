@@ -22,16 +22,61 @@ const (
 	PhaseRolledBack Phase = "RolledBack"
 )
 
-// Status is the JSON in inject.AnnotationMigrationStatus.
+// Status is the JSON in inject.AnnotationMigrationStatus: the pod's last
+// request and what became of it, and the ones before.
 type Status struct {
 	Name      string          `json:"name"`
 	Phase     Phase           `json:"phase"`
 	Strategy  string          `json:"strategy"`
-	Target    string          `json:"target"`    // node
-	TargetPod string          `json:"targetPod"` // pod
+	Source    string          `json:"source,omitempty"` // node the pod ran on
+	Target    string          `json:"target"`           // node
+	TargetPod string          `json:"targetPod"`        // pod
 	Started   time.Time       `json:"started"`
 	Message   string          `json:"message,omitempty"`
 	Report    *migrate.Report `json:"report,omitempty"`
+	// History is the pod's last requests that ended (this one included
+	// once it has), newest first, at most HistoryLen. It goes from the
+	// source to the target with each migration.
+	History []Entry `json:"history,omitempty"`
+}
+
+// HistoryLen is how many ended requests a Status keeps.
+const HistoryLen = 5
+
+// Entry is one ended request in a Status's History.
+type Entry struct {
+	Name     string        `json:"name,omitempty"` // "" for a request refused before it was named
+	Outcome  Phase         `json:"outcome"`
+	From     string        `json:"from,omitempty"` // node
+	To       string        `json:"to"`             // node
+	Started  time.Time     `json:"started"`
+	Total    time.Duration `json:"total,omitempty"`
+	Downtime time.Duration `json:"downtime,omitempty"`
+}
+
+// ended returns st with its own Entry first in its History, once st has
+// ended; st itself is not changed.
+func (st Status) ended() Status {
+	if st.Phase == PhaseRunning || st.Phase == "" {
+		return st
+	}
+	e := Entry{Name: st.Name, Outcome: st.Phase, From: st.Source, To: st.Target, Started: st.Started}
+	if st.Report != nil {
+		e.Total, e.Downtime = st.Report.Total, st.Report.Downtime
+	}
+	h := make([]Entry, 0, HistoryLen)
+	h = append(h, e)
+	for _, old := range st.History {
+		if len(h) == HistoryLen {
+			break
+		}
+		if old.Name != "" && old.Name == e.Name {
+			continue // recorded already (a status written again)
+		}
+		h = append(h, old)
+	}
+	st.History = h
+	return st
 }
 
 // statusOf reads a pod's migration status, if it has one.

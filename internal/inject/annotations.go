@@ -55,6 +55,12 @@ const (
 	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+	// AnnotationRestoredFrom replaces the restore annotations once the
+	// restored pod has taken over and serves: JSON (RestoredFrom) saying
+	// which migration's checkpoint its app runs from and what its sidecar
+	// replayed, which an app restarted from that checkpoint needs again.
+	// The migrator writes it; nothing acts on it at admission.
+	AnnotationRestoredFrom = Prefix + "restored-from"
 
 	// LabelShadowOf is on a statefulset-shadow migration's shadow pod: the
 	// StatefulSet pod it stands in for.
@@ -86,6 +92,7 @@ var knownAnnotations = map[string]bool{
 	AnnotationReplayCutoff:    true,
 	AnnotationReplayEpoch:     true,
 	AnnotationMigrationName:   true,
+	AnnotationRestoredFrom:    true,
 }
 
 // CutoffRules are the values AnnotationCutoff accepts.

@@ -31,15 +31,21 @@ func LogNamePrefix(namespace string) string { return namespace + "." }
 // stable identity. The injected sidecar gets it as
 // DefaultLogName("$(POD_NAMESPACE)", "$(POD_NAME)"), which the kubelet
 // expands.
+// ownLogSep starts the suffix of a criu-alone target's own log.
+const ownLogSep = ".criu-alone."
+
 func DefaultLogName(namespace, pod string) string { return LogNamePrefix(namespace) + pod }
 
 // OwnLogName is the log of its own that the target of migration gets when
 // it does not replay (the criu-alone strategy), so that it does not write
-// into log, the source's: "<log>.<migration>". It keeps log's namespace
-// prefix. A name over 255 bytes is cut, at a character boundary, and ends
-// in a hash of the whole, so that names stay unique.
+// into log, the source's: "<log>.criu-alone.<migration>". An earlier
+// migration's suffix on log is replaced, not appended to, so the name does
+// not grow however often a pod moves. It keeps log's namespace prefix. A
+// name over 255 bytes is cut, at a character boundary, and ends in a hash
+// of the whole, so that names stay unique.
 func OwnLogName(log, migration string) string {
-	name := log + "." + migration
+	base, _, _ := strings.Cut(log, ownLogSep)
+	name := base + ownLogSep + migration
 	if len(name) <= maxLogNameLen {
 		return name
 	}

@@ -21,8 +21,9 @@ func TestLogNames(t *testing.T) {
 		log, migration string
 		want           string // "" = check only the bounds
 	}{
-		"short":       {log: "shop.orders-0", migration: "m1", want: "shop.orders-0.m1"},
-		"exactly 255": {log: "shop." + strings.Repeat("o", 247), migration: "m1", want: "shop." + strings.Repeat("o", 247) + ".m1"},
+		"short":       {log: "shop.orders-0", migration: "m1", want: "shop.orders-0.criu-alone.m1"},
+		"again":       {log: "shop.orders-0.criu-alone.m1", migration: "m2", want: "shop.orders-0.criu-alone.m2"},
+		"exactly 255": {log: "shop." + strings.Repeat("o", 236), migration: "m1", want: "shop." + strings.Repeat("o", 236) + ".criu-alone.m1"},
 		"over 255":    {log: long, migration: "orders-0-migration-to-node-b"},
 	}
 	for name, tc := range tests {

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -162,4 +163,62 @@ func orUnset(s string) string {
 		return "(unset)"
 	}
 	return s
+}
+
+// RestoreRequestAnnotations are the annotations that ask for a restore. A
+// restored pod that has taken over needs none of them: the migrator
+// removes them, and records what they said in AnnotationRestoredFrom.
+var RestoreRequestAnnotations = []string{
+	AnnotationRestoreImage,
+	AnnotationRestoreNode,
+	AnnotationReplayStart,
+	AnnotationReplayCutoff,
+	AnnotationReplayEpoch,
+	AnnotationMigrationName,
+}
+
+// RestoredFrom is the JSON in AnnotationRestoredFrom: the restore a pod
+// was made as, from its sidecar's settings (what it replayed).
+type RestoredFrom struct {
+	Migration string `json:"migration"`
+	// Image is the checkpoint image the app container runs from; a
+	// restarted app starts from it again.
+	Image string `json:"image"`
+	// LogName, ReplayStart (the checkpoint ID), ReplayCutoff ("marker" or
+	// an ID) and ReplayEpoch are the replay the sidecar was given.
+	LogName      string `json:"logName"`
+	ReplayStart  string `json:"replayStart"`
+	ReplayCutoff string `json:"replayCutoff"`
+	ReplayEpoch  string `json:"replayEpoch,omitempty"`
+}
+
+// RestoredFromPod reads the restore pod was made as from its status and
+// its sidecar's environment; false if it is not a restore.
+func RestoredFromPod(pod *corev1.Pod) (RestoredFrom, bool) {
+	st, injected := injectedStatus(pod)
+	if !injected || st.Restore == "" {
+		return RestoredFrom{}, false
+	}
+	out := RestoredFrom{Migration: st.Restore}
+	if app := appContainer(pod); app != nil {
+		out.Image = app.Image
+	}
+	for _, e := range pod.Spec.InitContainers[sidecarIndex(pod.Spec.InitContainers)].Env {
+		switch e.Name {
+		case envReplayStart:
+			out.ReplayStart = e.Value
+		case envReplayCutoff:
+			out.ReplayCutoff = e.Value
+		case envReplayEpoch:
+			out.ReplayEpoch = e.Value
+		}
+	}
+	out.LogName = LogName(pod)
+	return out, true
+}
+
+// Encode is r as AnnotationRestoredFrom's value.
+func (r RestoredFrom) Encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
 }

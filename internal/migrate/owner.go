@@ -120,5 +120,10 @@ func Finish(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, ta
 	if err := handBack(ctx, cs, source, target, timeout); err != nil {
 		return err
 	}
-	return deleteNow(ctx, cs, source)
+	if err := deleteNow(ctx, cs, source); err != nil {
+		return err
+	}
+	// Left, the restore annotations only mislead: not worth a retry.
+	_ = Served(ctx, cs, source.Namespace, target)
+	return nil
 }

@@ -22,10 +22,6 @@ import (
 // restarted migrator complete those, from what the API server holds: the
 // shadow pod, the pending-migration record, and the sidecars' own state.
 
-// ShadowName is the shadow pod of migration: not <set>-<ordinal>, so that
-// the StatefulSet never claims it.
-func ShadowName(migration string) string { return migration + "-shadow" }
-
 // ContinueShadow completes statefulset-shadow migration p, whose shadow
 // has taken over from the source (p.Pod, which still exists, stopped for
 // good): the shadow is checkpointed, the StatefulSet's pod recreated from
@@ -147,6 +143,7 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 	if err := errors.Join(errs...); err != nil {
 		return out, fmt.Errorf("migration %s: the restored pod %s serves, but: %w", out.Migration, name, err)
 	}
+	r.served(ctx, name)
 	out.Done = true
 	return out, nil
 }

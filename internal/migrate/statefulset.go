@@ -56,6 +56,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 	}
 	r.rep.Downtime = switched.Sub(stopped.StartedAt)
 	r.phase("switch")
+	r.served(ctx, src.Name)
 	if err := r.deletePending(ctx); err != nil {
 		return fmt.Errorf("migration %s: the restored pod serves, but: %w", p.Name, err)
 	}
@@ -94,7 +95,7 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
-	shadow.Labels[inject.LabelShadowOf] = src.Name
+	shadow.Labels[inject.LabelShadowOf] = ShadowOfLabel(src.Name)
 	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("migration %s: create the shadow pod %s: %w", p.Name, shadowName, err)
 	}
@@ -139,7 +140,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowPod.Name, p.TargetNode, src.Name, src.Name)
 	}
 
-	cut2, err := r.liveCheckpoint(ctx, shadowPod, p.Name+"-shadow", "shadow ")
+	cut2, err := r.liveCheckpoint(ctx, shadowPod, ShadowName(p.Name), "shadow ")
 	if err != nil {
 		return serving(err)
 	}
@@ -157,6 +158,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	r.rep.ShadowHandover, r.rep.CutoffID = &tm2, tm2.CutoffID
 	r.rep.Downtime += tm2.Downtime
 	r.phase("handover")
+	r.served(ctx, src.Name)
 
 	var errs []error
 	if err := deleteNow(ctx, cs, shadowPod); err != nil {
@@ -183,7 +185,7 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: inject.PendingConfigMapName(src.Name), Namespace: src.Namespace,
-			Labels:      map[string]string{inject.LabelMigration: restore.Migration},
+			Labels:      map[string]string{inject.LabelMigration: MigrationLabel(restore.Migration)},
 			Annotations: map[string]string{inject.AnnotationStrategy: string(r.p.Strategy)}},
 		Data: map[string]string{inject.PendingConfigMapKey: string(b)},
 	}

@@ -178,6 +178,9 @@ type Report struct {
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
+	// Warnings are what went wrong after the target took over without
+	// failing the migration (its restore annotations left, say).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Refused is the error of a migration that Run refused before it touched
@@ -394,11 +397,20 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	if err := handBack(ctx, cs, src, p.TargetPod, p.Timeout); err != nil {
 		return fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)
 	}
+	r.served(ctx, p.TargetPod)
 	if err := deleteNow(ctx, cs, src); err != nil {
 		return fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// served marks pod, which took over, as serving (Served); a failure is a
+// warning: the migration is done.
+func (r *run) served(ctx context.Context, pod string) {
+	if err := Served(ctx, r.env.Client, r.p.Namespace, pod); err != nil {
+		r.rep.Warnings = append(r.rep.Warnings, err.Error())
+	}
 }
 
 // dropImages deletes the checkpoint images this run pushed, after err,
@@ -413,7 +425,7 @@ func (r *run) dropImages(err error) error {
 		if img.pushed == "" {
 			continue
 		}
-		ref := r.env.ImageRepo + ":" + img.tag // the tag, and the manifest it names
+		ref := r.env.ImageRepo + ":" + ImageTag(img.tag) // the tag, and the manifest it names
 		if derr := del.DeleteCheckpointImage(context.Background(), r.source.Spec.NodeName, ref); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete the checkpoint image %s: %w", ref, derr))
 		}
@@ -479,7 +491,7 @@ func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // image builds and pushes the checkpoint image of archive, on pod's node.
 func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
-	ref := r.env.ImageRepo + ":" + tag
+	ref := r.env.ImageRepo + ":" + ImageTag(tag)
 	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
 	if err != nil {
 		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ms2m/ms2m/internal/inject"
@@ -59,8 +61,9 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 		Spec: *source.Spec.DeepCopy(),
 	}
 	p.Spec.NodeName = ""
-	// The target is not asked to migrate again.
-	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus} {
+	// The target is not asked to migrate again, and what the source was
+	// restored from is not what the target is.
+	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
 	for k, v := range map[string]string{
@@ -75,6 +78,36 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 		p.Annotations[k] = v
 	}
 	return p
+}
+
+// Served makes pod ns/name, a restore that has taken over and serves, read
+// as an ordinary pod of its workload: the annotations that asked for the
+// restore go (inject.RestoreRequestAnnotations), and what it was restored
+// from is kept under inject.AnnotationRestoredFrom, for an app that
+// restarts from the checkpoint. A pod that is not a restore is left alone.
+func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("mark the restored pod %s/%s as serving: %w", ns, name, err)
+	}
+	from, ok := inject.RestoredFromPod(pod)
+	if !ok {
+		return nil
+	}
+	ann := map[string]any{inject.AnnotationRestoredFrom: from.Encode()}
+	for _, k := range inject.RestoreRequestAnnotations {
+		if _, ok := pod.Annotations[k]; ok {
+			ann[k] = nil
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("mark the restored pod %s/%s as serving (remove its restore annotations, record %s): %w", ns, name, inject.AnnotationRestoredFrom, err)
+	}
+	return nil
 }
 
 func copyMap(m map[string]string) map[string]string {

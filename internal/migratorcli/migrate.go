@@ -25,7 +25,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
 	replayMax := fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops")
 	cutoff := fs.String("cutoff", "formula", "ms2m-cutoff: when to stop the source: formula (T_cutoff = T_replay_max × μ / λ, the paper's eq. 5) or adaptive (as soon as the live backlog replays within T_replay_max, at the latest by the formula)")
-	name := fs.String("name", "", "the migration's name (default: <pod>-<unix time>)")
+	name := fs.String("name", "", "the migration's name (default: <pod>-<time>, at most 56 characters)")
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
 	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
@@ -93,14 +93,14 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	if *name == "" {
-		*name = fmt.Sprintf("%s-%d", pod, time.Now().Unix())
+		*name = migrate.MigrationName(pod, time.Now())
 	}
 	if st == migrate.Auto {
 		st = migrate.ByOwner(src)
 	}
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
-		TargetPod: *name, Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Cutoff: rule, Timeout: *timeout,
+		TargetPod: migrate.NextPodName(src), Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Cutoff: rule, Timeout: *timeout,
 	}
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()

@@ -27,7 +27,10 @@ func statusPod(ns, name, status string) *corev1.Pod {
 // phases; a pod without a status says how to get one.
 func TestStatusListsAndShows(t *testing.T) {
 	ok := `{"name":"web-0-abc","phase":"Succeeded","strategy":"statefulset-shadow","target":"node-2","targetPod":"web-0","started":"2026-12-03T08:00:00Z",` +
-		`"report":{"strategy":"statefulset-shadow","total":10000000000,"downtime":8000000,"checkpointId":22,"cutoffId":120,"phases":[{"name":"preconditions","took":5000000},{"name":"handover","took":2000000000}],"archive":"","image":"r/c@sha256:1","targetPod":"web-0"}}`
+		`"report":{"strategy":"statefulset-shadow","total":10000000000,"downtime":8000000,"checkpointId":22,"cutoffId":120,"phases":[{"name":"preconditions","took":5000000},{"name":"handover","took":2000000000}],"archive":"","image":"r/c@sha256:1","targetPod":"web-0"},` +
+		`"history":[{"name":"web-0-abc","outcome":"Succeeded","from":"node-1","to":"node-2","started":"2026-12-03T08:00:00Z","total":10000000000,"downtime":8000000},` +
+		`{"outcome":"Failed","from":"node-1","to":"no-such-node","started":"2026-12-03T07:59:00Z"},` +
+		`{"name":"web-0-abb","outcome":"Succeeded","from":"node-2","to":"node-1","started":"2026-12-03T07:00:00Z","total":9000000000,"downtime":7000000}]}`
 	cs := fake.NewClientset(
 		statusPod("shop", "web-0", ok),
 		statusPod("shop", "broken", "{"),
@@ -43,7 +46,7 @@ func TestStatusListsAndShows(t *testing.T) {
 	if err := writeTable(&out, recs, time.Date(2026, 12, 3, 8, 1, 0, 0, time.UTC)); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"web-0-abc", "statefulset-shadow", "Succeeded", "node-2", "8ms", "broken"} {
+	for _, want := range []string{"web-0-abc", "statefulset-shadow", "Succeeded", "node-2", "8ms", "broken", "ok,failed,ok"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -58,7 +61,7 @@ func TestStatusListsAndShows(t *testing.T) {
 	}
 	out.Reset()
 	writeDetail(&out, rec, time.Now())
-	for _, want := range []string{"preconditions", "handover", "r/c@sha256:1", "120"} {
+	for _, want := range []string{"preconditions", "handover", "r/c@sha256:1", "120", "history", "web-0-abb", "node-2  node-1", "no-such-node", "7ms"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("detail lacks %q:\n%s", want, out.String())
 		}

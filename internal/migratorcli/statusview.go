@@ -28,7 +28,7 @@ type record struct {
 // messageWidth bounds MESSAGE in the table; the detail view has it all.
 const messageWidth = 60
 
-var tableHeader = []string{"NAMESPACE", "POD", "MIGRATION", "STRATEGY", "PHASE", "TARGET NODE", "TARGET POD", "TOTAL", "DOWNTIME", "AGE", "MESSAGE"}
+var tableHeader = []string{"NAMESPACE", "POD", "MIGRATION", "STRATEGY", "PHASE", "TARGET NODE", "TARGET POD", "TOTAL", "DOWNTIME", "AGE", "HISTORY", "MESSAGE"}
 
 // sortRecords orders records by namespace, then pod.
 func sortRecords(recs []record) {
@@ -43,7 +43,7 @@ func sortRecords(recs []record) {
 // row is a record as the table's cells, at time now.
 func row(rec record, now time.Time) []string {
 	if rec.Err != nil {
-		return []string{rec.Namespace, rec.Pod, "-", "-", "Invalid", "-", "-", "-", "-", "-", truncate("unreadable " + rec.From + " (see below)")}
+		return []string{rec.Namespace, rec.Pod, "-", "-", "Invalid", "-", "-", "-", "-", "-", "-", truncate("unreadable " + rec.From + " (see below)")}
 	}
 	st := rec.Status
 	total, downtime := "-", "-"
@@ -57,7 +57,51 @@ func row(rec record, now time.Time) []string {
 	if !st.Started.IsZero() {
 		age = duration.HumanDuration(now.Sub(st.Started))
 	}
-	return []string{rec.Namespace, rec.Pod, dash(st.Name), dash(st.Strategy), dash(string(st.Phase)), dash(st.Target), dash(st.TargetPod), total, downtime, age, dash(truncate(st.Message))}
+	return []string{rec.Namespace, rec.Pod, dash(st.Name), dash(st.Strategy), dash(string(st.Phase)), dash(st.Target), dash(st.TargetPod), total, downtime, age, dash(historyCell(st.History)), dash(truncate(st.Message))}
+}
+
+// outcomeWord is an ended request's outcome in the table's HISTORY.
+var outcomeWord = map[controller.Phase]string{
+	controller.PhaseSucceeded:  "ok",
+	controller.PhaseFailed:     "failed",
+	controller.PhaseRolledBack: "rolled-back",
+}
+
+// historyCell is the outcomes of the ended requests, newest first.
+func historyCell(h []controller.Entry) string {
+	words := make([]string, len(h))
+	for i, e := range h {
+		words[i] = outcomeWord[e.Outcome]
+		if words[i] == "" {
+			words[i] = string(e.Outcome)
+		}
+	}
+	return strings.Join(words, ",")
+}
+
+// writeHistory prints the ended requests, newest first, one line each.
+func writeHistory(w io.Writer, h []controller.Entry, now time.Time) error {
+	if len(h) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "history (the last %d requests that ended, newest first)\n", controller.HistoryLen)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  STARTED\tMIGRATION\tOUTCOME\tFROM\tTO\tTOTAL\tDOWNTIME")
+	for _, e := range h {
+		total, downtime := "-", "-"
+		if e.Total > 0 {
+			total = e.Total.Round(time.Millisecond).String()
+		}
+		if e.Outcome == controller.PhaseSucceeded && e.Downtime > 0 {
+			downtime = e.Downtime.Round(time.Millisecond).String()
+		}
+		started := "-"
+		if !e.Started.IsZero() {
+			started = duration.HumanDuration(now.Sub(e.Started)) + " ago"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", started, dash(e.Name), e.Outcome, dash(e.From), dash(e.To), total, downtime)
+	}
+	return tw.Flush()
 }
 
 // writeTable prints records as a table, one row each.
@@ -80,6 +124,7 @@ func writeDetail(w io.Writer, rec record, now time.Time) error {
 	line("pod", rec.Namespace+"/"+rec.Pod+" (recorded in "+rec.From+")")
 	line("strategy", dash(st.Strategy))
 	line("phase", dash(string(st.Phase)))
+	line("source node", dash(st.Source))
 	line("target node", dash(st.Target))
 	line("target pod", dash(st.TargetPod))
 	if !st.Started.IsZero() {
@@ -87,6 +132,9 @@ func writeDetail(w io.Writer, rec record, now time.Time) error {
 	}
 	line("message", dash(oneLine(st.Message)))
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeHistory(w, st.History, now); err != nil {
 		return err
 	}
 	if st.Report == nil {

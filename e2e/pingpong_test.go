@@ -1,0 +1,273 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/controller"
+	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// pingPongs is how many times TestPingPong moves each workload's pod:
+// MS2M_E2E_PINGPONG (make e2e sets 20), else def.
+func pingPongs(t *testing.T, env string, def int) int {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a count of migrations, 1 or more", env, v)
+	}
+	return n
+}
+
+// TestPingPong: a consumer under load is migrated by annotation again and
+// again, from node to node and back, as operators move workloads (drain
+// after drain): each migration exact, with the hash equal to the
+// producer's and no redelivery skipped at the end; pod names keep their
+// workload's form and bounds; the served pod carries no restore
+// annotations; a request for the node the pod runs on and a request while
+// one runs are refused, each with its Event. MS2M_E2E_PINGPONG (default 3)
+// sets the Deployment's count; MS2M_E2E_PINGPONG_STS (default 2) the
+// StatefulSet's, moved by statefulset-shadow.
+func TestPingPong(t *testing.T) {
+	n := pingPongs(t, "MS2M_E2E_PINGPONG", 3)
+	nSts := pingPongs(t, "MS2M_E2E_PINGPONG_STS", 2)
+	budget := time.Duration(10+2*(n+nSts)) * time.Minute
+	testenv.WatchdogFor(t, budget+5*time.Minute) // the first armed counts: needCluster's 15 minutes are too few for MS2M_E2E_PINGPONG=20
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	l := needMS2M(t, ctx, withController)
+
+	for _, tc := range []struct {
+		kind  lab.Kind
+		times int
+	}{
+		{lab.Deployment, n},
+		{lab.StatefulSet, nSts},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			pingPong(t, ctx, l, tc.kind, tc.times)
+		})
+	}
+}
+
+func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind, times int) {
+	name := testenv.UniqueName("pp")
+	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		l.DeleteWorkload(ctx, kind, name)
+		if src != nil {
+			shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.GetControllerOf(src)
+	if owner == nil {
+		t.Fatalf("%s has no controller", src.Name)
+	}
+	// Enough messages to keep the consumer under load through every
+	// migration (a real one takes some 8 s, statefulset-shadow twice that).
+	rate := 10.0
+	prod := produce(t, src, name, rate, int(rate)*(20*times+30), 20)
+
+	cur := src
+	for i := 1; i <= times; i++ {
+		to := l.NodeName(1 + i%2) // 2, 1, 2, …
+		annotate(t, ctx, l, cur.Name, map[string]any{inject.AnnotationMigrateTo: to})
+		waitStarted(t, ctx, l, cur)
+		if i == 1 && kind == lab.Deployment {
+			// (A StatefulSet's pod is recreated under its name: a request
+			// by name could land on the new one.)
+			refuseWhileRunning(t, ctx, l, cur)
+		}
+		target, st := waitMigrated(t, ctx, l, name, cur)
+		rep := st.Report
+		if rep == nil {
+			t.Fatalf("migration %d: the status of %s has no report: %+v", i, target.Name, st)
+		}
+		t.Logf("migration %d of %d, %s → %s: %s by %s, total %v, downtime %v", i, times, cur.Spec.NodeName, to, target.Name, rep.Strategy,
+			rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
+		if target.Spec.NodeName != to {
+			t.Fatalf("migration %d: %s runs on %s, want %s", i, target.Name, target.Spec.NodeName, to)
+		}
+		if c := metav1.GetControllerOf(target); c == nil || c.UID != owner.UID {
+			t.Errorf("migration %d: %s is controlled by %v, want %s %s", i, target.Name, c, owner.Kind, owner.Name)
+		}
+		checkName(t, kind, owner.Name, src.Name, target.Name)
+		if want := min(i, controller.HistoryLen); len(st.History) < want {
+			t.Errorf("migration %d: the status keeps %d earlier requests, want at least %d", i, len(st.History), want)
+		}
+		target = waitServed(t, ctx, l, target)
+		if app, err := lab.GetAppState(target); err != nil || app.Skipped != 0 {
+			t.Errorf("migration %d: the consumer in %s: %+v (%v), want no skipped redelivery", i, target.Name, app, err)
+		}
+		if i == 1 {
+			// The node it runs on: refused, with an Event, nothing touched.
+			annotate(t, ctx, l, target.Name, map[string]any{inject.AnnotationMigrateTo: to})
+			waitEventSaying(t, ctx, l, target, controller.ReasonRejected, "already runs on "+to)
+			testenv.Eventually(t, 30*time.Second, "the same-node request is answered", func() bool {
+				p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+				_, asked := p.Annotations[inject.AnnotationMigrateTo]
+				return err == nil && p.UID == target.UID && !asked
+			})
+			target, _ = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+		}
+		cur = target
+	}
+	expectExact(t, ctx, prod, cur)
+	if app, err := lab.GetAppState(cur); err != nil || app.Skipped != 0 {
+		t.Errorf("the consumer in %s at the end: %+v (%v), want no skipped redelivery", cur.Name, app, err)
+	}
+}
+
+// waitStarted waits until the request on pod is taken up: its migration
+// runs, or has already replaced it, or the request was answered otherwise
+// (waitMigrated then says how).
+func waitStarted(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod) {
+	t.Helper()
+	was := pod.Annotations[inject.AnnotationMigrationStatus]
+	var last *corev1.Pod
+	ok := pollWithin(time.Minute, func() bool {
+		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || p.UID != pod.UID {
+			return true
+		}
+		last = p
+		_, asked := p.Annotations[inject.AnnotationMigrateTo]
+		v := p.Annotations[inject.AnnotationMigrationStatus]
+		return migrationStatus(t, p).Phase == controller.PhaseRunning || (!asked && v != was)
+	})
+	if !ok {
+		var notes []string
+		if evs, err := l.Client.EventsV1().Events(lab.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, e := range evs.Items {
+				if e.Regarding.UID == pod.UID {
+					notes = append(notes, e.Reason+": "+e.Note)
+				}
+			}
+		}
+		t.Fatalf("the request on %s was not taken up within a minute; its annotations %v; its Events %q", pod.Name, last.Annotations, notes)
+	}
+}
+
+// refuseWhileRunning asks pod, whose migration runs, to move back to the
+// node it runs on, and expects the refusal's Event. A migration that ended
+// before the request could be made (the pod is gone) is logged, not
+// failed.
+func refuseWhileRunning(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod) {
+	t.Helper()
+	pods := l.Client.CoreV1().Pods(lab.Namespace)
+	_, err := pods.Patch(ctx, pod.Name, types.MergePatchType,
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, pod.Spec.NodeName), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		t.Logf("the migration of %s ended before a second request could be made", pod.Name)
+		return
+	}
+	if err != nil {
+		t.Fatalf("a second request on %s: %v", pod.Name, err)
+	}
+	waitEventSaying(t, ctx, l, pod, controller.ReasonInProgress, "under way")
+}
+
+// checkName checks that the migrated pod is named as its workload names
+// pods, within a hostname's 63 characters.
+func checkName(t *testing.T, kind lab.Kind, owner, first, got string) {
+	t.Helper()
+	if len(got) > migrate.MaxPodNameLen {
+		t.Errorf("pod name %s is %d characters, over %d", got, len(got), migrate.MaxPodNameLen)
+	}
+	switch kind {
+	case lab.Deployment:
+		if !regexp.MustCompile(`^` + regexp.QuoteMeta(owner) + `-[a-z0-9]{5}$`).MatchString(got) {
+			t.Errorf("pod name %s is not of its ReplicaSet %s's form", got, owner)
+		}
+	case lab.StatefulSet:
+		if got != first {
+			t.Errorf("the StatefulSet's pod is %s, want %s", got, first)
+		}
+	}
+}
+
+// waitServed waits until pod, which took over, carries no restore
+// annotation and records what it was restored from, and returns it.
+func waitServed(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got := pod
+	testenv.Eventually(t, 30*time.Second, pod.Name+" reads as an ordinary pod of its workload", func() bool {
+		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil || p.UID != pod.UID || p.Annotations[inject.AnnotationRestoredFrom] == "" {
+			return false
+		}
+		got = p
+		return true
+	})
+	for _, k := range inject.RestoreRequestAnnotations {
+		if v, ok := got.Annotations[k]; ok {
+			t.Errorf("%s serves with %s=%s", got.Name, k, v)
+		}
+	}
+	return got
+}
+
+// waitEventSaying waits for an Event with reason regarding pod whose note
+// contains what.
+func waitEventSaying(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod, reason, what string) {
+	t.Helper()
+	var seen []string
+	ok := pollWithin(30*time.Second, func() bool {
+		evs, err := l.Client.EventsV1().Events(lab.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		seen = seen[:0]
+		for _, e := range evs.Items {
+			if e.Regarding.UID != pod.UID {
+				continue
+			}
+			if e.Reason == reason && strings.Contains(e.Note, what) {
+				return true
+			}
+			seen = append(seen, e.Reason+": "+e.Note)
+		}
+		return false
+	})
+	if !ok {
+		t.Fatalf("no Event %s on %s saying %q within 30s; its Events: %q", reason, pod.Name, what, seen)
+	}
+}
+
+// pollWithin polls cond until it holds or d passes, and says whether it
+// held.
+func pollWithin(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); ; {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

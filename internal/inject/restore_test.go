@@ -1,0 +1,47 @@
+package inject
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestRestoredFromPod: what a restored pod was made as is read back from
+// its status and its sidecar, whether the restore came from annotations
+// (a copy) or from a pending migration (a StatefulSet's pod), and not
+// from a pod that is no restore.
+func TestRestoredFromPod(t *testing.T) {
+	byAnnotations := testPod(map[string]string{
+		AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", AnnotationRestoreNode: "node-b", AnnotationReplayStart: "85",
+		AnnotationReplayCutoff: "marker", AnnotationReplayEpoch: "2", AnnotationLogName: "default.app-x", AnnotationMigrationName: "app-x-tpj70d",
+	}, lit(envAMQPURL, "amqp://rabbit"))
+	pending := &Migration{Name: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19"}
+	for name, tc := range map[string]struct {
+		in     Input
+		want   RestoredFrom
+		wantOK bool
+	}{
+		"a copy restored by annotations": {in: Input{Pod: byAnnotations}, wantOK: true, want: RestoredFrom{
+			Migration: "app-x-tpj70d", Image: "reg.test/ckpt@sha256:aa", LogName: "default.app-x", ReplayStart: "85", ReplayCutoff: "marker", ReplayEpoch: "2"}},
+		"a StatefulSet's pod restored from its pending migration": {in: Input{Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit")), Pending: pending}, wantOK: true, want: RestoredFrom{
+			Migration: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19", ReplayEpoch: "0"}},
+		"an injected pod, no restore": {in: Input{Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit"))}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := Inject(tc.in, testConfig)
+			if err != nil || res.Pod == nil {
+				t.Fatalf("inject: %v, %+v", err, res)
+			}
+			got, ok := RestoredFromPod(res.Pod)
+			if ok != tc.wantOK {
+				t.Fatalf("RestoredFromPod ok = %v, want %v", ok, tc.wantOK)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("RestoredFromPod (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, ok := RestoredFromPod(testPod(nil)); ok {
+		t.Error("a pod never injected reads as a restore")
+	}
+}
