@@ -117,4 +117,3 @@ func NextPodName(pod *corev1.Pod) string {
 	}
 	return BarePodName(pod.Name, utilrand.String(randomLen))
 }
-
