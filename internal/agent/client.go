@@ -75,6 +75,15 @@ func (c Client) ReadLog(ctx context.Context, node, path string) (string, error) 
 	return out.String(), nil
 }
 
+// WaitFreeze waits until the container containerID of the pod podUID on
+// node is in state (Frozen or Thawed), for at most timeout.
+func (c Client) WaitFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (FreezeResult, error) {
+	var res FreezeResult
+	q := url.Values{"pod": {podUID}, "container": {containerID}, "state": {state}, "timeout": {timeout.String()}}
+	err := c.do(ctx, node, http.MethodGet, "/v1/freeze?"+q.Encode(), nil, &res)
+	return res, err
+}
+
 func (c Client) do(ctx context.Context, node, method, path string, body, out any) error {
 	base, err := c.Resolve(ctx, node)
 	if err != nil {

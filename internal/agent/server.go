@@ -47,6 +47,9 @@ type Config struct {
 	Push ociimage.PushOptions
 	// Puller pulls images through the node's runtime.
 	Puller Puller
+	// Freeze finds containers' cgroups and tasks (GET /v1/freeze).
+	// Default: /sys/fs/cgroup and /proc.
+	Freeze FreezeWatch
 	Logger *slog.Logger
 }
 
@@ -111,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("DELETE /v1/checkpoint-images", s.auth(s.deleteImage))
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
 	mux.Handle("GET /v1/logs", s.auth(s.readLog))
+	mux.Handle("GET /v1/freeze", s.auth(s.waitFreeze))
 	return mux
 }
 
@@ -254,6 +258,33 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.Copy(w, f)
+}
+
+// waitFreeze answers once the container
+// (?pod=<pod UID>&container=<container ID>) is in ?state=frozen or thawed,
+// polled for at most ?timeout= (a Go duration, at most 2 minutes): 200 with
+// a FreezeResult, 504 if it was not seen in time, 404 if the container has
+// no cgroup on this node.
+func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	timeout, err := time.ParseDuration(q.Get("timeout"))
+	if err != nil || timeout <= 0 || timeout > 2*time.Minute {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("timeout %q: want a Go duration up to 2m", q.Get("timeout")))
+		return
+	}
+	res, err := s.cfg.Freeze.Wait(r.Context(), q.Get("pod"), q.Get("container"), q.Get("state"), timeout)
+	switch {
+	case errors.Is(err, ErrFreezeTimeout):
+		httpError(w, http.StatusGatewayTimeout, err)
+		return
+	case errors.Is(err, fs.ErrNotExist):
+		httpError(w, http.StatusNotFound, err)
+		return
+	case err != nil:
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	writeJSON(w, res)
 }
 
 // errOutside marks a path the agent refuses to open.
