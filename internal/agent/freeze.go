@@ -99,45 +99,55 @@ func (w FreezeWatch) FindCgroup(podUID, containerID string) (string, error) {
 }
 
 // State reads whether the tasks of cgroup dir are frozen now, and what
-// showed it.
-func (w FreezeWatch) State(dir string) (frozen bool, by string, err error) {
+// showed it; thawed is whether they are free of any freeze and of any
+// tracer (CRIU detaches from them when its dump ends).
+func (w FreezeWatch) State(dir string) (frozen, thawed bool, by string, err error) {
 	_, proc, _ := w.roots()
-	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil && strings.TrimSpace(string(b)) == "FROZEN" {
-		return true, "freezer.state", nil
+	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil && strings.TrimSpace(string(b)) != "THAWED" {
+		// FREEZING is not frozen yet: a task may still run.
+		return strings.TrimSpace(string(b)) == "FROZEN", false, "freezer.state", nil
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.events")); err == nil && slices.Contains(strings.Split(string(b), "\n"), "frozen 1") {
-		return true, "cgroup.events", nil
+		return true, false, "cgroup.events", nil
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return false, "", fmt.Errorf("cgroup %s: %w", dir, err)
+		return false, false, "", fmt.Errorf("cgroup %s: %w", dir, err)
 	}
 	pids := strings.Fields(string(b))
 	if len(pids) == 0 {
-		return false, "no tasks", nil
+		return false, true, "no tasks", nil
 	}
+	allStopped, anyTraced := true, false
 	for _, pid := range pids {
 		if _, err := strconv.Atoi(pid); err != nil {
-			return false, "", fmt.Errorf("cgroup %s: pid %q", dir, pid)
+			return false, false, "", fmt.Errorf("cgroup %s: pid %q", dir, pid)
 		}
 		tasks, err := os.ReadDir(filepath.Join(proc, pid, "task"))
 		if err != nil {
-			return false, "", nil // gone since: not frozen by anyone
+			allStopped = false // gone since
+			continue
 		}
 		for _, t := range tasks {
 			st, err := os.ReadFile(filepath.Join(proc, pid, "task", t.Name(), "status"))
-			if err != nil || !tracingStopped(string(st)) {
-				return false, "", nil
+			if err != nil {
+				allStopped = false
+				continue
 			}
+			stopped, traced := taskState(string(st))
+			allStopped = allStopped && stopped && traced
+			anyTraced = anyTraced || traced
 		}
 	}
-	return true, "ptrace", nil
+	if allStopped {
+		return true, false, "ptrace", nil
+	}
+	return false, !anyTraced, "ptrace", nil
 }
 
-// tracingStopped says whether a /proc status is a tracing stop under a
-// tracer.
-func tracingStopped(status string) bool {
-	var stateT, traced bool
+// taskState reads a /proc status: whether the task is in a tracing stop,
+// and whether it has a tracer.
+func taskState(status string) (stopped, traced bool) {
 	for _, l := range strings.Split(status, "\n") {
 		k, v, ok := strings.Cut(l, ":")
 		if !ok {
@@ -146,23 +156,19 @@ func tracingStopped(status string) bool {
 		v = strings.TrimSpace(v)
 		switch k {
 		case "State":
-			stateT = strings.HasPrefix(v, "t")
+			stopped = strings.HasPrefix(v, "t")
 		case "TracerPid":
 			traced = v != "" && v != "0"
 		}
 	}
-	return stateT && traced
+	return stopped, traced
 }
 
-// Wait polls the container's cgroup until it is in state (Frozen or
-// Thawed), for at most timeout.
-func (w FreezeWatch) Wait(ctx context.Context, podUID, containerID, state string, timeout time.Duration) (FreezeResult, error) {
+// Wait polls cgroup dir until it is in state (Frozen or Thawed), for at
+// most timeout.
+func (w FreezeWatch) Wait(ctx context.Context, dir, state string, timeout time.Duration) (FreezeResult, error) {
 	if state != Frozen && state != Thawed {
 		return FreezeResult{}, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed)
-	}
-	dir, err := w.FindCgroup(podUID, containerID)
-	if err != nil {
-		return FreezeResult{}, err
 	}
 	_, _, poll := w.roots()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -170,19 +176,16 @@ func (w FreezeWatch) Wait(ctx context.Context, podUID, containerID, state string
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		frozen, by, err := w.State(dir)
+		frozen, thawed, by, err := w.State(dir)
 		if err != nil {
 			return FreezeResult{}, err
 		}
-		if frozen == (state == Frozen) {
-			if by == "" {
-				by = "not frozen"
-			}
+		if (state == Frozen && frozen) || (state == Thawed && thawed) {
 			return FreezeResult{State: state, At: time.Now(), By: by, Polls: n}, nil
 		}
 		select {
 		case <-ctx.Done():
-			return FreezeResult{Polls: n}, fmt.Errorf("container %s: not %s after %s (%d polls of %s): %w", containerID, state, timeout, n, dir, ErrFreezeTimeout)
+			return FreezeResult{Polls: n}, fmt.Errorf("not %s after %s (%d polls of %s): %w", state, timeout, n, dir, ErrFreezeTimeout)
 		case <-tick.C:
 		}
 	}

@@ -43,27 +43,32 @@ func fakeNode(t *testing.T) (FreezeWatch, string, func(freezer string, states ..
 }
 
 func TestFreezeState(t *testing.T) {
+	type state struct {
+		Frozen, Thawed bool
+		By             string
+	}
 	for _, tc := range []struct {
 		name    string
 		freezer string
 		states  []string
-		want    bool
-		by      string
+		want    state
 	}{
-		{"running", "THAWED", []string{"S (sleeping)", "R (running)"}, false, ""},
-		{"freezing is not frozen", "FREEZING", []string{"S (sleeping)", "R (running)"}, false, ""},
-		{"frozen cgroup", "FROZEN", []string{"S (sleeping)", "R (running)"}, true, "freezer.state"},
-		{"one thread still runs under the tracer", "THAWED", []string{"t (tracing stop)", "R (running)"}, false, ""},
-		{"every thread seized", "THAWED", []string{"t (tracing stop)", "t (tracing stop)"}, true, "ptrace"},
+		{"running", "THAWED", []string{"S (sleeping)", "R (running)"}, state{false, true, "ptrace"}},
+		{"freezing is not frozen", "FREEZING", []string{"S (sleeping)", "R (running)"}, state{false, false, "freezer.state"}},
+		{"frozen cgroup", "FROZEN", []string{"S (sleeping)", "R (running)"}, state{true, false, "freezer.state"}},
+		{"one thread still runs", "THAWED", []string{"t (tracing stop)", "R (running)"}, state{false, false, "ptrace"}},
+		{"every thread seized", "THAWED", []string{"t (tracing stop)", "t (tracing stop)"}, state{true, false, "ptrace"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, dir, set := fakeNode(t)
 			set(tc.freezer, tc.states...)
-			frozen, by, err := w.State(dir)
+			var got state
+			var err error
+			got.Frozen, got.Thawed, got.By, err = w.State(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff([]any{tc.want, tc.by}, []any{frozen, by}); diff != "" {
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("State (-want +got):\n%s", diff)
 			}
 		})
@@ -84,44 +89,46 @@ func TestFindCgroup(t *testing.T) {
 	}
 }
 
-// TestWaitFreeze: the agent's endpoint answers once the container freezes,
-// then once it thaws, and 504 when it never freezes.
-func TestWaitFreeze(t *testing.T) {
+// TestWatchFreeze: the agent's watch is in place when WatchFreeze
+// returns; it ends once the container freezes, then once it thaws (its
+// tasks free of the tracer), and with an error when it never freezes.
+func TestWatchFreeze(t *testing.T) {
 	w, _, set := fakeNode(t)
 	c, _, _, _ := setup(t, func(cfg *Config) { cfg.Freeze = w })
 	ctx := context.Background()
-
-	if _, err := c.WaitFreeze(ctx, "node-1", testPod, testCtr, Frozen, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), "not frozen") {
-		t.Errorf("WaitFreeze on a running container = %v, want a timeout", err)
-	}
-	done := make(chan FreezeResult, 1)
-	go func() {
-		res, err := c.WaitFreeze(ctx, "node-1", testPod, testCtr, Frozen, 10*time.Second)
+	watch := func(state string, timeout time.Duration) func() error {
+		t.Helper()
+		wait, err := c.WatchFreeze(ctx, "node-1", testPod, testCtr, state, timeout)
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		done <- res
-	}()
+		return wait
+	}
+
+	if err := watch(Frozen, 20*time.Millisecond)(); err == nil || !strings.Contains(err.Error(), "not frozen") {
+		t.Errorf("a watch of a running container = %v, want a timeout", err)
+	}
+	wait := watch(Frozen, 10*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
 	select {
-	case res := <-done:
-		t.Fatalf("WaitFreeze answered %+v before the freeze", res)
+	case err := <-done:
+		t.Fatalf("the watch ended (%v) before the freeze", err)
 	case <-time.After(30 * time.Millisecond): // it must still be waiting
 	}
-	freezeAt := time.Now()
 	set("FROZEN")
-	res := <-done
-	if res.State != Frozen || res.By != "freezer.state" || res.At.Before(freezeAt) {
-		t.Errorf("WaitFreeze = %+v, want frozen by freezer.state after %v", res, freezeAt)
+	if err := <-done; err != nil {
+		t.Errorf("the watch after the freeze: %v", err)
 	}
 	set("THAWED", "t (tracing stop)", "t (tracing stop)")
-	if res, err := c.WaitFreeze(ctx, "node-1", testPod, testCtr, Thawed, 20*time.Millisecond); err == nil {
-		t.Errorf("WaitFreeze(thawed) while the tasks are seized = %+v, want a timeout", res)
+	if err := watch(Thawed, 20*time.Millisecond)(); err == nil {
+		t.Error("a thawed watch ended while the tasks are seized")
 	}
 	set("THAWED", "S (sleeping)", "S (sleeping)")
-	if res, err := c.WaitFreeze(ctx, "node-1", testPod, testCtr, Thawed, time.Second); err != nil || res.State != Thawed {
-		t.Errorf("WaitFreeze(thawed) = %+v, %v", res, err)
+	if err := watch(Thawed, time.Second)(); err != nil {
+		t.Errorf("a thawed watch of a running container: %v", err)
 	}
-	if _, err := c.WaitFreeze(ctx, "node-1", "no-such-pod", testCtr, Frozen, time.Second); err == nil || !strings.Contains(err.Error(), "no cgroup") {
-		t.Errorf("WaitFreeze of an unknown container = %v", err)
+	if _, err := c.WatchFreeze(ctx, "node-1", "no-such-pod", testCtr, Frozen, time.Second); err == nil || !strings.Contains(err.Error(), "no cgroup") {
+		t.Errorf("WatchFreeze of an unknown container = %v", err)
 	}
 }

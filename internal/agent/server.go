@@ -260,11 +260,19 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	io.Copy(w, f)
 }
 
-// waitFreeze answers once the container
-// (?pod=<pod UID>&container=<container ID>) is in ?state=frozen or thawed,
-// polled for at most ?timeout= (a Go duration, at most 2 minutes): 200 with
-// a FreezeResult, 504 if it was not seen in time, 404 if the container has
-// no cgroup on this node.
+// FreezeWatching is the first line of a GET /v1/freeze answer: the watch
+// is in place.
+type FreezeWatching struct {
+	Watching string `json:"watching"` // the cgroup folder polled
+}
+
+// waitFreeze watches the container (?pod=<pod UID>&container=<container
+// ID>) until it is in ?state=frozen or thawed, for at most ?timeout= (a Go
+// duration, at most 2 minutes). It answers 404 at once if the container
+// has no cgroup on this node; else 200 and two JSON lines: a
+// FreezeWatching as soon as the watch is in place (so that a caller can
+// start what freezes the container only then), and, once seen, a
+// FreezeResult, or {"error": ...} if the state was not seen in time.
 func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	timeout, err := time.ParseDuration(q.Get("timeout"))
@@ -272,19 +280,30 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("timeout %q: want a Go duration up to 2m", q.Get("timeout")))
 		return
 	}
-	res, err := s.cfg.Freeze.Wait(r.Context(), q.Get("pod"), q.Get("container"), q.Get("state"), timeout)
-	switch {
-	case errors.Is(err, ErrFreezeTimeout):
-		httpError(w, http.StatusGatewayTimeout, err)
+	state := q.Get("state")
+	if state != Frozen && state != Thawed {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed))
 		return
-	case errors.Is(err, fs.ErrNotExist):
+	}
+	dir, err := s.cfg.Freeze.FindCgroup(q.Get("pod"), q.Get("container"))
+	if errors.Is(err, fs.ErrNotExist) {
 		httpError(w, http.StatusNotFound, err)
 		return
-	case err != nil:
+	}
+	if err != nil {
 		httpError(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, res)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	enc.Encode(FreezeWatching{Watching: dir})
+	http.NewResponseController(w).Flush()
+	res, err := s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	if err != nil {
+		enc.Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	enc.Encode(res)
 }
 
 // errOutside marks a path the agent refuses to open.
