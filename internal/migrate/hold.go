@@ -85,6 +85,10 @@ func (e holdEvents) timings() HoldTimings {
 type holdSteps struct {
 	// checkpoint makes the checkpoint (the kubelet's call).
 	checkpoint func(ctx context.Context) (string, error)
+	// frozen waits for the freeze, on a watch started before the quiesce
+	// (nil: none; frozenErr says why, if one was tried).
+	frozen    func() error
+	frozenErr error
 	// watch starts a freeze watch (nil: no agent can).
 	watch func(ctx context.Context, state string) (func() error, error)
 	// resume releases the hold.
@@ -117,15 +121,14 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 	var frozen <-chan error
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if s.watch != nil {
-		if wait, err := s.watch(wctx, "frozen"); err != nil {
-			res.fallback = "the freeze watch did not start: " + err.Error()
-		} else {
-			ch := make(chan error, 1)
-			go func() { ch <- wait() }()
-			frozen = ch
-		}
-	} else if s.atFreeze {
+	switch {
+	case s.frozen != nil:
+		ch := make(chan error, 1)
+		go func() { ch <- s.frozen() }()
+		frozen = ch
+	case s.frozenErr != nil:
+		res.fallback = "the freeze watch did not start: " + s.frozenErr.Error()
+	default:
 		res.fallback = "the node agent cannot watch a container's freeze"
 	}
 
@@ -150,7 +153,9 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 				continue
 			}
 			res.events.Frozen = time.Now()
-			if wait, err := s.watch(wctx, "thawed"); err == nil {
+			if s.watch == nil {
+				// no thaw to watch
+			} else if wait, err := s.watch(wctx, "thawed"); err == nil {
 				ch := make(chan error, 1)
 				go func() { ch <- wait() }()
 				thawed = ch

@@ -143,6 +143,8 @@ func TestCheckpointUnderHold(t *testing.T) {
 			steps := holdSteps{checkpoint: n.checkpoint, watch: n.watch, resume: n.resume(t), atFreeze: tc.atFreeze}
 			if tc.noWatch {
 				steps.watch = nil
+			} else {
+				steps.frozen, steps.frozenErr = n.watch(context.Background(), "frozen")
 			}
 			res := checkpointUnderHold(context.Background(), steps, time.Now())
 			// The thaw is seen within a poll of it, before or after the

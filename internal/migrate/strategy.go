@@ -445,23 +445,29 @@ func (r *run) resume(err error, ep control.Client) error {
 // quiesce, pod serves again.
 func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut control.Cut, err error) {
 	ep := r.endpoint(pod)
-	quiesced := time.Now()
-	if cut, err = ep.Quiesce(ctx, 30*time.Second); err != nil {
-		return cut, err
-	}
-	r.phase(prefix + "quiesce")
 	steps := holdSteps{
 		checkpoint: func(ctx context.Context) (string, error) { return r.checkpoint(ctx, pod) },
-		resume:     func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) },
 		atFreeze:   !r.p.HoldWholeCall,
 	}
+	// The freeze watch starts before the quiesce, so that setting it up
+	// adds nothing to the hold; nothing freezes the app before the
+	// checkpoint call.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 	if fw, ok := r.env.Agent.(FreezeWatcher); ok {
 		if id := containerID(pod, r.p.Container); id != "" {
 			steps.watch = func(ctx context.Context, state string) (func() error, error) {
 				return fw.WatchFreeze(ctx, pod.Spec.NodeName, string(pod.UID), id, state, time.Minute)
 			}
+			steps.frozen, steps.frozenErr = steps.watch(wctx, "frozen")
 		}
 	}
+	quiesced := time.Now()
+	if cut, err = ep.Quiesce(ctx, 30*time.Second); err != nil {
+		return cut, err
+	}
+	r.phase(prefix + "quiesce")
+	steps.resume = func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) }
 	held := checkpointUnderHold(ctx, steps, quiesced)
 	archive, resumeErr := held.archive, held.resumeErr
 	report := func() {
