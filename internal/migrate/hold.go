@@ -20,18 +20,18 @@ type FreezeWatcher interface {
 // thaw are as the node's agent saw them, timed when the migrator heard.
 type HoldTimings struct {
 	// Quiesce: POST /quiesce until the app had settled what it held.
-	Quiesce time.Duration `json:"quiesceMs"`
+	Quiesce time.Duration `json:"quiesce"`
 	// Call is the kubelet's checkpoint call, whole; ToFreeze, Dump and
 	// AfterDump split it (when the agent could watch the container): up
 	// to the freeze (kubelet, containerd, runc, CRIU's setup), the freeze
 	// until the tasks were free again (CRIU's dump), and the rest (the
 	// archive).
-	Call      time.Duration `json:"callMs"`
-	ToFreeze  time.Duration `json:"toFreezeMs,omitempty"`
-	Dump      time.Duration `json:"dumpMs,omitempty"`
-	AfterDump time.Duration `json:"afterDumpMs,omitempty"`
+	Call      time.Duration `json:"call"`
+	ToFreeze  time.Duration `json:"toFreeze,omitempty"`
+	Dump      time.Duration `json:"dump,omitempty"`
+	AfterDump time.Duration `json:"afterDump,omitempty"`
 	// Held: POST /quiesce until the resume was answered.
-	Held time.Duration `json:"heldMs"`
+	Held time.Duration `json:"held"`
 	// AtFreeze: the source resumed as soon as the freeze was seen, not
 	// after the call. Fallback says why not, when it was asked for.
 	AtFreeze bool   `json:"resumedAtFreeze"`
