@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,7 +17,7 @@ import (
 // no skipped redelivery (migrateWhileProducing checks it): what the source
 // hands its app after the freeze is not in the image and the target
 // replays it. The second run must have resumed at the freeze; the gaps
-// and holds are logged side by side.
+// and holds are logged side by side. MS2M_E2E_HOLD_ROUNDS=n runs n pairs.
 func TestHoldUntilFrozen(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, with the lab's host-side agent watching the app's cgroup")
 	type result struct {
@@ -23,7 +26,12 @@ func TestHoldUntilFrozen(t *testing.T) {
 		rep   migrate.Report
 		gap   time.Duration
 	}
-	runs := []*result{{name: "whole-call", whole: true}, {name: "until-frozen"}}
+	// MS2M_E2E_HOLD_ROUNDS repeats the pair (default once).
+	rounds, _ := strconv.Atoi(os.Getenv("MS2M_E2E_HOLD_ROUNDS"))
+	var runs []*result
+	for i := 1; i <= max(rounds, 1); i++ {
+		runs = append(runs, &result{name: fmt.Sprintf("whole-call-%d", i), whole: true}, &result{name: fmt.Sprintf("until-frozen-%d", i)})
+	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
 			r.rep, r.gap = migrateWhileProducing(t, l, scenario{strategy: migrate.MS2M, image: "consumer", n: 320, rate: 16, workMS: 20, holdWholeCall: r.whole})
@@ -47,7 +55,7 @@ func TestHoldUntilFrozen(t *testing.T) {
 	}
 	for _, r := range runs {
 		if h := r.rep.Hold; h != nil {
-			t.Logf("%-12s processing gap %6v  switch %6v  held %6v (quiesce %v, to the freeze %v, dump %v, call %v)", r.name,
+			t.Logf("%-14s processing gap %6v  switch %6v  held %6v (quiesce %v, to the freeze %v, dump %v, call %v)", r.name,
 				r.gap.Round(time.Millisecond), r.rep.Downtime.Round(time.Millisecond), h.Held.Round(time.Millisecond),
 				h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond), h.Call.Round(time.Millisecond))
 		}
