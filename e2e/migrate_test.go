@@ -24,6 +24,9 @@ type scenario struct {
 	n        int     // messages
 	rate     float64 // λ, msg/s
 	workMS   int     // per message
+	// holdWholeCall: the source holds deliveries for the kubelet's whole
+	// checkpoint call, not only until its app is frozen.
+	holdWholeCall bool
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -50,13 +53,16 @@ func TestFirstRealMigration(t *testing.T) {
 	}
 }
 
-func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
+// migrateWhileProducing returns the migration's report and its
+// processing gap (0: none measured).
+func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Report, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("c-" + string(sc.strategy))
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: sc.strategy,
+		HoldWholeCall: sc.holdWholeCall,
 	}
 	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image})
 	if err != nil {
@@ -86,6 +92,11 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Logf("%s: total %v, switch %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
+	if h := rep.Hold; h != nil {
+		t.Logf("%s: hold %v = quiesce %v + kubelet call to the freeze %v + CRIU's dump %v (of a call of %v; %v after the dump); resumed at the freeze %v %s",
+			sc.strategy, h.Held.Round(time.Millisecond), h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond),
+			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback)
+	}
 	if sc.strategy == migrate.MS2MCutoff {
 		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 		if rep.TCutoff <= 0 || rep.Lambda <= 0 {
@@ -115,16 +126,17 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) {
 	got := lab.WaitFor(target, want, settle)
 	t.Logf("%s: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d, skipped redeliveries %d)",
 		sc.strategy, want.Count, want.Hash, got.Count, got.Hash, got.Reconnects, got.Skipped)
-	logGap(t, string(sc.strategy), journals, target, began, ended)
+	gap := logGap(t, string(sc.strategy), journals, target, began, ended)
 	if sc.strategy == migrate.CRIUAlone {
 		if got.Hash == want.Hash {
 			t.Errorf("CRIU alone ended with the producer's hash: the source handled nothing after its checkpoint, so the test shows nothing")
 		} else {
 			t.Logf("CRIU alone: %d of %d messages are missing from the restored state", want.Count-got.Count, want.Count)
 		}
-		return
+		return rep, gap
 	}
 	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
 		t.Errorf("restored consumer: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
 	}
+	return rep, gap
 }

@@ -241,16 +241,17 @@ func expectExact(t *testing.T, ctx context.Context, prod *lab.Producer, pod *cor
 // logGap logs the migration's processing gap, the downtime as the consumer
 // sees it, from the journals read across it (only the Go consumer keeps
 // one), over the window [from, to] of migrate.Run.
-func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from, to time.Time) {
+func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from, to time.Time) time.Duration {
 	t.Helper()
 	j.Target(target)
 	g, err := j.Gap(from, to)
 	if err != nil {
 		t.Logf("%s: no processing gap: %v", what, err)
-		return
+		return 0
 	}
 	t.Logf("%s: processing gap %v (no consumer finished a message while one waited), %v after the migration began",
 		what, g.Duration().Round(time.Millisecond), g.Start.Sub(from).Round(time.Millisecond))
+	return g.Duration()
 }
 
 // startController runs the annotation-driven controller, with agent for

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
+	nodeagent "github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/ociimage"
@@ -294,6 +295,20 @@ func (agent) ReadLog(ctx context.Context, node, path string) (string, error) {
 		b = b[len(b)-64<<10:]
 	}
 	return string(b), nil
+}
+
+// WatchFreeze watches a container's cgroup and tasks from the host, as
+// the node's agent would: the nodes' cgroups are host cgroups here.
+func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (func() error, error) {
+	var w nodeagent.FreezeWatch
+	dir, err := w.FindCgroup(podUID, containerID)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := w.Wait(ctx, dir, state, timeout)
+		return err
+	}, nil
 }
 
 func (a agent) PullImage(ctx context.Context, node, ref string) error {

@@ -125,6 +125,12 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	}), plan)
 	migrationEnded := time.Now()
 	m.Report = rep
+	for _, h := range []*migrate.HoldTimings{rep.Hold, rep.ShadowHold} {
+		if h != nil {
+			r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze)
+		}
+	}
 	m.TotalMs, m.SwitchMs = ms(rep.Total), ms(rep.Downtime)
 	for _, p := range rep.Phases {
 		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})

@@ -75,22 +75,77 @@ func (c Client) ReadLog(ctx context.Context, node, path string) (string, error) 
 	return out.String(), nil
 }
 
+// WatchFreeze watches the container containerID of the pod podUID on
+// node until it is in state (Frozen or Thawed), for at most timeout. It
+// returns once the agent's watch is in place; wait blocks until the state
+// is seen (nil), or not in time, or ctx ends (an error).
+func (c Client) WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (wait func() error, err error) {
+	q := url.Values{"pod": {podUID}, "container": {containerID}, "state": {state}, "timeout": {timeout.String()}}
+	resp, err := c.send(ctx, node, http.MethodGet, "/v1/freeze?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
+	var watching FreezeWatching
+	if err := dec.Decode(&watching); err != nil || watching.Watching == "" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the agent on node %s: its freeze watch did not start (%v)", node, err)
+	}
+	return func() error {
+		defer resp.Body.Close()
+		var res struct {
+			FreezeResult
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&res); err != nil {
+			return fmt.Errorf("the agent on node %s: freeze watch of %s: %w", node, watching.Watching, err)
+		}
+		if res.Error != "" || res.State != state {
+			return fmt.Errorf("the agent on node %s: freeze watch: %s", node, res.Error)
+		}
+		return nil
+	}, nil
+}
+
 func (c Client) do(ctx context.Context, node, method, path string, body, out any) error {
-	base, err := c.Resolve(ctx, node)
+	resp, err := c.send(ctx, node, method, path, body)
 	if err != nil {
 		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	switch o := out.(type) {
+	case nil:
+		return nil
+	case *bytes.Buffer:
+		o.Write(b)
+		return nil
+	default:
+		return json.Unmarshal(b, out)
+	}
+}
+
+// send sends a request to node's agent and returns an answer that is 200
+// OK, its body unread.
+func (c Client) send(ctx context.Context, node, method, path string, body any) (*http.Response, error) {
+	base, err := c.Resolve(ctx, node)
+	if err != nil {
+		return nil, err
 	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	if body != nil {
@@ -102,29 +157,18 @@ func (c Client) do(ctx context.Context, node, method, path string, body, out any
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("the agent on node %s (%s): %w", node, base, err)
+		return nil, fmt.Errorf("the agent on node %s (%s): %w", node, base, err)
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return err
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	var e struct {
+		Error string `json:"error"`
 	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			return fmt.Errorf("the agent on node %s: %s", node, e.Error)
-		}
-		return fmt.Errorf("the agent on node %s: %s: %s", node, resp.Status, bytes.TrimSpace(b))
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return nil, fmt.Errorf("the agent on node %s: %s", node, e.Error)
 	}
-	switch o := out.(type) {
-	case nil:
-		return nil
-	case *bytes.Buffer:
-		o.Write(b)
-		return nil
-	default:
-		return json.Unmarshal(b, out)
-	}
+	return nil, fmt.Errorf("the agent on node %s: %s: %s", node, resp.Status, bytes.TrimSpace(b))
 }

@@ -47,6 +47,9 @@ type Config struct {
 	Push ociimage.PushOptions
 	// Puller pulls images through the node's runtime.
 	Puller Puller
+	// Freeze finds containers' cgroups and tasks (GET /v1/freeze).
+	// Default: /sys/fs/cgroup and /proc.
+	Freeze FreezeWatch
 	Logger *slog.Logger
 }
 
@@ -111,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("DELETE /v1/checkpoint-images", s.auth(s.deleteImage))
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
 	mux.Handle("GET /v1/logs", s.auth(s.readLog))
+	mux.Handle("GET /v1/freeze", s.auth(s.waitFreeze))
 	return mux
 }
 
@@ -254,6 +258,52 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.Copy(w, f)
+}
+
+// FreezeWatching is the first line of a GET /v1/freeze answer: the watch
+// is in place.
+type FreezeWatching struct {
+	Watching string `json:"watching"` // the cgroup folder polled
+}
+
+// waitFreeze watches the container (?pod=<pod UID>&container=<container
+// ID>) until it is in ?state=frozen or thawed, for at most ?timeout= (a Go
+// duration, at most 2 minutes). It answers 404 at once if the container
+// has no cgroup on this node; else 200 and two JSON lines: a
+// FreezeWatching as soon as the watch is in place (so that a caller can
+// start what freezes the container only then), and, once seen, a
+// FreezeResult, or {"error": ...} if the state was not seen in time.
+func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	timeout, err := time.ParseDuration(q.Get("timeout"))
+	if err != nil || timeout <= 0 || timeout > 2*time.Minute {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("timeout %q: want a Go duration up to 2m", q.Get("timeout")))
+		return
+	}
+	state := q.Get("state")
+	if state != Frozen && state != Thawed {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed))
+		return
+	}
+	dir, err := s.cfg.Freeze.FindCgroup(q.Get("pod"), q.Get("container"))
+	if errors.Is(err, fs.ErrNotExist) {
+		httpError(w, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	enc.Encode(FreezeWatching{Watching: dir})
+	http.NewResponseController(w).Flush()
+	res, err := s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	if err != nil {
+		enc.Encode(map[string]string{"error": err.Error()})
+		return
+	}
+	enc.Encode(res)
 }
 
 // errOutside marks a path the agent refuses to open.

@@ -148,6 +148,12 @@ type Plan struct {
 	Cutoff CutoffRule
 	// Timeout bounds each wait. Default 3 minutes.
 	Timeout time.Duration
+	// HoldWholeCall keeps a live checkpoint's hold on the source's
+	// deliveries for the kubelet's whole checkpoint call. Default (false):
+	// the hold ends as soon as the node's agent sees the app frozen
+	// (FreezeWatcher; see ARCHITECTURE.md, "Hold until frozen"), and only
+	// without a watch, or if it sees no freeze, at the call's end.
+	HoldWholeCall bool
 }
 
 // Report is what a migration measured.
@@ -175,6 +181,10 @@ type Report struct {
 	ShadowCheckpoint uint64           `json:"shadowCheckpointId,omitempty"`
 	ShadowImage      string           `json:"shadowImage,omitempty"`
 	ShadowHandover   *control.Timings `json:"shadowHandover,omitempty"`
+	// Hold breaks down the live checkpoint's hold (ms2m, ms2m-cutoff);
+	// ShadowHold the shadow's (statefulset-shadow).
+	Hold       *HoldTimings `json:"hold,omitempty"`
+	ShadowHold *HoldTimings `json:"shadowHold,omitempty"`
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
@@ -447,16 +457,57 @@ func (r *run) resume(err error, ep control.Client) error {
 // quiesce, pod serves again.
 func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut control.Cut, err error) {
 	ep := r.endpoint(pod)
+	steps := holdSteps{
+		checkpoint: func(ctx context.Context) (string, error) { return r.checkpoint(ctx, pod) },
+		atFreeze:   !r.p.HoldWholeCall,
+	}
+	// The freeze watch starts before the quiesce, so that setting it up
+	// adds nothing to the hold; nothing freezes the app before the
+	// checkpoint call.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if fw, ok := r.env.Agent.(FreezeWatcher); ok {
+		if id := containerID(pod, r.p.Container); id != "" {
+			steps.watch = func(ctx context.Context, state string) (func() error, error) {
+				return fw.WatchFreeze(ctx, pod.Spec.NodeName, string(pod.UID), id, state, time.Minute)
+			}
+			steps.frozen, steps.frozenErr = steps.watch(wctx, "frozen")
+		}
+	}
+	quiesced := time.Now()
 	if cut, err = ep.Quiesce(ctx, 30*time.Second); err != nil {
 		return cut, err
 	}
 	r.phase(prefix + "quiesce")
-	archive, err := r.checkpoint(ctx, pod)
-	if err != nil {
-		return cut, r.resume(err, ep)
+	steps.resume = func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) }
+	held := checkpointUnderHold(ctx, steps, quiesced)
+	archive, resumeErr := held.archive, held.resumeErr
+	report := func() {
+		ht := held.events.timings()
+		ht.AtFreeze, ht.Fallback = held.resumed, held.fallback
+		if prefix == "" {
+			r.rep.Hold = &ht
+		} else {
+			r.rep.ShadowHold = &ht
+		}
+	}
+	if held.err != nil {
+		report()
+		if held.resumed && resumeErr == nil {
+			return cut, fmt.Errorf("%w (the source was resumed at its freeze and keeps serving)", held.err)
+		}
+		return cut, r.resume(held.err, ep)
 	}
 	r.phase(prefix + "checkpoint")
-	if err := ep.ResumeHold(ctx, cut.Hold); err != nil {
+	if !held.resumed {
+		resumeErr = ep.ResumeHold(ctx, cut.Hold)
+		held.events.Resumed = time.Now()
+	}
+	report()
+	if err := held.events.releaseErr(); err != nil {
+		return cut, fmt.Errorf("the hold invariant was broken (%w): the checkpoint %s may hold deliveries after the checkpoint ID, so it is discarded (no image is built from it): migrate again", err, filepath.Base(archive))
+	}
+	if err := resumeErr; err != nil {
 		if errors.Is(err, control.ErrConflict) {
 			// The sidecar did not stay quiesced (it restarted, say): the
 			// checkpoint may hold deliveries after cut.ID, which a target
@@ -684,6 +735,20 @@ func criuErrorLines(log string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// containerID is the runtime's ID of a container of pod, without its
+// scheme (containerd://).
+func containerID(pod *corev1.Pod, container string) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok {
+				return id
+			}
+			return cs.ContainerID
+		}
+	}
+	return ""
 }
 
 // imageID is the image a container of pod runs, as name@digest.

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Freeze states a FreezeWatch waits for.
+const (
+	// Frozen: the container's tasks can no longer run: its freezer cgroup
+	// reads FROZEN (cgroup v1 freezer.state, or "frozen 1" in cgroup v2's
+	// cgroup.events), or every thread of it is in a tracing stop under a
+	// tracer (CRIU seizes the tasks it dumps). From then until the dump
+	// ends, nothing the app has not read yet reaches its memory.
+	Frozen = "frozen"
+	// Thawed: not frozen any more (or no task left). Waited for after
+	// Frozen, it marks the end of CRIU's dump.
+	Thawed = "thawed"
+)
+
+// FreezeWatch finds a container's cgroup and its tasks on the node. The
+// zero value looks in /sys/fs/cgroup and /proc.
+type FreezeWatch struct {
+	CgroupRoot string        // default /sys/fs/cgroup
+	ProcRoot   string        // default /proc
+	Poll       time.Duration // default 2 ms
+}
+
+// FreezeResult is what a wait saw.
+type FreezeResult struct {
+	State string    `json:"state"` // Frozen or Thawed
+	At    time.Time `json:"at"`    // when the agent first saw it
+	By    string    `json:"by"`    // what showed it: freezer.state, cgroup.events, ptrace, no tasks
+	Polls int       `json:"polls"`
+}
+
+// ErrFreezeTimeout is returned when the state was not seen in time.
+var ErrFreezeTimeout = errors.New("the container did not reach the state in time")
+
+func (w FreezeWatch) roots() (cg, proc string, poll time.Duration) {
+	cg, proc, poll = w.CgroupRoot, w.ProcRoot, w.Poll
+	if cg == "" {
+		cg = "/sys/fs/cgroup"
+	}
+	if proc == "" {
+		proc = "/proc"
+	}
+	if poll <= 0 {
+		poll = 2 * time.Millisecond
+	}
+	return cg, proc, poll
+}
+
+// FindCgroup returns the container's cgroup folder: in the v1 freezer
+// hierarchy if there is one, else in the unified one. The folder's name
+// holds the container ID (cgroupfs: <id>; systemd: cri-containerd-<id>.scope,
+// crio-<id>.scope), below a folder that names the pod's UID.
+func (w FreezeWatch) FindCgroup(podUID, containerID string) (string, error) {
+	if len(containerID) < 12 || strings.ContainsAny(containerID, "/.") || podUID == "" || strings.ContainsAny(podUID, "/.") {
+		return "", fmt.Errorf("pod UID %q and container ID %q: want a UID and a runtime's container ID (64 hex digits)", podUID, containerID)
+	}
+	cg, _, _ := w.roots()
+	uidDash, uidUnder := podUID, strings.ReplaceAll(podUID, "-", "_")
+	for _, root := range []string{filepath.Join(cg, "freezer"), filepath.Join(cg, "unified"), cg} {
+		if _, err := os.Stat(root); err != nil {
+			continue
+		}
+		var found string
+		errFound := errors.New("found")
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.Count(strings.TrimPrefix(p, root), "/") > 8 {
+				return fs.SkipDir
+			}
+			if strings.Contains(d.Name(), containerID) {
+				parent := filepath.Dir(p)
+				if strings.Contains(parent, uidDash) || strings.Contains(parent, uidUnder) {
+					found = p
+					return errFound
+				}
+			}
+			return nil
+		})
+		if found != "" {
+			return found, nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup of container %s of pod %s under %s: %w", containerID, podUID, cg, fs.ErrNotExist)
+}
+
+// State reads whether the tasks of cgroup dir are frozen now, and what
+// showed it; thawed is whether they are free of any freeze and of any
+// tracer (CRIU detaches from them when its dump ends).
+func (w FreezeWatch) State(dir string) (frozen, thawed bool, by string, err error) {
+	_, proc, _ := w.roots()
+	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil && strings.TrimSpace(string(b)) != "THAWED" {
+		// FREEZING is not frozen yet: a task may still run.
+		return strings.TrimSpace(string(b)) == "FROZEN", false, "freezer.state", nil
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.events")); err == nil && slices.Contains(strings.Split(string(b), "\n"), "frozen 1") {
+		return true, false, "cgroup.events", nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false, false, "", fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	pids := strings.Fields(string(b))
+	if len(pids) == 0 {
+		return false, true, "no tasks", nil
+	}
+	allStopped, anyTraced := true, false
+	for _, pid := range pids {
+		if _, err := strconv.Atoi(pid); err != nil {
+			return false, false, "", fmt.Errorf("cgroup %s: pid %q", dir, pid)
+		}
+		tasks, err := os.ReadDir(filepath.Join(proc, pid, "task"))
+		if err != nil {
+			allStopped = false // gone since
+			continue
+		}
+		for _, t := range tasks {
+			st, err := os.ReadFile(filepath.Join(proc, pid, "task", t.Name(), "status"))
+			if err != nil {
+				allStopped = false
+				continue
+			}
+			stopped, traced := taskState(string(st))
+			allStopped = allStopped && stopped && traced
+			anyTraced = anyTraced || traced
+		}
+	}
+	if allStopped {
+		return true, false, "ptrace", nil
+	}
+	return false, !anyTraced, "ptrace", nil
+}
+
+// taskState reads a /proc status: whether the task is in a tracing stop,
+// and whether it has a tracer.
+func taskState(status string) (stopped, traced bool) {
+	for _, l := range strings.Split(status, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			stopped = strings.HasPrefix(v, "t")
+		case "TracerPid":
+			traced = v != "" && v != "0"
+		}
+	}
+	return stopped, traced
+}
+
+// Wait polls cgroup dir until it is in state (Frozen or Thawed), for at
+// most timeout.
+func (w FreezeWatch) Wait(ctx context.Context, dir, state string, timeout time.Duration) (FreezeResult, error) {
+	if state != Frozen && state != Thawed {
+		return FreezeResult{}, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed)
+	}
+	_, _, poll := w.roots()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		frozen, thawed, by, err := w.State(dir)
+		if err != nil {
+			return FreezeResult{}, err
+		}
+		if (state == Frozen && frozen) || (state == Thawed && thawed) {
+			return FreezeResult{State: state, At: time.Now(), By: by, Polls: n}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return FreezeResult{Polls: n}, fmt.Errorf("not %s after %s (%d polls of %s): %w", state, timeout, n, dir, ErrFreezeTimeout)
+		case <-tick.C:
+		}
+	}
+}
