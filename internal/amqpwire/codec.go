@@ -89,11 +89,6 @@ func (d *decoder) shortstr(field string) string {
 	return string(d.bytes(uint64(n), field))
 }
 
-func (d *decoder) longstr(field string) string {
-	n := d.u32(field)
-	return string(d.bytes(uint64(n), field))
-}
-
 func (d *decoder) table(field string) Table {
 	n := d.u32(field)
 	b := d.bytes(uint64(n), field)
