@@ -91,7 +91,7 @@ func Build(t testing.TB, pkg string) string {
 		return p
 	}
 	if builtDir == "" {
-		d, err := os.MkdirTemp("", "ms2m-testbin-")
+		d, err := os.MkdirTemp("", "ms2m-testbin-") //nolint:usetesting // shared by every test of the binary; t.TempDir would vanish with the first test
 		if err != nil {
 			t.Fatal(err)
 		}
