@@ -46,7 +46,7 @@ func TestAppConfigAndLayer(t *testing.T) {
 	if got := cf.Platform().String(); got != "linux/amd64" {
 		t.Errorf("platform = %s, want linux/amd64", got)
 	}
-	if !cf.Created.Time.Equal(time.Unix(0, 0)) {
+	if !cf.Created.Equal(time.Unix(0, 0)) {
 		t.Errorf("created = %v, want the Unix epoch", cf.Created.Time)
 	}
 

@@ -18,8 +18,12 @@ func TestCheckpointImage(t *testing.T) {
 	plain, plainBytes := fakeCheckpointArchive(t)
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
-	zw.Write(plainBytes)
-	zw.Close()
+	if _, err := zw.Write(plainBytes); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	gzPath := filepath.Join(t.TempDir(), "checkpoint.tar.gz")
 	if err := os.WriteFile(gzPath, gz.Bytes(), 0o600); err != nil {
 		t.Fatal(err)

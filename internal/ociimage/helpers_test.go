@@ -24,12 +24,7 @@ var (
 func staticBinary(t *testing.T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ociimage-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
+		dir := t.TempDir()
 		src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from an ociimage test\") }\n"
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 			buildErr = err
@@ -115,7 +110,9 @@ func fakeCheckpointArchive(t *testing.T) (string, []byte) {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o600, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
 			t.Fatal(err)
 		}
-		tw.Write(f.data)
+		if _, err := tw.Write(f.data); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)

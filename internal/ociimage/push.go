@@ -93,8 +93,9 @@ func Delete(ctx context.Context, ref string, o PushOptions) error {
 	if isTag {
 		// Most registries drop a manifest's tags with it; those that keep
 		// a tag as its own entry take a delete of the tag (OCI 1.1), which
-		// the others refuse: either way the tag resolves no more.
-		remote.Delete(tag, ropts...)
+		// the others refuse: either way the tag resolves no more, so the
+		// refusal is no failure.
+		_ = remote.Delete(tag, ropts...)
 	}
 	return nil
 }

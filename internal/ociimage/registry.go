@@ -651,7 +651,7 @@ func writeRegError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(body)
+	_, _ = w.Write(body) // the status is sent; a client gone by now has nothing to read
 }
 
 // statusWriter remembers the status and counts the body bytes.

@@ -49,7 +49,7 @@ func TestPushPullApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := reg.Addr() + "/ms2m/sidecar:dev"
-	if err := Push(context.Background(), img, ref, PushOptions{Insecure: true}); err != nil {
+	if err := Push(t.Context(), img, ref, PushOptions{Insecure: true}); err != nil {
 		t.Fatalf("Push: %v", err)
 	}
 	got := pull(t, ref)
@@ -73,7 +73,7 @@ func TestPushPullCheckpointFromDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := reg.Addr() + "/ms2m/counter-checkpoint:v1"
-	if err := Push(context.Background(), img, ref, PushOptions{}); err != nil {
+	if err := Push(t.Context(), img, ref, PushOptions{}); err != nil {
 		t.Fatalf("Push: %v", err)
 	}
 	got := pull(t, ref)
@@ -114,7 +114,7 @@ func TestRegistryKeepsImagesAcrossRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Push(context.Background(), img, reg.Addr()+"/ms2m/webhook:dev", PushOptions{}); err != nil {
+	if err := Push(t.Context(), img, reg.Addr()+"/ms2m/webhook:dev", PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.Close(); err != nil {
@@ -152,7 +152,9 @@ func TestUploadProtocol(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatalf("read the body of %s %s: %v", method, url, err)
+		}
 		resp.Body.Close()
 		return resp
 	}
@@ -300,7 +302,7 @@ func TestPushErrors(t *testing.T) {
 	if err := os.WriteFile(authFile, []byte(`{"auths":{}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	tests := map[string]struct {
 		ctx     context.Context
@@ -308,9 +310,9 @@ func TestPushErrors(t *testing.T) {
 		opts    PushOptions
 		wantErr string
 	}{
-		"bad ref":           {ctx: context.Background(), ref: "UPPER/case", wantErr: "ref"},
-		"no auth entry":     {ctx: context.Background(), ref: reg.Addr() + "/x:1", opts: PushOptions{AuthFile: authFile}, wantErr: "no auths entry"},
-		"missing auth file": {ctx: context.Background(), ref: reg.Addr() + "/x:1", opts: PushOptions{AuthFile: "/nonexistent.json"}, wantErr: "/nonexistent.json"},
+		"bad ref":           {ctx: t.Context(), ref: "UPPER/case", wantErr: "ref"},
+		"no auth entry":     {ctx: t.Context(), ref: reg.Addr() + "/x:1", opts: PushOptions{AuthFile: authFile}, wantErr: "no auths entry"},
+		"missing auth file": {ctx: t.Context(), ref: reg.Addr() + "/x:1", opts: PushOptions{AuthFile: "/nonexistent.json"}, wantErr: "/nonexistent.json"},
 		"canceled":          {ctx: ctx, ref: reg.Addr() + "/x:1", wantErr: "context canceled"},
 	}
 	for name, tc := range tests {

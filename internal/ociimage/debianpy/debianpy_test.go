@@ -175,7 +175,9 @@ func TestSharedLibsErrors(t *testing.T) {
 		t.Errorf("sharedLibs with an empty lib dir: error = %v, want one naming libm.so.6", err)
 	}
 	text := filepath.Join(t.TempDir(), "script.py")
-	os.WriteFile(text, []byte("print(1)\n"), 0o644)
+	if err := os.WriteFile(text, []byte("print(1)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := sharedLibs([]string{text}, LibDirs); err == nil || !strings.Contains(err.Error(), "read ELF") {
 		t.Errorf("sharedLibs of a text file: error = %v, want a read ELF error", err)
 	}
@@ -251,7 +253,7 @@ func TestImageRunsPikaAndTheConsumer(t *testing.T) {
 	t.Cleanup(func() {
 		if cons.ProcessState == nil {
 			cons.Process.Kill()
-			<-exited
+			t.Logf("consumer killed at cleanup: %v", <-exited)
 		}
 	})
 
