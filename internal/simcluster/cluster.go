@@ -330,7 +330,7 @@ func (c *Cluster) Close() error {
 	}
 	if c.kcm != nil && c.kcm.Process != nil {
 		c.kcm.Process.Kill()
-		<-c.kcmDone
+		<-c.kcmDone //nolint:errcheck // "signal: killed", from the kill above
 	}
 	if c.cancel != nil {
 		c.cancel()

@@ -75,7 +75,7 @@ func newNetns() (*netns, error) {
 	}
 	for _, s := range steps {
 		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
-			n.close()
+			_ = n.close() // best effort: the failed step is what to report
 			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, strings.TrimSpace(string(out)))
 		}
 	}

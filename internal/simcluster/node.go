@@ -327,7 +327,7 @@ func (n *Node) kubelet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(map[string][]string{"items": {path}})
+	_ = json.NewEncoder(w).Encode(map[string][]string{"items": {path}}) // the client's to read; nothing to do if it went
 }
 
 // writeArchive writes a checkpoint archive: a tar with the files a CRIU
@@ -449,7 +449,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 	if app == nil {
 		return errors.New("no app container")
 	}
-	imageID := "sim.test/" + app.Image
+	var imageID string
 	if _, ok := pod.Annotations[inject.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
 		if f, ok := n.gate(ctx, StepRestore); ok {
 			return errors.New(f.Body)

@@ -1,7 +1,6 @@
 package simcluster
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ func newManual(log *Log, app *App, rp *Replay) *Sidecar {
 }
 
 func TestSimulatedHandoverIsExactlyOnce(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	log := &Log{name: "l"}
 	src := newManual(log, &App{}, nil)
 	now := step(src, time.Unix(0, 0), 100) // 1 s at λ = 10
@@ -87,10 +86,10 @@ func TestSimulatedAppSeesGapsAndDuplicates(t *testing.T) {
 
 func TestSimulatedSidecarRefusesWhileReplaying(t *testing.T) {
 	s := newManual(&Log{}, &App{}, &Replay{Start: 0})
-	if _, err := s.Quiesce(context.Background()); err == nil {
+	if _, err := s.Quiesce(t.Context()); err == nil {
 		t.Fatal("a replaying sidecar was quiesced")
 	}
-	if _, err := s.Stop(context.Background()); err == nil {
+	if _, err := s.Stop(t.Context()); err == nil {
 		t.Fatal("a replaying sidecar was stopped")
 	}
 }
