@@ -22,7 +22,9 @@ import (
 // readClose reads frames from r until a connection.close, and returns it.
 func readClose(t *testing.T, c net.Conn) *amqpwire.ConnectionClose {
 	t.Helper()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Errorf("read deadline: %v", err)
+	}
 	p := amqpwire.NewParser(0)
 	br := bufio.NewReader(c)
 	buf := make([]byte, 4096)
@@ -30,7 +32,9 @@ func readClose(t *testing.T, c net.Conn) *amqpwire.ConnectionClose {
 	for got == nil {
 		n, err := br.Read(buf)
 		if n > 0 {
-			p.Parse(buf[:n], func(f amqpwire.Frame) error {
+			// Bad framing yields no connection.close: the read deadline
+			// ends the loop and the test fails on the missing close.
+			_ = p.Parse(buf[:n], func(f amqpwire.Frame) error {
 				if f.Type == amqpwire.FrameMethod {
 					if m, err := amqpwire.DecodeMethod(f.Payload); err == nil {
 						if cl, ok := m.(*amqpwire.ConnectionClose); ok {
@@ -71,13 +75,18 @@ func TestMalformedFrameFromApp(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.Write(amqpwire.ProtocolHeader)
-			c.Write(tc.frame)
+			for _, b := range [][]byte{amqpwire.ProtocolHeader, tc.frame} {
+				if _, err := c.Write(b); err != nil {
+					t.Fatal(err)
+				}
+			}
 			cl := readClose(t, c)
 			if cl.ReplyCode != tc.wantCode {
 				t.Errorf("connection.close code %d (%q), want %d", cl.ReplyCode, cl.ReplyText, tc.wantCode)
 			}
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := io.ReadAll(c); err != nil && !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "reset") {
 				t.Errorf("connection not closed after the error: %v", err)
 			}
@@ -111,8 +120,14 @@ func TestMalformedFrameFromBroker(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		io.ReadFull(c, make([]byte, 8))
-		c.Write([]byte{1, 0, 0, 0, 0, 0, 4, 0, 10, 0, 10, 0x42}) // bad end octet
+		if _, err := io.ReadFull(c, make([]byte, 8)); err != nil {
+			t.Errorf("fake broker: read the protocol header: %v", err)
+			return
+		}
+		if _, err := c.Write([]byte{1, 0, 0, 0, 0, 0, 4, 0, 10, 0, 10, 0x42}); err != nil { // bad end octet
+			t.Errorf("fake broker: write: %v", err)
+			return
+		}
 		brokerGot <- readClose(t, c)
 	}()
 	cfg := e.config()
@@ -124,7 +139,9 @@ func TestMalformedFrameFromBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(amqpwire.ProtocolHeader)
+	if _, err := c.Write(amqpwire.ProtocolHeader); err != nil {
+		t.Fatal(err)
+	}
 	if cl := readClose(t, c); cl.ReplyCode != amqpwire.ConnectionForced {
 		t.Errorf("app got connection.close %d (%q), want %d", cl.ReplyCode, cl.ReplyText, amqpwire.ConnectionForced)
 	}
@@ -163,7 +180,7 @@ func TestUnreachableBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go forward(ctx, ln, e.broker.AMQPAddr)
 	conn := e.dial(amqp.Config{})
@@ -187,8 +204,12 @@ func forward(ctx context.Context, ln net.Listener, addr string) {
 				return
 			}
 			context.AfterFunc(ctx, func() { c.Close(); u.Close() })
-			go func() { io.Copy(u, c); u.Close() }()
-			io.Copy(c, u)
+			// A relay ends when either side does; that is no error here.
+			go func() {
+				_, _ = io.Copy(u, c)
+				u.Close()
+			}()
+			_, _ = io.Copy(c, u)
 			c.Close()
 		}()
 	}
@@ -198,7 +219,9 @@ func forward(ctx context.Context, ln net.Listener, addr string) {
 // that names the variable.
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	empty := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(empty, []byte("\n"), 0o600)
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	base := map[string]string{
 		"MS2M_UPSTREAM":      "127.0.0.1:5672",
 		"MS2M_STREAM_URI":    "rabbitmq-stream://u:p@127.0.0.1:5552/",

@@ -26,7 +26,9 @@ func TestAcksCoalesceExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Qos(n, 0, false)
+	if err := ch.Qos(n, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, err := ch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -39,9 +39,9 @@ func runApp(t *testing.T, cmd *exec.Cmd, env map[string]string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Process.Signal(syscall.SIGTERM) // fails only if it has exited already
 		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); close(done) }() // how it ended shows in its logs
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):

@@ -2,7 +2,6 @@ package sidecar_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -154,7 +153,7 @@ func TestTargetAppRestartInterruptsReplay(t *testing.T) {
 
 	// The app comes back with the checkpoint's state.
 	secondApp, _ := goConsumer(t, target, q, 5)
-	_, err := ep.WaitSwitched(context.Background(), 30*time.Second)
+	_, err := ep.WaitSwitched(t.Context(), 30*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "lost its connection in the middle of the replay") {
 		t.Errorf("WaitSwitched on the interrupted target: %v; want it to refuse the target", err)
 	}
@@ -215,8 +214,14 @@ func newCutter(t *testing.T, addr string) *cutter {
 			c.mu.Lock()
 			c.conns = append(c.conns, a, b)
 			c.mu.Unlock()
-			go func() { io.Copy(b, a); b.Close() }()
-			go func() { io.Copy(a, b); a.Close() }()
+			go func() {
+				_, _ = io.Copy(b, a) // a relay ends when either side does
+				b.Close()
+			}()
+			go func() {
+				_, _ = io.Copy(a, b) // a relay ends when either side does
+				a.Close()
+			}()
 		}
 	}()
 	return c

@@ -50,7 +50,9 @@ func startMultiApp(t *testing.T, addr string, queues []string, prefetch int, wor
 		if err != nil {
 			t.Fatal(err)
 		}
-		ch.Qos(prefetch, 0, false)
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			t.Fatalf("qos: %v", err)
+		}
 		ds, err := ch.Consume(q, "", false, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +102,7 @@ func publishPaced(t *testing.T, e *env, q string, n int, rate float64, done *syn
 
 func handover(t *testing.T, source, target *sidecar.Sidecar, o control.HandoverOptions) control.Timings {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	tm, err := control.Handover(ctx,
 		control.Client{URL: "http://" + source.ControlAddr(), Token: token},

@@ -70,7 +70,7 @@ func TestHandoff(t *testing.T) {
 
 			// Hand over at a random point while the producer is running.
 			time.Sleep(time.Duration(300+rand.IntN(900)) * time.Millisecond)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			stop, err := control.Handover(ctx,
 				control.Client{URL: "http://" + source.ControlAddr(), Token: token},

@@ -53,7 +53,9 @@ func TestLongReplayKeepsTheBrokerConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Qos(1, 0, false)
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, err := ch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,9 @@ func TestResumeHoldAfterRestart(t *testing.T) {
 
 	conn := e.dial(amqp.Config{})
 	ch, _ := conn.Channel()
-	ch.Qos(5, 0, false)
+	if err := ch.Qos(5, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 	for range 5 {
 		recv(t, ds).Ack(false)
@@ -48,7 +50,9 @@ func TestResumeHoldAfterRestart(t *testing.T) {
 	sc = e.start(sidecar.Options{})
 	conn = e.dial(amqp.Config{})
 	ch, _ = conn.Channel()
-	ch.Qos(1, 0, false)
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, _ = ch.Consume(q, "", false, false, false, false, nil)
 	recv(t, ds).Ack(false)
 	if last := e.state().Log.LastID; last <= cut.ID {

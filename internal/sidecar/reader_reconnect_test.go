@@ -25,7 +25,7 @@ func killStreamConnections(t *testing.T, name string) int {
 	expr := fmt.Sprintf(`Named = fun(P) -> case catch rabbit_stream_reader:info(P, [client_properties]) of `+
 		`[{client_properties, Props}] -> lists:member({<<"connection_name">>, longstr, <<"%s">>}, Props); _ -> false end end, `+
 		`length([exit(P, kill) || P <- rabbit_stream:list(<<"/">>), Named(P)]).`, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out []byte
 	var err error

@@ -75,7 +75,7 @@ func TestStartErrorsHideThePassword(t *testing.T) {
 					cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
 				}
 				// Start retries until ctx ends: give it time for a few tries.
-				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 				defer cancel()
 				sc, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: logger})
 				if err == nil {

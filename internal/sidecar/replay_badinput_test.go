@@ -58,7 +58,7 @@ func TestReplayBadInput(t *testing.T) {
 		e := newEnv(t)
 		cfg := e.config()
 		cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 		defer cancel()
 		_, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
 		if err == nil || !strings.Contains(err.Error(), "does not exist") {

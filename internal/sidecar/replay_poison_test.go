@@ -46,7 +46,7 @@ func (s *syncBuffer) String() string {
 func TestReplayOfPoisonedLog(t *testing.T) {
 	e := newEnv(t)
 	q := e.queue()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{URI: e.broker.StreamURI, Name: e.log})
 	if err != nil {

@@ -88,7 +88,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			<-ctx.Done()
 			shut, c := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer c()
-			srv.Shutdown(shut)
+			if srv.Shutdown(shut) != nil {
+				srv.Close() // the grace is over: drop the connections still open
+			}
 		}()
 		if err := srv.Serve(ctlLn); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("control API: %w", err)

@@ -1,7 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -117,7 +116,7 @@ func TestTransparency(t *testing.T) {
 		for range 2 {
 			app.add(q, recv(t, ds))
 		}
-		if err := ch.Recover(true); err != nil {
+		if err := ch.Recover(true); err != nil { //nolint:staticcheck // SA1019: apps still send basic.recover, and the sidecar must pass it through
 			t.Fatal(err)
 		}
 		for _, want := range []string{"r-1", "r-2"} {
@@ -135,7 +134,9 @@ func TestTransparency(t *testing.T) {
 		e.publish(q, bodies("n", 10)...)
 		ch, _ := conn.Channel()
 		defer ch.Close()
-		ch.Qos(10, 0, false)
+		if err := ch.Qos(10, 0, false); err != nil {
+			t.Fatalf("qos: %v", err)
+		}
 		ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 		first := recv(t, ds)
 		app.add(q, first)
@@ -185,7 +186,10 @@ func TestTransparency(t *testing.T) {
 					return
 				}
 				defer ch.Close()
-				ch.Qos(20, 0, false)
+				if err := ch.Qos(20, 0, false); err != nil {
+					t.Errorf("qos: %v", err)
+					return
+				}
 				ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 				for i := range 100 {
 					d := recv(t, ds)
@@ -251,7 +255,9 @@ func TestAckWaitsForLog(t *testing.T) {
 	const n = 30
 	e.publish(q, bodies("s", n)...)
 	ch, _ := e.dial(amqp.Config{}).Channel()
-	ch.Qos(5, 0, false)
+	if err := ch.Qos(5, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 	for i := range n {
 		d := recv(t, ds)
@@ -317,7 +323,9 @@ func TestQuiesceAndResume(t *testing.T) {
 	q := e.queue()
 	e.publish(q, bodies("q", 20)...)
 	ch, _ := e.dial(amqp.Config{}).Channel()
-	ch.Qos(5, 0, false)
+	if err := ch.Qos(5, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, _ := ch.Consume(q, "", false, false, false, false, nil)
 
 	var held []amqp.Delivery
@@ -395,7 +403,9 @@ func stopReleasesHeld(t *testing.T, e *env, tp *tap, mode string) {
 	const n = 60
 	e.publish(q, bodies("x", n)...)
 	ch, _ := e.dial(amqp.Config{}).Channel()
-	ch.Qos(10, 0, false)
+	if err := ch.Qos(10, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, _ := ch.Consume(q, "app", false, false, false, false, nil)
 
 	// The app works slowly, acking as it goes.
@@ -530,7 +540,9 @@ func TestStopWaitsForAConsumeInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Qos(5, 0, false)
+	if err := ch.Qos(5, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 
 	// The app consumes and acks as it goes; the broker answers late.
 	tp.readDelay.Store(int64(300 * time.Millisecond))
@@ -644,5 +656,4 @@ func TestControlNeedsToken(t *testing.T) {
 			t.Errorf("GET %s = %d, want 200", path, resp.StatusCode)
 		}
 	}
-	_ = context.Background
 }

@@ -49,7 +49,9 @@ func startResultApp(t *testing.T, addr, q, out string, confirms bool, result fun
 		}
 		acks = ch.NotifyPublish(make(chan amqp.Confirmation, 1))
 	}
-	ch.Qos(1, 0, false)
+	if err := ch.Qos(1, 0, false); err != nil {
+		t.Fatalf("qos: %v", err)
+	}
 	ds, err := ch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +114,7 @@ func TestReplayHasNoSideEffects(t *testing.T) {
 			var producers sync.WaitGroup
 			publishPaced(t, e, q, n, 150, &producers)
 			time.Sleep(400 * time.Millisecond)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			tm, err := control.Handover(ctx,
 				control.Client{URL: "http://" + source.ControlAddr(), Token: token},
