@@ -2,7 +2,6 @@ package migratorcli
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 )
@@ -26,7 +25,7 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := Main(context.Background(), tc.args, &out, &errOut)
+			code := Main(t.Context(), tc.args, &out, &errOut)
 			if code != tc.wantCode {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, errOut.String())
 			}
@@ -44,13 +43,13 @@ func TestAgentConfigErrors(t *testing.T) {
 	t.Setenv("MS2M_AGENT_TOKEN", "")
 	t.Setenv("MS2M_AGENT_LISTEN", "127.0.0.1:0")
 	var out, errOut bytes.Buffer
-	if code := Main(context.Background(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
+	if code := Main(t.Context(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
 		t.Errorf("agent without a token: exit %d, stderr %s", code, errOut.String())
 	}
 	t.Setenv("MS2M_AGENT_TOKEN", "t")
 	t.Setenv("MS2M_AGENT_CHECKPOINT_DIR", "/nonexistent/checkpoints")
 	errOut.Reset()
-	if code := Main(context.Background(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_CHECKPOINT_DIR=/nonexistent/checkpoints") {
+	if code := Main(t.Context(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_CHECKPOINT_DIR=/nonexistent/checkpoints") {
 		t.Errorf("agent without its folder: exit %d, stderr %s", code, errOut.String())
 	}
 }
@@ -58,13 +57,13 @@ func TestAgentConfigErrors(t *testing.T) {
 func TestControllerConfigErrors(t *testing.T) {
 	t.Setenv("MS2M_IMAGE_REPO", "")
 	var out, errOut bytes.Buffer
-	if code := Main(context.Background(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_IMAGE_REPO") {
+	if code := Main(t.Context(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_IMAGE_REPO") {
 		t.Errorf("controller without an image repo: exit %d, stderr %s", code, errOut.String())
 	}
 	t.Setenv("MS2M_IMAGE_REPO", "registry.example.com/ckpt")
 	t.Setenv("MS2M_AGENT_TOKEN", "")
 	errOut.Reset()
-	if code := Main(context.Background(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
+	if code := Main(t.Context(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
 		t.Errorf("controller without the agents' token: exit %d, stderr %s", code, errOut.String())
 	}
 }

@@ -122,16 +122,20 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-		return 0
+		err = enc.Encode(rep)
+	} else {
+		err = printReport(stdout, rep)
 	}
-	printReport(stdout, rep)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: the migration is done, but its report could not be written: %v\n", err)
+		return 1
+	}
 	return 0
 }
 
-func printReport(w io.Writer, rep migrate.Report) {
+func printReport(w io.Writer, rep migrate.Report) error {
 	fmt.Fprintln(w, "done")
-	writeReportLines(w, rep)
+	return writeReportLines(w, rep)
 }
 
 // parseInterleaved parses flags that may come before or after positional

@@ -2,7 +2,6 @@ package migratorcli
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +36,7 @@ func TestStatusListsAndShows(t *testing.T) {
 		statusPod("shop", "plain", ""),
 		statusPod("other", "elsewhere", ok),
 	)
-	ctx := context.Background()
+	ctx := t.Context()
 	recs, err := listRecords(ctx, cs, "shop")
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("listRecords = %d records, %v; want 2", len(recs), err)
@@ -60,7 +59,9 @@ func TestStatusListsAndShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	writeDetail(&out, rec, time.Now())
+	if err := writeDetail(&out, rec, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"preconditions", "handover", "r/c@sha256:1", "120", "history", "web-0-abb", "node-2  node-1", "no-such-node", "7ms"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("detail lacks %q:\n%s", want, out.String())
