@@ -103,7 +103,7 @@ func TestConsumersReconnect(t *testing.T) {
 				})
 				cons.waitState(t, "the consumer is connected", func(s consumerState) bool { return s.Connected })
 				// Arm the drop while the queue is still empty: rabbitmqctl is slow.
-				drop := func() {}
+				var drop func()
 				if viaProxy {
 					drop = proxy.cut
 				} else {
@@ -215,7 +215,7 @@ type producerResult struct {
 // runProducer publishes count messages to queue as fast as possible.
 func runProducer(t *testing.T, url, queue string, count int) producerResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, build(t, "producer"),
 		"-url", url, "-queue", queue, "-count", strconv.Itoa(count), "-rate", "0")
@@ -387,7 +387,7 @@ func brokerConnections(t *testing.T, connName string) []string {
 
 func rabbitmqctl(t *testing.T, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "rabbitmqctl", append([]string{"-q", "-s"}, args...)...)
 	var stderr bytes.Buffer
@@ -452,7 +452,7 @@ func (p *tcpProxy) serve() {
 		p.conns = append(p.conns, down, up)
 		p.mu.Unlock()
 		pipe := func(dst, src net.Conn) {
-			io.Copy(dst, src)
+			_, _ = io.Copy(dst, src) // a relay ends when either side does
 			dst.Close()
 			src.Close()
 		}

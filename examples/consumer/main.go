@@ -142,7 +142,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		srv.Shutdown(shutdownCtx)
+		if srv.Shutdown(shutdownCtx) != nil {
+			srv.Close() // the grace is over: drop the connections still open
+		}
 	}()
 	log.Info("listening", "http", "http://"+ln.Addr().String(), "broker", redact(cfg.url),
 		"queue", cfg.queue, "prefetch", cfg.prefetch, "work", cfg.work, "connection_name", cfg.connName,

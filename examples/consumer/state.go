@@ -145,18 +145,20 @@ func (s *state) folds() foldsJSON {
 	return foldsJSON{Folds: append([]fold{}, s.journal...), Dropped: s.dropped}
 }
 
+// handler serves the state. A reply that cannot be written means the client
+// went away: there is no one left to tell, so those errors are dropped.
 func (s *state) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(s.snapshot())
+		_ = json.NewEncoder(w).Encode(s.snapshot())
 	})
 	mux.HandleFunc("GET /folds", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(s.folds())
+		_ = json.NewEncoder(w).Encode(s.folds())
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }
