@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -48,7 +47,7 @@ func TestAddons(t *testing.T) {
 		t.Errorf("starting the addon again left pid %d running beside %d", pid, again)
 	}
 
-	st, err := GetStatus(context.Background(), Options{StateDir: l.dir})
+	st, err := GetStatus(t.Context(), Options{StateDir: l.dir})
 	if err != nil && !strings.Contains(err.Error(), "kubeconfig") {
 		t.Fatal(err)
 	}

@@ -439,10 +439,10 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	go func() { pause <- ensurePauseImage(ctx, l, opts) }()
 	defer func() {
 		if !helperDone {
-			<-helper
+			<-helper //nolint:errcheck // drained on an early return, whose own error is reported
 		}
 		if !pauseDone {
-			<-pause
+			<-pause //nolint:errcheck // drained on an early return, whose own error is reported
 		}
 	}()
 	// A node's components keep their temporary files in the node's folder:

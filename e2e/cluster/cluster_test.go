@@ -51,7 +51,7 @@ func TestRealCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	downDone := false
 	t.Cleanup(func() {
@@ -304,7 +304,7 @@ type probeCount struct {
 // countsIn returns the count lines a probe pod logged.
 func countsIn(t *testing.T, cs kubernetes.Interface, ns, name string) []probeCount {
 	t.Helper()
-	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(t.Context())
 	if err != nil {
 		t.Fatalf("logs of %s: %v", name, err)
 	}
@@ -337,7 +337,8 @@ func nodeProcs(t *testing.T) []int {
 	var pids []int
 	matches, _ := filepath.Glob("/sys/fs/cgroup/pids/ms2m-node-*")
 	for _, m := range matches {
-		filepath.Walk(m, func(p string, fi os.FileInfo, err error) error {
+		// The walk function never fails, so neither does the walk.
+		_ = filepath.Walk(m, func(p string, fi os.FileInfo, err error) error {
 			if err == nil && fi.Name() == "cgroup.procs" {
 				b, _ := os.ReadFile(p)
 				for _, f := range strings.Fields(string(b)) {

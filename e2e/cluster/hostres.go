@@ -351,7 +351,7 @@ func unmountAll(dir string) []error {
 				}
 			}
 			if mp != dir && !strings.HasPrefix(mp, dir+"/") {
-				syscall.Rmdir(mp) // only if empty
+				_ = syscall.Rmdir(mp) // only if empty
 			}
 		}
 	}
@@ -428,7 +428,7 @@ func cleanHostPaths(l layout) []error {
 		if p == "/run/netns" {
 			// ip netns makes /run/netns a mount point of its own.
 			if ents, err := os.ReadDir(p); err == nil && len(ents) == 0 {
-				syscall.Unmount(p, syscall.MNT_DETACH)
+				_ = syscall.Unmount(p, syscall.MNT_DETACH) // best effort, like the removal below
 			}
 		}
 		removeEmptyTree(p)
@@ -447,6 +447,6 @@ func removeEmptyTree(dir string) {
 	})
 	sort.Slice(dirs, func(a, b int) bool { return len(dirs[a]) > len(dirs[b]) })
 	for _, d := range dirs {
-		syscall.Rmdir(d) // fails, as it should, on a folder that is not empty
+		_ = syscall.Rmdir(d) // fails, as it should, on a folder that is not empty
 	}
 }

@@ -101,7 +101,7 @@ func pipe(ctx context.Context, down *net.TCPConn, upstream string, log *slog.Log
 	half := func(dst, src *net.TCPConn) {
 		defer wg.Done()
 		io.Copy(dst, src) //nolint:errcheck // an error ends this direction, like EOF
-		dst.CloseWrite()
+		_ = dst.CloseWrite() // fails only if dst is closed already
 	}
 	go half(up, down)
 	go half(down, up)

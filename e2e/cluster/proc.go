@@ -155,7 +155,12 @@ func terminate(pid int, grace time.Duration) error {
 	if waitGone(pid, grace) {
 		return nil
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil
+		}
+		return fmt.Errorf("pid %d outlived SIGTERM by %v, and SIGKILL failed: %w", pid, grace, err)
+	}
 	if waitGone(pid, 5*time.Second) {
 		return nil
 	}
