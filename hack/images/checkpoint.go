@@ -92,7 +92,7 @@ func cmdRegistry(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "registry listening on %s (plain HTTP), data in %s\n", reg.Addr(), *dir)
 	if f, ok := stdout.(*os.File); ok {
-		f.Sync()
+		_ = f.Sync() // a terminal or pipe cannot sync, and needs not
 	}
 	<-ctx.Done()
 	return reg.Close()

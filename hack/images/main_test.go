@@ -24,7 +24,7 @@ import (
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb)
+	code = run(t.Context(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -253,7 +253,7 @@ func TestBuildConsumerPython(t *testing.T) {
 }
 
 func TestRegistryCommandStopsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
@@ -264,7 +264,7 @@ func TestRegistryCommandStopsOnCancel(t *testing.T) {
 	if err != nil || !strings.Contains(line, "registry listening on 127.0.0.1:") {
 		t.Fatalf("first line %q, %v", line, err)
 	}
-	go io.Copy(io.Discard, pr)
+	go func() { _, _ = io.Copy(io.Discard, pr) }() // the rest of the log, unread
 	cancel()
 	select {
 	case code := <-done:
@@ -284,8 +284,12 @@ func writeTar(t *testing.T, path string, files map[string]string) {
 	}
 	tw := tar.NewWriter(f)
 	for n, c := range files {
-		tw.WriteHeader(&tar.Header{Name: n, Mode: 0o600, Size: int64(len(c)), Typeflag: tar.TypeReg})
-		tw.Write([]byte(c))
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o600, Size: int64(len(c)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(c)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
