@@ -105,7 +105,9 @@ func TestExitsZeroOnSignal(t *testing.T) {
 				if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
 					t.Fatalf("pause exited on SIGCHLD: %v", err)
 				}
-				cmd.Process.Signal(syscall.SIGTERM)
+				if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := waitExit(t, cmd, 5*time.Second); err != nil {
 				t.Fatalf("pause exited with %v, want status 0", err)
@@ -151,7 +153,9 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := waitExit(t, cmd, 5*time.Second); err != nil {
 		t.Fatalf("pause exited with %v", err)
 	}
