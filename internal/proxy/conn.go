@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,13 +108,15 @@ func (c *conn) run(ctx context.Context) {
 	downDone := make(chan struct{})
 	go func() {
 		defer close(downDone)
-		if err := c.pumpDown(); err != nil && !isClosed(err) {
+		// pumpDown and pumpUp end only on an error: EOF or a closed
+		// connection is the ordinary end.
+		if err := c.pumpDown(); !isClosed(err) {
 			c.log.Debug("broker side ended", "err", err)
 		}
 		c.app.Close() // ends pumpUp's read
 	}()
 
-	if err := c.pumpUp(); err != nil && !isClosed(err) {
+	if err := c.pumpUp(); !isClosed(err) {
 		c.log.Debug("app side ended", "err", err)
 	}
 	// The app is gone or done. Its last acks may still wait on the log: let
@@ -126,7 +129,7 @@ func (c *conn) run(ctx context.Context) {
 	<-writerDone
 	drain.Stop()
 	if tc, ok := c.up.(*net.TCPConn); ok {
-		tc.CloseWrite()
+		_ = tc.CloseWrite() // fails only if the broker's side is gone already
 	}
 	select {
 	case <-downDone:
@@ -135,6 +138,19 @@ func (c *conn) run(ctx context.Context) {
 	c.abort()
 	<-downDone
 	c.dropAll()
+}
+
+// failApp ends the connection after a write to the app failed: the app went
+// away, or stopped reading for the whole write deadline, and a frame written
+// in part leaves the stream unusable for what follows.
+func (c *conn) failApp(err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.log.Warn("closing the connection: the app read nothing for the whole write deadline", "err", err)
+	case !isClosed(err):
+		c.log.Debug("closing the connection: cannot write to the app", "err", err)
+	}
+	c.abort()
 }
 
 func isClosed(err error) bool {

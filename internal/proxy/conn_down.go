@@ -80,7 +80,9 @@ func (c *conn) waitLogRoom() error {
 func (c *conn) writeAppRaw(b []byte) {
 	c.appMu.Lock()
 	defer c.appMu.Unlock()
-	c.app.Write(b)
+	if _, err := c.app.Write(b); err != nil {
+		c.failApp(err)
+	}
 }
 
 func (c *conn) copyRawDown(buf []byte) error {
@@ -356,7 +358,7 @@ func (c *conn) protocolError(side string, err error) {
 	}
 	c.writeAppRaw(toApp)
 	c.upMu.Lock()
-	c.up.Write(toUp)
+	_, _ = c.up.Write(toUp) // a courtesy: the connection closes next either way
 	c.upMu.Unlock()
 	c.abort()
 }

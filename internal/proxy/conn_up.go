@@ -291,7 +291,14 @@ func (c *conn) dropAll() {
 func (c *conn) writeApp(b []byte) {
 	c.appMu.Lock()
 	defer c.appMu.Unlock()
-	c.app.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	c.app.Write(b)
-	c.app.SetWriteDeadline(time.Time{})
+	err := c.app.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err == nil {
+		_, err = c.app.Write(b)
+	}
+	if err == nil {
+		err = c.app.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
+		c.failApp(err)
+	}
 }
