@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -27,11 +26,13 @@ func logDir(archive string) string {
 
 func TestAgentRefusesLogReadThroughSymlink(t *testing.T) {
 	c, archive, _, _ := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	// A task folder of the runtime holds more than CRIU logs; a link
 	// named like a log points at one of those files, inside the folder.
 	task := filepath.Join(logDir(archive), "task-1")
-	os.MkdirAll(task, 0o755)
+	if err := os.MkdirAll(task, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(task, "config.json"), []byte(`{"password":"hunter2"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +47,12 @@ func TestAgentRefusesLogReadThroughSymlink(t *testing.T) {
 		t.Errorf("error %q: want it to say the real file is not a .log", err)
 	}
 	// A link from one log to another log of the folder still works.
-	os.WriteFile(filepath.Join(task, "dump.log"), []byte("(00.1) Error: real\n"), 0o600)
-	os.Symlink("dump.log", filepath.Join(task, "last.log"))
+	if err := os.WriteFile(filepath.Join(task, "dump.log"), []byte("(00.1) Error: real\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("dump.log", filepath.Join(task, "last.log")); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := c.ReadLog(ctx, "node-1", "task-1/last.log"); err != nil || !strings.Contains(got, "real") {
 		t.Errorf("ReadLog of a link to a log = %q, %v", got, err)
 	}
@@ -63,7 +68,7 @@ func TestAgentRefusesArchiveThroughSymlink(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "host-secret"), link); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.BuildCheckpointImage(context.Background(), "node-1", link, "app", reg+"/ckpt/evil:1")
+	_, err := c.BuildCheckpointImage(t.Context(), "node-1", link, "app", reg+"/ckpt/evil:1")
 	if err == nil || !strings.Contains(err.Error(), "outside") {
 		t.Errorf("build from a link to a file outside the checkpoint folder: %v, want it refused", err)
 	}
@@ -85,7 +90,7 @@ func TestAgentRefusesPushOutsideRepository(t *testing.T) {
 		reg + "/ckpt-evil/app:1",         // a name that merely starts like it
 		foreign.Addr() + "/ckpt/app:1",   // the repository's path on another registry
 	} {
-		_, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", ref)
+		_, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", ref)
 		if err == nil || !strings.Contains(err.Error(), "outside the checkpoint repository") {
 			t.Errorf("push to %s: %v, want it refused as outside the checkpoint repository", ref, err)
 		}
@@ -97,14 +102,14 @@ func TestAgentRefusesPushOutsideRepository(t *testing.T) {
 		t.Errorf("a refused push removed the archive: %v", err)
 	}
 	// Under the repository is allowed (a path per namespace).
-	if _, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/shop/app:1"); err != nil {
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/shop/app:1"); err != nil {
 		t.Errorf("push under the repository: %v", err)
 	}
 }
 
 func TestAgentRefusesDeleteOutsideRepository(t *testing.T) {
 	c, archive, reg, _ := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	// Someone else's image, in the same registry, that the agent's push
 	// credentials reach.
 	victim := mustRef(t, reg+"/team-b/app:1")
@@ -140,7 +145,7 @@ func TestAgentRefusesDeleteOutsideRepository(t *testing.T) {
 
 func TestArchiveRemovedAfterPush(t *testing.T) {
 	c, archive, reg, _ := setup(t)
-	if _, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(archive); !errors.Is(err, fs.ErrNotExist) {
@@ -148,7 +153,7 @@ func TestArchiveRemovedAfterPush(t *testing.T) {
 	}
 
 	keep, archive, reg, _ := setup(t, func(c *Config) { c.KeepArchives = true })
-	if _, err := keep.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+	if _, err := keep.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(archive); err != nil {
@@ -158,7 +163,7 @@ func TestArchiveRemovedAfterPush(t *testing.T) {
 
 func TestNoRepositoryPushesNothing(t *testing.T) {
 	c, archive, reg, _ := setup(t, func(c *Config) { c.Repository = "" })
-	_, err := c.BuildCheckpointImage(context.Background(), "node-1", archive, "app", reg+"/ckpt/app:m1")
+	_, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1")
 	if err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_IMAGE_REPO") {
 		t.Errorf("push with no repository configured: %v, want it refused naming MS2M_AGENT_IMAGE_REPO", err)
 	}

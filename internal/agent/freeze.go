@@ -75,7 +75,8 @@ func (w FreezeWatch) FindCgroup(podUID, containerID string) (string, error) {
 		}
 		var found string
 		errFound := errors.New("found")
-		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		// The walk ends with errFound or nil; found is its result.
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
 				return nil
 			}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,19 +22,31 @@ func fakeNode(t *testing.T) (FreezeWatch, string, func(freezer string, states ..
 	root := t.TempDir()
 	w := FreezeWatch{CgroupRoot: filepath.Join(root, "cg"), ProcRoot: filepath.Join(root, "proc"), Poll: time.Millisecond}
 	dir := filepath.Join(w.CgroupRoot, "freezer", "node-1", "kubepods", "besteffort", "pod"+testPod, testCtr)
-	os.MkdirAll(dir, 0o755)
-	os.MkdirAll(filepath.Join(w.CgroupRoot, "freezer", "node-1", "kubepods", "besteffort", "podother", testCtr+"x"), 0o755)
-	os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("42\n"), 0o644)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(w.CgroupRoot, "freezer", "node-1", "kubepods", "besteffort", "podother", testCtr+"x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	set := func(freezer string, states ...string) {
-		os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(freezer+"\n"), 0o644)
+		if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(freezer+"\n"), 0o644); err != nil {
+			t.Error(err) // set may run off the test goroutine: no Fatal
+		}
 		for i, st := range states {
 			task := filepath.Join(w.ProcRoot, "42", "task", string(rune('a'+i)))
-			os.MkdirAll(task, 0o755)
+			if err := os.MkdirAll(task, 0o755); err != nil {
+				t.Error(err) // set may run off the test goroutine: no Fatal
+			}
 			tracer := "0"
 			if strings.HasPrefix(st, "t") {
 				tracer = "777"
 			}
-			os.WriteFile(filepath.Join(task, "status"), []byte("Name:\tapp\nState:\t"+st+"\nTracerPid:\t"+tracer+"\n"), 0o644)
+			if err := os.WriteFile(filepath.Join(task, "status"), []byte("Name:\tapp\nState:\t"+st+"\nTracerPid:\t"+tracer+"\n"), 0o644); err != nil {
+				t.Error(err) // set may run off the test goroutine: no Fatal
+			}
 		}
 	}
 	set("THAWED", "S (sleeping)", "R (running)")
@@ -95,7 +106,7 @@ func TestFindCgroup(t *testing.T) {
 func TestWatchFreeze(t *testing.T) {
 	w, _, set := fakeNode(t)
 	c, _, _, _ := setup(t, func(cfg *Config) { cfg.Freeze = w })
-	ctx := context.Background()
+	ctx := t.Context()
 	watch := func(state string, timeout time.Duration) func() error {
 		t.Helper()
 		wait, err := c.WatchFreeze(ctx, "node-1", testPod, testCtr, state, timeout)

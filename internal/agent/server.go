@@ -109,7 +109,7 @@ type PullRequest struct {
 // Handler returns the API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.Handle("POST /v1/checkpoint-images", s.auth(s.build))
 	mux.Handle("DELETE /v1/checkpoint-images", s.auth(s.deleteImage))
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
@@ -254,10 +254,15 @@ func (s *Server) readLog(w http.ResponseWriter, r *http.Request) {
 	defer f.Close()
 	const tail = 64 << 10
 	if st, err := f.Stat(); err == nil && st.Size() > tail {
-		f.Seek(st.Size()-tail, io.SeekStart)
+		if _, err := f.Seek(st.Size()-tail, io.SeekStart); err != nil {
+			httpError(w, http.StatusInternalServerError, fmt.Errorf("seek to the last %d bytes of %s: %w", tail, p, err))
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.Copy(w, f)
+	if _, err := io.Copy(w, f); err != nil {
+		s.log.Warn("sending a log's tail failed", "path", p, "err", err)
+	}
 }
 
 // FreezeWatching is the first line of a GET /v1/freeze answer: the watch
@@ -296,14 +301,18 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
-	enc.Encode(FreezeWatching{Watching: dir})
-	http.NewResponseController(w).Flush()
+	if err := enc.Encode(FreezeWatching{Watching: dir}); err != nil {
+		return // the caller went away before the watch: nothing to wait for
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return // as above
+	}
 	res, err := s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
 	if err != nil {
-		enc.Encode(map[string]string{"error": err.Error()})
+		_ = enc.Encode(map[string]string{"error": err.Error()}) // see httpError
 		return
 	}
-	enc.Encode(res)
+	_ = enc.Encode(res) // see httpError
 }
 
 // errOutside marks a path the agent refuses to open.
@@ -439,15 +448,17 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// writeJSON and httpError answer a request. A reply that cannot be written
+// means the client went away: there is no one left to tell.
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func httpError(w http.ResponseWriter, code int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
 }
 
 // Serve runs the API on ln until ctx is done.
@@ -456,7 +467,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			srv.Close() // the grace is over: drop the connections still open
+		}
 	})
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -32,15 +32,24 @@ func setup(t *testing.T, opts ...func(*Config)) (Client, string, string, *record
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "checkpoints")
 	logs := filepath.Join(dir, "state")
-	os.MkdirAll(ckpt, 0o755)
-	os.MkdirAll(logs, 0o755)
+	for _, d := range []string{ckpt, logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	archive := filepath.Join(ckpt, "checkpoint-app_default-app-2026.tar")
 	if err := os.WriteFile(archive, []byte(strings.Repeat("criu images\n", 1000)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(logs, "criu-dump.log"), []byte("(00.1) Error (criu/x.c:1): it broke\n"), 0o600)
-	os.WriteFile(filepath.Join(dir, "secret.log"), []byte("outside\n"), 0o600)
-	os.Symlink(filepath.Join(dir, "secret.log"), filepath.Join(logs, "escape.log"))
+	if err := os.WriteFile(filepath.Join(logs, "criu-dump.log"), []byte("(00.1) Error (criu/x.c:1): it broke\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secret.log"), []byte("outside\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "secret.log"), filepath.Join(logs, "escape.log")); err != nil {
+		t.Fatal(err)
+	}
 
 	reg, err := ociimage.ServeRegistry("127.0.0.1:0", t.TempDir())
 	if err != nil {
@@ -69,7 +78,7 @@ func setup(t *testing.T, opts ...func(*Config)) (Client, string, string, *record
 
 func TestBuildCheckpointImage(t *testing.T) {
 	c, archive, reg, _ := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	img, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/app:m1")
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +110,7 @@ func TestBuildCheckpointImage(t *testing.T) {
 
 func TestBadRequests(t *testing.T) {
 	c, archive, reg, p := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	for name, call := range map[string]struct {
 		do   func() error
 		want string
@@ -150,7 +159,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestPullAndLogs(t *testing.T) {
 	c, _, _, p := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.PullImage(ctx, "node-1", "10.77.0.1:5000/app@sha256:"+strings.Repeat("a", 64)); err != nil {
 		t.Fatal(err)
 	}
