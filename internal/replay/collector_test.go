@@ -203,7 +203,9 @@ func TestCollectorIgnoresAnEarlierMigrationsMarker(t *testing.T) {
 
 	old := NewCollector(Range{Start: 2}) // no epoch: the bug this guards against
 	for _, r := range log {
-		old.Add(r)
+		if err := old.Add(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, ok := old.Cutoff(); !ok {
 		t.Error("without the epoch the stale marker is not taken; this test no longer shows what it guards")
@@ -215,7 +217,9 @@ func TestCollectorIgnoresAnEarlierMigrationsMarker(t *testing.T) {
 func TestCollectorKnownCutoffKeepsTheStopsEpoch(t *testing.T) {
 	c := NewCollector(Range{Start: 2, Cutoff: 2, Epoch: 4})
 	for _, r := range []shadowqueue.Record{del(1, "a"), del(2, "a")} {
-		c.Add(r)
+		if err := c.Add(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !c.Complete() || c.Epoch() != 4 {
 		t.Fatalf("complete %v epoch %d; want complete, epoch 4", c.Complete(), c.Epoch())

@@ -52,7 +52,7 @@ func killStreamConnections(t *testing.T, name string) int {
 	expr := fmt.Sprintf(`Named = fun(P) -> case catch rabbit_stream_reader:info(P, [client_properties]) of `+
 		`[{client_properties, Props}] -> lists:member({<<"connection_name">>, longstr, <<"%s">>}, Props); _ -> false end end, `+
 		`length([exit(P, kill) || P <- rabbit_stream:list(<<"/">>), Named(P)]).`, name)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out []byte
 	var err error
@@ -85,12 +85,14 @@ func TestSourceReconnectsAfterBrokerClose(t *testing.T) {
 	b := testenv.RequireBroker(t)
 	name := testenv.UniqueName("ms2m-test-reconnect")
 	readerName := testenv.UniqueName("ms2m-test-reader")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 		defer cancel()
-		shadowqueue.DeleteStream(c, b.StreamURI, name)
+		if err := shadowqueue.DeleteStream(c, b.StreamURI, name); err != nil {
+			t.Logf("delete the test's stream %s: %v", name, err)
+		}
 	})
 	w, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{URI: b.StreamURI, Name: name})
 	if err != nil {
@@ -259,7 +261,7 @@ func TestSourceStatusWhileDisconnected(t *testing.T) {
 	}
 	src.RetryMin, src.RetryMax = time.Millisecond, 5*time.Millisecond
 	src.Logger = testLogger(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
