@@ -117,7 +117,9 @@ func TestDecodeRecordChecksLimitBeforeCopying(t *testing.T) {
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	for range 16 {
-		DecodeRecord(enc)
+		if _, err := DecodeRecord(enc); err == nil {
+			t.Fatal("DecodeRecord took the oversized record")
+		}
 	}
 	runtime.ReadMemStats(&ms1)
 	if per := (ms1.TotalAlloc - ms0.TotalAlloc) / 16; per > 4<<10 {

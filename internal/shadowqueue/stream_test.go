@@ -34,7 +34,7 @@ func openTestStream(t testing.TB, o StreamOptions) *StreamLog {
 	if o.Name == "" {
 		o.Name = testenv.UniqueName("ms2m-test-" + strings.ReplaceAll(t.Name(), "/", "-"))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	l, err := OpenStream(ctx, o)
 	if err != nil {
@@ -44,7 +44,7 @@ func openTestStream(t testing.TB, o StreamOptions) *StreamLog {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
 		defer cancel()
 		if err := DeleteStream(ctx, o.URI, o.Name); err != nil {
 			t.Errorf("DeleteStream: %v", err)
@@ -54,7 +54,7 @@ func openTestStream(t testing.TB, o StreamOptions) *StreamLog {
 }
 
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -682,7 +682,7 @@ func TestStreamWriteCancel(t *testing.T) {
 	l.mu.Unlock()
 	breakConnection(t, l) // the next connection holds its confirmations
 
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	err := l.Write(ctx, deliveries(77, 5, 10))
@@ -743,7 +743,7 @@ func silentServer(t testing.TB) string {
 
 func TestOpenStreamHonoursContext(t *testing.T) {
 	addr := silentServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, err := OpenStream(ctx, StreamOptions{URI: "rabbitmq-stream://guest:guest@" + addr + "/", Name: "never"})
@@ -769,7 +769,7 @@ func TestStreamWriteReconnectHonoursContext(t *testing.T) {
 	l.mu.Unlock()
 	breakConnection(t, l)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	err = l.Write(ctx, deliveries(1, 1, 1))
@@ -890,7 +890,7 @@ func TestStreamResolver(t *testing.T) {
 // 5 MiB body, sent as six fragments.
 func BenchmarkStreamWriteFragmented(b *testing.B) {
 	l := openTestStream(b, StreamOptions{})
-	ctx := context.Background()
+	ctx := b.Context()
 	recs := []Record{bigRecord(1, 5<<20)}
 	b.ReportAllocs()
 	b.SetBytes(int64(encodedRecordLen(&recs[0])))
@@ -907,7 +907,7 @@ func BenchmarkStreamWrite(b *testing.B) {
 	for _, n := range []int{1, 100, 512} {
 		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
 			l := openTestStream(b, StreamOptions{})
-			ctx := context.Background()
+			ctx := b.Context()
 			recs := deliveries(1, n, 1024)
 			b.ReportAllocs()
 			b.SetBytes(int64(n * encodedRecordLen(&recs[0])))

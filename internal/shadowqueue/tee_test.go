@@ -54,15 +54,20 @@ func (m *memLog) ids() []uint64 {
 func runTee(t *testing.T, l Log, last Record) *Tee {
 	t.Helper()
 	tee := NewTee(l, last, TeeOptions{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { tee.Run(ctx); close(done) }()
+	go func() {
+		defer close(done)
+		if err := tee.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("tee.Run: %v", err)
+		}
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return tee
 }
 
 func waitCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -112,7 +117,7 @@ func TestTeeWaitBlocksUntilDurable(t *testing.T) {
 	if tee.Durable(tk) {
 		t.Fatal("durable before the log confirmed it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	if err := tee.Wait(ctx, tk); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait = %v, want deadline exceeded while the log holds the write", err)
@@ -152,9 +157,13 @@ func TestTeeMarkers(t *testing.T) {
 	if id != 2 || epoch != 1 {
 		t.Fatalf("resume = id %d epoch %d, want 2 and 1", id, epoch)
 	}
-	tee.Wait(waitCtx(t), tk)
+	if err := tee.Wait(waitCtx(t), tk); err != nil {
+		t.Fatal(err)
+	}
 	nextID, tk := tee.Append(Record{})
-	tee.Wait(waitCtx(t), tk)
+	if err := tee.Wait(waitCtx(t), tk); err != nil {
+		t.Fatal(err)
+	}
 	if nextID != 3 {
 		t.Errorf("delivery after the markers got ID %d, want 3", nextID)
 	}
@@ -185,9 +194,14 @@ func TestTeeBackpressure(t *testing.T) {
 			l := &memLog{release: make(chan struct{})}
 			tc.opts.RetryMin, tc.opts.RetryMax = time.Millisecond, 5*time.Millisecond
 			tee := NewTee(l, Record{}, tc.opts)
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			done := make(chan struct{})
-			go func() { tee.Run(ctx); close(done) }()
+			go func() {
+				defer close(done)
+				if err := tee.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("tee.Run: %v", err)
+				}
+			}()
 			t.Cleanup(func() { cancel(); <-done })
 
 			for i := range tc.full + 3 { // past the bound: Append does not block
@@ -199,13 +213,13 @@ func TestTeeBackpressure(t *testing.T) {
 			if !tee.Full() || !tee.Status().Backpressure {
 				t.Fatalf("status = %+v after %d appends, want backpressure", tee.Status(), tc.full+3)
 			}
-			short, c := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			short, c := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			defer c()
 			if err := tee.WaitRoom(short); err == nil {
 				t.Fatal("WaitRoom returned at the bound")
 			}
 			close(l.release) // the log takes everything
-			wctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
+			wctx, c2 := context.WithTimeout(t.Context(), 10*time.Second)
 			defer c2()
 			if err := tee.WaitRoom(wctx); err != nil {
 				t.Fatalf("WaitRoom after the log caught up: %v", err)
