@@ -100,7 +100,7 @@ func pipe(ctx context.Context, down *net.TCPConn, upstream string, log *slog.Log
 	wg.Add(2)
 	half := func(dst, src *net.TCPConn) {
 		defer wg.Done()
-		io.Copy(dst, src) //nolint:errcheck // an error ends this direction, like EOF
+		io.Copy(dst, src)    //nolint:errcheck // an error ends this direction, like EOF
 		_ = dst.CloseWrite() // fails only if dst is closed already
 	}
 	go half(up, down)
