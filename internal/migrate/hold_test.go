@@ -144,9 +144,9 @@ func TestCheckpointUnderHold(t *testing.T) {
 			if tc.noWatch {
 				steps.watch = nil
 			} else {
-				steps.frozen, steps.frozenErr = n.watch(context.Background(), "frozen")
+				steps.frozen, steps.frozenErr = n.watch(t.Context(), "frozen")
 			}
-			res := checkpointUnderHold(context.Background(), steps, time.Now())
+			res := checkpointUnderHold(t.Context(), steps, time.Now())
 			// The thaw is seen within a poll of it, before or after the
 			// call's "return": the order of those two is the watch's.
 			log := n.log

@@ -1,7 +1,6 @@
 package migrate_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -35,7 +34,7 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 	w := deploy(t, c, "sim-again", "Deployment", true)
 	startController(t, c, "the controller", c.Kubeconfig)
 	pods := c.Client.CoreV1().Pods(w.ns)
-	ctx := context.Background()
+	ctx := t.Context()
 	ask := func(pod, node string) {
 		t.Helper()
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, node)
@@ -105,7 +104,7 @@ func waitAnswered(t *testing.T, c *simcluster.Cluster, ns, pod, was string) cont
 	t.Helper()
 	var st controller.Status
 	testenv.Eventually(t, 30*time.Second, "the request on "+pod+" is answered", func() bool {
-		p, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+		p, err := c.Client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -124,7 +123,7 @@ func waitAnswered(t *testing.T, c *simcluster.Cluster, ns, pod, was string) cont
 // and has processed every delivery once; it returns that pod.
 func waitMigrated(t *testing.T, c *simcluster.Cluster, ns string, src *corev1.Pod, node, prev string) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var got *corev1.Pod
 	testenv.Eventually(t, 90*time.Second, "the pod is migrated to "+node, func() bool {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -186,7 +185,7 @@ func expectEventOn(t *testing.T, c *simcluster.Cluster, ns, pod, reason, what st
 	t.Helper()
 	var seen []string
 	ok := within(20*time.Second, func() bool {
-		evs, err := c.Client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		evs, err := c.Client.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false
 		}

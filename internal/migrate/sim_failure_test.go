@@ -47,13 +47,15 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		h := c.Nodes[nodeA].HoldStep(simcluster.StepStart)
 		tpl := podTemplate(true)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "starting", Labels: map[string]string{"app": "other"}, Annotations: tpl.Annotations}, Spec: tpl.Spec}
-		if _, err := c.Client.CoreV1().Pods(w.ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		if _, err := c.Client.CoreV1().Pods(w.ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		<-h.Reached
 		return pod.Name, func() {
 			h.Release()
-			c.Client.CoreV1().Pods(w.ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+			if err := c.Client.CoreV1().Pods(w.ns).Delete(context.WithoutCancel(t.Context()), pod.Name, metav1.DeleteOptions{}); err != nil {
+				t.Logf("undo: delete pod %s: %v", pod.Name, err)
+			}
 		}
 	}
 	for _, tc := range []struct {
@@ -77,11 +79,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		}},
 		{"already migrating", func(*migrate.Plan) {}, "is already migrating: its sidecar is quiesced, as a migration under way leaves it; wait for that migration to end", func(*migrate.Plan) func() {
 			// another migration's quiesce
-			if _, err := ctlEP.Quiesce(context.Background(), 10*time.Second); err != nil {
+			if _, err := ctlEP.Quiesce(t.Context(), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 			return func() {
-				if err := ctlEP.Resume(context.Background()); err != nil {
+				if err := ctlEP.Resume(t.Context()); err != nil {
 					t.Error(err)
 				}
 			}
@@ -97,7 +99,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 			}
 			defer func() { undo() }()
 			cs, rec := recordingClient(t, c.Config)
-			_, err := migrate.Run(context.Background(), env(c, cs), p)
+			_, err := migrate.Run(t.Context(), env(c, cs), p)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
 			}
@@ -150,7 +152,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 			tc.arm()
 			defer resetNodes(c)
 			p := plan(w, tc.strategy)
-			rep, err := migrate.Run(context.Background(), env(c, c.Client), p)
+			rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
 			if err == nil {
 				t.Fatal("the migration succeeded")
 			}
@@ -160,7 +162,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 				}
 			}
 			testenv.Eventually(t, 10*time.Second, "the half-made target is gone", func() bool {
-				_, err := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), p.TargetPod, metav1.GetOptions{})
+				_, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), p.TargetPod, metav1.GetOptions{})
 				return apierrors.IsNotFound(err)
 			})
 			expectServing(t, c, w)
@@ -191,7 +193,7 @@ func expectNoImage(t *testing.T, ref string) {
 // A, serves, and has processed every delivery once.
 func expectServing(t *testing.T, c *simcluster.Cluster, w *workload) {
 	t.Helper()
-	p, err := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), w.pod.Name, metav1.GetOptions{})
+	p, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), w.pod.Name, metav1.GetOptions{})
 	if err != nil || p.UID != w.pod.UID || p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("the source %s: %v (phase %v)", w.pod.Name, err, p.Status.Phase)
 	}

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,7 +81,7 @@ func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig strin
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	go func() { _ = p.cmd.Wait(); close(p.done) }() // how it ended shows in its log
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -99,7 +98,7 @@ func (p *controllerProc) kill() {
 		return
 	default:
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	p.cmd.Process.Kill()
 	<-p.done
 }
 
@@ -108,7 +107,7 @@ func requestMigration(t *testing.T, c *simcluster.Cluster, w *workload, strategy
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"2s"}}}`,
 		inject.AnnotationMigrateTo, nodeB, inject.AnnotationStrategy, strategy, inject.AnnotationReplayMax)
-	if _, err := c.Client.CoreV1().Pods(w.ns).Patch(context.Background(), w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := c.Client.CoreV1().Pods(w.ns).Patch(t.Context(), w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -120,7 +119,7 @@ func finalStatus(t *testing.T, c *simcluster.Cluster, ns string, timeout time.Du
 	var pod *corev1.Pod
 	var st controller.Status
 	testenv.Eventually(t, timeout, "the restarted controller ends the migration", func() bool {
-		pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			return false
 		}
@@ -263,13 +262,13 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 				expectNoImage(t, c.ImageRepo()+":"+st.Name)
 				expectNoImage(t, c.ImageRepo()+":"+migrate.ShadowName(st.Name))
 				testenv.Eventually(t, 15*time.Second, "only the source is left", func() bool {
-					pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == w.pod.UID
 				})
 			case controller.PhaseSucceeded:
 				target := checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
 				testenv.Eventually(t, 15*time.Second, "only the target is left", func() bool {
-					pods, err := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == target.UID
 				})
 				if ctrl := metav1.GetControllerOf(target); ctrl == nil || ctrl.Kind == "Pod" {
@@ -281,7 +280,7 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 					}
 				}
 			}
-			if _, err := c.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), inject.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), inject.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("the pending-migration ConfigMap is left (err %v): the pod's next recreation would restore a stale checkpoint", err)
 			}
 			expectEvent(t, c, ns, tc.reason)
@@ -294,7 +293,7 @@ func expectEvent(t *testing.T, c *simcluster.Cluster, ns, reason string) {
 	t.Helper()
 	var seen []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		evs, err := c.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		evs, err := c.Client.CoreV1().Events(ns).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			continue
 		}
@@ -330,10 +329,14 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 		{name: "same node", node: nodeA, w: w, want: "annotation ms2m.io/migrate-to: the pod already runs on sim-a; nothing was touched"},
 		{name: "not injected", node: nodeB, w: plain, want: `the pod has no ms2m sidecar: opt it in with ms2m.io/inject: "true" and recreate it; nothing was touched`},
 		{name: "already migrating", node: nodeB, w: w, arm: func() func() {
-			if _, err := ctlEP.Quiesce(context.Background(), 10*time.Second); err != nil {
+			if _, err := ctlEP.Quiesce(t.Context(), 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
-			return func() { ctlEP.Resume(context.Background()) }
+			return func() {
+				if err := ctlEP.Resume(context.WithoutCancel(t.Context())); err != nil {
+					t.Logf("undo: resume: %v", err)
+				}
+			}
 		}, want: "is already migrating: its sidecar is quiesced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -342,7 +345,7 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 				undo = tc.arm()
 			}
 			defer func() { undo() }()
-			ctx := context.Background()
+			ctx := t.Context()
 			pods := c.Client.CoreV1().Pods(tc.w.ns)
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:null}}}`, inject.AnnotationMigrateTo, tc.node, inject.AnnotationMigrationStatus)
 			if _, err := pods.Patch(ctx, tc.w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {

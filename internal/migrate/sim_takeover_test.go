@@ -102,7 +102,7 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 			if tc.shadow {
 				target = migrate.ShadowName(p.Name)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			tr := &afterSwitch{c: c, ns: w.ns, target: target, fail: tc.fault(cancel)}
 			e := env(c, c.Client)
@@ -128,14 +128,14 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 					t.Errorf("err = %v\nwant it to say %q", err, s)
 				}
 			}
-			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), target, metav1.GetOptions{}); gerr != nil {
+			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), target, metav1.GetOptions{}); gerr != nil {
 				t.Errorf("the target that may have taken over was deleted: %v", gerr)
 			}
 			if sp := c.Nodes[nodeB].Pod(w.ns, target); sp == nil || sp.Sidecar.Mode() != simcluster.ModeServing {
 				t.Errorf("the target does not serve on node B")
 			}
 			src := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
-			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), w.pod.Name, metav1.GetOptions{}); gerr != nil || src == nil {
+			if _, gerr := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), w.pod.Name, metav1.GetOptions{}); gerr != nil || src == nil {
 				t.Fatalf("the source is gone: %v", gerr)
 			}
 			if m := src.Sidecar.Mode(); m != simcluster.ModeStopped {
@@ -166,7 +166,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := migrate.Run(context.Background(), env(c, c.Client), p)
+		rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
 		done <- result{rep, err}
 	}()
 	select {
@@ -175,7 +175,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 		t.Fatalf("the migration ended before its checkpoint: %v", r.err)
 	}
 	src := control.ClientAt(w.pod.Status.PodIP, 8089, c.ControlToken, nil)
-	if err := src.Resume(context.Background()); err != nil {
+	if err := src.Resume(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
@@ -194,7 +194,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	if r.rep.Image != "" {
 		t.Errorf("an image %s was built from the discarded checkpoint", r.rep.Image)
 	}
-	if _, err := c.Client.CoreV1().Pods(w.ns).Get(context.Background(), p.TargetPod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), p.TargetPod, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a target was created (err %v)", err)
 	}
 	expectServing(t, c, w)

@@ -167,11 +167,15 @@ func podTemplate(inject bool) corev1.PodTemplateSpec {
 // runs and has served for a while.
 func deploy(t *testing.T, c *simcluster.Cluster, ns, owner string, injected bool) *workload {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.Namespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		if err := c.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(t.Context()), ns, metav1.DeleteOptions{}); err != nil {
+			t.Logf("delete namespace %s: %v", ns, err)
+		}
+	})
 	w := &workload{ns: ns, owner: owner, created: watchCreated(t, c.Client, ns)}
 	one := int32(1)
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "consumer"}}
@@ -214,7 +218,7 @@ type podLog struct {
 
 func watchCreated(t *testing.T, cs kubernetes.Interface, ns string) *podLog {
 	l := &podLog{}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +294,7 @@ func TestStrategiesOnSimulatedNodes(t *testing.T) {
 			w := deploy(t, c, ns, tc.owner, true)
 			cs, rec := recordingClient(t, c.Config)
 			p := plan(w, tc.strategy)
-			rep, err := migrate.Run(context.Background(), env(c, cs), p)
+			rep, err := migrate.Run(t.Context(), env(c, cs), p)
 			if err != nil {
 				t.Fatalf("migrate: %v", err)
 			}
@@ -312,7 +316,7 @@ func TestStrategiesOnSimulatedNodes(t *testing.T) {
 // every delivery processed once, and returns it.
 func checkServing(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Report) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	target, err := c.Client.CoreV1().Pods(w.ns).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the target pod %s: %v", rep.TargetPod, err)
@@ -410,7 +414,7 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 			t.Errorf("pod %s was created without a restore: it would start with empty state", p.Name)
 		}
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	switch w.owner {
 	case "Deployment":
 		rs, err := c.Client.AppsV1().ReplicaSets(w.ns).Get(ctx, ctrl.Name, metav1.GetOptions{})
@@ -528,7 +532,7 @@ func TestAdaptiveCutoffOnSimulatedNodes(t *testing.T) {
 			}
 		}
 	}()
-	rep, err := migrate.Run(context.Background(), env(c, c.Client), p)
+	rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}

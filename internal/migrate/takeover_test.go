@@ -19,7 +19,7 @@ func TestTargetTakeover(t *testing.T) {
 	answer := func(code int, body string) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(code)
-			w.Write([]byte(body))
+			_, _ = w.Write([]byte(body)) // the client's to read
 		}))
 		t.Cleanup(srv.Close)
 		return srv.URL
@@ -69,7 +69,7 @@ func TestTargetTakeoverRetries(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte(`{"replay":{"replaying":0,"switchedAt":"2026-12-04T10:00:00Z"}}`))
+		_, _ = w.Write([]byte(`{"replay":{"replaying":0,"switchedAt":"2026-12-04T10:00:00Z"}}`)) // the client's to read
 	}))
 	t.Cleanup(srv.Close)
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Status: corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning}}
