@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -45,7 +44,7 @@ func BenchmarkAdmission(b *testing.B) {
 			create := func() {
 				pod := appPod(ns, fmt.Sprintf("p-%d", seq.Add(1)), map[string]string{inject.AnnotationInject: "true"})
 				start := time.Now()
-				err := c.Create(context.Background(), pod)
+				err := c.Create(b.Context(), pod)
 				d := time.Since(start)
 				if err != nil {
 					b.Error(err)
@@ -166,7 +165,7 @@ func newNamespaceB(b *testing.B) string {
 	b.Helper()
 	ns := &corev1.Namespace{}
 	ns.GenerateName = "bench-"
-	if err := suite.client.Create(context.Background(), ns); err != nil {
+	if err := suite.client.Create(b.Context(), ns); err != nil {
 		b.Fatal(err)
 	}
 	return ns.Name
@@ -202,7 +201,7 @@ func BenchmarkHandle(b *testing.B) {
 		Object:    k8sruntime.RawExtension{Raw: raw},
 		DryRun:    new(true), // no events
 	}}
-	ctx := context.Background()
+	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
 		if resp := suite.handler.Handle(ctx, req); !resp.Allowed || len(resp.Patches) == 0 {

@@ -24,7 +24,7 @@ import (
 // the API server refuses every pod of the cluster.
 func TestWebhookDownStopsOnlyOptedInPods(t *testing.T) {
 	c := requireSuite(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	name := testenv.UniqueName("ms2m-down")
 	// Only this test's namespaces (skipLabel=name) go to this webhook, and
 	// none to the suite's.
@@ -45,7 +45,7 @@ func TestWebhookDownStopsOnlyOptedInPods(t *testing.T) {
 	if err := c.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), mwc) })
+	t.Cleanup(func() { _ = c.Delete(context.WithoutCancel(t.Context()), mwc) })
 
 	create := func(pod *corev1.Pod, opts ...client.CreateOption) error { return c.Create(ctx, pod, opts...) }
 	refused := func(err error) bool { return err != nil && strings.Contains(err.Error(), "failed calling webhook") }

@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
@@ -24,7 +23,7 @@ import (
 func TestDeniesAnotherNamespacesLog(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	nsA, nsB := newNamespace(t, c, nil), newNamespace(t, c, nil)
 
 	// B's pod, with its default log "<B>.orders-0".

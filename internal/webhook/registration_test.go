@@ -46,7 +46,9 @@ func TestRegistrationGoldens(t *testing.T) {
 			}
 			file := filepath.Join("testdata", "registration-"+name+".golden.yaml")
 			if *update {
-				os.MkdirAll("testdata", 0o755)
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
 				if err := os.WriteFile(file, got, 0o644); err != nil {
 					t.Fatal(err)
 				}

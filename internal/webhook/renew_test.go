@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -28,7 +27,7 @@ import (
 // start, and never again.
 func TestSelfSignedRenewsWithoutRestart(t *testing.T) {
 	c := requireSuite(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	const validity = 9 * time.Second
 	r := startRun(t, c, func(cfg *Config) { cfg.CertValidity = validity })
 

@@ -29,7 +29,7 @@ import (
 // /metrics.
 func TestRunSelfSigned(t *testing.T) {
 	c := requireSuite(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	r := startRun(t, c, nil)
 	certDir, mwcName, health, metrics := r.certDir, r.mwcName, r.health, r.metrics
 	if code, _ := get(t, "http://"+health+"/healthz"); code != http.StatusOK {
@@ -101,7 +101,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestRunNeedsCertificates(t *testing.T) {
 	cfg := validConfig(t)
 	cfg.CertDir = t.TempDir()
-	err := Run(context.Background(), cfg, nil, logr.Discard())
+	err := Run(t.Context(), cfg, nil, logr.Discard())
 	if err == nil || !strings.Contains(err.Error(), "MS2M_WEBHOOK_CERT_DIR") || !strings.Contains(err.Error(), "MS2M_WEBHOOK_SELF_SIGNED") {
 		t.Errorf("Run = %v, want an error naming MS2M_WEBHOOK_CERT_DIR and MS2M_WEBHOOK_SELF_SIGNED", err)
 	}
@@ -118,7 +118,7 @@ type running struct {
 // edit (if not nil), until t ends, and waits until it is ready.
 func startRun(t *testing.T, c client.Client, edit func(*Config)) running {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	_, portText, _ := net.SplitHostPort(testenv.FreeAddr(t))
 	port, _ := strconv.Atoi(portText)
 	health, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
@@ -134,7 +134,7 @@ func startRun(t *testing.T, c client.Client, edit func(*Config)) running {
 	if err := c.Create(ctx, mwc); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), mwc) })
+	t.Cleanup(func() { _ = c.Delete(context.WithoutCancel(t.Context()), mwc) })
 
 	for k, v := range map[string]string{
 		"MS2M_WEBHOOK_PORT":                 portText,

@@ -31,7 +31,7 @@ const (
 func newNamespace(t *testing.T, c client.Client, labels map[string]string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.UniqueName("t"), Labels: labels}}
-	if err := c.Create(context.Background(), ns); err != nil {
+	if err := c.Create(t.Context(), ns); err != nil {
 		t.Fatalf("create namespace: %v", err)
 	}
 	return ns.Name
@@ -124,7 +124,7 @@ func requireInjected(t *testing.T, pod *corev1.Pod) corev1.Container {
 func TestInjectsAnnotatedPod(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := newNamespace(t, c, nil)
 	before := counter(t, "CREATE", outcomeInjected)
 
@@ -157,7 +157,7 @@ func TestLeavesPlainPodAlone(t *testing.T) {
 	ns := newNamespace(t, c, nil)
 	pod := appPod(ns, "plain", nil)
 	want := pod.Spec.DeepCopy()
-	if err := c.Create(context.Background(), pod); err != nil {
+	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers) != 1 {
@@ -177,7 +177,7 @@ func TestLeavesPlainPodAlone(t *testing.T) {
 func TestNoDoubleInjection(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := newNamespace(t, c, nil)
 	pod := appPod(ns, "once", map[string]string{inject.AnnotationInject: "true"})
 	if err := c.Create(ctx, pod); err != nil {
@@ -238,7 +238,7 @@ func TestRestoreAnnotations(t *testing.T) {
 		inject.AnnotationLogName:       inject.DefaultLogName(ns, "orders-consumer"),
 		inject.AnnotationMigrationName: "mig-7",
 	})
-	if err := c.Create(context.Background(), pod); err != nil {
+	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	s := requireInjected(t, pod)
@@ -270,7 +270,7 @@ func requireRestore(t *testing.T, pod *corev1.Pod, s corev1.Container, image, no
 func TestStatefulSetPendingMigration(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := newNamespace(t, c, nil)
 	owner := metav1.OwnerReference{
 		APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web",
@@ -367,7 +367,7 @@ func requireDenied(t *testing.T, err error, wantInMessage ...string) {
 func TestDeniesBadAnnotations(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := newNamespace(t, c, nil)
 
 	tests := map[string]struct {
@@ -423,7 +423,7 @@ func TestDeniesBadAnnotations(t *testing.T) {
 func TestNamespaceOptIn(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	ns := newNamespace(t, c, map[string]string{inject.LabelNamespaceInject: "enabled"})
 
 	pod := appPod(ns, "by-label", nil)
@@ -490,7 +490,7 @@ func waitEvent(t *testing.T, ns, reason, kind, name string) eventsv1.Event {
 	var found eventsv1.Event
 	testenv.Eventually(t, 10*time.Second, "a "+reason+" event about "+kind+" "+name, func() bool {
 		var list eventsv1.EventList
-		if err := suite.client.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		if err := suite.client.List(t.Context(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range list.Items {
@@ -533,7 +533,7 @@ func TestWarningsReachTheClient(t *testing.T) {
 	// A typo under ms2m.io/ is not an error: the pod is injected, and the
 	// user is told.
 	pod := appPod(ns, "typo", map[string]string{inject.AnnotationInject: "true", "ms2m.io/migrate-too": "node-b"})
-	if err := c.Create(context.Background(), pod); err != nil {
+	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	requireInjected(t, pod)
