@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +153,7 @@ func TestReconcileCountsRejections(t *testing.T) {
 		Annotations: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "stop-and-copy"}}}
 	cs := fake.NewClientset(pod)
 	r := New(Config{Client: cs, Events: discard{}, Metrics: m})
-	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "consumer-0"}}); err != nil {
+	if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "consumer-0"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(m.Migrations.WithLabelValues("stop-and-copy", "rejected")); got != 1 {
@@ -163,7 +162,7 @@ func TestReconcileCountsRejections(t *testing.T) {
 	if got := testutil.ToFloat64(m.Running); got != 0 {
 		t.Errorf("running = %v, want 0", got)
 	}
-	got, err := cs.CoreV1().Pods("shop").Get(context.Background(), "consumer-0", metav1.GetOptions{})
+	got, err := cs.CoreV1().Pods("shop").Get(t.Context(), "consumer-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
