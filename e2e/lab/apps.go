@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
@@ -88,7 +89,9 @@ func (l *Lab) StartConsumer(ctx context.Context, c Consumer) (*corev1.Pod, error
 func (l *Lab) DeletePods(ctx context.Context, names ...string) error {
 	zero := int64(0)
 	for _, n := range names {
-		l.Client.CoreV1().Pods(Namespace).Delete(ctx, n, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err := l.Client.CoreV1().Pods(Namespace).Delete(ctx, n, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete pod %s: %w", n, err)
+		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -105,20 +106,19 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 
 	// The webhook.
 	w := &Webhook{Dir: filepath.Join(dir, "webhook"), HealthAddr: installedWebhookHealth, MetricsAddr: installedWebhookMetrics}
-	l.Cluster.StopAddon(addonWebhook)
+	if err := l.Cluster.StopAddon(addonWebhook); err != nil {
+		return nil, fmt.Errorf("stop the webhook left from before: %w", err)
+	}
 	bin, env, err := l.prepareWebhook(ctx, w, InstalledWebhookConfigName, WebhookPort)
 	if err != nil {
 		return nil, err
 	}
 	pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonWebhook, Bin: bin, Env: env})
 	if err != nil {
-		l.deleteWebhookConfig(InstalledWebhookConfigName)
-		return nil, err
+		return nil, errors.Join(err, l.deleteWebhookConfig(InstalledWebhookConfigName))
 	}
 	if err := waitHTTP(ctx, "the webhook", "http://"+w.HealthAddr+"/readyz", 2*time.Minute, log, exited(addonWebhook)); err != nil {
-		l.Cluster.StopAddon(addonWebhook)
-		l.deleteWebhookConfig(InstalledWebhookConfigName)
-		return nil, err
+		return nil, errors.Join(err, l.Cluster.StopAddon(addonWebhook), l.deleteWebhookConfig(InstalledWebhookConfigName))
 	}
 	in.WebhookURL = w.URL
 	started(addonWebhook, pid, log, w.URL)

@@ -118,7 +118,9 @@ func (l *Lab) StartWebhook(ctx context.Context) (*Webhook, error) {
 	}
 	defer func() {
 		if !l.WebhookRunning() {
-			l.deleteWebhookConfig(WebhookConfigName)
+			if err := l.deleteWebhookConfig(WebhookConfigName); err != nil {
+				fmt.Fprintf(l.log, "lab: %v\n", err)
+			}
 		}
 	}()
 
@@ -159,12 +161,10 @@ func (l *Lab) StartWebhook(ctx context.Context) (*Webhook, error) {
 	l.webhook = w
 
 	if err := l.setWebhookPID(ctx, w.PID()); err != nil {
-		l.StopWebhook()
-		return nil, err
+		return nil, errors.Join(err, l.StopWebhook())
 	}
 	if err := w.waitReady(ctx, 2*time.Minute); err != nil {
-		l.StopWebhook()
-		return nil, err
+		return nil, errors.Join(err, l.StopWebhook())
 	}
 	fmt.Fprintf(l.log, "lab: webhook pid %d ready at %s (log %s)\n", w.PID(), w.URL, w.LogFile)
 	return w, nil
@@ -232,7 +232,7 @@ func (l *Lab) StopWebhook() error {
 	// The registration goes first: with failurePolicy Fail, a registered
 	// webhook that does not answer would refuse every pod.
 	err := l.deleteWebhookConfig(WebhookConfigName)
-	w.cmd.Process.Signal(syscall.SIGTERM)
+	_ = w.cmd.Process.Signal(syscall.SIGTERM) // fails only if it has exited: w.done is closed then
 	select {
 	case <-w.done:
 	case <-time.After(10 * time.Second):
@@ -303,7 +303,7 @@ func (w *Webhook) waitReady(ctx context.Context, timeout time.Duration) error {
 func waitHTTP(ctx context.Context, what, url string, timeout time.Duration, log string, exited func() (bool, string)) error {
 	c := http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(timeout)
-	last := "no answer yet"
+	var last string // what the last try got
 	for {
 		resp, err := c.Get(url)
 		if err == nil {

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/internal/inject"
@@ -79,12 +80,18 @@ func (l *Lab) DeleteWorkload(ctx context.Context, kind Kind, name string) error 
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
 	apps := l.Client.AppsV1()
+	var err error
 	switch kind {
 	case Deployment:
-		apps.Deployments(Namespace).Delete(ctx, name, opts)
+		err = apps.Deployments(Namespace).Delete(ctx, name, opts)
 	case StatefulSet:
-		apps.StatefulSets(Namespace).Delete(ctx, name, opts)
-		l.Client.CoreV1().ConfigMaps(Namespace).Delete(ctx, inject.PendingConfigMapName(name+"-0"), metav1.DeleteOptions{})
+		err = apps.StatefulSets(Namespace).Delete(ctx, name, opts)
+		if err == nil || apierrors.IsNotFound(err) {
+			err = l.Client.CoreV1().ConfigMaps(Namespace).Delete(ctx, inject.PendingConfigMapName(name+"-0"), metav1.DeleteOptions{})
+		}
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s: %w", kind, name, err)
 	}
 	pods, err := l.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 	if err != nil {
