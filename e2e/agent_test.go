@@ -20,20 +20,20 @@ import (
 // InternalIP as a host-network DaemonSet would be.
 func TestMigrationThroughTheAgent(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, with the agents started for the test")
-	agents, err := l.StartAgents(context.Background())
+	agents, err := l.StartAgents(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(agents.Stop)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("agent")
 	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.DeletePods(context.Background(), name, name+"-target") })
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, name+"-target") })
 	prod := produce(t, src, name, 10, 100, 10)
 
 	plan := migrate.Plan{Name: fmt.Sprintf("a%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",

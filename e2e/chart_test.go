@@ -30,11 +30,11 @@ func TestChartInstalledInPods(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l.Opts.RepoDir, "bin", "helm")); err != nil {
 		testenv.Missing(t, "bin/helm", "make helm-bin")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
 	defer cancel()
 	in, err := l.InstallChart(ctx)
 	t.Cleanup(func() {
-		if err := l.UninstallChart(context.Background()); err != nil {
+		if err := l.UninstallChart(context.WithoutCancel(t.Context())); err != nil {
 			t.Errorf("uninstall the chart: %v", err)
 		}
 	})
@@ -79,7 +79,7 @@ func TestChartInstalledInPods(t *testing.T) {
 	prod := produce(t, src, name, 10, 150, 20)
 	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrateTo: l.NodeName(2)})
 	target, st := waitMigrated(t, ctx, l, name, src)
-	t.Cleanup(func() { l.DeletePods(context.Background(), name, target.Name) })
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, target.Name) })
 	t.Logf("migration %s by the chart's controller: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
 	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)

@@ -19,7 +19,7 @@ import (
 // injects the consumer, `migrator agent` runs on every node, and
 // `migrator migrate <ns>/<pod> --to <node>` moves it, showing its phases.
 func TestMigratorCLI(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withAgents)
 
@@ -51,7 +51,7 @@ func TestMigratorCLI(t *testing.T) {
 	if m == nil {
 		t.Fatal("the output names no target pod")
 	}
-	t.Cleanup(func() { l.DeletePods(context.Background(), name, m[1]) })
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, m[1]) })
 	target, err := migrate.WaitRunning(ctx, l.Client, lab.Namespace, m[1], time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 // that does not exist is refused first, with a Warning Event and a status
 // that says why, and nothing touched.
 func TestAnnotationTriggersMigration(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withControllerAndAgents)
 
@@ -52,7 +52,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	// The real request.
 	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: l.NodeName(2)})
 	target, st := waitMigrated(t, ctx, l, name, src)
-	t.Cleanup(func() { l.DeletePods(context.Background(), name, target.Name) })
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, target.Name) })
 	t.Logf("migration %s: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
 	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 || len(st.Report.Phases) < 5 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
@@ -73,7 +73,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 // controller, which finds the scene when the status lands.
 func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	l := needCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("killed")
 	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
@@ -102,7 +102,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Create(ctx, decoy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.DeletePods(context.Background(), name, half) })
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, half) })
 	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
 	b, _ := json.Marshal(st)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, inject.AnnotationMigrateTo, l.NodeName(2), inject.AnnotationMigrationStatus, string(b))

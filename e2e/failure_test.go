@@ -62,7 +62,7 @@ func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
 		{name: "restore fails after stop", strategy: migrate.StopAndCopy, corrupt: true, wantPhase: "the restore failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 			defer cancel()
 			name := testenv.UniqueName("f-" + string(tc.strategy))
 			plan := migrate.Plan{
@@ -79,10 +79,10 @@ func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
 			}
 			src := createPod(t, ctx, l, pod)
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 				defer cancel()
-				l.DeletePods(ctx, plan.Pod, plan.TargetPod)
-				shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+				logCleanup(t, "delete pods", l.DeletePods(ctx, plan.Pod, plan.TargetPod))
+				logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
 			})
 
 			prod := produce(t, src, name, 10, 100, 10)
@@ -146,7 +146,7 @@ func sidecarMode(t *testing.T, pod *corev1.Pod) string {
 	var st struct {
 		Mode string `json:"mode"`
 	}
-	if err := sidecarState(context.Background(), theLab, pod, &st); err != nil {
+	if err := sidecarState(t.Context(), theLab, pod, &st); err != nil {
 		t.Fatalf("sidecar state: %v", err)
 	}
 	return st.Mode

@@ -56,7 +56,7 @@ func TestFirstRealMigration(t *testing.T) {
 // migrateWhileProducing returns the migration's report and its
 // processing gap (0: none measured).
 func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Report, time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("c-" + string(sc.strategy))
 	plan := migrate.Plan{
@@ -69,14 +69,14 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
 		if !(t.Failed() && os.Getenv("MS2M_E2E_KEEP") != "") {
-			l.DeletePods(ctx, plan.Pod, plan.TargetPod)
+			logCleanup(t, "delete pods", l.DeletePods(ctx, plan.Pod, plan.TargetPod))
 		}
 		b := testenv.RequireBroker(t)
-		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src))
-		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(inject.LogName(src), plan.Name))
+		logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, b.StreamURI, inject.LogName(src)))
+		logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(inject.LogName(src), plan.Name)))
 	})
 
 	prod := produce(t, src, name, sc.rate, sc.n, 20)

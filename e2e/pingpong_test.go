@@ -52,7 +52,7 @@ func TestPingPong(t *testing.T) {
 	nSts := pingPongs(t, "MS2M_E2E_PINGPONG_STS", 2)
 	budget := time.Duration(10+2*(n+nSts)) * time.Minute
 	testenv.WatchdogFor(t, budget+5*time.Minute) // the first armed counts: needCluster's 15 minutes are too few for MS2M_E2E_PINGPONG=20
-	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	ctx, cancel := context.WithTimeout(t.Context(), budget)
 	defer cancel()
 	l := needMS2M(t, ctx, withController)
 
@@ -73,11 +73,11 @@ func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind, time
 	name := testenv.UniqueName("pp")
 	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
-		l.DeleteWorkload(ctx, kind, name)
+		logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, kind, name))
 		if src != nil {
-			shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+			logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
 		}
 	})
 	if err != nil {

@@ -41,7 +41,7 @@ const (
 // records left to replay). Each must end with the source serving again or
 // the migration completed, and the consumer's hash exactly the producer's.
 func TestTargetKilledDuringReplay(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withController)
 	for _, tc := range []struct {
@@ -66,16 +66,16 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 			name := testenv.UniqueName("tk")
 			src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 				defer cancel()
 				pods, _ := l.Client.CoreV1().Pods(lab.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 				var names []string
 				for _, p := range pods.Items {
 					names = append(names, p.Name)
 				}
-				l.DeletePods(ctx, names...)
+				logCleanup(t, "delete pods", l.DeletePods(ctx, names...))
 				if src != nil {
-					shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+					logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
 				}
 			})
 			if err != nil {

@@ -41,7 +41,7 @@ import (
 // that the real webhook injected, from node 1 to node 2 by annotating it
 // with ms2m.io/migrate-to, by every strategy that applies to its owner.
 func TestEveryStrategyByAnnotation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withController)
 
@@ -80,11 +80,11 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			pods := watchPods(t, ctx, l, name)
 			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image})
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 				defer cancel()
-				l.DeleteWorkload(ctx, tc.kind, name)
+				logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, tc.kind, name))
 				if src != nil {
-					shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src))
+					logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
 				}
 			})
 			if err != nil {

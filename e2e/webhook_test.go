@@ -34,7 +34,7 @@ import (
 // the webhook's Events and metrics record both admissions.
 func TestRealWebhook(t *testing.T) {
 	l := needLab(t, "it runs a webhook of its own and reads its log and metrics")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 
 	wh, err := l.StartWebhook(ctx)
@@ -45,7 +45,7 @@ func TestRealWebhook(t *testing.T) {
 		if err := l.StopWebhook(); err != nil {
 			t.Errorf("stop the webhook: %v", err)
 		}
-		if _, err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), lab.WebhookConfigName, metav1.GetOptions{}); err == nil {
+		if _, err := l.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.WithoutCancel(t.Context()), lab.WebhookConfigName, metav1.GetOptions{}); err == nil {
 			t.Errorf("the MutatingWebhookConfiguration %s is still there after StopWebhook", lab.WebhookConfigName)
 		}
 	})
@@ -63,15 +63,15 @@ func TestRealWebhook(t *testing.T) {
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: migrate.MS2M,
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
 		if !(t.Failed() && os.Getenv("MS2M_E2E_KEEP") != "") {
-			l.DeletePods(ctx, plan.Pod, plan.TargetPod)
+			logCleanup(t, "delete pods", l.DeletePods(ctx, plan.Pod, plan.TargetPod))
 		}
 		b := testenv.RequireBroker(t)
 		logName := inject.DefaultLogName(lab.Namespace, name)
-		shadowqueue.DeleteStream(ctx, b.StreamURI, logName)
-		shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(logName, plan.Name))
+		logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, b.StreamURI, logName))
+		logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, b.StreamURI, inject.OwnLogName(logName, plan.Name)))
 	})
 
 	// (a) The pod as a user writes it, created through the API server.
@@ -230,7 +230,7 @@ func waitWebhookEvent(t *testing.T, l *lab.Lab, reason, pod string) eventsv1.Eve
 	t.Helper()
 	var found eventsv1.Event
 	testenv.Eventually(t, 30*time.Second, "a "+reason+" event about pod "+pod, func() bool {
-		list, err := l.Client.EventsV1().Events(lab.Namespace).List(context.Background(), metav1.ListOptions{})
+		list, err := l.Client.EventsV1().Events(lab.Namespace).List(t.Context(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,9 @@ func admissionCount(t *testing.T, wh *lab.Webhook, outcome string) float64 {
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), prefix); ok {
 			var n float64
-			fmt.Sscan(v, &n)
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%s%s: %v", prefix, v, err)
+			}
 			t.Logf("%s%v", prefix, n)
 			return n
 		}

@@ -89,7 +89,7 @@ func needCluster(t *testing.T) *lab.Lab {
 	testenv.RequireBroker(t)
 	labOnce.Do(func() {
 		root := testenv.ModuleRoot(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 		defer cancel()
 		if kc := externalKubeconfig(); kc != "" {
 			o := lab.ExternalOptions{Kubeconfig: kc, RepoDir: root, Registry: os.Getenv("MS2M_E2E_REGISTRY"),
@@ -113,7 +113,9 @@ func needCluster(t *testing.T) *lab.Lab {
 		if l != nil && l.Cluster != nil {
 			theLab = l
 		} else if labErr != nil {
-			cluster.Down(opts) // whatever a failed up left
+			if err := cluster.Down(opts); err != nil { // whatever a failed up left
+				t.Logf("take down what the failed start left: %v", err)
+			}
 		}
 		if labErr == nil {
 			// Its controller would race the tests' own for every
@@ -164,7 +166,7 @@ func needMS2M(t *testing.T, ctx context.Context, setup ms2mSetup) *lab.Lab {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.StopWebhook() })
-	var a migrate.NodeAgent = l.Agent()
+	a := l.Agent()
 	if setup == withControllerAndAgents || setup == withAgents {
 		agents, err := l.StartAgents(ctx)
 		if err != nil {
@@ -273,7 +275,11 @@ func startController(t *testing.T, ctx context.Context, l *lab.Lab, agent migrat
 	}
 	mctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
-	go mgr.Start(mctx)
+	go func() {
+		if err := mgr.Start(mctx); err != nil && mctx.Err() == nil {
+			t.Errorf("the test's controller manager stopped: %v", err)
+		}
+	}()
 }
 
 // testManager is a controller-runtime manager for a test's controller.
