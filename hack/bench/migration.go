@@ -67,8 +67,9 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if spec.statefulSet {
-			l.Client.AppsV1().StatefulSets(lab.Namespace).Delete(cctx, name, metav1.DeleteOptions{})
-			l.Client.CoreV1().ConfigMaps(lab.Namespace).Delete(cctx, inject.PendingConfigMapName(plan.Pod), metav1.DeleteOptions{})
+			if err := l.DeleteWorkload(cctx, lab.StatefulSet, name); err != nil {
+				progress("  could not delete the StatefulSet", "err", err)
+			}
 		}
 		if err := l.DeletePods(cctx, pods...); err != nil {
 			progress("  could not delete the consumer pods", "err", err)

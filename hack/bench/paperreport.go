@@ -314,7 +314,7 @@ func paperCSV(runs []paperRun) []byte {
 		head = append(head, g+"_ms")
 	}
 	head = append(head, "produced", "count", "hash_ok", "producer_outlasted", "wall_ms", "error")
-	w.Write(head)
+	_ = w.Write(head) // into a bytes.Buffer, which cannot fail
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	opt := func(p *float64) string {
 		if p == nil {
@@ -337,7 +337,7 @@ func paperCSV(runs []paperRun) []byte {
 		}
 		row = append(row, strconv.Itoa(r.Produced), strconv.Itoa(r.Count), strconv.FormatBool(r.HashOK),
 			strconv.FormatBool(r.ProducerOutlasted), f(r.WallMs), r.Error)
-		w.Write(row)
+		_ = w.Write(row) // into a bytes.Buffer, which cannot fail
 	}
 	w.Flush()
 	return buf.Bytes()
