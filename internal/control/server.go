@@ -91,14 +91,14 @@ func Handler(s Sidecar, token string, gatherer prometheus.Gatherer) http.Handler
 		return s.Stop(ctx)
 	})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n")) // see writeJSON
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n")) // see writeJSON
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return mux
@@ -202,12 +202,14 @@ func statusOf(err error) int {
 	return http.StatusInternalServerError
 }
 
+// writeJSON answers a request. A reply that cannot be written means the
+// client went away: there is no one left to tell.
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {
