@@ -195,11 +195,11 @@ func expandEnvRefs(s string, lookup func(string) (v string, known, defined bool)
 		}
 		b.WriteString(s[:i])
 		s = s[i:]
-		switch {
-		case s[1] == '$':
+		switch s[1] {
+		case '$':
 			b.WriteByte('$')
 			s = s[2:]
-		case s[1] == '(':
+		case '(':
 			end := strings.IndexByte(s, ')')
 			if end < 0 {
 				b.WriteString(s)
