@@ -236,7 +236,12 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 // a Warning Event, and st, Failed, as the pod's status.
 func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = PhaseFailed, err.Error()+"; nothing was touched"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v", err)
+	reason := ReasonRejected
+	var np *migrate.NotPlaceable
+	if errors.As(err, &np) {
+		reason = ReasonTargetNotAllowed
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Migrate", "%v", err)
 	r.cfg.Metrics.record(ResultRejected, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -403,8 +408,9 @@ func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) 
 	if st.Phase == PhaseRunning {
 		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
 	} else {
-		// The request is answered: it goes with the same write.
-		answered = fmt.Sprintf(`,%q:null`, inject.AnnotationMigrateTo)
+		// The request is answered: it goes with the same write, and so
+		// does its override, which holds for one request only.
+		answered = fmt.Sprintf(`,%q:null,%q:null`, inject.AnnotationMigrateTo, inject.AnnotationMigrateForce)
 	}
 	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, st.ended().encode(), answered)
 	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})

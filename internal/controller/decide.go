@@ -2,11 +2,15 @@ package controller
 
 // Event reasons, Normal and Warning alike.
 const (
-	ReasonStarted           = "MigrationStarted"
-	ReasonPhase             = "MigrationPhase"
-	ReasonSucceeded         = "MigrationSucceeded"
-	ReasonFailed            = "MigrationFailed"
-	ReasonRejected          = "MigrationRejected"
+	ReasonStarted   = "MigrationStarted"
+	ReasonPhase     = "MigrationPhase"
+	ReasonSucceeded = "MigrationSucceeded"
+	ReasonFailed    = "MigrationFailed"
+	ReasonRejected  = "MigrationRejected"
+	// ReasonTargetNotAllowed: a request refused because the pod's node
+	// selector, required node affinity or the target's taints keep it off
+	// the target (migrate.NotPlaceable).
+	ReasonTargetNotAllowed  = "MigrationTargetNotAllowed"
 	ReasonInProgress        = "MigrationInProgress" // a request refused because one runs
 	ReasonRolledBack        = "MigrationRolledBack"
 	ReasonRollbackFailed    = "MigrationRollbackFailed"

@@ -41,6 +41,13 @@ const (
 	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
 	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
 	AnnotationCutoff    = Prefix + "cutoff"     // ms2m-cutoff's stop rule: formula (the paper's eq. 5, the default) or adaptive
+	// AnnotationMigrateForce "true" lets a request for migrate-to's node
+	// pass although the pod's nodeSelector, required node affinity or the
+	// node's NoSchedule/NoExecute taints keep it off that node (the
+	// migrator pins the target past the scheduler, so it checks these
+	// itself). Whoever may annotate the pod may set it: RBAC on pods is
+	// the gate.
+	AnnotationMigrateForce = Prefix + "migrate-force"
 	// AnnotationMigrationStatus is the migrator's record of a requested
 	// migration on the pod that asked for it (and on the target it made):
 	// JSON with its name, phase, target, error and timings.
@@ -85,6 +92,7 @@ var knownAnnotations = map[string]bool{
 	AnnotationStrategy:        true,
 	AnnotationReplayMax:       true,
 	AnnotationCutoff:          true,
+	AnnotationMigrateForce:    true,
 	AnnotationMigrationStatus: true,
 	AnnotationRestoreImage:    true,
 	AnnotationRestoreNode:     true,
