@@ -17,6 +17,10 @@ const (
 	ReasonRollForwardFailed = "MigrationRollForwardFailed"
 	ReasonContinued         = "MigrationContinued"
 	ReasonPending           = "MigrationPending"
+	// ReasonForgedStatus: the pod's migration status is not signed by
+	// this controller's key; it is ignored (no rollback, no image
+	// deletion).
+	ReasonForgedStatus = "ForgedMigrationStatus"
 )
 
 // A request is the pod's ms2m.io/migrate-to annotation. The controller
