@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/migratorcli"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -104,8 +104,15 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	}
 	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, half) })
 	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
-	b, _ := json.Marshal(st)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, inject.AnnotationMigrateTo, l.NodeName(2), inject.AnnotationMigrationStatus, string(b))
+	// Signed as the controller signs it: it trusts no other record.
+	key := e2eStatusKey
+	if l.External {
+		key = chartStatusKey(t, ctx, l)
+	}
+	ann := controller.SignedAnnotations(key, lab.Namespace, st)
+	ann[inject.AnnotationMigrateTo] = l.NodeName(2)
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	patch := string(b)
 	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +155,15 @@ func mustAdmit(t *testing.T, l *lab.Lab, p *corev1.Pod) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// chartStatusKey is the status key of the chart's controller on an
+// external cluster: its Secret, wherever the release is.
+func chartStatusKey(t *testing.T, ctx context.Context, l *lab.Lab) []byte {
+	t.Helper()
+	list, err := l.Client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + migratorcli.StatusKeySecret})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the chart controller's status key (Secret %s): %v, %d found", migratorcli.StatusKeySecret, err, len(list.Items))
+	}
+	return list.Items[0].Data[migratorcli.StatusKeySecretKey]
 }

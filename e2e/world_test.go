@@ -256,6 +256,10 @@ func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from
 	return g.Duration()
 }
 
+// e2eStatusKey signs the migration statuses of the controllers the tests
+// start, so that a test can write what a killed one leaves.
+var e2eStatusKey = []byte("e2e-status-key-0123456789abcdef")
+
 // startController runs the annotation-driven controller, with agent for
 // the node-local steps, until the test ends. Without the webhook it admits
 // targets itself, as the lab's Env does.
@@ -266,7 +270,7 @@ func startController(t *testing.T, ctx context.Context, l *lab.Lab, agent migrat
 		t.Fatal(err)
 	}
 	cfg := controller.Config{Client: l.Client, Events: mgr.GetEventRecorder(controller.EventSource),
-		Agent: agent, ImageRepo: l.ImageRepo()}
+		Agent: agent, ImageRepo: l.ImageRepo(), StatusKey: e2eStatusKey}
 	if !l.WebhookRunning() {
 		cfg.Admit = l.Admit
 	}

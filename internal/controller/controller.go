@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,6 +53,11 @@ type Config struct {
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
 	// controller-runtime's registry.
 	Metrics *Metrics
+	// StatusKey signs the migration statuses this controller writes; it
+	// trusts no other. Replicas and restarts must share it (the migrator
+	// keeps it in a Secret). Default: a random key for this process alone,
+	// with which a restarted controller cannot roll back what it left.
+	StatusKey []byte
 }
 
 // Reconciler runs requested migrations.
@@ -72,6 +78,12 @@ func New(cfg Config) *Reconciler {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = DefaultMetrics()
+	}
+	if len(cfg.StatusKey) == 0 {
+		cfg.StatusKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.StatusKey); err != nil {
+			panic("no randomness for the status key: " + err.Error())
+		}
 	}
 	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
 }
@@ -120,6 +132,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	prev, has, stErr := statusOf(pod)
+	if has && stErr == nil && !signedByUs(r.cfg.StatusKey, pod) {
+		// Not a record this controller wrote: nothing is rolled back or
+		// deleted by it, and its history is dropped.
+		r.forged(pod)
+		prev, has = Status{}, false
+	}
 	migrateTo, asked := pod.Annotations[inject.AnnotationMigrateTo]
 	act := decide(situation{
 		node: pod.Spec.NodeName, asked: asked, migrateTo: migrateTo,
@@ -236,7 +254,12 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 // a Warning Event, and st, Failed, as the pod's status.
 func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = PhaseFailed, err.Error()+"; nothing was touched"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v", err)
+	reason := ReasonRejected
+	var np *migrate.NotPlaceable
+	if errors.As(err, &np) {
+		reason = ReasonTargetNotAllowed
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Migrate", "%v", err)
 	r.cfg.Metrics.record(ResultRejected, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -257,6 +280,19 @@ func (r *Reconciler) refuseBusy(pod *corev1.Pod, st Status, node string) {
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInProgress, "Migrate",
 		"migration %s of this pod is under way; the request %s=%s is refused: ask again once it has ended (migrator status %s/%s)",
 		running, inject.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
+}
+
+// forged answers a pod whose migration status this controller did not
+// sign, with one Warning Event per status value.
+func (r *Reconciler) forged(pod *corev1.Pod) {
+	raw := pod.Annotations[inject.AnnotationMigrationStatus]
+	key := "forged\x00" + string(pod.UID) + "\x00" + raw
+	if _, seen := r.refused.LoadOrStore(key, true); seen {
+		return
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonForgedStatus, "Migrate",
+		"annotation %s is not signed by this migrator (%s missing or wrong): it was not written by ms2m's controller, or before statuses were signed; it is ignored: nothing is rolled back or deleted by it, and the request is handled as the pod's first",
+		inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature)
 }
 
 // watchRequests refuses, with an Event each, the requests made on pod
@@ -403,10 +439,13 @@ func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) 
 	if st.Phase == PhaseRunning {
 		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
 	} else {
-		// The request is answered: it goes with the same write.
-		answered = fmt.Sprintf(`,%q:null`, inject.AnnotationMigrateTo)
+		// The request is answered: it goes with the same write, and so
+		// does its override, which holds for one request only.
+		answered = fmt.Sprintf(`,%q:null,%q:null`, inject.AnnotationMigrateTo, inject.AnnotationMigrateForce)
 	}
-	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, st.ended().encode(), answered)
+	raw := st.ended().encode()
+	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q,%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, raw,
+		inject.AnnotationMigrationStatusSignature, statusSignature(r.cfg.StatusKey, pod.Namespace, raw), answered)
 	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {

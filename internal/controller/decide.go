@@ -2,17 +2,25 @@ package controller
 
 // Event reasons, Normal and Warning alike.
 const (
-	ReasonStarted           = "MigrationStarted"
-	ReasonPhase             = "MigrationPhase"
-	ReasonSucceeded         = "MigrationSucceeded"
-	ReasonFailed            = "MigrationFailed"
-	ReasonRejected          = "MigrationRejected"
+	ReasonStarted   = "MigrationStarted"
+	ReasonPhase     = "MigrationPhase"
+	ReasonSucceeded = "MigrationSucceeded"
+	ReasonFailed    = "MigrationFailed"
+	ReasonRejected  = "MigrationRejected"
+	// ReasonTargetNotAllowed: a request refused because the pod's node
+	// selector, required node affinity or the target's taints keep it off
+	// the target (migrate.NotPlaceable).
+	ReasonTargetNotAllowed  = "MigrationTargetNotAllowed"
 	ReasonInProgress        = "MigrationInProgress" // a request refused because one runs
 	ReasonRolledBack        = "MigrationRolledBack"
 	ReasonRollbackFailed    = "MigrationRollbackFailed"
 	ReasonRollForwardFailed = "MigrationRollForwardFailed"
 	ReasonContinued         = "MigrationContinued"
 	ReasonPending           = "MigrationPending"
+	// ReasonForgedStatus: the pod's migration status is not signed by
+	// this controller's key; it is ignored (no rollback, no image
+	// deletion).
+	ReasonForgedStatus = "ForgedMigrationStatus"
 )
 
 // A request is the pod's ms2m.io/migrate-to annotation. The controller

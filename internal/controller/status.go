@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -151,4 +154,44 @@ func strategyList() string {
 		names = append(names, string(s))
 	}
 	return strings.Join(names, ", ")
+}
+
+// A status is trusted only if the controller signed it: an HMAC-SHA256,
+// with the controller's key, over the pod's namespace and the status JSON
+// exactly as written (which names the migration). It binds neither the
+// pod's name nor its UID, since a migrated pod carries its history on
+// under a new name and UID; so a tenant can copy a signed status only
+// between pods of its own namespace, where what it names (target pod,
+// images of that migration) is its own already.
+const statusSigContext = "ms2m.io/migration-status/v1"
+
+// statusSignature signs raw, the status JSON, for namespace.
+func statusSignature(key []byte, namespace, raw string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(statusSigContext + "\x00" + namespace + "\x00" + raw))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// signedByUs says whether p's status carries a valid signature by key.
+// A status without one (forged, or written before statuses were signed)
+// is not.
+func signedByUs(key []byte, p *corev1.Pod) bool {
+	raw, ok := p.Annotations[inject.AnnotationMigrationStatus]
+	sig := p.Annotations[inject.AnnotationMigrationStatusSignature]
+	if !ok || sig == "" {
+		return false
+	}
+	return hmac.Equal([]byte(sig), []byte(statusSignature(key, p.Namespace, raw)))
+}
+
+// SignedAnnotations are the annotations that record st on a pod of
+// namespace, signed with key, as the controller writes them: for tests
+// that make what a controller killed mid-migration leaves, and for a tool
+// that shares the controller's key.
+func SignedAnnotations(key []byte, namespace string, st Status) map[string]string {
+	raw := st.encode()
+	return map[string]string{
+		inject.AnnotationMigrationStatus:          raw,
+		inject.AnnotationMigrationStatusSignature: statusSignature(key, namespace, raw),
+	}
 }

@@ -41,10 +41,22 @@ const (
 	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
 	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
 	AnnotationCutoff    = Prefix + "cutoff"     // ms2m-cutoff's stop rule: formula (the paper's eq. 5, the default) or adaptive
+	// AnnotationMigrateForce "true" lets a request for migrate-to's node
+	// pass although the pod's nodeSelector, required node affinity or the
+	// node's NoSchedule/NoExecute taints keep it off that node (the
+	// migrator pins the target past the scheduler, so it checks these
+	// itself). Whoever may annotate the pod may set it: RBAC on pods is
+	// the gate.
+	AnnotationMigrateForce = Prefix + "migrate-force"
 	// AnnotationMigrationStatus is the migrator's record of a requested
 	// migration on the pod that asked for it (and on the target it made):
 	// JSON with its name, phase, target, error and timings.
 	AnnotationMigrationStatus = Prefix + "migration-status"
+	// AnnotationMigrationStatusSignature is the controller's HMAC-SHA256
+	// of AnnotationMigrationStatus (with the pod's namespace), written in
+	// the same patch. The controller acts only on a status it signed; one
+	// without a valid signature is ignored as forged.
+	AnnotationMigrationStatusSignature = Prefix + "migration-status-signature"
 
 	// The restore hook. The migrator sets these on a target pod it creates
 	// (or records them in a pending Migration for a StatefulSet pod); the
@@ -74,25 +86,27 @@ const (
 // An annotation under Prefix that is not here draws a warning (a typo is
 // otherwise silent). A package that adds a key adds it here too.
 var knownAnnotations = map[string]bool{
-	AnnotationInject:          true,
-	AnnotationStatus:          true,
-	AnnotationContainer:       true,
-	AnnotationBrokerEnv:       true,
-	AnnotationLogName:         true,
-	AnnotationLogMaxAge:       true,
-	AnnotationLogMaxBytes:     true,
-	AnnotationMigrateTo:       true,
-	AnnotationStrategy:        true,
-	AnnotationReplayMax:       true,
-	AnnotationCutoff:          true,
-	AnnotationMigrationStatus: true,
-	AnnotationRestoreImage:    true,
-	AnnotationRestoreNode:     true,
-	AnnotationReplayStart:     true,
-	AnnotationReplayCutoff:    true,
-	AnnotationReplayEpoch:     true,
-	AnnotationMigrationName:   true,
-	AnnotationRestoredFrom:    true,
+	AnnotationInject:                   true,
+	AnnotationStatus:                   true,
+	AnnotationContainer:                true,
+	AnnotationBrokerEnv:                true,
+	AnnotationLogName:                  true,
+	AnnotationLogMaxAge:                true,
+	AnnotationLogMaxBytes:              true,
+	AnnotationMigrateTo:                true,
+	AnnotationStrategy:                 true,
+	AnnotationReplayMax:                true,
+	AnnotationCutoff:                   true,
+	AnnotationMigrateForce:             true,
+	AnnotationMigrationStatus:          true,
+	AnnotationMigrationStatusSignature: true,
+	AnnotationRestoreImage:             true,
+	AnnotationRestoreNode:              true,
+	AnnotationReplayStart:              true,
+	AnnotationReplayCutoff:             true,
+	AnnotationReplayEpoch:              true,
+	AnnotationMigrationName:            true,
+	AnnotationRestoredFrom:             true,
 }
 
 // CutoffRules are the values AnnotationCutoff accepts.

@@ -42,6 +42,12 @@ var annotationChecks = []annotationCheck{
 		}
 		return ""
 	}},
+	{AnnotationMigrateForce, func(_ *corev1.Pod, v string) string {
+		if v != "true" && v != "false" {
+			return "use \"true\" to migrate past the pod's node selector, affinity and the node's taints, or \"false\""
+		}
+		return ""
+	}},
 	{AnnotationReplayMax, checkPositiveDuration},
 	{AnnotationCutoff, func(_ *corev1.Pod, v string) string {
 		if !slices.Contains(CutoffRules, v) {

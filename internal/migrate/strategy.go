@@ -808,6 +808,11 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 	if !ready || node.Spec.Unschedulable {
 		return fmt.Errorf("target node %s is not Ready and schedulable", p.TargetNode)
 	}
+	if !Forced(src) {
+		if err := CheckPlacement(src, node); err != nil {
+			return err
+		}
+	}
 	switch sts := ownedByStatefulSet(src); {
 	case sts && p.Strategy != StatefulSet && p.Strategy != StatefulSetShadow:
 		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, StatefulSetShadow, StatefulSet, Auto)

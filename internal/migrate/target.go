@@ -63,7 +63,7 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 	p.Spec.NodeName = ""
 	// The target is not asked to migrate again, and what the source was
 	// restored from is not what the target is.
-	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationRestoredFrom} {
+	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationMigrateForce, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature, inject.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
 	for k, v := range map[string]string{

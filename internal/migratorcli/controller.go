@@ -2,6 +2,7 @@ package migratorcli
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,10 +45,16 @@ type ControllerConfig struct {
 	// Concurrent bounds the migrations run at once.
 	Concurrent int `env:"MS2M_CONCURRENT_MIGRATIONS" envDefault:"4"`
 	// Timeout bounds each wait of a migration.
-	Timeout     time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
-	MetricsAddr string        `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
-	HealthAddr  string        `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
-	LogLevel    string        `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+	Timeout time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
+	// StatusKey or StatusKeyFile is the key that signs migration statuses;
+	// neither: the Secret StatusKeySecret in the controller's namespace
+	// (MS2M_LEADER_ELECTION_NAMESPACE, else its ServiceAccount's), made
+	// if missing.
+	StatusKey     string `env:"MS2M_STATUS_KEY"`
+	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
+	MetricsAddr   string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
+	HealthAddr    string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
+	LogLevel      string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
 // LeaderElectionID names the lease the replicas share.
@@ -112,7 +121,14 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 	if err != nil {
 		return fmt.Errorf("set up the controller-runtime manager: %w", err)
 	}
+	key, err := statusKey(ctx, cs, cfg)
+	if err != nil {
+		// Still safe: a key of this process alone signs and checks; but a
+		// restarted controller then treats what it left as forged.
+		log.Error("no shared status key: using one for this process alone; a restarted controller will not roll back migrations it left running", "err", err)
+	}
 	rec := controller.New(controller.Config{
+		StatusKey:  key,
 		Client:     cs,
 		Events:     mgr.GetEventRecorder(controller.EventSource),
 		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
@@ -149,4 +165,60 @@ func addProbes(mgr manager.Manager) error {
 		return fmt.Errorf("add the readiness check (/readyz): %w", err)
 	}
 	return nil
+}
+
+// StatusKeySecret is the Secret that holds the key signing migration
+// statuses, in the controller's namespace; key StatusKeySecretKey.
+const (
+	StatusKeySecret    = "ms2m-migration-status-key"
+	StatusKeySecretKey = "key"
+)
+
+// statusKey returns the key that signs migration statuses: from the
+// environment, else from StatusKeySecret, which it creates if missing.
+func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfig) ([]byte, error) {
+	switch {
+	case cfg.StatusKey != "":
+		return []byte(cfg.StatusKey), nil
+	case cfg.StatusKeyFile != "":
+		b, err := os.ReadFile(cfg.StatusKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("MS2M_STATUS_KEY_FILE: %w", err)
+		}
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	ns := cfg.LeaderElectionNamespace
+	if ns == "" {
+		b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if err != nil {
+			return nil, fmt.Errorf("the controller's namespace for Secret %s: set MS2M_LEADER_ELECTION_NAMESPACE: %w", StatusKeySecret, err)
+		}
+		ns = strings.TrimSpace(string(b))
+	}
+	secrets := cs.CoreV1().Secrets(ns)
+	for range 2 {
+		s, err := secrets.Get(ctx, StatusKeySecret, metav1.GetOptions{})
+		if err == nil {
+			if k := s.Data[StatusKeySecretKey]; len(k) >= 16 {
+				return k, nil
+			}
+			return nil, fmt.Errorf("Secret %s/%s: key %q is missing or shorter than 16 bytes: delete the Secret and the controller makes a new one", ns, StatusKeySecret, StatusKeySecretKey)
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("get Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
+		}
+		k := make([]byte, 32)
+		if _, err := rand.Read(k); err != nil {
+			return nil, err
+		}
+		_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: StatusKeySecret, Namespace: ns}, Data: map[string][]byte{StatusKeySecretKey: k}}, metav1.CreateOptions{})
+		if err == nil {
+			return k, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
+		}
+		// Another replica made it meanwhile: read that one.
+	}
+	return nil, fmt.Errorf("Secret %s/%s: made and gone again", ns, StatusKeySecret)
 }

@@ -252,8 +252,24 @@ func (n *Node) start(ctx context.Context) error {
 		Conditions:      []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
 		NodeInfo:        corev1.NodeSystemInfo{KubeletVersion: "v1.37.2-sim", ContainerRuntimeVersion: "sim://1", OperatingSystem: "linux", Architecture: "amd64"},
 	}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	ready, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("node %s status: %w", n.Name, err)
+	}
+	// The apiserver taints a new node node.kubernetes.io/not-ready
+	// (TaintNodesByCondition); the node lifecycle controller, which this
+	// cluster does not run, removes the taint once the node is Ready.
+	var taints []corev1.Taint
+	for _, t := range ready.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady {
+			taints = append(taints, t)
+		}
+	}
+	if len(taints) != len(ready.Spec.Taints) {
+		ready.Spec.Taints = taints
+		if _, err := c.Client.CoreV1().Nodes().Update(ctx, ready, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s: remove the not-ready taint: %w", n.Name, err)
+		}
 	}
 
 	cert, err := selfSigned(n.IP)

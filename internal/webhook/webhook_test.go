@@ -382,6 +382,10 @@ func TestDeniesBadAnnotations(t *testing.T) {
 			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationMigrateTo: "Node_B"},
 			wantNamed:   []string{inject.AnnotationMigrateTo, "Node_B"},
 		},
+		"override not a bool": {
+			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationMigrateForce: "yes"},
+			wantNamed:   []string{inject.AnnotationMigrateForce, `"yes"`},
+		},
 		"unknown strategy": {
 			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationStrategy: "teleport"},
 			wantNamed:   []string{inject.AnnotationStrategy, "teleport"},
