@@ -1,7 +1,6 @@
 package migrate_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -30,7 +29,7 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
 	defer resetNodes(c)
-	ctx := context.Background()
+	ctx := t.Context()
 	victim := deploy(t, c, "sim-forged-victim", "Deployment", true)
 	tenant := deploy(t, c, "sim-forged-tenant", "Deployment", true)
 	startController(t, c, "the controller", c.Kubeconfig)

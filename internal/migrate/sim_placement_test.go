@@ -25,7 +25,7 @@ func TestMigrateToTaintedNodeRefused(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
 	defer resetNodes(c)
-	ctx := context.Background()
+	ctx := t.Context()
 	nodes := c.Client.CoreV1().Nodes()
 	taint := func(spec string) {
 		t.Helper()
@@ -36,7 +36,9 @@ func TestMigrateToTaintedNodeRefused(t *testing.T) {
 	}
 	taint(`[{"key":"dedicated","value":"team-b","effect":"NoSchedule"}]`)
 	t.Cleanup(func() {
-		nodes.Patch(context.Background(), nodeB, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{})
+		if _, err := nodes.Patch(context.WithoutCancel(t.Context()), nodeB, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Logf("untaint %s: %v", nodeB, err)
+		}
 	})
 	w := deploy(t, c, "sim-tainted", "Deployment", true)
 	startController(t, c, "the controller", c.Kubeconfig)

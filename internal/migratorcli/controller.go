@@ -202,7 +202,7 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 			if k := s.Data[StatusKeySecretKey]; len(k) >= 16 {
 				return k, nil
 			}
-			return nil, fmt.Errorf("Secret %s/%s: key %q is missing or shorter than 16 bytes: delete the Secret and the controller makes a new one", ns, StatusKeySecret, StatusKeySecretKey)
+			return nil, fmt.Errorf("the Secret %s/%s: key %q is missing or shorter than 16 bytes: delete the Secret and the controller makes a new one", ns, StatusKeySecret, StatusKeySecretKey)
 		}
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("get Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
@@ -220,5 +220,5 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 		}
 		// Another replica made it meanwhile: read that one.
 	}
-	return nil, fmt.Errorf("Secret %s/%s: made and gone again", ns, StatusKeySecret)
+	return nil, fmt.Errorf("the Secret %s/%s: made and gone again", ns, StatusKeySecret)
 }
