@@ -66,7 +66,7 @@ func TestDefaults(t *testing.T) {
 	r := render(t, nil)
 
 	wantKinds := map[string]int{
-		"ServiceAccount": 4, "Secret": 1, "ClusterRole": 6, "ClusterRoleBinding": 6, "Role": 1, "RoleBinding": 1,
+		"ServiceAccount": 4, "Secret": 2, "ClusterRole": 6, "ClusterRoleBinding": 6, "Role": 1, "RoleBinding": 1,
 		"Service": 2, "Deployment": 2, "DaemonSet": 1, "MutatingWebhookConfiguration": 1,
 	}
 	if diff := cmp.Diff(wantKinds, r.kinds()); diff != "" {
@@ -239,6 +239,7 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_IMAGE_REPO":                wantRepo,
 		"MS2M_AGENT_PORT":                agentPort,
 		"MS2M_AGENT_TOKEN_FILE":          "/etc/ms2m/agent-token/token",
+		"MS2M_STATUS_KEY_FILE":           "/etc/ms2m/status-key/key",
 		"MS2M_LEADER_ELECTION":           "true",
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
 		"MS2M_CONCURRENT_MIGRATIONS":     "4",

@@ -375,6 +375,15 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 	if err := os.WriteFile(tokenFile, sec.Data[tv.Items[0].Key], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The status key file, with what the chart's Secret holds.
+	keySec, err := c.cs.CoreV1().Secrets(ns).Get(ctx, "ms2m-migration-status-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the status key Secret: %v", err)
+	}
+	keyFile := filepath.Join(dir, "status-key")
+	if err := os.WriteFile(keyFile, keySec.Data["key"], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	env := []string{"PATH=/usr/bin:/bin", "KUBECONFIG=" + kc}
 	for _, e := range spec.Containers[0].Env {
@@ -385,6 +394,8 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 		switch e.Name {
 		case "MS2M_AGENT_TOKEN_FILE":
 			v = tokenFile
+		case "MS2M_STATUS_KEY_FILE":
+			v = keyFile
 		case "MS2M_HEALTH_ADDR":
 			v = health
 		case "MS2M_METRICS_ADDR":
