@@ -35,17 +35,27 @@ type afterSwitch struct {
 	failed atomic.Int64
 }
 
+// The mode is read after the real round trip: a read that the sidecar
+// answered while switching (its answer may say serving) is lost too, so
+// the fault fires however the switch and the read interleave. (Read before
+// the request, a loaded machine could let the one read that saw the switch
+// through, and the fault never fired.)
 func (a *afterSwitch) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Path == "/state" {
-		if sp := a.c.Nodes[nodeB].Pod(a.ns, a.target); sp != nil && sp.Sidecar != nil {
-			host, _, _ := net.SplitHostPort(req.URL.Host)
-			if host == sp.IP && sp.Sidecar.Mode() == simcluster.ModeServing && a.fail() {
-				a.failed.Add(1)
-				return nil, errors.New("injected: the target's sidecar does not answer")
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if req.URL.Path != "/state" {
+		return resp, err
+	}
+	if sp := a.c.Nodes[nodeB].Pod(a.ns, a.target); sp != nil && sp.Sidecar != nil {
+		host, _, _ := net.SplitHostPort(req.URL.Host)
+		if host == sp.IP && sp.Sidecar.Mode() == simcluster.ModeServing && a.fail() {
+			if err == nil {
+				resp.Body.Close()
 			}
+			a.failed.Add(1)
+			return nil, errors.New("injected: the target's sidecar does not answer")
 		}
 	}
-	return http.DefaultTransport.RoundTrip(req)
+	return resp, err
 }
 
 // TestFailedReadsAfterTheSwitch: a migration whose reads of the target
