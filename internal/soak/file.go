@@ -1,0 +1,148 @@
+package soak
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// lockName is the file in an output folder that its holder keeps locked.
+const lockName = ".soak.lock"
+
+// ErrBusy is the error of Open when another process holds the folder.
+var ErrBusy = errors.New("another soak holds the output folder")
+
+// Folder is an output folder, held under its lock until Close: no other
+// soak can append to its files meanwhile.
+type Folder struct {
+	Dir  string
+	lock *os.File
+}
+
+// Open creates dir if need be and takes its lock, without waiting: a
+// folder that another run holds is ErrBusy, with that run's process ID.
+func Open(dir string) (*Folder, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w %s (process %s): wait for it to end, or stop it (Ctrl-C) and run again to resume", ErrBusy, dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0) // for the message of a run that finds it held
+	}
+	return &Folder{Dir: dir, lock: f}, nil
+}
+
+// Close releases the folder.
+func (f *Folder) Close() error { return f.lock.Close() }
+
+// Path is the file of mode's records.
+func (f *Folder) Path(mode string) string { return filepath.Join(f.Dir, mode+".jsonl") }
+
+// Records reads mode's records. A last line cut short (a run killed in
+// the middle of a write) is cut off the file, so that the next record
+// starts on a line of its own; dropped says how many bytes went. Any other
+// bad line is an error that names it.
+func (f *Folder) Records(mode string) (recs []Record, dropped int, err error) {
+	path := f.Path(mode)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if keep := bytes.LastIndexByte(b, '\n') + 1; keep < len(b) {
+		dropped = len(b) - keep
+		if err := os.Truncate(path, int64(keep)); err != nil {
+			return nil, 0, fmt.Errorf("cut the unfinished last line off %s: %w", path, err)
+		}
+		b = b[:keep]
+	}
+	recs, err = ParseRecords(bytes.NewReader(b), path)
+	return recs, dropped, err
+}
+
+// ParseRecords reads a soak file's lines; name is for the errors. Blank
+// lines are skipped.
+func ParseRecords(r io.Reader, name string) ([]Record, error) {
+	var recs []Record
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		rec, err := ParseRecord(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return recs, nil
+}
+
+// ReadDir reads the records of every *.jsonl file in dir, file by file in
+// name order; it takes no lock (a summary while a run appends sees the
+// records written so far; a line being written is left out).
+func ReadDir(dir string) ([]Record, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no *.jsonl records in %s", dir)
+	}
+	slices.Sort(files)
+	var all []Record
+	for _, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		b = b[:bytes.LastIndexByte(b, '\n')+1]
+		recs, err := ParseRecords(bytes.NewReader(b), path)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, recs...)
+	}
+	return all, nil
+}
+
+// Append appends r to the file at path as one line, in one write (what a
+// run's child process does while the run holds the folder).
+func Append(path string, r Record) error {
+	line, err := r.Marshal()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(line)
+	return errors.Join(err, f.Close())
+}
