@@ -20,11 +20,13 @@ import (
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/soak"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 // pingPongs is how many times TestPingPong moves each workload's pod:
-// MS2M_E2E_PINGPONG (make e2e sets 20), else def.
+// MS2M_E2E_PINGPONG (make e2e sets 20), else def; 0 leaves the workload
+// out (the soak's chunks do, for the last few migrations of a count).
 func pingPongs(t *testing.T, env string, def int) int {
 	t.Helper()
 	v := os.Getenv(env)
@@ -32,8 +34,8 @@ func pingPongs(t *testing.T, env string, def int) int {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("%s=%q: want a count of migrations, 1 or more", env, v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a count of migrations, 0 or more", env, v)
 	}
 	return n
 }
@@ -44,12 +46,17 @@ func pingPongs(t *testing.T, env string, def int) int {
 // producer's and no redelivery skipped at the end; pod names keep their
 // workload's form and bounds; the served pod carries no restore
 // annotations; a request for the node the pod runs on and a request while
-// one runs are refused, each with its Event. MS2M_E2E_PINGPONG (default 3)
-// sets the Deployment's count; MS2M_E2E_PINGPONG_STS (default 2) the
-// StatefulSet's, moved by statefulset-shadow.
+// one runs are refused, each with its Event. After every migration the
+// consumer's state is an exact prefix of the producer's messages
+// (lab.CheckPrefix: msg-1..msg-n folded once each, none skipped), and at
+// the end its hash is the producer's. MS2M_E2E_PINGPONG (default 3) sets
+// the Deployment's count; MS2M_E2E_PINGPONG_STS (default 2) the
+// StatefulSet's, moved by statefulset-shadow. Under the soak's pingpong
+// mode (hack/soak) it appends a record per migration (soakRecorder).
 func TestPingPong(t *testing.T) {
 	n := pingPongs(t, "MS2M_E2E_PINGPONG", 3)
 	nSts := pingPongs(t, "MS2M_E2E_PINGPONG_STS", 2)
+	rec := newSoakRecorder(t)
 	budget := time.Duration(10+2*(n+nSts)) * time.Minute
 	testenv.WatchdogFor(t, budget+5*time.Minute) // the first armed counts: needCluster's 15 minutes are too few for MS2M_E2E_PINGPONG=20
 	ctx, cancel := context.WithTimeout(t.Context(), budget)
@@ -63,13 +70,16 @@ func TestPingPong(t *testing.T) {
 		{lab.Deployment, n},
 		{lab.StatefulSet, nSts},
 	} {
+		if tc.times == 0 {
+			continue
+		}
 		t.Run(string(tc.kind), func(t *testing.T) {
-			pingPong(t, ctx, l, tc.kind, tc.times)
+			pingPong(t, ctx, l, rec, tc.kind, tc.times)
 		})
 	}
 }
 
-func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind, times int) {
+func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, rec *soakRecorder, kind lab.Kind, times int) {
 	name := testenv.UniqueName("pp")
 	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	t.Cleanup(func() {
@@ -92,54 +102,154 @@ func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind, time
 	rate := 10.0
 	prod := produce(t, src, name, rate, int(rate)*(20*times+30), 20)
 
+	pp := pingPonger{l: l, rec: rec, app: name, kind: kind, owner: owner, first: src.Name, times: times, rate: rate}
 	cur := src
 	for i := 1; i <= times; i++ {
-		to := l.NodeName(1 + i%2) // 2, 1, 2, …
-		annotate(t, ctx, l, cur.Name, map[string]any{inject.AnnotationMigrateTo: to})
-		waitStarted(t, ctx, l, cur)
-		if i == 1 && kind == lab.Deployment {
-			// (A StatefulSet's pod is recreated under its name: a request
-			// by name could land on the new one.)
-			refuseWhileRunning(t, ctx, l, cur)
+		if rec.stopAsked() {
+			t.Logf("the soak asked to stop: %d of %d migrations done", i-1, times)
+			prod.Stop()
+			if app, err := lab.GetAppState(cur); err != nil || lab.CheckPrefix(app) != nil {
+				t.Errorf("the consumer in %s at the stop: %+v (%v, %v), want an exact prefix", cur.Name, app, err, lab.CheckPrefix(app))
+			}
+			return
 		}
-		target, st := waitMigrated(t, ctx, l, name, cur)
-		rep := st.Report
-		if rep == nil {
-			t.Fatalf("migration %d: the status of %s has no report: %+v", i, target.Name, st)
-		}
-		t.Logf("migration %d of %d, %s → %s: %s by %s, total %v, downtime %v", i, times, cur.Spec.NodeName, to, target.Name, rep.Strategy,
-			rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
-		if target.Spec.NodeName != to {
-			t.Fatalf("migration %d: %s runs on %s, want %s", i, target.Name, target.Spec.NodeName, to)
-		}
-		if c := metav1.GetControllerOf(target); c == nil || c.UID != owner.UID {
-			t.Errorf("migration %d: %s is controlled by %v, want %s %s", i, target.Name, c, owner.Kind, owner.Name)
-		}
-		checkName(t, kind, owner.Name, src.Name, target.Name)
-		if want := min(i, controller.HistoryLen); len(st.History) < want {
-			t.Errorf("migration %d: the status keeps %d earlier requests, want at least %d", i, len(st.History), want)
-		}
-		target = waitServed(t, ctx, l, target)
-		if app, err := lab.GetAppState(target); err != nil || app.Skipped != 0 {
-			t.Errorf("migration %d: the consumer in %s: %+v (%v), want no skipped redelivery", i, target.Name, app, err)
-		}
-		if i == 1 {
-			// The node it runs on: refused, with an Event, nothing touched.
-			annotate(t, ctx, l, target.Name, map[string]any{inject.AnnotationMigrateTo: to})
-			waitEventSaying(t, ctx, l, target, controller.ReasonRejected, "already runs on "+to)
-			testenv.Eventually(t, 30*time.Second, "the same-node request is answered", func() bool {
-				p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
-				_, asked := p.Annotations[inject.AnnotationMigrateTo]
-				return err == nil && p.UID == target.UID && !asked
-			})
-			target, _ = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
-		}
-		cur = target
+		cur = pp.once(t, ctx, cur, i)
 	}
 	expectExact(t, ctx, prod, cur)
 	if app, err := lab.GetAppState(cur); err != nil || app.Skipped != 0 {
 		t.Errorf("the consumer in %s at the end: %+v (%v), want no skipped redelivery", cur.Name, app, err)
 	}
+}
+
+// pingPonger is one workload's ping-pong.
+type pingPonger struct {
+	l     *lab.Lab
+	rec   *soakRecorder
+	app   string // the workload's pods' label app=
+	kind  lab.Kind
+	owner *metav1.OwnerReference
+	first string // the first pod's name
+	times int
+	rate  float64
+}
+
+// once migrates cur, the workload's pod, to the other node by annotation
+// and returns the pod that took over, once it serves with the consumer's
+// state an exact prefix of the producer's messages; it records the
+// migration for the soak, also when it fails the test.
+func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i int) *corev1.Pod {
+	t.Helper()
+	l := pp.l
+	to := l.NodeName(1 + i%2) // 2, 1, 2, …
+	r := soak.Record{Mode: "pingpong", Strategy: string(migrate.ByOwner(cur)), Workload: string(pp.kind), From: cur.Spec.NodeName, To: to, Rate: pp.rate,
+		Result: soak.Failed, Outcome: soak.Stuck}
+	began := time.Now()
+	recorded := false
+	defer func() {
+		if !recorded { // a Fatal on the way
+			r.TotalMS = ms(time.Since(began))
+			r.Error = "the test failed in this migration (see its log)"
+			pp.rec.add(t, r)
+		}
+	}()
+
+	annotate(t, ctx, l, cur.Name, map[string]any{inject.AnnotationMigrateTo: to})
+	waitStarted(t, ctx, l, cur)
+	if i == 1 && pp.kind == lab.Deployment {
+		// (A StatefulSet's pod is recreated under its name: a request
+		// by name could land on the new one.)
+		refuseWhileRunning(t, ctx, l, cur)
+	}
+	target, st := waitMigrated(t, ctx, l, pp.app, cur)
+	rep := st.Report
+	if rep == nil {
+		t.Fatalf("migration %d: the status of %s has no report: %+v", i, target.Name, st)
+	}
+	t.Logf("migration %d of %d, %s → %s: %s by %s, total %v, downtime %v", i, pp.times, cur.Spec.NodeName, to, target.Name, rep.Strategy,
+		rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
+	r.Strategy, r.Result, r.TotalMS, r.DowntimeMS = string(rep.Strategy), soak.Completed, ms(rep.Total), ms(rep.Downtime)
+	if target.Spec.NodeName != to {
+		t.Fatalf("migration %d: %s runs on %s, want %s", i, target.Name, target.Spec.NodeName, to)
+	}
+	if c := metav1.GetControllerOf(target); c == nil || c.UID != pp.owner.UID {
+		t.Errorf("migration %d: %s is controlled by %v, want %s %s", i, target.Name, c, pp.owner.Kind, pp.owner.Name)
+	}
+	checkName(t, pp.kind, pp.owner.Name, pp.first, target.Name)
+	if want := min(i, controller.HistoryLen); len(st.History) < want {
+		t.Errorf("migration %d: the status keeps %d earlier requests, want at least %d", i, len(st.History), want)
+	}
+	target = waitServed(t, ctx, l, target)
+	app, err := lab.GetAppState(target)
+	if err != nil {
+		t.Fatalf("migration %d: the consumer in %s: %v", i, target.Name, err)
+	}
+	r.Checked = app.Count
+	if err := lab.CheckPrefix(app); err != nil {
+		r.Outcome, r.Error = soak.Outcome(lab.PrefixFault(err)), err.Error()
+		t.Errorf("migration %d: the consumer in %s: %v", i, target.Name, err)
+	} else {
+		r.Outcome = soak.Exact
+	}
+	recorded = true
+	pp.rec.add(t, r)
+	if i == 1 {
+		// The node it runs on: refused, with an Event, nothing touched.
+		annotate(t, ctx, l, target.Name, map[string]any{inject.AnnotationMigrateTo: to})
+		waitEventSaying(t, ctx, l, target, controller.ReasonRejected, "already runs on "+to)
+		testenv.Eventually(t, 30*time.Second, "the same-node request is answered", func() bool {
+			p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+			_, asked := p.Annotations[inject.AnnotationMigrateTo]
+			return err == nil && p.UID == target.UID && !asked
+		})
+		target, _ = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+	}
+	return target
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// soakRecorder appends a soak record per migration (internal/soak) to the
+// file MS2M_SOAK_RECORDS names, numbered from MS2M_SOAK_FIRST, with the
+// chunk MS2M_SOAK_RUN; the soak's pingpong mode sets them. A file that
+// MS2M_SOAK_STOP names, once it exists, asks the test to stop after the
+// migration under way. Without MS2M_SOAK_RECORDS it records nothing.
+type soakRecorder struct {
+	path, run, stop string
+	next            int
+}
+
+func newSoakRecorder(t *testing.T) *soakRecorder {
+	t.Helper()
+	r := &soakRecorder{path: os.Getenv("MS2M_SOAK_RECORDS"), run: os.Getenv("MS2M_SOAK_RUN"), stop: os.Getenv("MS2M_SOAK_STOP"), next: 1}
+	if v := os.Getenv("MS2M_SOAK_FIRST"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("MS2M_SOAK_FIRST=%q: want the first record's number, 1 or more", v)
+		}
+		r.next = n
+	}
+	return r
+}
+
+func (r *soakRecorder) add(t *testing.T, rec soak.Record) {
+	t.Helper()
+	if r.path == "" {
+		return
+	}
+	rec.Index, rec.Run, rec.At = r.next, r.run, time.Now().UTC()
+	r.next++
+	if err := soak.Append(r.path, rec); err != nil {
+		t.Errorf("record migration %d for the soak in %s: %v", rec.Index, r.path, err)
+	}
+}
+
+func (r *soakRecorder) stopAsked() bool {
+	if r.stop == "" {
+		return false
+	}
+	_, err := os.Stat(r.stop)
+	return err == nil
 }
 
 // waitStarted waits until the request on pod is taken up: its migration
