@@ -85,6 +85,16 @@ else
 	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) MS2M_E2E_PINGPONG=$(MS2M_E2E_PINGPONG) MS2M_E2E_PINGPONG_STS=$(MS2M_E2E_PINGPONG_STS) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
 endif
 
+## soak: migrate again and again, check every migration, one JSON record each in out/soak/<mode>.jsonl;
+## resumable (run it again) and safe to stop (Ctrl-C). SOAKFLAGS: '-mode pingpong' (real nodes, TestPingPong
+## in chunks under -node-lock) or '-mode sim' (simulated cluster, randomized faults), '-count N', '-out DIR'
+## (go run ./hack/soak -h); `go run ./hack/soak summary -in DIR` prints the table. docs/soak.md.
+SOAKFLAGS ?=
+.PHONY: soak
+soak: export KUBEBUILDER_ASSETS := $(K8S_BIN)
+soak: setup k8s-bin node-setup node-bin criu
+	$(GO) run ./hack/soak $(SOAKFLAGS)
+
 ## test-unit: only the tests that need no broker
 test-unit:
 	$(GO) test $(GOFLAGS) -count=1 -short ./...
