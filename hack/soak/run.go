@@ -58,7 +58,7 @@ func run(soft, hard context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		m, chunk = p, pp.chunkDeploy+pp.chunkSts
 	case "sim":
-		s, err := newSim(so, logs, stderr)
+		s, err := newSim(so, logs, hard, stderr)
 		if err != nil {
 			return err
 		}
