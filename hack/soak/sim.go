@@ -59,10 +59,12 @@ const (
 	faultKillReplay     = "kill-in-replay"     // ... while the target replays
 	faultKillSwitch     = "kill-after-switch"  // ... after the target took over (ms2m's source patch)
 	faultAPIDelay       = "api-delay"          // the controller's writes to the API held 0.2-3 s
+	faultAPIFail        = "api-writes-fail"    // the controller's writes to the API fail (500) for a window
+	faultControlCut     = "control-cut"        // the target node's sidecar control APIs cut off for a window
 )
 
 var simFaults = []string{faultNone, faultCheckpoint, faultPush, faultRestore, faultKillCheckpoint, faultKillImage,
-	faultKillRestore, faultKillReplay, faultKillSwitch, faultAPIDelay}
+	faultKillRestore, faultKillReplay, faultKillSwitch, faultAPIDelay, faultAPIFail, faultControlCut}
 
 // simStatusKey signs the statuses of every controller the soak starts.
 const simStatusKey = "soak-status-key-0123456789abcdef"
@@ -240,7 +242,8 @@ type draw struct {
 	kind     string
 	strategy migrate.Strategy
 	fault    string
-	delay    time.Duration // api-delay: how long
+	delay    time.Duration // api-delay: how long; the windows' length
+	after    time.Duration // api-writes-fail, control-cut: when the window opens
 }
 
 func (s *sim) draw(seed int64, i int) draw {
@@ -257,14 +260,18 @@ func (s *sim) draw(seed int64, i int) draw {
 		d.fault = faultKillRestore // the switch patch is ms2m's
 	}
 	d.delay = time.Duration(200+r.IntN(2800)) * time.Millisecond
+	if d.fault == faultAPIFail || d.fault == faultControlCut {
+		d.delay = time.Duration(300+r.IntN(4700)) * time.Millisecond
+	}
+	d.after = time.Duration(r.IntN(800)) * time.Millisecond // a migration on the simulated nodes takes about that
 	return d
 }
 
 // migrate runs migration i and checks it; its error says the simulated
 // cluster itself failed, not the migration.
-func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (soak.Record, error) {
+func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, err error) {
 	d := s.draw(c.Seed, i)
-	r := soak.Record{Mode: "sim", Strategy: string(d.strategy), Workload: d.kind, Fault: d.fault, Rate: simcluster.Lambda,
+	r = soak.Record{Mode: "sim", Strategy: string(d.strategy), Workload: d.kind, Fault: d.fault, Rate: simcluster.Lambda,
 		Result: soak.Failed, Outcome: soak.Stuck}
 	w, err := s.workload(ctx, d.kind)
 	if err != nil {
@@ -328,6 +335,35 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (soak.Record, er
 			h.Release()
 		}()
 		defer h.Release()
+	case faultAPIFail, faultControlCut:
+		done, hits := make(chan struct{}), make(chan int, 1)
+		defer func() {
+			close(done)
+			if <-hits == 0 {
+				r.Fault += " (missed)"
+			}
+		}()
+		go func() {
+			select {
+			case <-done:
+				hits <- 0
+				return
+			case <-time.After(d.after):
+			}
+			var undo func() int
+			if d.fault == faultControlCut {
+				undo = dst.CutControl()
+			} else {
+				undo = s.gate.FailRequests(func(q simcluster.Request) bool {
+					return q.Method != http.MethodGet && strings.Contains(q.Path, "/namespaces/"+w.ns+"/")
+				})
+			}
+			select {
+			case <-done:
+			case <-time.After(d.delay):
+			}
+			hits <- undo()
+		}()
 	}
 	defer func() {
 		if release != nil {
@@ -347,16 +383,25 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (soak.Record, er
 		return r, nil
 	}
 	if reached != nil {
-		select {
-		case <-reached:
-			s.killController()
-			release()
-			release = nil
-			if err := s.startController(); err != nil {
-				return r, err
+		killed := false
+		for deadline := time.Now().Add(time.Minute); !killed && time.Now().Before(deadline); {
+			select {
+			case <-reached:
+				s.killController()
+				release()
+				release = nil
+				if err := s.startController(); err != nil {
+					return r, err
+				}
+				killed = true
+			case <-time.After(200 * time.Millisecond):
+				if _, ended := endedStatus(ctx, s.c, w.ns, seen); ended {
+					deadline = time.Time{} // it ended before the point
+				}
 			}
-		case <-time.After(time.Minute):
-			r.Error = "the kill point was never reached"
+		}
+		if !killed {
+			r.Fault += " (missed)"
 		}
 	}
 	st, ok := waitEnded(ctx, s.c, w.ns, seen, 3*time.Minute)
@@ -366,21 +411,28 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (soak.Record, er
 		s.replace(w)
 		return r, nil
 	}
-	switch st.Phase {
-	case controller.PhaseSucceeded:
-		r.Result = soak.Completed
-	case controller.PhaseRolledBack:
-		r.Result = soak.RolledBack
-	}
-	if st.Report != nil && st.Report.Total > 0 {
-		r.TotalMS, r.DowntimeMS = ms(st.Report.Total), ms(st.Report.Downtime)
+	if st.Report != nil {
+		r.DowntimeMS = ms(st.Report.Downtime)
 	}
 	if st.Phase == controller.PhaseFailed && r.Error == "" {
 		r.Error = st.Message
 	}
-	r.Outcome, r.Checked, err = s.check(ctx, w)
+	var served *corev1.Pod
+	served, r.Outcome, r.Checked, err = s.check(ctx, w)
 	if err != nil {
 		r.Error = strings.TrimPrefix(r.Error+"; "+err.Error(), "; ")
+	}
+	// The result is who serves: a new pod (completed) or the source
+	// (rolled back), whatever the status says; where the two disagree,
+	// the record says so.
+	if served != nil {
+		r.Result = soak.Completed
+		if served.UID == src.UID {
+			r.Result = soak.RolledBack
+		}
+		if want := map[soak.Result]controller.Phase{soak.Completed: controller.PhaseSucceeded}[r.Result]; (want == "") == (st.Phase == controller.PhaseSucceeded) {
+			r.Error = strings.TrimPrefix(fmt.Sprintf("%s; the status says %s but %s serves", r.Error, st.Phase, served.Name), "; ")
+		}
 	}
 	if r.Outcome != soak.Exact {
 		s.replace(w) // its app's record is spoilt for the next migrations
@@ -426,22 +478,29 @@ func statusNames(ctx context.Context, c *simcluster.Cluster, ns string) map[stri
 // waitEnded waits for a status in ns of a migration not in seen that has
 // ended.
 func waitEnded(ctx context.Context, c *simcluster.Cluster, ns string, seen map[string]bool, limit time.Duration) (controller.Status, bool) {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			for _, p := range list.Items {
-				v, ok := p.Annotations[inject.AnnotationMigrationStatus]
-				if !ok {
-					continue
-				}
-				st, err := controller.DecodeStatus(v)
-				if err == nil && !seen[st.Name] && st.Phase != controller.PhaseRunning && st.Phase != "" {
-					return st, true
-				}
-			}
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		if st, ok := endedStatus(ctx, c, ns, seen); ok {
+			return st, true
 		}
-		time.Sleep(100 * time.Millisecond)
+	}
+	return controller.Status{}, false
+}
+
+// endedStatus is waitEnded's look at the pods, once.
+func endedStatus(ctx context.Context, c *simcluster.Cluster, ns string, seen map[string]bool) (controller.Status, bool) {
+	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return controller.Status{}, false
+	}
+	for _, p := range list.Items {
+		v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+		if !ok {
+			continue
+		}
+		st, err := controller.DecodeStatus(v)
+		if err == nil && !seen[st.Name] && st.Phase != controller.PhaseRunning && st.Phase != "" {
+			return st, true
+		}
 	}
 	return controller.Status{}, false
 }
@@ -476,11 +535,17 @@ func (s *sim) serving(ctx context.Context, w *simWorkload) (*corev1.Pod, error) 
 // check is the oracle after a migration ended: one pod serves, exactly
 // one simulated sidecar of the workload serves, and its app has processed
 // each delivery of the log once, in order, and goes on processing.
-func (s *sim) check(ctx context.Context, w *simWorkload) (soak.Outcome, int, error) {
+func (s *sim) check(ctx context.Context, w *simWorkload) (*corev1.Pod, soak.Outcome, int, error) {
 	p, err := s.serving(ctx, w)
 	if err != nil {
-		return soak.Stuck, 0, err
+		return nil, soak.Stuck, 0, err
 	}
+	o, n, err := s.checkApp(w, p)
+	return p, o, n, err
+}
+
+// checkApp is check's part on the serving pod p.
+func (s *sim) checkApp(w *simWorkload, p *corev1.Pod) (soak.Outcome, int, error) {
 	sp := s.c.Nodes[p.Spec.NodeName].Pod(w.ns, p.Name)
 	// Exactly one serves, for a while: a second one would take deliveries
 	// of the same log.

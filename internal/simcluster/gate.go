@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -30,6 +32,13 @@ type APIGate struct {
 	proxy *httputil.ReverseProxy
 	mu    sync.Mutex
 	holds []gateHold
+	fails []gateFail
+}
+
+type gateFail struct {
+	match func(Request) bool
+	on    *atomic.Bool
+	n     *atomic.Int64
 }
 
 type gateHold struct {
@@ -107,6 +116,24 @@ func (g *APIGate) HoldRequest(match func(Request) bool) *Hold {
 	return h
 }
 
+// FailRequests answers the requests match picks with a 500 Internal
+// Server Error, never forwarded, until stop is called; stop says how many
+// it failed.
+func (g *APIGate) FailRequests(match func(Request) bool) (stop func() int) {
+	f := gateFail{match: match, on: &atomic.Bool{}, n: &atomic.Int64{}}
+	f.on.Store(true)
+	g.mu.Lock()
+	g.fails = append(g.fails, f)
+	g.mu.Unlock()
+	return func() int {
+		f.on.Store(false)
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.fails = slices.DeleteFunc(g.fails, func(o gateFail) bool { return o.on == f.on })
+		return int(f.n.Load())
+	}
+}
+
 // Close stops the gate and releases its holds.
 func (g *APIGate) Close() error {
 	g.mu.Lock()
@@ -133,7 +160,20 @@ func (g *APIGate) serve(w http.ResponseWriter, r *http.Request) {
 				held = append(held, h.hold)
 			}
 		}
+		failed := false
+		for _, f := range g.fails {
+			if !failed && f.on.Load() && f.match(req) {
+				f.n.Add(1)
+				failed = true
+			}
+		}
 		g.mu.Unlock()
+		if failed {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the simulated API gate fails %s %s","reason":"InternalError","code":500}`, r.Method, r.URL.Path)
+			return
+		}
 		for _, h := range held {
 			h.wait(r.Context())
 		}

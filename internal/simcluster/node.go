@@ -82,11 +82,15 @@ type Node struct {
 	pods  map[types.UID]*SimPod
 	// holdReplays: targets that start now start with their replay held.
 	holdReplays bool
-	calls       []string // kubelet and agent requests, in order
-	pulls       []string
-	srvs        []*http.Server
-	stop        context.CancelFunc
-	done        chan struct{}
+	// controlCut: the pods' control APIs drop every connection
+	// (CutControl); dropped counts the requests dropped.
+	controlCut bool
+	dropped    int
+	calls      []string // kubelet and agent requests, in order
+	pulls      []string
+	srvs       []*http.Server
+	stop       context.CancelFunc
+	done       chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -161,6 +165,42 @@ func (n *Node) HoldReplays(on bool) {
 			s.Hold(false)
 		}
 	}
+}
+
+// CutControl cuts the network between the pods' control APIs on the node
+// and everyone else until restore is called: meanwhile every request is
+// dropped, its connection closed without an answer, as a lost route does
+// to a request in flight. restore says how many were dropped.
+func (n *Node) CutControl() (restore func() int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.controlCut, n.dropped = true, 0
+	return func() int {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.controlCut = false
+		return n.dropped
+	}
+}
+
+func (n *Node) cut() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.controlCut {
+		n.dropped++
+	}
+	return n.controlCut
+}
+
+// dropConn closes the connection of w's request without an answer.
+func dropConn(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler) // the server closes the connection
 }
 
 // gate applies what is armed for step: it waits on a hold, then returns
@@ -505,7 +545,14 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.srv = &http.Server{Handler: control.Handler(sp.Sidecar, token, prometheus.NewRegistry()), ReadHeaderTimeout: 10 * time.Second}
+		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
+		sp.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.cut() {
+				dropConn(w)
+				return
+			}
+			h.ServeHTTP(w, r)
+		}), ReadHeaderTimeout: 10 * time.Second}
 		go sp.srv.Serve(ln)
 	} else {
 		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil)
@@ -702,4 +749,5 @@ func (n *Node) Reset() {
 	}
 	n.holds = map[Step]*Hold{}
 	n.holdReplays = false
+	n.controlCut = false
 }

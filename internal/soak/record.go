@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -96,12 +97,22 @@ func (r Record) Marshal() ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("record %d of %s: %w", r.Index, r.Mode, err)
 	}
+	// Tenths of a millisecond and milliseconds of a time are all the
+	// records need, and keep the files small.
+	r.TotalMS, r.DowntimeMS = tenths(r.TotalMS), tenths(r.DowntimeMS)
+	if r.GapMS != nil {
+		g := tenths(*r.GapMS)
+		r.GapMS = &g
+	}
+	r.At = r.At.Truncate(time.Millisecond)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
 	return append(b, '\n'), nil
 }
+
+func tenths(ms float64) float64 { return math.Round(ms*10) / 10 }
 
 // ParseRecord reads one line of a soak file.
 func ParseRecord(line []byte) (Record, error) {
