@@ -201,6 +201,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		st.Report = nil
 		return reconcile.Result{}, r.reject(ctx, pod, st, err)
 	}
+	var after *migrate.AfterTakeover
+	if errors.As(err, &after) {
+		return reconcile.Result{}, r.servesAfterAll(ctx, pod, st, after)
+	}
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
 	}
@@ -325,6 +329,66 @@ func (r *Reconciler) forgetRefused(name string) {
 		}
 		return true
 	})
+}
+
+// servesAfterAll ends migration st of pod, the source, whose target took
+// over but whose last steps failed (after): it is recorded on the target,
+// which serves, as Succeeded with what failed among its warnings. The
+// failed steps (Finish: the target to the workload's controller, the
+// source deleted) are tried again meanwhile, for up to the migration
+// timeout, and so is the record: a source its ReplicaSet deletes first
+// (it is marked to go first) takes no request annotation with it that a
+// later reconcile could act on, so this is the one chance to write the
+// outcome.
+func (r *Reconciler) servesAfterAll(ctx context.Context, pod *corev1.Pod, st Status, after *migrate.AfterTakeover) error {
+	cs := r.cfg.Client
+	st.Phase = PhaseSucceeded
+	st.Report.Warnings = append(st.Report.Warnings, after.Error())
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: %v; trying again", st.Name, after)
+	deadline := time.Now().Add(r.cfg.Timeout)
+	wait := 200 * time.Millisecond
+	retry := func(what string, err error) error {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("migration %s: %s: %w", st.Name, what, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+		return nil
+	}
+	finished := false
+	for !finished {
+		err := migrate.Finish(ctx, cs, pod, st.TargetPod, r.cfg.Timeout)
+		if err == nil {
+			finished = true
+			continue
+		}
+		if rerr := retry("finish after the takeover", err); rerr != nil {
+			st.Report.Warnings = append(st.Report.Warnings, rerr.Error())
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "%v; the target serves: delete the source %s by hand", rerr, pod.Name)
+			break
+		}
+	}
+	st.Message = fmt.Sprintf("total %s, downtime %s; after the takeover: %v", st.Report.Total.Round(time.Millisecond), st.Report.Downtime.Round(time.Millisecond), after)
+	if finished {
+		st.Message += " (done again: the source is gone)"
+	}
+	r.cfg.Metrics.record(ResultSucceeded, st)
+	deadline, wait = time.Now().Add(r.cfg.Timeout), 200*time.Millisecond
+	for {
+		target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
+		if err == nil {
+			if err = r.setStatus(ctx, target, st); err == nil {
+				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+				return nil
+			}
+		}
+		if rerr := retry("record the outcome on the target "+st.TargetPod, err); rerr != nil {
+			return rerr
+		}
+	}
 }
 
 // fail records a failed migration on the source.

@@ -200,6 +200,16 @@ type Refused struct{ Err error }
 func (e *Refused) Error() string { return e.Err.Error() }
 func (e *Refused) Unwrap() error { return e.Err }
 
+// AfterTakeover is the error of a migration whose target took over (it
+// serves the primary queue) but whose last steps failed: handing the
+// target to the workload's controller, or deleting the source. As far as
+// the messages go, the migration is done; what failed is housekeeping,
+// which Finish does again.
+type AfterTakeover struct{ Err error }
+
+func (e *AfterTakeover) Error() string { return e.Err.Error() }
+func (e *AfterTakeover) Unwrap() error { return e.Err }
+
 // Phase is one timed step.
 type Phase struct {
 	Name string        `json:"name"`
@@ -405,11 +415,11 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	resumeSource, targetCreated, tookOver = false, false, true
 
 	if err := handBack(ctx, cs, src, p.TargetPod, p.Timeout); err != nil {
-		return fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)
+		return &AfterTakeover{fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)}
 	}
 	r.served(ctx, p.TargetPod)
 	if err := deleteNow(ctx, cs, src); err != nil {
-		return fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)
+		return &AfterTakeover{fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)}
 	}
 	r.phase("finalise")
 	return nil

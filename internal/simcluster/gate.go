@@ -160,6 +160,15 @@ func (g *APIGate) serve(w http.ResponseWriter, r *http.Request) {
 				held = append(held, h.hold)
 			}
 		}
+		g.mu.Unlock()
+		for _, h := range held {
+			h.wait(r.Context())
+		}
+		if r.Context().Err() != nil {
+			return // the client is gone: the request never happened
+		}
+		// A held request meets the failures armed when it goes on.
+		g.mu.Lock()
 		failed := false
 		for _, f := range g.fails {
 			if !failed && f.on.Load() && f.match(req) {
@@ -173,12 +182,6 @@ func (g *APIGate) serve(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusInternalServerError)
 			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the simulated API gate fails %s %s","reason":"InternalError","code":500}`, r.Method, r.URL.Path)
 			return
-		}
-		for _, h := range held {
-			h.wait(r.Context())
-		}
-		if r.Context().Err() != nil {
-			return // the client is gone: the request never happened
 		}
 	}
 	g.proxy.ServeHTTP(w, r)
