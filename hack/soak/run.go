@@ -67,7 +67,7 @@ func run(soft, hard context.Context, args []string, stdout, stderr io.Writer) er
 	default:
 		return fmt.Errorf("-mode %q: want pingpong or sim", *mode)
 	}
-	f, err := soak.Open(*out)
+	f, err := soak.Open(*out, m.Name())
 	if err != nil {
 		return err
 	}

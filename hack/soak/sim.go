@@ -271,7 +271,7 @@ func (s *sim) draw(seed int64, i int) draw {
 // cluster itself failed, not the migration.
 func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, err error) {
 	d := s.draw(c.Seed, i)
-	r = soak.Record{Mode: "sim", Strategy: string(d.strategy), Workload: d.kind, Fault: d.fault, Rate: simcluster.Lambda,
+	r = soak.Record{Mode: "sim", Strategy: string(d.strategy), Workload: d.kind, Fault: d.fault,
 		Result: soak.Failed, Outcome: soak.Stuck}
 	w, err := s.workload(ctx, d.kind)
 	if err != nil {
@@ -414,9 +414,6 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	if st.Report != nil {
 		r.DowntimeMS = ms(st.Report.Downtime)
 	}
-	if st.Phase == controller.PhaseFailed && r.Error == "" {
-		r.Error = st.Message
-	}
 	var served *corev1.Pod
 	served, r.Outcome, r.Checked, err = s.check(ctx, w)
 	if err != nil {
@@ -436,6 +433,9 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	}
 	if r.Outcome != soak.Exact {
 		s.replace(w) // its app's record is spoilt for the next migrations
+		if st.Message != "" {
+			r.Error = strings.TrimPrefix(r.Error+"; the status: "+st.Message, "; ")
+		}
 	}
 	return r, nil
 }

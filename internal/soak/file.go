@@ -14,26 +14,32 @@ import (
 	"syscall"
 )
 
-// lockName is the file in an output folder that its holder keeps locked.
-const lockName = ".soak.lock"
+// lockName is the file in an output folder that the holder of mode's
+// records keeps locked.
+func lockName(mode string) string { return ".soak-" + mode + ".lock" }
 
-// ErrBusy is the error of Open when another process holds the folder.
-var ErrBusy = errors.New("another soak holds the output folder")
+// ErrBusy is the error of Open when another process holds the records.
+var ErrBusy = errors.New("another soak holds the records")
 
-// Folder is an output folder, held under its lock until Close: no other
-// soak can append to its files meanwhile.
+// Folder is one mode's records in an output folder, held under a lock
+// until Close: no other soak can append to them meanwhile (a run of
+// another mode can, to its own file).
 type Folder struct {
-	Dir  string
-	lock *os.File
+	Dir, Mode string
+	lock      *os.File
 }
 
-// Open creates dir if need be and takes its lock, without waiting: a
-// folder that another run holds is ErrBusy, with that run's process ID.
-func Open(dir string) (*Folder, error) {
+// Open creates dir if need be and takes the lock of mode's records,
+// without waiting: records that another run holds are ErrBusy, with that
+// run's process ID.
+func Open(dir, mode string) (*Folder, error) {
+	if mode == "" || strings.ContainsAny(mode, `/\`) || strings.HasPrefix(mode, ".") {
+		return nil, fmt.Errorf("mode %q: want a plain name", mode)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, lockName(mode)), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -41,28 +47,28 @@ func Open(dir string) (*Folder, error) {
 		holder, _ := io.ReadAll(io.LimitReader(f, 32))
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w %s (process %s): wait for it to end, or stop it (Ctrl-C) and run again to resume", ErrBusy, dir, strings.TrimSpace(string(holder)))
+			return nil, fmt.Errorf("%w of mode %s in %s (process %s): wait for it to end, or stop it (Ctrl-C) and run again to resume", ErrBusy, mode, dir, strings.TrimSpace(string(holder)))
 		}
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0) // for the message of a run that finds it held
 	}
-	return &Folder{Dir: dir, lock: f}, nil
+	return &Folder{Dir: dir, Mode: mode, lock: f}, nil
 }
 
-// Close releases the folder.
+// Close releases the records.
 func (f *Folder) Close() error { return f.lock.Close() }
 
-// Path is the file of mode's records.
-func (f *Folder) Path(mode string) string { return filepath.Join(f.Dir, mode+".jsonl") }
+// Path is the file of the records.
+func (f *Folder) Path() string { return filepath.Join(f.Dir, f.Mode+".jsonl") }
 
-// Records reads mode's records. A last line cut short (a run killed in
+// Records reads the records. A last line cut short (a run killed in
 // the middle of a write) is cut off the file, so that the next record
 // starts on a line of its own; dropped says how many bytes went. Any other
 // bad line is an error that names it.
-func (f *Folder) Records(mode string) (recs []Record, dropped int, err error) {
-	path := f.Path(mode)
+func (f *Folder) Records() (recs []Record, dropped int, err error) {
+	path := f.Path()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, nil

@@ -97,14 +97,14 @@ func (r Record) Marshal() ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("record %d of %s: %w", r.Index, r.Mode, err)
 	}
-	// Tenths of a millisecond and milliseconds of a time are all the
-	// records need, and keep the files small.
+	// Tenths of a millisecond, and seconds of a time, are all the records
+	// need, and keep the files small.
 	r.TotalMS, r.DowntimeMS = tenths(r.TotalMS), tenths(r.DowntimeMS)
 	if r.GapMS != nil {
 		g := tenths(*r.GapMS)
 		r.GapMS = &g
 	}
-	r.At = r.At.Truncate(time.Millisecond)
+	r.At = r.At.Truncate(time.Second)
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, err

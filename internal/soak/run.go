@@ -44,6 +44,9 @@ type Options struct {
 // run that was stopped goes on where it stopped. It returns ctx's error
 // when ctx ends first, with what was recorded kept.
 func Run(ctx context.Context, f *Folder, m Mode, o Options) error {
+	if m.Name() != f.Mode {
+		return fmt.Errorf("mode %s cannot append to the records of %s", m.Name(), f.Mode)
+	}
 	if o.Count < 1 || o.ChunkSize < 1 {
 		return fmt.Errorf("count %d, chunk size %d: want 1 or more", o.Count, o.ChunkSize)
 	}
@@ -58,12 +61,12 @@ func Run(ctx context.Context, f *Folder, m Mode, o Options) error {
 	}
 	fruitless := 0
 	for {
-		done, err := f.count(m.Name(), o.Logf)
+		done, err := f.count(o.Logf)
 		if err != nil {
 			return err
 		}
 		if done >= o.Count {
-			o.Logf("%s: %d of %d migrations recorded in %s", m.Name(), done, o.Count, f.Path(m.Name()))
+			o.Logf("%s: %d of %d migrations recorded in %s", m.Name(), done, o.Count, f.Path())
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -71,10 +74,10 @@ func Run(ctx context.Context, f *Folder, m Mode, o Options) error {
 			return err
 		}
 		c := Chunk{ID: o.Now().UTC().Format("20060102T150405"), First: done + 1, N: min(o.ChunkSize, o.Count-done),
-			Seed: o.Seed, Records: f.Path(m.Name())}
+			Seed: o.Seed, Records: f.Path()}
 		o.Logf("%s: chunk %s: migrations %d to %d of %d", m.Name(), c.ID, c.First, c.First+c.N-1, o.Count)
 		cerr := m.Chunk(ctx, c)
-		after, err := f.count(m.Name(), o.Logf)
+		after, err := f.count(o.Logf)
 		if err != nil {
 			return errors.Join(cerr, err)
 		}
@@ -95,19 +98,20 @@ func Run(ctx context.Context, f *Folder, m Mode, o Options) error {
 	}
 }
 
-// count checks mode's records (numbered 1, 2, ... in order, of that mode)
+// count checks the records (numbered 1, 2, ... in order, of the mode)
 // and returns how many there are.
-func (f *Folder) count(mode string, logf func(string, ...any)) (int, error) {
-	recs, dropped, err := f.Records(mode)
+func (f *Folder) count(logf func(string, ...any)) (int, error) {
+	mode := f.Mode
+	recs, dropped, err := f.Records()
 	if err != nil {
 		return 0, err
 	}
 	if dropped > 0 {
-		logf("%s: cut an unfinished last line (%d bytes) off %s", mode, dropped, f.Path(mode))
+		logf("%s: cut an unfinished last line (%d bytes) off %s", mode, dropped, f.Path())
 	}
 	for i, r := range recs {
 		if r.Mode != mode || r.Index != i+1 {
-			return 0, fmt.Errorf("%s: line %d is record %d of mode %q, want record %d of %q: the file was written by something else", f.Path(mode), i+1, r.Index, r.Mode, i+1, mode)
+			return 0, fmt.Errorf("%s: line %d is record %d of mode %q, want record %d of %q: the file was written by something else", f.Path(), i+1, r.Index, r.Mode, i+1, mode)
 		}
 	}
 	return len(recs), nil

@@ -62,40 +62,48 @@ func TestValidate(t *testing.T) {
 
 func TestFolderLockAndResume(t *testing.T) {
 	dir := t.TempDir()
-	f, err := Open(dir)
+	f, err := Open(dir, "pingpong")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := Open(dir); !errors.Is(err, ErrBusy) {
-		t.Fatalf("a second Open of a held folder: %v, want ErrBusy", err)
+	if _, err := Open(dir, "pingpong"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second Open of held records: %v, want ErrBusy", err)
+	}
+	other, err := Open(dir, "sim")
+	if err != nil {
+		t.Fatalf("Open of another mode's records in the same folder: %v", err)
+	}
+	other.Close()
+	if _, err := Open(dir, "../x"); err == nil {
+		t.Errorf("Open of mode ../x: want an error")
 	}
 	for i := 1; i <= 3; i++ {
-		if err := Append(f.Path("pingpong"), rec("pingpong", i, "ms2m", Completed, Exact, float64(i))); err != nil {
+		if err := Append(f.Path(), rec("pingpong", i, "ms2m", Completed, Exact, float64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A run killed in the middle of a write leaves half a line.
-	fh, err := os.OpenFile(f.Path("pingpong"), os.O_WRONLY|os.O_APPEND, 0)
+	fh, err := os.OpenFile(f.Path(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fh.WriteString(`{"mode":"pingpong","ind`)
 	fh.Close()
-	recs, dropped, err := f.Records("pingpong")
+	recs, dropped, err := f.Records()
 	if err != nil || len(recs) != 3 || dropped != len(`{"mode":"pingpong","ind`) {
 		t.Fatalf("Records: %d records, %d bytes dropped, %v; want 3 and the half line", len(recs), dropped, err)
 	}
-	if err := Append(f.Path("pingpong"), rec("pingpong", 4, "ms2m", Completed, Exact, 4)); err != nil {
+	if err := Append(f.Path(), rec("pingpong", 4, "ms2m", Completed, Exact, 4)); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := f.count("pingpong", t.Logf); err != nil || n != 4 {
+	if n, err := f.count(t.Logf); err != nil || n != 4 {
 		t.Fatalf("after the cut and one more record: %d, %v; want 4", n, err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := Open(dir)
+	g, err := Open(dir, "pingpong")
 	if err != nil {
 		t.Fatalf("Open after Close: %v", err)
 	}
@@ -103,18 +111,24 @@ func TestFolderLockAndResume(t *testing.T) {
 }
 
 func TestCountRejectsForeignLines(t *testing.T) {
-	f, err := Open(t.TempDir())
+	dir := t.TempDir()
+	f, err := Open(dir, "sim")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	Append(f.Path("sim"), rec("sim", 1, "ms2m", Completed, Exact, 1))
-	Append(f.Path("sim"), rec("sim", 3, "ms2m", Completed, Exact, 1))
-	if _, err := f.count("sim", t.Logf); err == nil || !strings.Contains(err.Error(), "want record 2") {
+	Append(f.Path(), rec("sim", 1, "ms2m", Completed, Exact, 1))
+	Append(f.Path(), rec("sim", 3, "ms2m", Completed, Exact, 1))
+	if _, err := f.count(t.Logf); err == nil || !strings.Contains(err.Error(), "want record 2") {
 		t.Errorf("a gap in the numbering: %v, want an error", err)
 	}
-	os.WriteFile(f.Path("bad"), []byte("{\"mode\":\"bad\"}\nnot json\n"), 0o644)
-	if _, _, err := f.Records("bad"); err == nil || !strings.Contains(err.Error(), "bad.jsonl:1") {
+	b, err := Open(dir, "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	os.WriteFile(b.Path(), []byte("{\"mode\":\"bad\"}\nnot json\n"), 0o644)
+	if _, _, err := b.Records(); err == nil || !strings.Contains(err.Error(), "bad.jsonl:1") {
 		t.Errorf("a bad line: %v, want an error naming it", err)
 	}
 }
@@ -149,7 +163,7 @@ func (m *fakeMode) Chunk(ctx context.Context, c Chunk) error {
 func TestRun(t *testing.T) {
 	now := func() time.Time { return time.Unix(0, 0) }
 	t.Run("chunks up to the count", func(t *testing.T) {
-		f, _ := Open(t.TempDir())
+		f, _ := Open(t.TempDir(), "fake")
 		defer f.Close()
 		m := &fakeMode{}
 		if err := Run(t.Context(), f, m, Options{Count: 7, ChunkSize: 3, Seed: 9, Now: now}); err != nil {
@@ -158,7 +172,7 @@ func TestRun(t *testing.T) {
 		var got [][2]int
 		for _, c := range m.chunks {
 			got = append(got, [2]int{c.First, c.N})
-			if c.Seed != 9 || c.Records != f.Path("fake") {
+			if c.Seed != 9 || c.Records != f.Path() {
 				t.Errorf("chunk %+v: want seed 9 and the fake file", c)
 			}
 		}
@@ -167,7 +181,7 @@ func TestRun(t *testing.T) {
 		}
 	})
 	t.Run("resumes and stops", func(t *testing.T) {
-		f, _ := Open(t.TempDir())
+		f, _ := Open(t.TempDir(), "fake")
 		defer f.Close()
 		ctx, cancel := context.WithCancel(t.Context())
 		m := &fakeMode{stop: cancel, per: func(Chunk) int { return 2 }}
@@ -184,7 +198,7 @@ func TestRun(t *testing.T) {
 		if m2.chunks[0].First != 3 {
 			t.Errorf("the resumed run starts at %d, want 3", m2.chunks[0].First)
 		}
-		if n, _ := f.count("fake", t.Logf); n != 10 {
+		if n, _ := f.count(t.Logf); n != 10 {
 			t.Errorf("%d records, want 10", n)
 		}
 		m3 := &fakeMode{}
@@ -193,7 +207,7 @@ func TestRun(t *testing.T) {
 		}
 	})
 	t.Run("gives up on fruitless chunks", func(t *testing.T) {
-		f, _ := Open(t.TempDir())
+		f, _ := Open(t.TempDir(), "fake")
 		defer f.Close()
 		boom := errors.New("the cluster did not come up")
 		m := &fakeMode{per: func(Chunk) int { return 0 }, err: boom}
