@@ -225,6 +225,9 @@ func (s *sim) Chunk(ctx context.Context, c soak.Chunk) error {
 			return nil
 		}
 		r, err := s.migrate(s.hard, c, i)
+		if h := (errHarness{}); errors.As(err, &h) {
+			return h.err
+		}
 		r.Index, r.Run, r.Seed, r.At = i, c.ID, c.Seed, time.Now().UTC()
 		if aerr := soak.Append(c.Records, r); aerr != nil {
 			return errors.Join(err, aerr)
@@ -236,6 +239,13 @@ func (s *sim) Chunk(ctx context.Context, c soak.Chunk) error {
 	}
 	return nil
 }
+
+// errHarness is an error of the simulated cluster before a migration
+// began: it is not recorded as the migration's.
+type errHarness struct{ err error }
+
+func (e errHarness) Error() string { return e.err.Error() }
+func (e errHarness) Unwrap() error { return e.err }
 
 // draw is what migration i of a run draws from its seed.
 type draw struct {
@@ -280,9 +290,10 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	pods := s.c.Client.CoreV1().Pods(w.ns)
 	src, err := s.serving(ctx, w)
 	if err != nil {
-		r.Error = "before the migration: " + err.Error()
+		// Before any migration: the simulated cluster is at fault, not
+		// the migrator; nothing is recorded, and the chunk fails.
 		s.replace(w)
-		return r, nil
+		return r, errHarness{fmt.Errorf("before migration %d: %w", i, err)}
 	}
 	to := simNodes[0]
 	if src.Spec.NodeName == to {

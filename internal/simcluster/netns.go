@@ -34,7 +34,8 @@ const (
 // pool of addresses on its side.
 type netns struct {
 	name, hostIf string
-	prefix       string // "10.78.N.", the subnet's first three octets
+	owner        *os.File // ownerLock(name), held while the namespace lives
+	prefix       string   // "10.78.N.", the subnet's first three octets
 	mu           sync.Mutex
 	free         []string
 }
@@ -56,7 +57,11 @@ func newNetns() (*netns, error) {
 	}
 	defer unlock()
 	removeStale()
+	if n.owner, err = holdOwner(n.name); err != nil {
+		return nil, err
+	}
 	if n.prefix, err = freeSubnet(); err != nil {
+		n.owner.Close()
 		return nil, err
 	}
 	hostAddr := n.prefix + "1"
@@ -217,10 +222,47 @@ func (n *netns) close() error {
 	if out, err := exec.Command("ip", "netns", "del", n.name).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
 		errs = append(errs, fmt.Sprintf("ip netns del %s: %s", n.name, strings.TrimSpace(string(out))))
 	}
+	if n.owner != nil {
+		os.Remove(n.owner.Name())
+		n.owner.Close()
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// ownerLock is the file that the process that made namespace name keeps
+// locked (flock) while it lives: whatever the process is (a test binary,
+// the soak), a namespace whose lock nobody holds is stale.
+func ownerLock(name string) string { return filepath.Join(os.TempDir(), name+".owner.lock") }
+
+func holdOwner(name string) (*os.File, error) {
+	f, err := os.OpenFile(ownerLock(name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the simulated nodes' owner lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+// ownerAlive says whether namespace name's owner lock is held by a live
+// process; known is false for a namespace without one (made by an older
+// build), which processAlive judges instead.
+func ownerAlive(name string) (alive, known bool) {
+	f, err := os.OpenFile(ownerLock(name), os.O_RDWR, 0)
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return true, true
+	}
+	os.Remove(f.Name())
+	return false, true
 }
 
 // removeStale takes down the namespaces (and their host veths) of earlier
@@ -237,7 +279,11 @@ func removeStale() {
 			continue
 		}
 		id := strings.TrimPrefix(f[0], "ms2m-sim-")
-		if pid, err := strconv.Atoi(id); err == nil && pid == os.Getpid()%100000 {
+		if alive, known := ownerAlive(f[0]); known {
+			if alive {
+				continue
+			}
+		} else if pid, err := strconv.Atoi(id); err == nil && pid == os.Getpid()%100000 {
 			// This PID's, from a run that died: ours now.
 		} else if err == nil && processAlive(pid) {
 			continue
