@@ -143,8 +143,9 @@ func (p *pingpong) Chunk(ctx context.Context, c soak.Chunk) error {
 	return nil
 }
 
-// lockFile takes an exclusive flock on path, waiting as long as another
-// process holds it (or until ctx ends), and returns its release.
+// lockFile takes an exclusive flock on path, waiting in the kernel's
+// queue as long as another process holds it (or until ctx ends), and
+// returns its release.
 func lockFile(ctx context.Context, path string, say io.Writer) (func(), error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -153,25 +154,21 @@ func lockFile(ctx context.Context, path string, say io.Writer) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	waiting := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		return func() { f.Close() }, nil
+	}
+	fmt.Fprintf(say, "%s soak: waiting for the real-node lock %s\n", time.Now().Format("15:04:05"), path)
+	got := make(chan error, 1)
+	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }() // blocks until it is ours
+	select {
+	case err := <-got:
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		if !waiting {
-			fmt.Fprintf(say, "%s soak: waiting for the real-node lock %s\n", time.Now().Format("15:04:05"), path)
-			waiting = true
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(time.Second):
-		}
+		return func() { f.Close() }, nil
+	case <-ctx.Done():
+		go func() { <-got; f.Close() }() // released as soon as it comes
+		return nil, ctx.Err()
 	}
 }
