@@ -424,6 +424,10 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	}
 	if st.Report != nil {
 		r.DowntimeMS = ms(st.Report.Downtime)
+		if r.DowntimeMS < 0 { // seen once: kept as a finding, not as a figure
+			r.Error = strings.TrimPrefix(fmt.Sprintf("%s; the report's downtime is negative (%s)", r.Error, st.Report.Downtime), "; ")
+			r.DowntimeMS = 0
+		}
 	}
 	var served *corev1.Pod
 	served, r.Outcome, r.Checked, err = s.check(ctx, w)
