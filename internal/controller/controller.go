@@ -212,12 +212,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
 	r.cfg.Metrics.record(ResultSucceeded, st)
-	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
+	return reconcile.Result{}, r.recordOnTarget(ctx, pod, st)
+}
+
+// recordOnTarget writes st, the outcome of a migration of pod whose target
+// serves, on the target, with its Event, trying again for up to the
+// migration timeout: a failed write is not retried by a requeue, since
+// the pod that asked is gone (or, a StatefulSet's, is the target, which
+// carries no request), and the migration would be recorded nowhere.
+func (r *Reconciler) recordOnTarget(ctx context.Context, pod *corev1.Pod, st Status) error {
+	deadline := time.Now().Add(r.cfg.Timeout)
+	wait := 200 * time.Millisecond
+	for {
+		target, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
+		if err == nil {
+			if err = r.setStatus(ctx, target, st); err == nil {
+				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("migration %s succeeded, but its outcome could not be recorded on the target %s: %w", st.Name, st.TargetPod, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
-	return reconcile.Result{}, r.setStatus(ctx, target, st)
 }
 
 // env is what migration name of pod needs; its phases become Events on pod.
@@ -376,19 +398,7 @@ func (r *Reconciler) servesAfterAll(ctx context.Context, pod *corev1.Pod, st Sta
 		st.Message += " (done again: the source is gone)"
 	}
 	r.cfg.Metrics.record(ResultSucceeded, st)
-	deadline, wait = time.Now().Add(r.cfg.Timeout), 200*time.Millisecond
-	for {
-		target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
-		if err == nil {
-			if err = r.setStatus(ctx, target, st); err == nil {
-				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
-				return nil
-			}
-		}
-		if rerr := retry("record the outcome on the target "+st.TargetPod, err); rerr != nil {
-			return rerr
-		}
-	}
+	return r.recordOnTarget(ctx, pod, st)
 }
 
 // fail records a failed migration on the source.

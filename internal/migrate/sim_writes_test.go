@@ -127,3 +127,63 @@ func TestSourceGoneBeforeTheFailureIsRecorded(t *testing.T) {
 	}
 	checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
 }
+
+// TestOutcomeWriteFailsOnce: the migration succeeds, but the controller's
+// first write of the outcome on the pod that took over fails (found by the
+// soak: a StatefulSet's migration was then recorded nowhere, since the
+// recreated pod carries no request for a retry to act on, and a
+// Deployment's source is gone by then). The write is tried again.
+func TestOutcomeWriteFailsOnce(t *testing.T) {
+	c := cluster(t)
+	for _, tc := range []struct {
+		strategy migrate.Strategy
+		owner    string
+	}{
+		{migrate.MS2M, "Deployment"},
+		{migrate.StatefulSet, "StatefulSet"},
+	} {
+		t.Run(string(tc.strategy), func(t *testing.T) {
+			ns := "sim-outcome-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))
+			resetNodes(c)
+			defer resetNodes(c)
+			w := deploy(t, c, ns, tc.owner, true)
+			g, err := c.NewGate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			outcome := func(r simcluster.Request) bool {
+				return r.Method == http.MethodPatch && strings.Contains(r.Path, "/namespaces/"+ns+"/pods/") && bytes.Contains(r.Body, []byte(string(controller.PhaseSucceeded)))
+			}
+			stop := g.FailRequests(outcome)
+			h := g.HoldRequest(outcome)
+			defer h.Release()
+			ctl := startController(t, c, "the controller", g.Kubeconfig)
+			requestMigration(t, c, w, tc.strategy)
+			select {
+			case <-h.Reached:
+			case <-time.After(time.Minute):
+				t.Fatalf("the controller never recorded the outcome; its log:\n%s", ctl.out.String())
+			}
+			// The held write fails when it goes on; the one after it is
+			// the retry, held again until the writes go through.
+			retry := g.HoldRequest(outcome)
+			defer retry.Release()
+			h.Release()
+			select {
+			case <-retry.Reached:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the failed write of the outcome was not tried again; the controller's log:\n%s", ctl.out.String())
+			}
+			if n := stop(); n == 0 {
+				t.Fatal("no write failed: the fault did not fire")
+			}
+			retry.Release()
+			pod, st := finalStatus(t, c, ns, 30*time.Second)
+			if st.Phase != controller.PhaseSucceeded {
+				t.Errorf("the migration ended %s on %s (%s), want Succeeded", st.Phase, pod.Name, st.Message)
+			}
+			checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
+		})
+	}
+}
