@@ -36,6 +36,10 @@ func Open(dir, mode string) (*Folder, error) {
 	if mode == "" || strings.ContainsAny(mode, `/\`) || strings.HasPrefix(mode, ".") {
 		return nil, fmt.Errorf("mode %q: want a plain name", mode)
 	}
+	dir, err := filepath.Abs(dir) // the records' path goes to child processes in other folders
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}

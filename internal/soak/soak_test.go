@@ -110,6 +110,18 @@ func TestFolderLockAndResume(t *testing.T) {
 	g.Close()
 }
 
+func TestPathIsAbsolute(t *testing.T) {
+	t.Chdir(t.TempDir())
+	f, err := Open("out", "pingpong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !filepath.IsAbs(f.Path()) {
+		t.Errorf("Path() = %s, want an absolute path (a chunk's child process runs in another folder)", f.Path())
+	}
+}
+
 func TestCountRejectsForeignLines(t *testing.T) {
 	dir := t.TempDir()
 	f, err := Open(dir, "sim")
