@@ -130,7 +130,9 @@ func (p *pingpong) Chunk(ctx context.Context, c soak.Chunk) error {
 		select {
 		case err = <-done:
 		case <-p.hard.Done():
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // the test and what it started in its group
+			if kerr := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); kerr != nil { // the test and what it started in its group
+				fmt.Fprintf(p.stderr, "soak: kill the test: %v\n", kerr)
+			}
 			err = <-done
 			if derr := cluster.Down(cluster.Options{StateDir: p.o.state, Log: logFile}); derr != nil {
 				err = errors.Join(err, fmt.Errorf("take the cluster down: %w", derr))
@@ -168,7 +170,7 @@ func lockFile(ctx context.Context, path string, say io.Writer) (func(), error) {
 		}
 		return func() { f.Close() }, nil
 	case <-ctx.Done():
-		go func() { <-got; f.Close() }() // released as soon as it comes
+		go func() { _ = <-got; _ = f.Close() }() // released as soon as it comes; nothing was written
 		return nil, ctx.Err()
 	}
 }

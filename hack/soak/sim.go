@@ -180,7 +180,7 @@ func (s *sim) startController() error {
 		return fmt.Errorf("start the controller: %w", err)
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }() // how it ended is in its log
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(done) }() // how it ended is in its log; a log that failed to close loses its tail only
 	s.ctl, s.ctlDone = cmd, done
 	return nil
 }

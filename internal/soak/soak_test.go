@@ -17,6 +17,13 @@ func rec(mode string, i int, strategy string, res Result, out Outcome, totalMS f
 	return Record{Mode: mode, Index: i, Strategy: strategy, Result: res, Outcome: out, TotalMS: totalMS, At: time.Unix(1_800_000_000, 0).UTC()}
 }
 
+func mustAppend(t *testing.T, path string, r Record) {
+	t.Helper()
+	if err := Append(path, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRecordRoundTrip(t *testing.T) {
 	gap := 812.5
 	want := rec("sim", 3, "ms2m", RolledBack, Exact, 7400)
@@ -88,8 +95,12 @@ func TestFolderLockAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fh.WriteString(`{"mode":"pingpong","ind`)
-	fh.Close()
+	if _, err := fh.WriteString(`{"mode":"pingpong","ind`); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
 	recs, dropped, err := f.Records()
 	if err != nil || len(recs) != 3 || dropped != len(`{"mode":"pingpong","ind`) {
 		t.Fatalf("Records: %d records, %d bytes dropped, %v; want 3 and the half line", len(recs), dropped, err)
@@ -129,8 +140,8 @@ func TestCountRejectsForeignLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	Append(f.Path(), rec("sim", 1, "ms2m", Completed, Exact, 1))
-	Append(f.Path(), rec("sim", 3, "ms2m", Completed, Exact, 1))
+	mustAppend(t, f.Path(), rec("sim", 1, "ms2m", Completed, Exact, 1))
+	mustAppend(t, f.Path(), rec("sim", 3, "ms2m", Completed, Exact, 1))
 	if _, err := f.count(t.Logf); err == nil || !strings.Contains(err.Error(), "want record 2") {
 		t.Errorf("a gap in the numbering: %v, want an error", err)
 	}
@@ -139,7 +150,9 @@ func TestCountRejectsForeignLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	os.WriteFile(b.Path(), []byte("{\"mode\":\"bad\"}\nnot json\n"), 0o644)
+	if err := os.WriteFile(b.Path(), []byte("{\"mode\":\"bad\"}\nnot json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := b.Records(); err == nil || !strings.Contains(err.Error(), "bad.jsonl:1") {
 		t.Errorf("a bad line: %v, want an error naming it", err)
 	}
@@ -291,8 +304,8 @@ func TestSummarize(t *testing.T) {
 
 func TestReadDir(t *testing.T) {
 	dir := t.TempDir()
-	Append(filepath.Join(dir, "sim.jsonl"), rec("sim", 1, "ms2m", Completed, Exact, 1))
-	Append(filepath.Join(dir, "pingpong.jsonl"), rec("pingpong", 1, "ms2m", Completed, Exact, 1))
+	mustAppend(t, filepath.Join(dir, "sim.jsonl"), rec("sim", 1, "ms2m", Completed, Exact, 1))
+	mustAppend(t, filepath.Join(dir, "pingpong.jsonl"), rec("pingpong", 1, "ms2m", Completed, Exact, 1))
 	recs, err := ReadDir(dir)
 	if err != nil || len(recs) != 2 || recs[0].Mode != "pingpong" {
 		t.Errorf("ReadDir: %v, %v", recs, err)
