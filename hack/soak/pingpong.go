@@ -170,7 +170,12 @@ func lockFile(ctx context.Context, path string, say io.Writer) (func(), error) {
 		}
 		return func() { f.Close() }, nil
 	case <-ctx.Done():
-		go func() { _ = <-got; _ = f.Close() }() // released as soon as it comes; nothing was written
+		go func() {
+			if err := <-got; err != nil {
+				fmt.Fprintf(say, "soak: lock %s: %v\n", path, err)
+			}
+			_ = f.Close() // released as soon as it comes; nothing was written
+		}()
 		return nil, ctx.Err()
 	}
 }
