@@ -86,9 +86,10 @@ func run(soft, hard context.Context, args []string, stdout, stderr io.Writer) er
 				mine = append(mine, r)
 			}
 		}
-		fmt.Fprintln(stdout)
-		werr := soak.WriteMarkdown(stdout, "strategy", soak.Summarize(mine, soak.ByStrategy))
-		err = errors.Join(err, werr)
+		if len(mine) > 0 {
+			fmt.Fprintln(stdout)
+			err = errors.Join(err, soak.WriteMarkdown(stdout, "strategy", soak.Summarize(mine, soak.ByStrategy)))
+		}
 	}
 	return err
 }
