@@ -17,6 +17,11 @@ const (
 	ReasonRollForwardFailed = "MigrationRollForwardFailed"
 	ReasonContinued         = "MigrationContinued"
 	ReasonPending           = "MigrationPending"
+	// ReasonRestoreRedone: a StatefulSet's restored pod that could not end
+	// its replay exactly (interrupted, or its shadow died before its
+	// cutoff) was deleted, for its StatefulSet to make it again as a
+	// restore (migrate.PendingOutcome.Redone).
+	ReasonRestoreRedone = "MigrationRestoreRedone"
 	// ReasonForgedStatus: the pod's migration status is not signed by
 	// this controller's key; it is ignored (no rollback, no image
 	// deletion).

@@ -52,7 +52,14 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 	r.phase("restore")
 	switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
 	if err != nil {
-		return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w", p.Name, src.Name, err)
+		// It died or its replay was interrupted: the recovery a restarted
+		// controller runs (FinishPending) makes it again from the record.
+		if ferr := r.finishPending(ctx); ferr != nil {
+			return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w; %w", p.Name, src.Name, err, ferr)
+		}
+		r.rep.Note = fmt.Sprintf("the restored pod did not take over as made (%v): it was made again from the pending-migration record, which took over", err)
+		r.phase("switch")
+		return nil
 	}
 	r.rep.Downtime = switched.Sub(stopped.StartedAt)
 	r.phase("switch")
@@ -62,6 +69,32 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// finishPending drives FinishPending for the source's StatefulSet pod
+// until the restore it records has taken over (and the record, and a
+// shadow, are gone), for up to the plan's Timeout.
+func (r *run) finishPending(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.Timeout)
+	for {
+		out, err := FinishPending(ctx, r.env, r.source.Namespace, r.source.Name, r.p.Timeout)
+		switch {
+		case out.Done:
+			return nil
+		case err == nil && !out.Ours:
+			return fmt.Errorf("pod %s/%s is not the restore its pending-migration record asks for", r.source.Namespace, r.source.Name)
+		case time.Now().After(deadline):
+			if err == nil {
+				err = fmt.Errorf("still waiting for %s after %s", out.Waiting, r.p.Timeout)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // statefulSetShadow moves a StatefulSet's pod with two ms2m handoffs: to a
@@ -153,7 +186,15 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	r.phase("restore")
 	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, ReadRetry: r.env.ReadRetry})
 	if err != nil {
-		return serving(err)
+		// The restored pod died, its replay was interrupted, or the shadow
+		// died: the recovery a restarted controller runs (FinishPending)
+		// hands over again, or makes the pod again from the record.
+		if ferr := r.finishPending(ctx); ferr != nil {
+			return serving(errors.Join(err, ferr))
+		}
+		r.rep.Note = fmt.Sprintf("the handover from the shadow failed (%v); the restore was finished from the pending-migration record; its timings are unknown", err)
+		r.phase("handover")
+		return nil
 	}
 	r.rep.ShadowHandover, r.rep.CutoffID = &tm2, tm2.CutoffID
 	r.rep.Downtime += tm2.Downtime

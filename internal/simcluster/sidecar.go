@@ -21,6 +21,9 @@ const (
 	ModeQuiesced  = "quiesced"
 	ModeStopped   = "stopped"
 	ModeReplaying = "replaying"
+	// ModeDead is a sidecar whose pod is gone or was killed (Node.Kill);
+	// the real one has no such mode: it does not answer.
+	ModeDead = "dead"
 )
 
 // Queue is the one queue every simulated app consumes.
@@ -99,6 +102,9 @@ type Replay struct {
 	Start  uint64
 	Cutoff uint64 // 0: the first cutoff marker of an epoch after Epoch
 	Epoch  uint64
+	// ToEnd: the cutoff is the log's end when the sidecar starts
+	// (MS2M_REPLAY_CUTOFF=end).
+	ToEnd bool
 }
 
 // Sidecar is a simulated sidecar in front of a simulated app. Serving, it
@@ -114,10 +120,20 @@ type Sidecar struct {
 	replayed uint64 // last ID replayed to the app
 	cutoff   uint64 // a target's cutoff, once known
 	held     bool   // a target's replay is held (Hold)
-	switched *time.Time
-	lastRep  *time.Time
-	next     time.Time // a serving sidecar's next delivery
-	stopped  chan struct{}
+	// holdAfter, if not 0: the replay holds once it has replayed this
+	// many records (HoldAfter).
+	holdAfter uint64
+	// logEnd is the log's last ID when the sidecar started: deliveries
+	// beyond the cutoff that were in the log then are replayed too, as the
+	// real sidecar does (replay.Range.LogEnd).
+	logEnd uint64
+	// interrupted counts app restarts in the middle of the replay, after
+	// replayed records (the real proxy's ReplayState.Interrupted).
+	interrupted int
+	switched    *time.Time
+	lastRep     *time.Time
+	next        time.Time // a serving sidecar's next delivery
+	stopped     chan struct{}
 }
 
 // newSidecar starts a sidecar on log; rp is nil for a serving one.
@@ -126,7 +142,13 @@ func newSidecar(log *Log, app *App, rp *Replay) *Sidecar {
 	if rp != nil {
 		s.mode = ModeReplaying
 		s.replayed = rp.Start
-		s.cutoff = rp.Cutoff
+		log.mu.Lock()
+		s.logEnd = log.lastID
+		log.mu.Unlock()
+		s.cutoff = s.extend(rp.Cutoff)
+		if rp.ToEnd {
+			s.cutoff = max(s.logEnd, rp.Start)
+		}
 	}
 	go s.run()
 	return s
@@ -172,7 +194,7 @@ func (s *Sidecar) tick(now time.Time) {
 		if s.cutoff == 0 {
 			for _, m := range s.log.markers {
 				if m.Epoch > s.replay.Epoch && m.ID >= s.replay.Start {
-					s.cutoff = m.ID
+					s.cutoff = s.extend(m.ID)
 					break
 				}
 			}
@@ -180,6 +202,9 @@ func (s *Sidecar) tick(now time.Time) {
 		s.log.mu.Unlock()
 		if s.cutoff != 0 {
 			end = min(end, s.cutoff)
+		}
+		if s.holdAfter > 0 {
+			end = min(end, s.replay.Start+s.holdAfter)
 		}
 		for n := 0; n < 20 && s.replayed < end; n++ {
 			s.replayed++
@@ -196,12 +221,47 @@ func (s *Sidecar) tick(now time.Time) {
 	}
 }
 
+// extend is cutoff moved past what this identity took before the sidecar
+// started (replay.Range.LogEnd).
+func (s *Sidecar) extend(cutoff uint64) uint64 {
+	if cutoff != 0 && s.logEnd > cutoff {
+		return s.logEnd
+	}
+	return cutoff
+}
+
+// HoldAfter holds a target's replay once it has replayed n records (0:
+// no such hold).
+func (s *Sidecar) HoldAfter(n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdAfter = n
+}
+
+// Replayed is the last ID a target replayed to its app.
+func (s *Sidecar) Replayed() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayed
+}
+
 // Hold holds (true) or releases a target's replay: it stays in replay
 // mode with what it replayed so far.
 func (s *Sidecar) Hold(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held = on
+}
+
+// appRestarted is the app's restart: one in the middle of the replay,
+// after replayed records, is counted as the real sidecar counts it; the
+// replay goes on from where it was, so the app lacks what it had.
+func (s *Sidecar) appRestarted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode == ModeReplaying && s.replayed > s.replay.Start {
+		s.interrupted++
+	}
 }
 
 // Mode is the sidecar's mode.
@@ -211,8 +271,15 @@ func (s *Sidecar) Mode() string {
 	return s.mode
 }
 
-// close stops the simulation: the pod is gone.
-func (s *Sidecar) close() { close(s.stopped) }
+// close stops the simulation: the pod is gone, or its containers died.
+func (s *Sidecar) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode != ModeDead {
+		s.mode = ModeDead
+		close(s.stopped)
+	}
+}
 
 // State is GET /state, in the real sidecar's shape.
 func (s *Sidecar) State() control.State {
@@ -232,7 +299,7 @@ func (s *Sidecar) State() control.State {
 		st.Source = &replay.Status{Range: rng.String(), Cutoff: s.cutoff, Complete: s.cutoff != 0 && s.replayed >= s.cutoff, LogLast: logLast}
 		lag := logLast - min(logLast, s.replayed)
 		st.ReplayLag = &lag
-		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}}
+		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}, Interrupted: s.interrupted}
 		if s.switched == nil {
 			rs.Replaying = 1
 		} else {
