@@ -131,20 +131,22 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 	case err != nil:
 		return out, fmt.Errorf("the shadow of migration %s: %w", out.Migration, err)
 	}
+	// A restore that cannot end its replay exactly is made again (redo):
+	// one that did not take over has consumed nothing live; one that took
+	// over after an interrupted replay has a wrong state, and the next
+	// restore replays through what it took (replay.Range.LogEnd).
+	why, err := r.redoReason(ctx, cm, m, pod, ep, shadow, switched, timeout)
+	if err != nil {
+		return out, fmt.Errorf("migration %s: %w", out.Migration, err)
+	}
+	if why != "" {
+		if err := deleteConfirmed(ctx, cs, pod, timeout); err != nil {
+			return out, fmt.Errorf("migration %s: %s, so the restored pod %s/%s is made again; %w", out.Migration, why, ns, name, err)
+		}
+		out.Redone, out.Waiting = why, "the StatefulSet to make pod "+name+" again"
+		return out, nil
+	}
 	if !switched {
-		// A restore that cannot end its replay exactly is made again while
-		// it has consumed nothing live (redo).
-		why, err := r.redoReason(ctx, cm, m, pod, ep, shadow, timeout)
-		if err != nil {
-			return out, fmt.Errorf("migration %s: %w", out.Migration, err)
-		}
-		if why != "" {
-			if err := deleteConfirmed(ctx, cs, pod, timeout); err != nil {
-				return out, fmt.Errorf("migration %s: %s, so the restored pod %s/%s is made again; %w", out.Migration, why, ns, name, err)
-			}
-			out.Redone, out.Waiting = why, "the StatefulSet to make pod "+name+" again"
-			return out, nil
-		}
 		if err := r.takeOver(ctx, shadow, ep, timeout); errors.Is(err, errNotYet) {
 			out.Waiting = "the restored pod " + name + " to replay to its cutoff"
 			return out, nil
@@ -198,27 +200,30 @@ func (r *run) takeOver(ctx context.Context, shadow *corev1.Pod, ep control.Clien
 // errNotYet: the restored pod has not switched yet.
 var errNotYet = errors.New("the restored pod has not taken over yet")
 
-// redoReason says why the restored pod (not switched; its sidecar at ep)
-// must be made again, or "" if it can go on; cm and m are the pending
-// record. Its replay can no longer end exact when:
+// redoReason says why the restored pod (its sidecar at ep; switched: it
+// took over) must be made again, or "" if it can go on; cm and m are the
+// pending record. Its state cannot be or become exact when:
 //   - its app lost its connection after it had settled replayed
 //     deliveries (replay.interrupted): a restarted app came back from the
 //     checkpoint without them;
-//   - the record's cutoff is not the one the pod was made with: a redo was
-//     asked for and the pod not yet made again;
-//   - its cutoff is the shadow's marker, which it has not seen, and the
-//     shadow is dead: no marker will come. The dead shadow is deleted, and
-//     once its node confirms that it stopped, nothing writes the log any
-//     more; the record's cutoff becomes "end", the log's end as the next
-//     restore's sidecar finds it at its start: the shadow's last durable
-//     record.
-func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Migration, pod *corev1.Pod, ep control.Client, shadow *corev1.Pod, timeout time.Duration) (string, error) {
+//   - (not switched) the record's cutoff is not the one the pod was made
+//     with: a redo was asked for and the pod not yet made again;
+//   - (not switched) its cutoff is the shadow's marker, which it has not
+//     seen, and the shadow is dead: no marker will come. The dead shadow
+//     is deleted, and once its node confirms that it stopped, nothing
+//     writes the log any more; the record's cutoff becomes "end", the
+//     log's end as the next restore's sidecar finds it at its start: the
+//     shadow's last durable record.
+func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Migration, pod *corev1.Pod, ep control.Client, shadow *corev1.Pod, switched bool, timeout time.Duration) (string, error) {
 	st, err := ep.State(ctx)
 	if err != nil {
 		return "", err
 	}
 	if st.Replay != nil && st.Replay.Interrupted > 0 {
 		return fmt.Sprintf("its replay was interrupted (its app lost its connection %d times after it had processed replayed messages)", st.Replay.Interrupted), nil
+	}
+	if switched {
+		return "", nil
 	}
 	if from, ok := inject.RestoredFromPod(pod); ok && from.ReplayCutoff != m.ReplayCutoff {
 		return fmt.Sprintf("it replays to cutoff %q, but its pending-migration record now says %q", from.ReplayCutoff, m.ReplayCutoff), nil

@@ -181,7 +181,7 @@ func TestRestoredPodDeletedAfterItServed(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, "the StatefulSet makes the pod again on node B", func() bool {
 		sp := c.Nodes[nodeB].Pod(w.ns, w.pod.Name)
-		return sp != nil && sp.UID != first.UID && sp.Sidecar.Mode() == simcluster.ModeServing
+		return sp != nil && sp.UID != first.UID && sp.Sidecar != nil && sp.Sidecar.Mode() == simcluster.ModeServing
 	})
 	releaseHold()
 	r := <-done
@@ -268,22 +268,21 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 			var restored *simcluster.SimPod
 			testenv.Eventually(t, time.Minute, "the StatefulSet's restored pod has replayed 2 records", func() bool {
 				sp := c.Nodes[nodeB].Pod(w.ns, w.pod.Name)
-				if sp == nil || sp.Sidecar.Mode() != simcluster.ModeReplaying {
+				if sp == nil || sp.Sidecar == nil || sp.Sidecar.Mode() != simcluster.ModeReplaying {
 					return false
 				}
 				st := sp.Sidecar.State()
 				restored = sp
 				return st.Replay != nil && st.Replay.Replayed == 2
 			})
-			c.Nodes[nodeB].HoldReplaysAfter(0) // the next restore replays on
 			if tc.appOnly {
 				if err := c.Nodes[nodeB].RestartApp(t.Context(), w.ns, w.pod.Name); err != nil {
 					t.Fatal(err)
 				}
-				restored.Sidecar.HoldAfter(0)
 			} else if err := c.Client.CoreV1().Pods(w.ns).Delete(t.Context(), w.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &restored.UID}}); err != nil {
 				t.Fatal(err)
 			}
+			c.Nodes[nodeB].HoldReplaysAfter(0) // this replay and the next go on
 			expectCompleted(t, c, w)
 			if sp := c.Nodes[nodeB].Pod(w.ns, w.pod.Name); sp == nil || sp.UID == restored.UID {
 				t.Error("the interrupted restore was not made again")
