@@ -221,21 +221,32 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 			resetNodes(c)
 			defer resetNodes(c)
 			w := deploy(t, c, "sim-interrupted-"+suffix(), "StatefulSet", true)
-			if tc.strategy == migrate.StatefulSet {
-				// The source serves on while its image is built, so that
-				// the restore has records to replay.
-				h := c.Nodes[nodeA].HoldStep(simcluster.StepImage)
-				go func() {
-					<-h.Reached
-					if sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name); sp != nil {
-						at := sp.App.State().Last
-						for deadline := time.Now().Add(5 * time.Second); sp.App.State().Last < at+6 && time.Now().Before(deadline); {
-							time.Sleep(20 * time.Millisecond)
-						}
-					}
-					h.Release()
-				}()
+			// The pod the restore comes from (the source, or the shadow on
+			// node B) serves on while its checkpoint image is built, so that
+			// the restore has more records to replay than it holds after.
+			from := c.Nodes[nodeA]
+			if tc.strategy == migrate.StatefulSetShadow {
+				from = c.Nodes[nodeB]
 			}
+			h := from.HoldStep(simcluster.StepImage)
+			defer h.Release()
+			go func() {
+				<-h.Reached
+				defer h.Release()
+				var app *simcluster.App
+				for _, sp := range from.Pods(w.ns) {
+					if sp.Sidecar.Mode() == simcluster.ModeServing {
+						app = sp.App
+					}
+				}
+				if app == nil {
+					return
+				}
+				at := app.State().Last
+				for deadline := time.Now().Add(10 * time.Second); app.State().Last < at+6 && time.Now().Before(deadline); {
+					time.Sleep(20 * time.Millisecond) // polls the condition
+				}
+			}()
 			// The StatefulSet's restored pod (not the shadow) holds after 2
 			// replayed records.
 			stopArm := make(chan struct{})
@@ -275,9 +286,16 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 				restored = sp
 				return st.Replay != nil && st.Replay.Replayed == 2
 			})
+			// The migrator watches it (reads its sidecar's state): what it
+			// does from here on (the record kept, the pod's recreation
+			// followed) is under test.
+			testenv.Eventually(t, 30*time.Second, "the migrator reads the restored pod's sidecar", func() bool { return restored.StateReads() > 0 })
 			if tc.appOnly {
 				if err := c.Nodes[nodeB].RestartApp(t.Context(), w.ns, w.pod.Name); err != nil {
 					t.Fatal(err)
+				}
+				if st := restored.Sidecar.State(); st.Replay == nil || st.Replay.Interrupted != 1 {
+					t.Fatalf("the app's restart did not interrupt the replay (state %+v): the fault did not fire", st.Replay)
 				}
 			} else if err := c.Client.CoreV1().Pods(w.ns).Delete(t.Context(), w.pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &restored.UID}}); err != nil {
 				t.Fatal(err)

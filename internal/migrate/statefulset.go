@@ -50,7 +50,7 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
 	r.phase("restore")
-	switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
+	switched, err := r.waitSwitched(ctx, running)
 	if err != nil {
 		// It died or its replay was interrupted: the recovery a restarted
 		// controller runs (FinishPending) makes it again from the record.
@@ -69,6 +69,36 @@ func (r *run) statefulSet(ctx context.Context) (err error) {
 	}
 	r.phase("finalise")
 	return nil
+}
+
+// waitSwitched waits until pod's sidecar has taken over, for up to the
+// plan's Timeout, and gives up when the pod is deleted or made again
+// meanwhile (FinishPending takes it from there). The pod is looked at
+// from 5 s on, once a second: a replay that ends sooner makes no API call.
+func (r *run) waitSwitched(ctx context.Context, pod *corev1.Pod) (time.Time, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		wait := 5 * time.Second
+		for wctx.Err() == nil {
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = time.Second
+			p, err := r.env.Client.CoreV1().Pods(pod.Namespace).Get(wctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil)) {
+				cancel(fmt.Errorf("the pod %s/%s was deleted", pod.Namespace, pod.Name))
+				return
+			}
+		}
+	}()
+	at, err := r.endpoint(pod).WaitSwitched(wctx, r.p.Timeout)
+	if cause := context.Cause(wctx); err != nil && cause != nil && ctx.Err() == nil {
+		err = cause
+	}
+	return at, err
 }
 
 // finishPending drives FinishPending for the source's StatefulSet pod

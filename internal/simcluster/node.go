@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -101,7 +102,12 @@ type SimPod struct {
 	App             *App
 	Restored        bool // started from a checkpoint image
 	srv             *http.Server
+	stateReads      atomic.Int64
 }
+
+// StateReads is how many times the pod's sidecar answered GET /state: a
+// migrator that reads it has got as far as watching the pod.
+func (p *SimPod) StateReads() int64 { return p.stateReads.Load() }
 
 // Hold makes a step wait: Reached is closed when the step has begun, and
 // the step goes on once Release is called.
@@ -494,15 +500,10 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp)
 		n.mu.Lock()
-		if rp != nil && n.holdReplays {
-			sp.Sidecar.Hold(true)
-		}
-		if rp != nil {
-			sp.Sidecar.HoldAfter(n.holdAfter)
-		}
+		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
 		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -511,10 +512,16 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.srv = &http.Server{Handler: control.Handler(sp.Sidecar, token, prometheus.NewRegistry()), ReadHeaderTimeout: 10 * time.Second}
+		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
+		sp.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/state" {
+				sp.stateReads.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})}
 		go sp.srv.Serve(ln)
 	} else {
-		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil)
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0)
 	}
 	return n.setRunning(ctx, pod, ip, imageID)
 }

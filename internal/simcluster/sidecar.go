@@ -136,10 +136,13 @@ type Sidecar struct {
 	stopped     chan struct{}
 }
 
-// newSidecar starts a sidecar on log; rp is nil for a serving one.
-func newSidecar(log *Log, app *App, rp *Replay) *Sidecar {
+// newSidecar starts a sidecar on log; rp is nil for a serving one. A
+// target's replay starts held (Hold) or holds after holdAfter records
+// (HoldAfter), set before its first step.
+func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Sidecar {
 	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
 	if rp != nil {
+		s.held, s.holdAfter = held, holdAfter
 		s.mode = ModeReplaying
 		s.replayed = rp.Start
 		log.mu.Lock()
