@@ -233,16 +233,21 @@ func TestCollectorKnownCutoffKeepsTheStopsEpoch(t *testing.T) {
 // to the log's end (Range.ToEnd) stops at the end it was given. Without
 // LogEnd, the pod made again would skip what its predecessor processed.
 func TestCollectorGoesOnThroughWhatTheIdentityTook(t *testing.T) {
-	served := []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), marker(shadowqueue.KindCutoff, 3, 1), del(4, "a"), del(5, "a")}
+	// The source's deliveries (epoch 0), its stop at 3 (epoch 1), and its
+	// successor's deliveries (epoch 1).
+	after := func(id uint64) shadowqueue.Record { r := del(id, "a"); r.Epoch = 1; return r }
+	served := []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), marker(shadowqueue.KindCutoff, 3, 1), after(4), after(5)}
 	for _, tc := range []struct {
 		name string
 		rng  Range
 		log  []shadowqueue.Record
 		want []uint64
 	}{
-		{"fixed cutoff, no predecessor", Range{Start: 1, Cutoff: 3, LogEnd: 3}, served[:4], []uint64{2, 3}},
-		{"fixed cutoff, the predecessor served", Range{Start: 1, Cutoff: 3, LogEnd: 5}, served, []uint64{2, 3, 4, 5}},
-		{"marker, the predecessor served", Range{Start: 1, LogEnd: 5}, served, []uint64{2, 3, 4, 5}},
+		{"fixed cutoff, no predecessor", Range{Start: 1, Cutoff: 3, Epoch: 1, LogEnd: 3, LogEndEpoch: 1}, served[:4], []uint64{2, 3}},
+		{"fixed cutoff, the predecessor served", Range{Start: 1, Cutoff: 3, Epoch: 1, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3, 4, 5}},
+		{"a cutoff short of the source's own deliveries", Range{Start: 1, Cutoff: 2, Epoch: 1, LogEnd: 3, LogEndEpoch: 0}, served[:3], []uint64{2}},
+		{"fixed cutoff without the stop's epoch", Range{Start: 1, Cutoff: 3, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3}},
+		{"marker, the predecessor served", Range{Start: 1, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3, 4, 5}},
 		{"marker, the source still served at the start", Range{Start: 1, LogEnd: 2}, served, []uint64{2, 3}},
 		{"to the end", Range{Start: 1, ToEnd: true, LogEnd: 4}, served, []uint64{2, 3, 4}},
 		{"to the end, which is the start", Range{Start: 3, ToEnd: true, LogEnd: 3}, served[:4], nil},

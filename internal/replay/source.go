@@ -39,15 +39,19 @@ type Range struct {
 	// any more: the migrator asks for it once the last writer is gone (a
 	// dead shadow, deleted and confirmed stopped).
 	ToEnd bool
-	// LogEnd is the last delivery ID in the log when the replay began (the
-	// sidecar reads it at its start). Deliveries beyond the cutoff that are
+	// LogEnd and LogEndEpoch are the last record's delivery ID and epoch
+	// in the log when the replay began (the sidecar reads it at its start).
+	// Deliveries beyond the cutoff of the stop's epoch or a later one (a
+	// delivery carries the epoch of the last marker before it) that are
 	// already in the log then were taken by this restore's identity itself:
-	// under the handoff only the restore consumes after the cutoff, so they
+	// under the handoff only the restore consumes after the stop, so they
 	// are a predecessor's that took over and went away (a StatefulSet's pod
 	// deleted after it served, before its pending-migration record went).
 	// The replay goes on through LogEnd, so that the pod made again has
-	// what its predecessor processed instead of skipping it.
-	LogEnd uint64
+	// what its predecessor processed instead of skipping it. The source's
+	// own deliveries, of an earlier epoch, never extend a cutoff, nor does
+	// a fixed cutoff without the stop's epoch (Epoch 0).
+	LogEnd, LogEndEpoch uint64
 }
 
 func (r Range) String() string {
@@ -64,10 +68,10 @@ func (r Range) String() string {
 // ends there.
 func (r Range) end() uint64 { return max(r.LogEnd, r.Start) }
 
-// extend moves cutoff past the deliveries this identity took after it
-// before the replay began (see LogEnd).
-func (r Range) extend(cutoff uint64) uint64 {
-	if cutoff != 0 && r.LogEnd > cutoff {
+// extend moves cutoff, made by a stop of epoch, past the deliveries this
+// identity took after it before the replay began (see LogEnd).
+func (r Range) extend(cutoff, epoch uint64) uint64 {
+	if cutoff != 0 && epoch != 0 && r.LogEnd > cutoff && r.LogEndEpoch >= epoch {
 		return r.LogEnd
 	}
 	return cutoff
@@ -106,7 +110,7 @@ func NewCollector(rng Range) *Collector {
 	if rng.ToEnd {
 		rng.Cutoff, rng.ToEnd = rng.end(), false // a fixed cutoff from here on
 	}
-	return &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
+	return &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
 }
 
 // Add takes the next record of the log. It returns ErrRetention if the
@@ -146,7 +150,7 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start || r.Epoch <= c.rng.Epoch {
 			return nil
 		}
-		c.cutoff, c.epoch = c.rng.extend(r.ID), r.Epoch
+		c.cutoff, c.epoch = c.rng.extend(r.ID, r.Epoch), r.Epoch
 		c.complete = c.lastID >= c.cutoff || c.cutoff == c.rng.Start
 	case shadowqueue.KindPublish:
 		if r.For > c.rng.Start && (c.cutoff == 0 || r.For <= c.cutoff) && !c.complete {

@@ -127,6 +127,9 @@ type Sidecar struct {
 	// beyond the cutoff that were in the log then are replayed too, as the
 	// real sidecar does (replay.Range.LogEnd).
 	logEnd uint64
+	// logEndEpoch is the log's epoch then: only deliveries of the stop's
+	// epoch or later are a predecessor's.
+	logEndEpoch uint64
 	// interrupted counts app restarts in the middle of the replay, after
 	// replayed records (the real proxy's ReplayState.Interrupted).
 	interrupted int
@@ -146,9 +149,9 @@ func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Si
 		s.mode = ModeReplaying
 		s.replayed = rp.Start
 		log.mu.Lock()
-		s.logEnd = log.lastID
+		s.logEnd, s.logEndEpoch = log.lastID, log.epoch
 		log.mu.Unlock()
-		s.cutoff = s.extend(rp.Cutoff)
+		s.cutoff = s.extend(rp.Cutoff, rp.Epoch)
 		if rp.ToEnd {
 			s.cutoff = max(s.logEnd, rp.Start)
 		}
@@ -197,7 +200,7 @@ func (s *Sidecar) tick(now time.Time) {
 		if s.cutoff == 0 {
 			for _, m := range s.log.markers {
 				if m.Epoch > s.replay.Epoch && m.ID >= s.replay.Start {
-					s.cutoff = s.extend(m.ID)
+					s.cutoff = s.extend(m.ID, m.Epoch)
 					break
 				}
 			}
@@ -226,8 +229,8 @@ func (s *Sidecar) tick(now time.Time) {
 
 // extend is cutoff moved past what this identity took before the sidecar
 // started (replay.Range.LogEnd).
-func (s *Sidecar) extend(cutoff uint64) uint64 {
-	if cutoff != 0 && s.logEnd > cutoff {
+func (s *Sidecar) extend(cutoff, epoch uint64) uint64 {
+	if cutoff != 0 && epoch != 0 && s.logEnd > cutoff && s.logEndEpoch >= epoch {
 		return s.logEnd
 	}
 	return cutoff
