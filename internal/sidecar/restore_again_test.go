@@ -54,3 +54,29 @@ func TestRestoredAgainReplaysWhatItsPredecessorTook(t *testing.T) {
 		t.Fatalf("the restore made again: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
 	}
 }
+
+// TestReplayToTheLogsEnd: a target with MS2M_REPLAY_CUTOFF=end, as the
+// migrator makes a StatefulSet's restore whose shadow died, takes the
+// log's last record at its start as the cutoff: here the source stopped
+// and nothing writes the log any more, so it replays exactly what the
+// source took and consumes the rest: the producer's hash.
+func TestReplayToTheLogsEnd(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	_, epoch, want := sourceThenStopEpoch(t, e, q, n)
+	cfg := e.config()
+	// The stop's epoch: a cutoff marker of it would not end this replay
+	// (no later stop comes), so only the log's end can.
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", "end", fmt.Sprint(epoch)
+	target := e.startConfig(cfg, sidecar.Options{})
+	app, _ := goConsumer(t, target, q, 5)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to process everything", func() bool {
+		got, _ = appStateAt(app)
+		return got.Count >= n
+	})
+	if got.Count != n || got.Hash != want || got.Skipped != 0 {
+		t.Fatalf("target replaying to the log's end: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
+	}
+}
