@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // TestSignedByUs: the controller trusts a status only with its own
@@ -16,16 +16,16 @@ import (
 // not trusted.
 func TestSignedByUs(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	raw := Status{Name: "consumer-x-tpj000", Phase: PhaseRunning, Target: "node-b", TargetPod: "consumer-y"}.encode()
+	raw := Status{Name: "consumer-x-tpj000", Phase: contract.PhaseRunning, Target: "node-b", TargetPod: "consumer-y"}.encode()
 	pod := func(ns, status, sig string) *corev1.Pod {
-		a := map[string]string{inject.AnnotationMigrationStatus: status}
+		a := map[string]string{contract.AnnotationMigrationStatus: status}
 		if sig != "" {
-			a[inject.AnnotationMigrationStatusSignature] = sig
+			a[contract.AnnotationMigrationStatusSignature] = sig
 		}
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "consumer-z", Annotations: a}}
 	}
 	good := statusSignature(key, "shop", raw)
-	other := Status{Name: "victim-tpj000", Phase: PhaseRunning}.encode()
+	other := Status{Name: "victim-tpj000", Phase: contract.PhaseRunning}.encode()
 	got := map[string]bool{
 		"signed":                    signedByUs(key, pod("shop", raw, good)),
 		"unsigned (before signing)": signedByUs(key, pod("shop", raw, "")),
