@@ -85,7 +85,7 @@ func TestChartInstalledInPods(t *testing.T) {
 	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
 	}
-	waitEvent(t, ctx, l, target, "MigrationSucceeded")
+	waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 	expectExact(t, ctx, prod, target)
 }
 

@@ -47,7 +47,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	if st := migrationStatus(t, p); !strings.Contains(st.Message, "no-such-node") || !strings.Contains(st.Message, "nothing was touched") {
 		t.Errorf("status of the refused request: %+v", st)
 	}
-	waitEvent(t, ctx, l, src, "MigrationRejected")
+	waitEvent(t, ctx, l, src, contract.ReasonMigrationRejected)
 
 	// The real request.
 	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrationStatus: nil, contract.AnnotationMigrateTo: l.NodeName(2)})
@@ -60,7 +60,7 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	if _, ok := target.Annotations[contract.AnnotationMigrateTo]; ok {
 		t.Error("the target carries the migration request too")
 	}
-	waitEvent(t, ctx, l, target, "MigrationSucceeded")
+	waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 	expectExact(t, ctx, prod, target)
 }
 
@@ -128,7 +128,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
 		return err == nil && migrationStatus(t, p).Phase == contract.PhaseRolledBack
 	})
-	waitEvent(t, ctx, l, src, "MigrationRolledBack")
+	waitEvent(t, ctx, l, src, contract.ReasonMigrationRolledBack)
 	if mode := sidecarMode(t, src); mode != "serving" {
 		t.Errorf("source sidecar %q after the rollback, want serving", mode)
 	}

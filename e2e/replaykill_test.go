@@ -96,7 +96,7 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 				if mode := sidecarMode(t, src); mode != "serving" {
 					t.Errorf("the migration failed, but the source's sidecar is %q, not serving", mode)
 				}
-				waitEvent(t, ctx, l, src, "MigrationFailed")
+				waitEvent(t, ctx, l, src, contract.ReasonMigrationFailed)
 				testenv.Eventually(t, time.Minute, "the killed target "+target.Name+" is gone", func() bool {
 					_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
 					return apierrors.IsNotFound(err)

@@ -135,9 +135,9 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			if tc.want == contract.StrategyMS2MCutoff && (rep.TCutoff <= 0 || rep.Lambda <= 0) {
 				t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
 			}
-			waitEvent(t, ctx, l, src, "MigrationStarted")
-			waitEvent(t, ctx, l, src, "MigrationPhase")
-			waitEvent(t, ctx, l, target, "MigrationSucceeded")
+			waitEvent(t, ctx, l, src, contract.ReasonMigrationStarted)
+			waitEvent(t, ctx, l, src, contract.ReasonMigrationPhase)
+			waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 			if tc.kind == lab.StatefulSet {
 				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, contract.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {
 					t.Errorf("the pending-migration ConfigMap is still there")

@@ -214,21 +214,21 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 		want     contract.Phase
 		reason   string // the Event the restarted controller records
 	}{
-		{"ms2m in the checkpoint", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the image build", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepImage), contract.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the restore", contract.StrategyMS2M, "Deployment", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the replay", contract.StrategyMS2M, "Deployment", inReplay(0), contract.PhaseRolledBack, "MigrationRolledBack"},
+		{"ms2m in the checkpoint", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the image build", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepImage), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the restore", contract.StrategyMS2M, "Deployment", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the replay", contract.StrategyMS2M, "Deployment", inReplay(0), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
 		{"ms2m after the switch", contract.StrategyMS2M, "Deployment", atRequest(func(w *workload, r simcluster.Request) bool {
 			return r.Method == "PATCH" && strings.HasSuffix(r.Path, "/pods/"+w.pod.Name) && bytes.Contains(r.Body, []byte(migrate.DeletionCostAnnotation))
-		}), contract.PhaseSucceeded, "MigrationSucceeded"},
-		{"stop-and-copy in the checkpoint", contract.StrategyStopAndCopy, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, "MigrationRolledBack"},
+		}), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
+		{"stop-and-copy in the checkpoint", contract.StrategyStopAndCopy, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
 		{"statefulset after the stop", contract.StrategyStatefulSet, "StatefulSet", atRequest(func(w *workload, r simcluster.Request) bool {
 			return r.Method == "POST" && strings.HasSuffix(r.Path, "/configmaps")
-		}), contract.PhaseRolledBack, "MigrationRolledBack"},
-		{"statefulset after the source is deleted", contract.StrategyStatefulSet, "StatefulSet", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseSucceeded, "MigrationSucceeded"},
-		{"statefulset-shadow in the shadow's replay", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(0), contract.PhaseRolledBack, "MigrationRolledBack"},
-		{"statefulset-shadow once the shadow serves", contract.StrategyStatefulSetShadow, "StatefulSet", atNodeStep(nodeB, simcluster.StepCheckpoint), contract.PhaseSucceeded, "MigrationContinued"},
-		{"statefulset-shadow while the StatefulSet's pod replays", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(1), contract.PhaseSucceeded, "MigrationSucceeded"},
+		}), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"statefulset after the source is deleted", contract.StrategyStatefulSet, "StatefulSet", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
+		{"statefulset-shadow in the shadow's replay", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(0), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"statefulset-shadow once the shadow serves", contract.StrategyStatefulSetShadow, "StatefulSet", atNodeStep(nodeB, simcluster.StepCheckpoint), contract.PhaseSucceeded, contract.ReasonMigrationContinued},
+		{"statefulset-shadow while the StatefulSet's pod replays", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(1), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := "sim-kill-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))
@@ -369,7 +369,7 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 			if !strings.Contains(st.Message, tc.want) {
 				t.Errorf("status message %q, want it to say %q", st.Message, tc.want)
 			}
-			expectEvent(t, c, tc.w.ns, "MigrationRejected")
+			expectEvent(t, c, tc.w.ns, contract.ReasonMigrationRejected)
 			undo()
 			undo = func() {}
 			expectServing(t, c, tc.w)

@@ -151,7 +151,7 @@ type workload struct {
 func podTemplate(inject bool) corev1.PodTemplateSpec {
 	ann := map[string]string{}
 	if inject {
-		ann["ms2m.io/inject"] = "true"
+		ann[contract.AnnotationInject] = "true"
 	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "consumer"}, Annotations: ann},
