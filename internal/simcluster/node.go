@@ -273,7 +273,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 
-	cert, err := selfSigned(n.IP)
+	cert, err := servingCert(n.IP)
 	if err != nil {
 		return err
 	}
