@@ -17,7 +17,7 @@ import (
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
-// The paper subcommand (`go run ./hack/bench paper`, `make bench-paper`)
+// The paper subcommand (`go -C hack/bench run . paper`, `make bench-paper`)
 // reproduces the paper's evaluation (section IV-B, Figs 5-14) on the
 // local cluster of real nodes: every strategy against stop-and-copy in
 // the same run, at the paper's rates, with the consumer at μ = 20 msg/s.
@@ -88,7 +88,7 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	var o paperOptions
 	fs := flag.NewFlagSet("bench paper", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow (and, if asked for, ms2m-cutoff-adaptive) migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go -C hack/bench run . paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow (and, if asked for, ms2m-cutoff-adaptive) migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&o.runs, "runs", 10, "migrations per strategy and rate (the paper's 10)")
@@ -163,7 +163,7 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	if abs, err := filepath.Abs(o.stateDir); err == nil {
 		o.stateDir = abs
 	}
-	o.command = strings.TrimSpace("go run ./hack/bench paper " + strings.Join(args, " "))
+	o.command = strings.TrimSpace("go -C hack/bench run . paper " + strings.Join(args, " "))
 	return o, nil
 }
 

@@ -311,7 +311,7 @@ func TestPaperReport(t *testing.T) {
 		dir = d
 	}
 	o := paperOptions{out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md"), replayMax: 5 * time.Second}
-	res := paperResults{Quick: true, Command: "go run ./hack/bench paper -quick", Runs: runs}
+	res := paperResults{Quick: true, Command: "go -C hack/bench run . paper -quick", Runs: runs}
 	res.Summary = summarise(runs, paperStrategies)
 	res.Goals = paperGoals(res, o)
 	checkVerdicts(t, res.Goals, map[string]string{
@@ -387,7 +387,7 @@ func TestPaperReportAdaptive(t *testing.T) {
 	runs = append(runs, slow)
 	dir := t.TempDir()
 	o := paperOptions{out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md"), replayMax: 5 * time.Second}
-	res := paperResults{Command: "go run ./hack/bench paper -strategies ms2m-cutoff-adaptive", Runs: runs, ReplayMaxMs: 5000}
+	res := paperResults{Command: "go -C hack/bench run . paper -strategies ms2m-cutoff-adaptive", Runs: runs, ReplayMaxMs: 5000}
 	res.Summary = summarise(runs, ranStrategies(runs))
 	res.Goals = paperGoals(res, o)
 
@@ -493,5 +493,23 @@ func TestReportAgainOldResults(t *testing.T) {
 	}
 	if strings.Contains(string(md), string(ms2mCutoffAdaptive)) {
 		t.Errorf("an old run mentions %s:\n%s", ms2mCutoffAdaptive, md)
+	}
+}
+
+// The bench started in its module's folder (go -C hack/bench run .)
+// recognises it by its go.mod; in the root's it stays where it is.
+func TestModfile(t *testing.T) {
+	for gomod, want := range map[string]string{
+		"module github.com/ms2m/ms2m/hack/bench\n\ngo 1.26.0\n": benchModule,
+		"// c\nmodule github.com/ms2m/ms2m\n":                   "github.com/ms2m/ms2m",
+		"go 1.26.0\n":                                           "",
+	} {
+		if got := modfile([]byte(gomod)); got != want {
+			t.Errorf("modfile(%q) = %q, want %q", gomod, got, want)
+		}
+	}
+	b, err := os.ReadFile("go.mod")
+	if err != nil || modfile(b) != benchModule {
+		t.Errorf("hack/bench/go.mod declares %q (%v), want %s: enterRepo would not find the root", modfile(b), err, benchModule)
 	}
 }

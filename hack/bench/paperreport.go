@@ -377,7 +377,7 @@ func writeFigures(dir string, res *paperResults) ([]string, error) {
 
 // The markers of the section that a paper run writes into BENCHMARKS.md.
 const (
-	paperBegin = "<!-- bench-paper:begin: written by `go run ./hack/bench paper` (make bench-paper); a rerun replaces everything down to the end marker -->"
+	paperBegin = "<!-- bench-paper:begin: written by `go -C hack/bench run . paper` (make bench-paper); a rerun replaces everything down to the end marker -->"
 	paperEnd   = "<!-- bench-paper:end -->"
 )
 
@@ -535,8 +535,8 @@ func comparisons(stats []paperStat) [][4]string {
 			m2d = append(m2d, line)
 		}
 	}
-	rows = append(rows, [4]string{"ms2m downtime, and its reduction against stop-and-copy", "1.547 s mean; 96.8–97.2% below (paper, at 4/10/16)", orNA(strings.Join(m2d, "; ")), "go run ./hack/bench paper -strategies ms2m"})
-	rows = append(rows, [4]string{"ms2m-cutoff downtime reduction at 16 msg/s", "36.1% below (paper)", downCut(contract.StrategyMS2MCutoff, 16), "go run ./hack/bench paper -rates 16 -strategies ms2m-cutoff"})
+	rows = append(rows, [4]string{"ms2m downtime, and its reduction against stop-and-copy", "1.547 s mean; 96.8–97.2% below (paper, at 4/10/16)", orNA(strings.Join(m2d, "; ")), "go -C hack/bench run . paper -strategies ms2m"})
+	rows = append(rows, [4]string{"ms2m-cutoff downtime reduction at 16 msg/s", "36.1% below (paper)", downCut(contract.StrategyMS2MCutoff, 16), "go -C hack/bench run . paper -rates 16 -strategies ms2m-cutoff"})
 
 	stsRow := na
 	if st, ok := get(contract.StrategyStatefulSet, 16); ok {
@@ -544,7 +544,7 @@ func comparisons(stats []paperStat) [][4]string {
 			stsRow = fmt.Sprintf("%s; %+.1f%% migration time", downCut(contract.StrategyStatefulSet, 16), (st.Total.Mean/sc.Total.Mean-1)*100)
 		}
 	}
-	rows = append(rows, [4]string{"statefulset at 16 msg/s: downtime reduction; extra migration time", "0.24% below; +41.5% (paper)", stsRow, "go run ./hack/bench paper -rates 16 -strategies statefulset"})
+	rows = append(rows, [4]string{"statefulset at 16 msg/s: downtime reduction; extra migration time", "0.24% below; +41.5% (paper)", stsRow, "go -C hack/bench run . paper -rates 16 -strategies statefulset"})
 
 	share := na
 	a, ok1 := get(contract.StrategyMS2M, 16)
@@ -552,7 +552,7 @@ func comparisons(stats []paperStat) [][4]string {
 	if ok1 && ok2 {
 		share = pct1(a.ReplayShare) + " → " + pct1(c.ReplayShare)
 	}
-	rows = append(rows, [4]string{"replay's share of the migration time at 16 msg/s: ms2m → ms2m-cutoff", "80.3% → 56.2% (paper, Figs 12-13)", share, "go run ./hack/bench paper -rates 16 -strategies ms2m,ms2m-cutoff"})
+	rows = append(rows, [4]string{"replay's share of the migration time at 16 msg/s: ms2m → ms2m-cutoff", "80.3% → 56.2% (paper, Figs 12-13)", share, "go -C hack/bench run . paper -rates 16 -strategies ms2m,ms2m-cutoff"})
 
 	shDown, shTotal := na, na
 	if st, ok := get(contract.StrategyStatefulSetShadow, 10); ok {
@@ -562,13 +562,13 @@ func comparisons(stats []paperStat) [][4]string {
 		}
 		shTotal = fmtS(st.Total.Mean) + " s"
 	}
-	rows = append(rows, [4]string{"statefulset-shadow downtime at 10 msg/s", "zero measured downtime for its shadow-pod modes (SHADOW, another system)", shDown, "go run ./hack/bench paper -rates 10 -strategies statefulset-shadow"})
-	rows = append(rows, [4]string{"statefulset-shadow total migration time at 10 msg/s", "12.4–13.8 s (SHADOW)", shTotal, "go run ./hack/bench paper -rates 10 -strategies statefulset-shadow"})
+	rows = append(rows, [4]string{"statefulset-shadow downtime at 10 msg/s", "zero measured downtime for its shadow-pod modes (SHADOW, another system)", shDown, "go -C hack/bench run . paper -rates 10 -strategies statefulset-shadow"})
+	rows = append(rows, [4]string{"statefulset-shadow total migration time at 10 msg/s", "12.4–13.8 s (SHADOW)", shTotal, "go -C hack/bench run . paper -rates 10 -strategies statefulset-shadow"})
 	restore := na
 	if st, ok := get(contract.StrategyMS2M, 10); ok {
 		restore = fmtS(st.Groups["restore"]) + " s (ms2m, target create → running)"
 	}
-	rows = append(rows, [4]string{"restore", "about 2.9 s (SHADOW)", restore, "go run ./hack/bench paper -rates 10 -strategies ms2m"})
+	rows = append(rows, [4]string{"restore", "about 2.9 s (SHADOW)", restore, "go -C hack/bench run . paper -rates 10 -strategies ms2m"})
 	return rows
 }
 
