@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -436,18 +437,11 @@ func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, s
 // meanwhile gives a conflict, and the caller starts over with the new one,
 // so that two controllers never both start it. Later writes are not.
 func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) error {
-	rv, answered := "", ""
-	if st.Phase == contract.PhaseRunning {
-		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
-	} else {
-		// The request is answered: it goes with the same write, and so
-		// does its override, which holds for one request only.
-		answered = fmt.Sprintf(`,%q:null,%q:null`, contract.AnnotationMigrateTo, contract.AnnotationMigrateForce)
+	body, err := statusPatch(pod, st, r.cfg.StatusKey)
+	if err != nil {
+		return fmt.Errorf("record the migration's status on %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	raw := st.ended().encode()
-	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q,%q:%q%s}}}`, rv, contract.AnnotationMigrationStatus, raw,
-		contract.AnnotationMigrationStatusSignature, statusSignature(r.cfg.StatusKey, pod.Namespace, raw), answered)
-	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -457,4 +451,36 @@ func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) 
 	pod.ResourceVersion = got.ResourceVersion
 	pod.Annotations = got.Annotations
 	return nil
+}
+
+// statusPatch is the merge patch that writes st, signed with key, to pod
+// (see setStatus).
+func statusPatch(pod *corev1.Pod, st Status, key []byte) ([]byte, error) {
+	raw := st.ended().encode()
+	sig := statusSignature(key, pod.Namespace, raw)
+	patch := mergePatch{Metadata: patchMeta{Annotations: map[string]*string{
+		contract.AnnotationMigrationStatus:          &raw,
+		contract.AnnotationMigrationStatusSignature: &sig,
+	}}}
+	if st.Phase == contract.PhaseRunning {
+		patch.Metadata.ResourceVersion = pod.ResourceVersion
+	} else {
+		// The request is answered: it goes with the same write, and so
+		// does its override, which holds for one request only.
+		patch.Metadata.Annotations[contract.AnnotationMigrateTo] = nil
+		patch.Metadata.Annotations[contract.AnnotationMigrateForce] = nil
+	}
+	return json.Marshal(patch)
+}
+
+// mergePatch is a JSON merge patch (RFC 7386) of a pod's metadata: an
+// annotation set to nil is removed, and a resourceVersion makes the patch
+// fail with a conflict if the pod changed since it was read.
+type mergePatch struct {
+	Metadata patchMeta `json:"metadata"`
+}
+
+type patchMeta struct {
+	ResourceVersion string             `json:"resourceVersion,omitempty"`
+	Annotations     map[string]*string `json:"annotations,omitempty"`
 }
