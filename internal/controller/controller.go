@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -188,12 +189,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.cfg.Metrics.started()
 	defer r.cfg.Metrics.stopped()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	log.FromContext(ctx).Info("migration started", "migration", name, "targetNode", rq.node, "strategy", rq.strategy)
 
 	port, token, err := migrate.SidecarControl(ctx, cs, pod)
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
 	}
-	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
+	rep, err := migrate.Run(ctx, r.env(ctx, pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
 	})
@@ -215,14 +217,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
+	log.FromContext(ctx).Info("migration succeeded", "migration", name, "target", target.Name, "total", rep.Total, "downtime", rep.Downtime)
 	return reconcile.Result{}, r.setStatus(ctx, target, st)
 }
 
-// env is what migration name of pod needs; its phases become Events on pod.
-func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
+// env is what migration name of pod needs; its phases become Events on pod
+// and log lines on ctx's logger.
+func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http,
+		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx),
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
@@ -333,6 +337,7 @@ func (r *Reconciler) forgetRefused(name string) {
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = contract.PhaseFailed, err.Error()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationFailed, "Migrate", "migration %s: %v", st.Name, err)
+	log.FromContext(ctx).Error(err, "migration failed", "migration", st.Name)
 	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -366,54 +371,32 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 			return r.rollForward(ctx, pod, target, st)
 		}
 	}
-	var errs []error
-	if target != nil {
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
-		}
-	}
-	err = ctlErr
-	if err == nil {
-		err = control.ClientAt(pod.Status.PodIP, port, token, r.http).Resume(ctx)
-	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	return r.rolledBack(ctx, pod, st, errs, "the target and its checkpoint image were deleted")
+	// The same undo steps as a migration that fails (migrate.RollBack).
+	err = migrate.RollBack(ctx, r.env(ctx, pod, st.Name, port, token), rollbackPlan(pod, st), pod)
+	return r.rolledBack(ctx, pod, st, errors.Join(ctlErr, err), "the target and its checkpoint image were deleted")
 }
 
-// rolledBack ends a rollback of st on pod, the source, once errs (of its
-// steps so far) are none: the checkpoint images go, and the status says
-// the source serves and what else was undone.
-func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
-	errs = append(errs, r.dropImages(ctx, pod, st))
-	if err := errors.Join(errs...); err != nil {
+// rollbackPlan is what migrate.RollBack needs to know of migration st of
+// pod.
+func rollbackPlan(pod *corev1.Pod, st Status) migrate.Plan {
+	return migrate.Plan{Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, TargetNode: st.Target, TargetPod: st.TargetPod, Strategy: contract.Strategy(st.Strategy)}
+}
+
+// rolledBack ends a rollback of st on pod, the source, once err (of its
+// steps) is nil: the status says the source serves and what else was
+// undone. Otherwise the rollback is retried.
+func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, err error, undone string) error {
+	if err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
+		log.FromContext(ctx).Error(err, "rollback failed; retried", "migration", st.Name)
 		return err // retried
 	}
 	st.Phase = contract.PhaseRolledBack
 	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + contract.AnnotationMigrateTo + " again to ask again"
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	log.FromContext(ctx).Info("rolled back", "migration", st.Name)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
-}
-
-// dropImages deletes the checkpoint images migration st may have pushed
-// (tagged with its name, and its shadow's), through the agent on pod's
-// node; images that were never pushed are no error.
-func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status) error {
-	del, ok := r.cfg.Agent.(migrate.ImageDeleter)
-	if !ok || r.cfg.ImageRepo == "" {
-		return nil
-	}
-	var errs []error
-	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
-		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
-			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // rollForward completes a migration whose target had taken over when the

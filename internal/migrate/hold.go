@@ -95,6 +95,8 @@ type holdSteps struct {
 	resume func(ctx context.Context) error
 	// atFreeze: resume as soon as the freeze is seen.
 	atFreeze bool
+	// now tells the time of the events (nil: the system's clock).
+	now func() time.Time
 }
 
 // holdResult is what checkpointUnderHold did.
@@ -118,6 +120,10 @@ type holdResult struct {
 // call, as without a watch.
 func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) holdResult {
 	res := holdResult{events: holdEvents{Quiesce: quiesced}}
+	now := s.now
+	if now == nil {
+		now = time.Now
+	}
 	var frozen <-chan error
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -137,7 +143,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 		err     error
 	}
 	done := make(chan called, 1)
-	res.events.CallStart = time.Now()
+	res.events.CallStart = now()
 	go func() {
 		a, err := s.checkpoint(ctx)
 		done <- called{a, err}
@@ -152,7 +158,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 				res.fallback = "no freeze seen: " + err.Error()
 				continue
 			}
-			res.events.Frozen = time.Now()
+			res.events.Frozen = now()
 			if s.watch == nil {
 				// no thaw to watch
 			} else if wait, err := s.watch(wctx, "thawed"); err == nil {
@@ -163,10 +169,10 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 			if s.atFreeze {
 				res.resumed = true
 				res.resumeErr = s.resume(ctx)
-				res.events.Resumed = time.Now()
+				res.events.Resumed = now()
 			}
 		case c := <-done:
-			res.events.Returned = time.Now()
+			res.events.Returned = now()
 			res.archive, res.err = c.archive, c.err
 			if thawed != nil {
 				// The dump is over: the watch sees it within a poll.
@@ -175,7 +181,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 					if err == nil {
 						// Heard after the call returned: the dump ended
 						// before it did.
-						res.events.Thawed = time.Now()
+						res.events.Thawed = now()
 						if res.events.Thawed.After(res.events.Returned) {
 							res.events.Thawed = res.events.Returned
 						}
