@@ -61,7 +61,14 @@ type Config struct {
 	// keeps it in a Secret). Default: a random key for this process alone,
 	// with which a restarted controller cannot roll back what it left.
 	StatusKey []byte
+	// Clock names and times the migrations (and is handed to them).
+	// Default: the system's clock.
+	Clock migrate.Clock
 }
+
+// requeueAfter is how soon a pod that has to wait (its target's migration
+// runs, or one runs elsewhere) is looked at again.
+const requeueAfter = 10 * time.Second
 
 // Reconciler runs requested migrations.
 type Reconciler struct {
@@ -82,14 +89,21 @@ func New(cfg Config) *Reconciler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = DefaultMetrics()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	if len(cfg.StatusKey) == 0 {
 		cfg.StatusKey = make([]byte, 32)
 		if _, err := rand.Read(cfg.StatusKey); err != nil {
 			panic("no randomness for the status key: " + err.Error())
 		}
 	}
-	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: migrate.DefaultTimeouts.Sidecar}}
 }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
 
 // SetupWithManager registers the controller: it sees only pods that carry
 // a migration request.
@@ -154,15 +168,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, contract.AnnotationMigrationStatus)
 		return reconcile.Result{}, nil
 	case ActWait:
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActRollBack:
 		return reconcile.Result{}, r.rollBack(ctx, pod, prev)
 	case ActBusy:
 		r.refuseBusy(pod, prev, migrateTo)
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActSameNode:
 		err := fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, migrateTo)
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: time.Now(), History: prev.History}, err)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
 	rq, err := parseRequest(pod)
@@ -170,13 +184,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = r.checkTarget(ctx, pod, rq)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: time.Now(), History: prev.History}, err)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
-	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
-	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
+	return reconcile.Result{}, r.start(ctx, pod, rq, prev)
+}
+
+// start records a migration of pod by rq as Running (guarded by the pod's
+// resourceVersion: a conflict means another reconcile or controller got
+// there first) and drives it to its end, which it records.
+func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, prev Status) error {
+	now := r.cfg.Clock.Now()
+	name, targetPod := migrate.MigrationName(pod.Name, now), migrate.NextPodName(pod)
+	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: now, History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
-		return reconcile.Result{}, err // a conflict: try again with the new pod
+		return err // a conflict: try again with the new pod
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
@@ -191,9 +213,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
 	log.FromContext(ctx).Info("migration started", "migration", name, "targetNode", rq.node, "strategy", rq.strategy)
 
-	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
 	rep, err := migrate.Run(ctx, r.env(ctx, pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
@@ -203,22 +225,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var refused *migrate.Refused
 	if errors.As(err, &refused) {
 		st.Report = nil
-		return reconcile.Result{}, r.reject(ctx, pod, st, err)
+		return r.reject(ctx, pod, st, err)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
 	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
 	r.cfg.Metrics.record(ResultSucceeded, st)
-	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
+	target, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
+		return fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
 	log.FromContext(ctx).Info("migration succeeded", "migration", name, "target", target.Name, "total", rep.Total, "downtime", rep.Downtime)
-	return reconcile.Result{}, r.setStatus(ctx, target, st)
+	return r.setStatus(ctx, target, st)
 }
 
 // env is what migration name of pod needs; its phases become Events on pod
@@ -226,7 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx),
+		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},

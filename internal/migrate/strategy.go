@@ -292,86 +292,31 @@ func (r *run) do(ctx context.Context) error {
 func (r *run) podCopy(ctx context.Context) error {
 	p, src := r.p, r.source
 	srcEP := r.endpoint(src)
+	// What the phases learn and later ones use.
 	var (
 		stopped control.StopResult
 		running *corev1.Pod
 	)
-	var checkpoint []phase
-	switch p.Strategy {
-	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
-		checkpoint = []phase{{name: "live checkpoint", do: func(ctx context.Context) error {
-			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
-			if err != nil {
-				return err
-			}
-			r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
-			return nil
-		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}}}
-	case contract.StrategyStopAndCopy:
-		checkpoint = []phase{
-			{name: "stop", do: func(ctx context.Context) (err error) {
-				if stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
-					return err
-				}
-				r.stopAsked = true
-				r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
-				r.phase("stop")
-				return nil
-			}, undo: []undoStep{r.undoResume(srcEP)}},
-			r.checkpointPhase(src), r.imagePhase(src),
-		}
-	case contract.StrategyCRIUAlone:
-		checkpoint = []phase{r.checkpointPhase(src), r.imagePhase(src)}
-	default:
-		return fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(contract.StrategyNames(), ", "))
+	checkpoint, err := r.copyCheckpoint(srcEP, &stopped)
+	if err != nil {
+		return err
 	}
-
-	target := []phase{
-		{name: "create target", do: func(ctx context.Context) error {
+	phases := append(checkpoint,
+		phase{name: "create target", do: func(ctx context.Context) error {
 			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
 			if p.Strategy == contract.StrategyStopAndCopy {
 				restore.Cutoff = r.rep.CutoffID
 			}
 			return r.createTarget(ctx, src, restore)
 		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
-		{name: "restore", do: func(ctx context.Context) (err error) {
+		phase{name: "restore", do: func(ctx context.Context) (err error) {
 			if running, err = WaitRunning(ctx, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
 				return fmt.Errorf("the restore failed: %w", err)
 			}
 			r.phase("restore")
 			return nil
 		}},
-	}
-
-	var takeOver phase
-	switch p.Strategy {
-	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
-		takeOver = phase{name: "replay and handover", do: func(ctx context.Context) error {
-			tm, err := r.handover(ctx, srcEP, r.endpoint(running))
-			if err != nil {
-				r.stopAsked = !errors.Is(err, control.ErrBeforeStop)
-				return err
-			}
-			r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
-			r.phase("replay and handover")
-			return nil
-		}}
-	case contract.StrategyStopAndCopy:
-		takeOver = phase{name: "switch", do: func(ctx context.Context) error {
-			switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
-			if err != nil {
-				return err
-			}
-			r.rep.Downtime = switched.Sub(stopped.StartedAt)
-			r.phase("switch")
-			return nil
-		}}
-	default: // criu-alone: the restored app consumes at once
-		takeOver = phase{name: "no handover", do: func(context.Context) error { return nil }}
-	}
-
-	phases := append(checkpoint, target...)
-	phases = append(phases, takeOver,
+		r.copyTakeover(srcEP, &running, &stopped),
 		phase{name: "took over", do: func(context.Context) error { r.commit(); return nil }},
 		phase{name: "finalise", do: func(ctx context.Context) error {
 			if err := handBack(ctx, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
@@ -385,6 +330,71 @@ func (r *run) podCopy(ctx context.Context) error {
 			return nil
 		}})
 	return r.runPhases(ctx, phases...)
+}
+
+// copyCheckpoint are the phases up to the checkpoint image of a copy
+// strategy: a live checkpoint (ms2m, ms2m-cutoff), a stop at a cutoff and a
+// checkpoint (stop-and-copy, which sets stopped), or a checkpoint alone
+// (criu-alone).
+func (r *run) copyCheckpoint(srcEP control.Client, stopped *control.StopResult) ([]phase, error) {
+	p, src := r.p, r.source
+	switch p.Strategy {
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
+		return []phase{{name: "live checkpoint", do: func(ctx context.Context) error {
+			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+			if err != nil {
+				return err
+			}
+			r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
+			return nil
+		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}}}, nil
+	case contract.StrategyStopAndCopy:
+		return []phase{
+			{name: "stop", do: func(ctx context.Context) (err error) {
+				if *stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
+					return err
+				}
+				r.stopAsked = true
+				r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
+				r.phase("stop")
+				return nil
+			}, undo: []undoStep{r.undoResume(srcEP)}},
+			r.checkpointPhase(src), r.imagePhase(src),
+		}, nil
+	case contract.StrategyCRIUAlone:
+		return []phase{r.checkpointPhase(src), r.imagePhase(src)}, nil
+	}
+	return nil, fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(contract.StrategyNames(), ", "))
+}
+
+// copyTakeover is the phase in which a copy strategy's target, once
+// running, takes over: ms2m's replay and handover, stop-and-copy's switch;
+// a criu-alone target consumes at once.
+func (r *run) copyTakeover(srcEP control.Client, running **corev1.Pod, stopped *control.StopResult) phase {
+	switch r.p.Strategy {
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
+		return phase{name: "replay and handover", do: func(ctx context.Context) error {
+			tm, err := r.handover(ctx, srcEP, r.endpoint(*running))
+			if err != nil {
+				r.stopAsked = !errors.Is(err, control.ErrBeforeStop)
+				return err
+			}
+			r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
+			r.phase("replay and handover")
+			return nil
+		}}
+	case contract.StrategyStopAndCopy:
+		return phase{name: "switch", do: func(ctx context.Context) error {
+			switched, err := r.endpoint(*running).WaitSwitched(ctx, r.p.Timeout)
+			if err != nil {
+				return err
+			}
+			r.rep.Downtime = switched.Sub(stopped.StartedAt)
+			r.phase("switch")
+			return nil
+		}}
+	}
+	return phase{name: "no handover", do: func(context.Context) error { return nil }}
 }
 
 // checkpointPhase checkpoints src through the kubelet.
