@@ -2,7 +2,8 @@
 # Prepares what ms2m's tests need on this machine, idempotently:
 #   - a running RabbitMQ with the stream plugin (AMQP on 5672, streams on 5552);
 #   - a broker user for processes outside loopback (guest may only use loopback);
-#   - Debian's python3-pika, for the unmodified Python consumer.
+#   - Debian's python3-pika, for the unmodified Python consumer;
+#   - a running nats-server (Debian's, 2.9) with JetStream on 127.0.0.1:4222.
 # With the argument "node" (make node-setup) it prepares a real node instead:
 #   - Debian's runc, containernetworking-plugins (bridge, host-local,
 #     loopback in /usr/lib/cni), iproute2 and nftables.
@@ -77,6 +78,40 @@ setup_pika() {
 		fail "Debian's python3-pika for /usr/bin/python3" "run as root: apt-get install python3-pika"
 }
 
+# NATS: Debian's nats-server, started in the background with JetStream on
+# loopback when nothing listens on its port yet. A server that already runs
+# is left alone (other processes may hold connections to it).
+NATS_PORT=${MS2M_NATS_PORT:-4222}
+NATS_STORE=${MS2M_NATS_STORE:-/var/lib/nats-server}
+
+nats_up() { # is a NATS server answering on 127.0.0.1:$NATS_PORT?
+	local line
+	{ exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT"; } 2>/dev/null || return 1
+	IFS= read -r -t 2 line <&3 || line=
+	exec 3<&- 3>&-
+	[[ $line == INFO* ]]
+}
+
+setup_nats() {
+	if ! [ -x /usr/sbin/nats-server ]; then
+		say "installing nats-server from Debian's packages"
+		apt_install nats-server || { fail "nats-server" "run as root: apt-get install nats-server"; return; }
+	fi
+	if ! nats_up; then
+		say "starting nats-server with JetStream on 127.0.0.1:$NATS_PORT"
+		mkdir -p "$NATS_STORE" || { fail "the NATS store folder $NATS_STORE" "create it, or set MS2M_NATS_STORE"; return; }
+		start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+			-a 127.0.0.1 -p "$NATS_PORT" -js -sd "$NATS_STORE" >/dev/null 2>&1 || true
+		local deadline=$((SECONDS + 30))
+		until nats_up; do
+			[ $SECONDS -lt $deadline ] || { fail "a nats-server listening on 127.0.0.1:$NATS_PORT" \
+				"start it with: nats-server -a 127.0.0.1 -p $NATS_PORT -js -sd $NATS_STORE"; return; }
+			sleep 0.2
+		done
+	fi
+	say "NATS ready: nats://127.0.0.1:$NATS_PORT ($(/usr/sbin/nats-server --version 2>/dev/null))"
+}
+
 # What a real node needs from Debian besides the binaries that make node-bin
 # builds and make criu installs: containerd's runc shim calls runc, CRI calls
 # the CNI plugins, and the node tests make network namespaces and nft rules.
@@ -108,7 +143,7 @@ setup_node_packages() {
 
 case "${1:-}" in
 node) setup_node_packages ;;
-'') setup_rabbitmq; setup_pika ;;
+'') setup_rabbitmq; setup_pika; setup_nats ;;
 *) echo "usage: hack/setup.sh [node]" >&2; exit 2 ;;
 esac
 
