@@ -48,7 +48,7 @@ all: build
 build:
 	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/... ./examples/consumer ./examples/producer
 
-## setup: prepare the broker, its stream plugin, a test user and python3-pika (idempotent)
+## setup: prepare the broker, its stream plugin, a test user, python3-pika and nats-server with JetStream (idempotent)
 setup:
 	@bash hack/setup.sh
 
