@@ -33,7 +33,7 @@ func openTestJetStream(t *testing.T) (*JetStreamLog, string) {
 func jsDelivery(id uint64, body []byte) Record {
 	return Record{Kind: KindDelivery, ID: id, Time: time.Unix(0, int64(id)*1000),
 		Queue: "ORDERS", ConsumerTag: "proc", RoutingKey: "orders.new",
-		Exchange: fmt.Sprintf("$JS.ACK.ORDERS.proc.1.%d.%d.1700000000000000000.0", id, id),
+		Exchange:   fmt.Sprintf("$JS.ACK.ORDERS.proc.1.%d.%d.1700000000000000000.0", id, id),
 		Properties: []byte("NATS/1.0\r\nA: b\r\n\r\n"), Body: body}
 }
 
