@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ms2m/ms2m/internal/natswire"
+	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
@@ -42,6 +44,16 @@ type conn struct {
 
 	abortOnce sync.Once
 	aborted   chan struct{}
+
+	// mu guards the app side of the downstream direction: the mode this
+	// connection acts on, the deliveries it holds back, and writes to app.
+	mu      sync.Mutex
+	mode    proxy.Mode
+	held    [][]byte // JetStream deliveries held back while quiesced, raw
+	dropped int      // deliveries dropped while stopped
+
+	// queued counts the app's chunks not yet written to the server.
+	queued atomic.Int64
 }
 
 func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
@@ -108,6 +120,7 @@ func (c *conn) downstream(ctx context.Context) error {
 		}
 		n, rerr := c.up.Read(buf)
 		if n > 0 {
+			c.mu.Lock()
 			out = out[:0]
 			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
 				switch m.Op {
@@ -121,6 +134,14 @@ func (c *conn) downstream(ctx context.Context) error {
 						return nil
 					}
 				case natswire.OpMsg, natswire.OpHMsg:
+					if c.mode != proxy.Serving && isJSDelivery(m) {
+						if c.mode == proxy.Quiesced {
+							c.held = append(c.held, bytes.Clone(m.Raw))
+						} else {
+							c.dropped++
+						}
+						return nil
+					}
 					if err := c.onMsg(m); err != nil {
 						return err
 					}
@@ -129,14 +150,17 @@ func (c *conn) downstream(ctx context.Context) error {
 				return nil
 			})
 			if err != nil {
+				c.mu.Unlock()
 				c.refuseApp(err)
 				return err
 			}
 			if len(out) > 0 {
 				if _, err := c.app.Write(out); err != nil {
+					c.mu.Unlock()
 					return err
 				}
 			}
+			c.mu.Unlock()
 			if cap(out) > 4*readBufSize {
 				out = nil // one big message grew it: do not keep it
 			}
@@ -295,6 +319,10 @@ func (c *conn) readApp(ctx context.Context) error {
 							ch.gate, ch.gated = max(ch.gate, tk), true
 						}
 					}
+					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && c.p.Mode() != proxy.Serving {
+						c.p.pullsAbsorbed.Add(1)
+						return nil // no new deliveries while quiesced or stopped
+					}
 				case natswire.OpPong:
 					pongs = append(pongs, m.Raw...)
 					return nil
@@ -317,6 +345,7 @@ func (c *conn) readApp(ctx context.Context) error {
 				}
 			}
 			if len(ch.data) > 0 {
+				c.queued.Add(1)
 				select {
 				case c.queue <- ch:
 				case <-ctx.Done():
@@ -342,9 +371,61 @@ func (c *conn) writer(ctx context.Context) error {
 		c.upMu.Lock()
 		_, err := c.up.Write(ch.data)
 		c.upMu.Unlock()
+		c.queued.Add(-1)
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pullPrefix starts the subject of a pull consumer's request for messages.
+const pullPrefix = "$JS.API.CONSUMER.MSG.NEXT."
+
+// isJSDelivery reports whether m is a JetStream delivery (not a status
+// message) that the tee records and the app acks.
+func isJSDelivery(m *natswire.Msg) bool {
+	if isStatus(m) {
+		return false
+	}
+	_, ok := natswire.ParseJSAck(m.Reply)
+	return ok
+}
+
+// setMode switches the connection to mode. Deliveries held back are handed
+// to the app (teed first) when it leaves Quiesced; it returns how many.
+func (c *conn) setMode(mode proxy.Mode) (released int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mode = mode
+	if mode == proxy.Quiesced || len(c.held) == 0 {
+		return 0, nil
+	}
+	var out []byte
+	parser := natswire.NewParser(natswire.HardMaxPayload)
+	for _, raw := range c.held {
+		err := parser.Parse(raw, func(m *natswire.Msg) error {
+			if err := c.onMsg(m); err != nil {
+				return err
+			}
+			out = append(out, m.Raw...)
+			released++
+			return nil
+		})
+		if err != nil {
+			return released, err
+		}
+	}
+	c.held = nil
+	if _, err := c.app.Write(out); err != nil {
+		return released, err
+	}
+	return released, nil
+}
+
+// heldCount returns the deliveries held back and dropped so far.
+func (c *conn) heldCount() (held, dropped int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held), c.dropped
 }

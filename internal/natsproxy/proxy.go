@@ -16,6 +16,8 @@ import (
 // Tee is the replay log as the proxy uses it; *shadowqueue.Tee implements it.
 type Tee interface {
 	Append(shadowqueue.Record) (uint64, shadowqueue.Ticket)
+	AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqueue.Ticket)
+	Status() shadowqueue.TeeStatus
 	Durable(shadowqueue.Ticket) bool
 	Wait(context.Context, shadowqueue.Ticket) error
 	// WaitRoom blocks while the log's pending records are at their bound:
@@ -51,6 +53,10 @@ type Stats struct {
 	AcksWaited   uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
 	AcksAbsorbed uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
 	INFOStripped uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
+	// PullsAbsorbed counts pull requests not sent on while quiesced or stopped.
+	PullsAbsorbed uint64 `json:"pullsAbsorbed"`
+	// Dropped counts deliveries dropped while stopped, on open connections.
+	Dropped int `json:"dropped"`
 }
 
 // Proxy serves NATS connections from the app.
@@ -63,8 +69,14 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
+	// The stop in force: its cutoff, epoch and time (guarded by mu).
+	cutoffID, stopEpoch uint64
+	stopAt              time.Time
 
-	connections, jsDeliveries, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped atomic.Uint64
+	mode atomic.Int32 // a proxy.Mode
+	opMu sync.Mutex   // serialises Quiesce, Resume and Stop
+
+	connections, jsDeliveries, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
 }
 
 // New returns a Proxy that tees into tee.
@@ -97,14 +109,27 @@ func New(tee Tee, opts Options) *Proxy {
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{
-		Connections:  p.connections.Load(),
-		JSDeliveries: p.jsDeliveries.Load(),
-		CoreTeed:     p.coreTeed.Load(),
-		Acks:         p.acks.Load(),
-		AcksWaited:   p.acksWaited.Load(),
-		AcksAbsorbed: p.acksAbsorbed.Load(),
-		INFOStripped: p.infoStripped.Load(),
+		Connections:   p.connections.Load(),
+		JSDeliveries:  p.jsDeliveries.Load(),
+		CoreTeed:      p.coreTeed.Load(),
+		Acks:          p.acks.Load(),
+		AcksWaited:    p.acksWaited.Load(),
+		AcksAbsorbed:  p.acksAbsorbed.Load(),
+		INFOStripped:  p.infoStripped.Load(),
+		PullsAbsorbed: p.pullsAbsorbed.Load(),
+		Dropped:       p.dropped(),
 	}
+}
+
+func (p *Proxy) dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		_, d := c.heldCount()
+		n += d
+	}
+	return n
 }
 
 // Serve accepts app connections on ln until ctx is done, then closes ln and
@@ -152,6 +177,7 @@ func (p *Proxy) handle(ctx context.Context, app net.Conn) {
 	}
 	c := newConn(p, app, up, log)
 	p.mu.Lock()
+	c.mode = p.Mode()
 	p.conns[c] = struct{}{}
 	p.mu.Unlock()
 	c.run(ctx)
