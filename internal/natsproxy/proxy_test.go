@@ -30,6 +30,9 @@ func TestTransparency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server has the SUB
+		t.Fatal(err)
+	}
 	m := nats.NewMsg("ms2m.core.test")
 	m.Header.Set("X-Test", "yes")
 	m.Data = []byte("hello")
