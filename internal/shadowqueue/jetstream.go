@@ -94,7 +94,7 @@ func (l *JetStreamLog) declare(ctx context.Context) error {
 	s, err := l.js.Stream(ctx, l.opts.Name)
 	if err == nil {
 		info := s.CachedInfo()
-		if info.Config.MaxAge != l.opts.MaxAge || (l.opts.MaxBytes > 0 && info.Config.MaxBytes != l.opts.MaxBytes) {
+		if (l.opts.MaxAge > 0 && info.Config.MaxAge != l.opts.MaxAge) || (l.opts.MaxBytes > 0 && info.Config.MaxBytes != l.opts.MaxBytes) {
 			l.logger.Warn("the replay log stream exists with other retention; keeping it as it is",
 				"log", l.opts.Name, "max_age", info.Config.MaxAge, "max_bytes", info.Config.MaxBytes,
 				"want_max_age", l.opts.MaxAge, "want_max_bytes", l.opts.MaxBytes)

@@ -18,16 +18,23 @@ import (
 // Config is the sidecar's configuration, read from the environment. Every
 // field is documented in docs/sidecar.md; keep the two in step.
 type Config struct {
+	// Broker is the protocol the app speaks: amqp (RabbitMQ, AMQP 0-9-1)
+	// or nats (NATS with JetStream; see docs/nats.md).
+	Broker string `env:"MS2M_BROKER" envDefault:"amqp"`
 	// Listen is where the app connects, as if to the broker.
 	Listen string `env:"MS2M_LISTEN" envDefault:"127.0.0.1:5672"`
-	// Upstream is the real broker's AMQP host:port.
+	// Upstream is the real broker's host:port (AMQP, or NATS client port).
 	Upstream string `env:"MS2M_UPSTREAM,required"`
 	// UpstreamConnectTimeout bounds how long an app connection waits for the
 	// broker (retrying) before the sidecar closes it.
 	UpstreamConnectTimeout time.Duration `env:"MS2M_UPSTREAM_CONNECT_TIMEOUT" envDefault:"10s"`
 	// StreamURI is the broker's stream protocol address with credentials:
 	// rabbitmq-stream://user:password@host:5552/vhost.
-	StreamURI string `env:"MS2M_STREAM_URI,required"`
+	// Required for MS2M_BROKER=amqp.
+	StreamURI string `env:"MS2M_STREAM_URI"`
+	// NATSURL is, for MS2M_BROKER=nats, the NATS server that holds the
+	// replay log as a JetStream stream: nats://user:password@host:4222.
+	NATSURL string `env:"MS2M_NATS_URL"`
 	// LogName is the replay log's stream name: the workload's stable identity.
 	LogName string `env:"MS2M_LOG_NAME,required"`
 	// LogMaxAge and LogMaxBytes are the log's retention.
@@ -75,6 +82,23 @@ type Config struct {
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
+// The brokers a sidecar speaks (MS2M_BROKER).
+const (
+	BrokerAMQP = "amqp"
+	BrokerNATS = "nats"
+)
+
+// logMaxBatch is the records per replay log write: a JetStream log takes
+// larger batches (a pull consumer's ack window may be in the thousands, and
+// acks wait for the write that holds their delivery); 0 is the Tee's
+// default.
+func (c *Config) logMaxBatch() int {
+	if c.Broker == BrokerNATS {
+		return 4096
+	}
+	return 0
+}
+
 // LoadConfig reads the configuration from the environment and checks it.
 // Errors name the variable at fault.
 func LoadConfig() (Config, error) {
@@ -96,8 +120,26 @@ func (c *Config) complete() error {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port, for example 127.0.0.1:5672 (%v)", name, addr, err))
 		}
 	}
-	if u, err := url.Parse(c.StreamURI); err != nil || u.Scheme != "rabbitmq-stream" || u.Host == "" {
-		errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost, got %q", redact(c.StreamURI)))
+	switch c.Broker {
+	case BrokerAMQP:
+		if u, err := url.Parse(c.StreamURI); err != nil || u.Scheme != "rabbitmq-stream" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost, got %q", redact(c.StreamURI)))
+		}
+	case BrokerNATS:
+		if u, err := url.Parse(c.NATSURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("MS2M_NATS_URL: with MS2M_BROKER=nats, want nats://user:password@host:4222, got %q", redact(c.NATSURL)))
+		}
+		if c.ReplayStart != "" {
+			errs = append(errs, errors.New("MS2M_REPLAY_START with MS2M_BROKER=nats: a NATS sidecar cannot replay yet (see docs/nats.md); a target for a NATS workload is not supported"))
+		}
+		if c.PublishCheck {
+			errs = append(errs, errors.New("MS2M_PUBLISH_CHECK with MS2M_BROKER=nats: publish checking is AMQP only for now (see docs/nats.md)"))
+		}
+		if c.StopHeld != "deliver" {
+			errs = append(errs, fmt.Errorf("MS2M_STOP_HELD=%q with MS2M_BROKER=nats: a NATS stop always hands the held deliveries to the app (see docs/nats.md)", c.StopHeld))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("MS2M_BROKER=%q: want amqp or nats", c.Broker))
 	}
 	if c.LogName == "" || len(c.LogName) > 255 || strings.ContainsAny(c.LogName, " /") {
 		errs = append(errs, fmt.Errorf("MS2M_LOG_NAME=%q: want a stream name of 1 to 255 characters without spaces or slashes", c.LogName))

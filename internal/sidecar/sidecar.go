@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/natsproxy"
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -39,8 +40,9 @@ type Options struct {
 type Sidecar struct {
 	cfg     Config
 	log     *slog.Logger
-	reader  string // Options.ReaderName
-	proxy   *proxy.Proxy
+	reader  string       // Options.ReaderName
+	proxy   *proxy.Proxy // the AMQP proxy; nil for a NATS sidecar
+	front   frontProxy   // the proxy the app talks to, AMQP or NATS
 	tee     *shadowqueue.Tee
 	replay  shadowqueue.Log
 	source  *replay.Source // target sidecars only
@@ -52,6 +54,16 @@ type Sidecar struct {
 	errOnce sync.Once
 	err     error
 	cancel  context.CancelFunc
+}
+
+// frontProxy is what the sidecar and its control API need of the proxy in
+// front of the app: *proxy.Proxy (AMQP) and *natsproxy.Proxy implement it.
+type frontProxy interface {
+	Serve(ctx context.Context, ln net.Listener) error
+	State() proxy.State
+	Quiesce(ctx context.Context) (id, epoch uint64, err error)
+	Resume(ctx context.Context) error
+	Stop(ctx context.Context) (proxy.StopResult, error)
 }
 
 // Run runs a sidecar until ctx is done.
@@ -137,9 +149,21 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.replay = rlog
 	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{
 		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
+		MaxBatch: cfg.logMaxBatch(),
 	})
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
+
+	if cfg.Broker == BrokerNATS {
+		s.front = natsproxy.New(s.tee, natsproxy.Options{
+			Upstream:       cfg.Upstream,
+			ConnectTimeout: cfg.UpstreamConnectTimeout,
+			DrainTimeout:   cfg.DrainTimeout,
+			Logger:         s.log,
+			Dial:           opts.Dial,
+		})
+		return s, s.listen(ctx, last)
+	}
 
 	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
@@ -156,6 +180,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		popts.Replay = src
 	}
 	s.proxy = proxy.New(s.tee, popts)
+	s.front = s.proxy
 	if src != nil {
 		reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
@@ -171,18 +196,26 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
 		)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	if err := s.listen(ctx, last); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listen starts serving the app. On error the sidecar is stopped.
+func (s *Sidecar) listen(ctx context.Context, last shadowqueue.Record) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", cfg.Listen, err)
+		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", s.cfg.Listen, err)
 		s.fail(err)
-		return nil, errors.Join(err, s.Wait())
+		return errors.Join(err, s.Wait())
 	}
 	s.amqp = ln
-	s.goRun(func() error { return s.proxy.Serve(ctx, ln) })
+	s.goRun(func() error { return s.front.Serve(ctx, ln) })
 	s.ready.Store(true)
-	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", cfg.Upstream,
-		"log", cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
-	return s, nil
+	s.log.Info("sidecar ready", "broker", s.cfg.Broker, "listen", ln.Addr().String(), "upstream", s.cfg.Upstream,
+		"log", s.cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
+	return nil
 }
 
 // requireLog checks, retrying while the broker is unreachable, that a
@@ -228,6 +261,20 @@ func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Rec
 }
 
 func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
+	if s.cfg.Broker == BrokerNATS {
+		l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{
+			URL: s.cfg.NATSURL, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes, Logger: s.log,
+		})
+		if err != nil {
+			return nil, shadowqueue.Record{}, err
+		}
+		last, _, err := l.Last(ctx)
+		if err != nil {
+			_ = l.Close() // the open failed: the error says why
+			return nil, shadowqueue.Record{}, err
+		}
+		return l, last, nil
+	}
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
 		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
 		ReaderName: s.reader,
@@ -309,7 +356,7 @@ func (s *Sidecar) AMQPAddr() string { return s.amqp.Addr().String() }
 // ControlAddr is the control API's address.
 func (s *Sidecar) ControlAddr() string { return s.ctlAddr.String() }
 
-// Proxy returns the AMQP proxy.
+// Proxy returns the AMQP proxy (nil for a NATS sidecar).
 func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
 // replayLag returns the target's lag behind the log.
@@ -330,7 +377,7 @@ var _ control.Sidecar = api{}
 func (a api) State() control.State {
 	st := control.State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
 	if st.Ready {
-		st.State = a.s.proxy.State()
+		st.State = a.s.front.State()
 		if a.s.source != nil {
 			ss := a.s.source.Status()
 			st.Source = &ss
@@ -357,7 +404,7 @@ func (a api) Quiesce(ctx context.Context) (control.Cut, error) {
 	if err := a.Ready(); err != nil {
 		return control.Cut{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	id, epoch, err := a.s.proxy.Quiesce(ctx)
+	id, epoch, err := a.s.front.Quiesce(ctx)
 	if errors.Is(err, proxy.ErrStopped) {
 		err = fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
@@ -368,13 +415,13 @@ func (a api) Resume(ctx context.Context) error {
 	if err := a.Ready(); err != nil {
 		return fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return a.s.proxy.Resume(ctx)
+	return a.s.front.Resume(ctx)
 }
 
 func (a api) Stop(ctx context.Context) (control.StopResult, error) {
 	if err := a.Ready(); err != nil {
 		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	r, err := a.s.proxy.Stop(ctx)
+	r, err := a.s.front.Stop(ctx)
 	return control.StopResult(r), err // the same fields: the compiler keeps them so
 }
