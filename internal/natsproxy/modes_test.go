@@ -11,6 +11,7 @@ import (
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/testenv"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -131,4 +132,96 @@ func TestQuiesceStopResume(t *testing.T) {
 		t.Errorf("markers %v, want a cutoff then a resume", kinds)
 	}
 	t.Logf("quiesce at %d, cutoff at %d, held %d, stats %+v", id, res.CutoffID, res.Held, h.proxy.Stats())
+}
+
+// TestPushQuiesceHoldsAndStopHandsOver: with a push consumer the server
+// keeps pushing during a quiesce; those deliveries are held (not teed, not
+// given to the app), the stop gives them to the app before its cutoff, and
+// what the server pushes after the stop is dropped and comes back, after
+// the ack wait, once the proxy serves again.
+func TestPushQuiesceHoldsAndStopHandsOver(t *testing.T) {
+	h := newHarness(t)
+	_, subject := h.stream(t)
+	ctx := t.Context()
+	const n = 40
+	for i := range n {
+		if _, err := h.js.Publish(ctx, subject, fmt.Appendf(nil, "m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc, _ := h.app(t)
+	legacy, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	release := make(chan struct{})
+	sub, err := legacy.Subscribe(subject, func(m *nats.Msg) {
+		mu.Lock()
+		seen[string(m.Data)]++
+		k := len(seen)
+		mu.Unlock()
+		if k == 10 {
+			<-release
+		}
+		_ = m.Ack()
+	}, nats.Durable("pusher"), nats.ManualAck(), nats.AckExplicit(), nats.DeliverAll(), nats.MaxAckPending(5), nats.AckWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+	testenv.Eventually(t, 10*time.Second, "the app stalls at its 10th message", func() bool { return distinct() >= 10 })
+	qctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	quiesced := make(chan error, 1)
+	var id uint64
+	go func() {
+		var err error
+		id, _, err = h.proxy.Quiesce(qctx)
+		quiesced <- err
+	}()
+	testenv.Eventually(t, 10*time.Second, "the quiesce begins", func() bool { return h.proxy.Mode() == proxy.Quiesced })
+	close(release)
+	if err := <-quiesced; err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the server's next pushes are held", func() bool { return h.proxy.State().Held > 0 })
+	if got := h.proxy.Stats().JSDeliveries; got != id {
+		t.Fatalf("teed %d deliveries, quiesce at %d: a held delivery was teed", got, id)
+	}
+	res, err := h.proxy.Stop(qctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Held == 0 || res.CutoffID != id+uint64(res.Held) {
+		t.Errorf("stop %+v after a quiesce at %d: want the held deliveries handed over before the cutoff", res, id)
+	}
+	testenv.Eventually(t, 10*time.Second, "pushes after the stop are dropped", func() bool { return h.proxy.Stats().Dropped > 0 })
+	if err := h.proxy.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the app gets every message", func() bool { return distinct() == n })
+	recs, err := h.log.ReadAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := map[uint64]bool{}
+	for _, r := range recs {
+		if r.Kind == shadowqueue.KindCutoff && r.ID != res.CutoffID {
+			t.Errorf("cutoff marker at %d, stop said %d", r.ID, res.CutoffID)
+		}
+		if a, ok := natswire.ParseJSAck([]byte(r.Exchange)); ok {
+			seqs[a.StreamSeq] = true
+		}
+	}
+	if len(seqs) != n {
+		t.Errorf("the log holds %d distinct stream sequences, want %d", len(seqs), n)
+	}
+	t.Logf("quiesce at %d, stop %+v, stats %+v", id, res, h.proxy.Stats())
 }
