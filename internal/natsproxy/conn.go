@@ -188,6 +188,10 @@ func (c *conn) onInfo(m *natswire.Msg, parser *natswire.Parser) ([]byte, bool, e
 	if err != nil {
 		return nil, false, err
 	}
+	if info.TLSRequired {
+		// The app would start a TLS handshake the proxy cannot look into.
+		return nil, false, errors.New("the NATS server requires TLS, which the sidecar does not proxy yet (see docs/nats.md)")
+	}
 	parser.SetMaxPayload(info.MaxPayload)
 	select {
 	case <-c.payloadCh:

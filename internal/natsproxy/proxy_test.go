@@ -289,6 +289,44 @@ func TestAckOfAnotherSidecarsDeliveryIsAbsorbed(t *testing.T) {
 	}
 }
 
+// TestTLSServerRefused: a server that requires TLS is refused with a -ERR
+// that says so, rather than proxied blind.
+func TestTLSServerRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte(`INFO {"server_id":"S","tls_required":true}` + "\r\n"))
+		_, _ = bufio.NewReader(c).ReadString('\n')
+	}()
+	p := New(shadowqueue.NewTee(nil, shadowqueue.Record{}, shadowqueue.TeeOptions{}), Options{Upstream: ln.Addr().String()})
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, pl) }()
+	defer func() { cancel(); <-done }()
+	c, err := net.Dial("tcp", pl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "-ERR ") || !strings.Contains(line, "requires TLS") {
+		t.Errorf("got %q, %v; want a -ERR about TLS", line, err)
+	}
+}
+
 // TestINFOClusterURLsStripped: a server that advertises cluster URLs (a
 // stand-in that speaks only INFO: the local nats-server is no cluster)
 // reaches the app without them, whether the INFO arrives whole or split.
