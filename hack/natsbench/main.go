@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -54,7 +55,23 @@ func main() {
 	flag.StringVar(&windows, "windows", "100,1000", "ack windows (the consumer's max_ack_pending and the pull batch), comma-separated")
 	flag.StringVar(&o.out, "out", "", "write the raw results as JSON here")
 	flag.IntVar(&o.maxBatch, "max-batch", 0, "records per replay log write (the Tee's MaxBatch; 0: its default)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "natsbench:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "natsbench:", err)
+			os.Exit(2)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close() // a profile cut short is still worth reading
+		}()
+	}
 	for _, w := range splitInts(windows) {
 		if w <= 0 {
 			fmt.Fprintf(os.Stderr, "natsbench: -windows=%q: want positive numbers\n", windows)
@@ -66,7 +83,8 @@ func main() {
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "natsbench:", err)
-		os.Exit(1)
+		stop()
+		os.Exit(1) //nolint:gocritic // the profile of a failed run is not needed
 	}
 }
 
