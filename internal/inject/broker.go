@@ -50,6 +50,9 @@ type brokerRewrite struct {
 	// fatal is set when the pod must be left alone: nothing could be
 	// rewritten, or two vars point at different brokers.
 	fatal string
+	// considered counts the broker vars the container sets, rewritable
+	// or not.
+	considered int
 }
 
 // hit is one var rewritten, and the broker it pointed at.
@@ -216,6 +219,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 		}
 	}
 
+	r.considered = len(seen)
 	if len(hits) == 0 {
 		if len(seen) == 0 {
 			msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",

@@ -125,6 +125,9 @@ func Inject(in Input, cfg Config) (Result, error) {
 		// A copy of an injected pod: the app's settings point at the
 		// sidecar already; make that sidecar replay.
 		sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
+		if restore != nil && isNATSSidecar(sidecar) {
+			return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
+		}
 		lines := applyRestore(out, app, sidecar, restore)
 		var kept []string
 		for _, l := range status.Rewritten {
@@ -140,6 +143,21 @@ func Inject(in Input, cfg Config) (Result, error) {
 	}
 
 	br := rewriteBroker(app, pod.Annotations[AnnotationBrokerEnv], cfg.ListenPort)
+	nats := false
+	if br.fatal != "" && br.considered == 0 {
+		// No AMQP setting at all: a NATS app, perhaps.
+		nb, considered := rewriteNATS(app, cfg.NATSListenPort)
+		switch {
+		case considered == 0:
+		case nb.fatal != "":
+			return leaveAlone(append(nb.skipped, nb.fatal))
+		case cfg.NATSURL.Name == "":
+			return leaveAlone(append(nb.skipped, fmt.Sprintf("container %q speaks NATS (%s), but the webhook has no natsURL configured for the replay log",
+				app.Name, strings.Join(wellKnownNATSEnv, ", "))))
+		default:
+			br, nats = nb, true
+		}
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
@@ -152,7 +170,7 @@ func Inject(in Input, cfg Config) (Result, error) {
 		skipped = append(skipped, reason)
 	}
 
-	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
+	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue, nats: nats}
 	if v, ok := pod.Annotations[AnnotationLogName]; ok {
 		spec.logName = v
 	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
@@ -167,6 +185,9 @@ func Inject(in Input, cfg Config) (Result, error) {
 	}
 	if v, ok := pod.Annotations[AnnotationLogMaxBytes]; ok {
 		spec.logMaxBytes = v
+	}
+	if nats && restore != nil {
+		return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
 	}
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
 

@@ -321,3 +321,21 @@ func TestCheckpointable(t *testing.T) {
 		})
 	}
 }
+
+// TestNATSAppNeedsNATSURL: a NATS app is left alone, with the reason, when
+// the webhook has no natsURL for the replay log; a natsURL with only one of
+// name and key is a bad Config.
+func TestNATSAppNeedsNATSURL(t *testing.T) {
+	cfg := testConfig
+	cfg.NATSURL = SecretKey{}
+	pod := testPod(map[string]string{AnnotationInject: "true"})
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NATS_URL", Value: "nats://nats.messaging:4222"}}
+	res, err := Inject(Input{Pod: pod}, cfg)
+	if err != nil || res.Pod != nil || len(res.Skipped) == 0 || !strings.Contains(res.Skipped[len(res.Skipped)-1], "no natsURL configured") {
+		t.Errorf("Inject = %+v, %v; want the pod left alone for want of natsURL", res, err)
+	}
+	cfg.NATSURL = SecretKey{Name: "ms2m-nats"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "natsURL") {
+		t.Errorf("Validate of a natsURL without key = %v", err)
+	}
+}

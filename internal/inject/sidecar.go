@@ -15,6 +15,8 @@ const (
 	envListen        = "MS2M_LISTEN"
 	envUpstream      = "MS2M_UPSTREAM"
 	envStreamURI     = "MS2M_STREAM_URI"
+	envBroker        = "MS2M_BROKER"
+	envNATSLogURL    = "MS2M_NATS_URL"
 	envLogName       = "MS2M_LOG_NAME"
 	envLogMaxAge     = "MS2M_LOG_MAX_AGE"
 	envLogMaxBytes   = "MS2M_LOG_MAX_BYTES"
@@ -35,6 +37,7 @@ type sidecarSpec struct {
 	logName     string
 	logMaxAge   string // "" leaves the sidecar's default
 	logMaxBytes string // "" leaves the sidecar's default
+	nats        bool   // the app speaks NATS: a NATS sidecar with its log on JetStream
 }
 
 // sidecarContainer is the ms2m sidecar as a native sidecar: an init
@@ -47,14 +50,23 @@ type sidecarSpec struct {
 // The name comes from the downward API, because a pod that a controller
 // creates has no name yet at admission.
 func sidecarContainer(cfg Config, s sidecarSpec) corev1.Container {
+	listen := cfg.ListenPort
+	logURL := corev1.EnvVar{Name: envStreamURI, ValueFrom: secretRef(cfg.StreamURI)}
 	env := []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 		{Name: envPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
-		{Name: envListen, Value: localhost + ":" + strconv.Itoa(int(cfg.ListenPort))},
-		{Name: envUpstream, Value: s.upstream},
-		{Name: envStreamURI, ValueFrom: secretRef(cfg.StreamURI)},
-		{Name: envLogName, Value: s.logName},
 	}
+	if s.nats {
+		listen = cfg.NATSListenPort
+		logURL = corev1.EnvVar{Name: envNATSLogURL, ValueFrom: secretRef(cfg.NATSURL)}
+		env = append(env, corev1.EnvVar{Name: envBroker, Value: "nats"})
+	}
+	env = append(env,
+		corev1.EnvVar{Name: envListen, Value: localhost + ":" + strconv.Itoa(int(listen))},
+		corev1.EnvVar{Name: envUpstream, Value: s.upstream},
+		logURL,
+		corev1.EnvVar{Name: envLogName, Value: s.logName},
+	)
 	if s.logMaxAge != "" {
 		env = append(env, corev1.EnvVar{Name: envLogMaxAge, Value: s.logMaxAge})
 	}
