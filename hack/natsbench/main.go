@@ -30,6 +30,7 @@ type options struct {
 	windows  []int
 	out      string
 	maxBatch int
+	work     time.Duration
 }
 
 // result is one round of one path.
@@ -54,6 +55,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds per path and window")
 	flag.StringVar(&windows, "windows", "100,1000", "ack windows (the consumer's max_ack_pending and the pull batch), comma-separated")
 	flag.StringVar(&o.out, "out", "", "write the raw results as JSON here")
+	flag.DurationVar(&o.work, "work", 0, "time the consumer spends on each message before its ack (a sleep; 0: ack at once, the worst case for the sidecar)")
 	flag.IntVar(&o.maxBatch, "max-batch", 0, "records per replay log write (the Tee's MaxBatch; 0: its default)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
@@ -122,7 +124,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var results []result
-	fmt.Printf("%d messages of %d bytes per drain, %d rounds, server %s\n", o.messages, o.size, o.rounds, o.server)
+	fmt.Printf("%d messages of %d bytes per drain, %d rounds, %s of work per message, server %s\n", o.messages, o.size, o.rounds, o.work, o.server)
 	for _, w := range o.windows {
 		for round := 1; round <= o.rounds; round++ {
 			for _, path := range []string{"direct", "sidecar"} {
@@ -241,6 +243,9 @@ func drain(ctx context.Context, js jetstream.JetStream, url string, o options, p
 	var count int
 	start := time.Now()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if o.work > 0 {
+			time.Sleep(o.work)
+		}
 		if err := m.Ack(); err != nil {
 			return
 		}
