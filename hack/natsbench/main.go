@@ -185,7 +185,7 @@ func drain(ctx context.Context, js jetstream.JetStream, url string, o options, p
 	defer func() { err = errors.Join(err, js.DeleteStream(context.WithoutCancel(ctx), name)) }()
 	body := make([]byte, o.size)
 	for range o.messages {
-		if _, err := js.PublishAsync(subject, body); err != nil {
+		if _, err := js.PublishAsync(subject, body, jetstream.WithStallWait(time.Minute)); err != nil {
 			return res, err
 		}
 	}

@@ -163,7 +163,7 @@ func TestPushConsumerWithFlowControl(t *testing.T) {
 	ctx := t.Context()
 	const n = 500
 	for i := range n {
-		if _, err := h.js.PublishAsync(subject, fmt.Appendf(nil, "p%d", i)); err != nil {
+		if _, err := h.js.PublishAsync(subject, fmt.Appendf(nil, "p%d", i), jetstream.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}

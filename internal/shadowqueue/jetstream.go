@@ -188,7 +188,10 @@ func (l *JetStreamLog) Write(ctx context.Context, recs []Record) error {
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(bodies))
 	for _, b := range bodies {
-		f, err := l.js.PublishAsync(l.subject, b) // no headers: a body may take all of max_payload
+		// No headers: a body may take all of max_payload. A busy server
+		// may keep the client's async window full for a while: wait for
+		// room rather than fail the write at once.
+		f, err := l.js.PublishAsync(l.subject, b, jetstream.WithStallWait(10*time.Second))
 		if err != nil {
 			return fmt.Errorf("write records %d..%d to replay log %q: %w", recs[0].ID, recs[len(recs)-1].ID, l.opts.Name, err)
 		}
