@@ -139,20 +139,21 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| ack window | direct (msg/s) | sidecar (msg/s) | sidecar vs direct | rounds |")
-	fmt.Println("|---:|---:|---:|---:|---|")
+	fmt.Println("| ack window | direct (msg/s) | sidecar (msg/s) | ratio of the medians | median of the round ratios | round ratios |")
+	fmt.Println("|---:|---:|---:|---:|---:|---|")
 	for _, w := range o.windows {
-		var d, s []float64
+		var d, s, ratios []float64
 		var per string
 		for i := 0; i+1 < len(results); i += 2 {
 			if results[i].Window == w {
 				d = append(d, results[i].MsgPerS)
 				s = append(s, results[i+1].MsgPerS)
+				ratios = append(ratios, results[i+1].MsgPerS/results[i].MsgPerS)
 				per += fmt.Sprintf("%.1f%% ", 100*results[i+1].MsgPerS/results[i].MsgPerS)
 			}
 		}
 		md, ms := median(d), median(s)
-		fmt.Printf("| %d | %.0f | %.0f | %.1f%% | %s|\n", w, md, ms, 100*ms/md, per)
+		fmt.Printf("| %d | %.0f | %.0f | %.1f%% | %.1f%% | %s|\n", w, md, ms, 100*ms/md, 100*median(ratios), per)
 	}
 	if o.out != "" {
 		b, err := json.MarshalIndent(results, "", "  ")
