@@ -122,6 +122,9 @@ func TestNATSSidecar(t *testing.T) {
 	if stop.CutoffID != count || st.Mode != control.ModeStopped || st.Log.ConfirmedID != count {
 		t.Errorf("stop %+v, state mode %s, log %+v", stop, st.Mode, st.Log)
 	}
+	if v := metricValue(t, "http://"+sc.ControlAddr(), "ms2m_sidecar_nats_acks_total"); v != count {
+		t.Errorf("ms2m_sidecar_nats_acks_total = %v, want %d", v, count)
+	}
 	ci, err := js.Consumer(ctx, work, "worker")
 	if err != nil {
 		t.Fatal(err)

@@ -155,14 +155,19 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
 	if cfg.Broker == BrokerNATS {
-		s.front = natsproxy.New(s.tee, natsproxy.Options{
+		np := natsproxy.New(s.tee, natsproxy.Options{
 			Upstream:       cfg.Upstream,
 			ConnectTimeout: cfg.UpstreamConnectTimeout,
 			DrainTimeout:   cfg.DrainTimeout,
 			Logger:         s.log,
 			Dial:           opts.Dial,
 		})
-		return s, s.listen(ctx, last)
+		registerNATSMetrics(reg, np)
+		s.front = np
+		if err := s.listen(ctx, last); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 
 	metrics := proxy.NewMetrics(reg)
@@ -317,6 +322,23 @@ func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
 			}
 			return 0
 		}),
+	)
+}
+
+// registerNATSMetrics exports a NATS proxy's counters.
+func registerNATSMetrics(reg prometheus.Registerer, p *natsproxy.Proxy) {
+	counter := func(name, help string, f func(natsproxy.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p.Stats())) })
+	}
+	reg.MustRegister(
+		counter("ms2m_sidecar_nats_connections_total", "App connections the NATS proxy accepted.", func(s natsproxy.Stats) uint64 { return s.Connections }),
+		counter("ms2m_sidecar_nats_js_deliveries_total", "JetStream deliveries handed to the app and teed.", func(s natsproxy.Stats) uint64 { return s.JSDeliveries }),
+		counter("ms2m_sidecar_nats_core_teed_total", "Core NATS messages teed best effort.", func(s natsproxy.Stats) uint64 { return s.CoreTeed }),
+		counter("ms2m_sidecar_nats_acks_total", "App acks of JetStream deliveries sent to the server.", func(s natsproxy.Stats) uint64 { return s.Acks }),
+		counter("ms2m_sidecar_nats_acks_waited_total", "Of those, acks that waited for the replay log.", func(s natsproxy.Stats) uint64 { return s.AcksWaited }),
+		counter("ms2m_sidecar_nats_acks_absorbed_total", "App acks of deliveries this sidecar did not hand out, not sent on (the server redelivers those).", func(s natsproxy.Stats) uint64 { return s.AcksAbsorbed }),
+		counter("ms2m_sidecar_nats_pulls_absorbed_total", "Pull requests not sent on while quiesced or stopped.", func(s natsproxy.Stats) uint64 { return s.PullsAbsorbed }),
+		counter("ms2m_sidecar_nats_info_stripped_total", "Server INFOs whose cluster URLs were removed.", func(s natsproxy.Stats) uint64 { return s.INFOStripped }),
 	)
 }
 
