@@ -233,20 +233,17 @@ func (s *unackedSet) add(subject string, tk shadowqueue.Ticket) {
 		s.order[s.head] = ""
 		s.head++
 	}
-	// Compact the order list once its settled prefix dominates it.
-	if s.head > 1024 && s.head > len(s.order)/2 {
-		s.order = append(s.order[:0], s.order[s.head:]...)
-		s.head = 0
-	}
-	if len(s.order) > 4*s.max+1024 {
-		// Mostly settled subjects: rebuild from the map.
-		live := s.order[:0]
+	// order keeps settled subjects until it is rebuilt: rebuild it from
+	// the live ones once it is more than twice their number, so that it
+	// stays within a constant factor of the deliveries in flight.
+	if live := len(s.m); len(s.order)-s.head > 2*live+1024 {
+		kept := make([]string, 0, 2*live+1024)
 		for _, subj := range s.order[s.head:] {
 			if _, ok := s.m[subj]; ok {
-				live = append(live, subj)
+				kept = append(kept, subj)
 			}
 		}
-		s.order, s.head = live, 0
+		s.order, s.head = kept, 0
 	}
 }
 
