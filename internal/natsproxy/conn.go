@@ -171,13 +171,16 @@ func (c *conn) downstream(ctx context.Context) error {
 	}
 }
 
-// refuseApp tells the app why its connection ends, as a server would.
+// refuseApp tells the app why its connection ends, as a server would. The
+// caller does not hold c.mu.
 func (c *conn) refuseApp(err error) {
 	var perr *natswire.Error
 	text := "ms2m sidecar: " + err.Error()
 	if errors.As(err, &perr) {
 		text = "ms2m sidecar: " + perr.Msg
 	}
+	c.mu.Lock() // not in the middle of a message the downstream pump writes
+	defer c.mu.Unlock()
 	_, _ = c.app.Write(natswire.AppendErr(nil, text)) // best effort: the connection closes next
 }
 
