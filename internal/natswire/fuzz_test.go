@@ -100,3 +100,27 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseJSAck checks that any subject either is refused or yields a
+// stream and consumer that are tokens of it, with a stream sequence and a
+// delivery count of at least 1.
+func FuzzParseJSAck(f *testing.F) {
+	f.Add([]byte("$JS.ACK.ORDERS.proc.2.17.5.1700000000000000000.3"))
+	f.Add([]byte("$JS.ACK.hub.ACC.ORDERS.proc.1.9.9.1700000000000000000.0.r"))
+	f.Add([]byte("$JS.ACK.S.C.1.0.3.4.5"))
+	f.Add([]byte("$JS.ACK..........."))
+	f.Fuzz(func(t *testing.T, subject []byte) {
+		a, ok := ParseJSAck(subject)
+		if !ok {
+			return
+		}
+		if a.StreamSeq == 0 || a.Delivered == 0 || len(a.Stream) == 0 || len(a.Consumer) == 0 {
+			t.Fatalf("accepted %q as %+v", subject, a)
+		}
+		for _, tok := range [][]byte{a.Stream, a.Consumer} {
+			if bytes.IndexByte(tok, '.') >= 0 || !bytes.Contains(subject, tok) {
+				t.Fatalf("token %q is not a token of %q", tok, subject)
+			}
+		}
+	})
+}
