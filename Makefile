@@ -163,6 +163,8 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/amqpwire/ || exit 1; done
 	@for t in $$($(GO) test -list '^Fuzz' ./internal/shadowqueue/ | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/shadowqueue/ || exit 1; done
+	@for t in $$($(GO) test -list '^Fuzz' ./internal/natswire/ | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/natswire/ || exit 1; done
 
 ## demo: five real migrations of an unmodified consumer from node 1 to node 2 of a
 ## local cluster while a producer sends, one per strategy (stop-and-copy, ms2m,
