@@ -104,6 +104,10 @@ func MethodName(class, method uint16) string {
 
 func newMethod(class, method uint16) (methodCodec, string) {
 	switch uint32(class)<<16 | uint32(method) {
+	case 10<<16 | 11:
+		return new(ConnectionStartOk), "connection.start-ok"
+	case 10<<16 | 40:
+		return new(ConnectionOpen), "connection.open"
 	case 10<<16 | 30:
 		return new(ConnectionTune), "connection.tune"
 	case 10<<16 | 31:

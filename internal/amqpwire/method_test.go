@@ -21,6 +21,14 @@ type methodCase struct {
 // patterns so that a wrong bit position shows.
 func methodCases() map[string]methodCase {
 	return map[string]methodCase{
+		"connection.start-ok": {
+			&ConnectionStartOk{ClientProperties: cat(ss("product"), []byte{'S'}, ls("go")), Mechanism: "PLAIN", Response: []byte("\x00u\x00p"), Locale: "en_US"},
+			10, 11, cat(ls(string(cat(ss("product"), []byte{'S'}, ls("go")))), ss("PLAIN"), ls("\x00u\x00p"), ss("en_US")),
+		},
+		"connection.open": {
+			&ConnectionOpen{VirtualHost: "/prod"},
+			10, 40, cat(ss("/prod"), ss(""), u8(0)),
+		},
 		"connection.tune": {
 			&ConnectionTune{ChannelMax: 2047, FrameMax: 131072, Heartbeat: 60},
 			10, 30, cat(u16(2047), u32(131072), u16(60)),

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/envconfig"
 	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Config is the sidecar's configuration, read from the environment. Every
@@ -20,8 +22,31 @@ import (
 type Config struct {
 	// Listen is where the app connects, as if to the broker.
 	Listen string `env:"MS2M_LISTEN" envDefault:"127.0.0.1:5672"`
-	// Upstream is the real broker's AMQP host:port.
+	// Upstream is the real broker: one or more comma-separated host:port,
+	// amqp:// or amqps:// URIs, or Spring's user:password@host:port/vhost,
+	// tried in order. An amqps:// entry turns TLS on; the first entry's
+	// user info and path replace the app's placeholder credentials and
+	// virtual host (see internal/upstream).
 	Upstream string `env:"MS2M_UPSTREAM,required"`
+	// UpstreamTLS turns TLS to the broker on (amqps:// entries do too).
+	UpstreamTLS bool `env:"MS2M_UPSTREAM_TLS" envDefault:"false"`
+	// UpstreamTLSCAFile, UpstreamTLSCertFile and UpstreamTLSKeyFile are the
+	// broker's CA and the sidecar's client certificate and key (PEM files,
+	// read again for every connection); UpstreamTLSServerName is the name
+	// checked against the broker's certificate (default: the host dialed).
+	UpstreamTLSCAFile     string `env:"MS2M_UPSTREAM_TLS_CA_FILE"`
+	UpstreamTLSCertFile   string `env:"MS2M_UPSTREAM_TLS_CERT_FILE"`
+	UpstreamTLSKeyFile    string `env:"MS2M_UPSTREAM_TLS_KEY_FILE"`
+	UpstreamTLSServerName string `env:"MS2M_UPSTREAM_TLS_SERVER_NAME"`
+	// UpstreamUsername, UpstreamPassword and UpstreamVirtualHost replace the
+	// app's placeholder credentials and virtual host when MS2M_UPSTREAM
+	// carries none.
+	UpstreamUsername    string `env:"MS2M_UPSTREAM_USERNAME"`
+	UpstreamPassword    string `env:"MS2M_UPSTREAM_PASSWORD"`
+	UpstreamVirtualHost string `env:"MS2M_UPSTREAM_VHOST"`
+	// UpstreamAuth is PLAIN (the app's mechanism, as it sent it) or
+	// EXTERNAL (the client certificate is the identity).
+	UpstreamAuth string `env:"MS2M_UPSTREAM_AUTH" envDefault:"PLAIN"`
 	// UpstreamConnectTimeout bounds how long an app connection waits for the
 	// broker (retrying) before the sidecar closes it.
 	UpstreamConnectTimeout time.Duration `env:"MS2M_UPSTREAM_CONNECT_TIMEOUT" envDefault:"10s"`
@@ -91,13 +116,16 @@ func LoadConfig() (Config, error) {
 // complete checks cfg and reads the token file.
 func (c *Config) complete() error {
 	var errs []error
-	for name, addr := range map[string]string{"MS2M_LISTEN": c.Listen, "MS2M_UPSTREAM": c.Upstream, "MS2M_CONTROL_LISTEN": c.ControlListen} {
+	if _, err := c.UpstreamConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, addr := range map[string]string{"MS2M_LISTEN": c.Listen, "MS2M_CONTROL_LISTEN": c.ControlListen} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port, for example 127.0.0.1:5672 (%v)", name, addr, err))
 		}
 	}
-	if u, err := url.Parse(c.StreamURI); err != nil || u.Scheme != "rabbitmq-stream" || u.Host == "" {
-		errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost, got %q", redact(c.StreamURI)))
+	if u, err := url.Parse(c.StreamURI); err != nil || (u.Scheme != "rabbitmq-stream" && u.Scheme != "rabbitmq-stream+tls") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost (or rabbitmq-stream+tls://, port 5551), got %q", redact(c.StreamURI)))
 	}
 	if c.LogName == "" || len(c.LogName) > 255 || strings.ContainsAny(c.LogName, " /") {
 		errs = append(errs, fmt.Errorf("MS2M_LOG_NAME=%q: want a stream name of 1 to 255 characters without spaces or slashes", c.LogName))
@@ -140,6 +168,48 @@ func (c *Config) complete() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// UpstreamConfig is the broker as the sidecar reaches it. Its errors name
+// the variable and never show a password.
+func (c *Config) UpstreamConfig() (upstream.Config, error) {
+	a, err := upstream.ParseAddresses(c.Upstream)
+	if err != nil {
+		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM: %w", err)
+	}
+	u := upstream.Config{Addresses: a.Hosts, Mechanism: c.UpstreamAuth,
+		Username: c.UpstreamUsername, Password: c.UpstreamPassword, VirtualHost: c.UpstreamVirtualHost}
+	if a.HasCredentials {
+		u.Username, u.Password = a.Username, a.Password
+	}
+	if a.HasVirtualHost {
+		u.VirtualHost = a.VirtualHost
+	}
+	if u.Username != "" && u.Password == "" && u.Mechanism != upstream.MechanismEXTERNAL {
+		return upstream.Config{}, errors.New("MS2M_UPSTREAM_USERNAME is set but no password (MS2M_UPSTREAM_PASSWORD, or user info in MS2M_UPSTREAM)")
+	}
+	if a.TLS || c.UpstreamTLS {
+		u.TLS = &upstream.TLS{CAFile: c.UpstreamTLSCAFile, CertFile: c.UpstreamTLSCertFile, KeyFile: c.UpstreamTLSKeyFile, ServerName: c.UpstreamTLSServerName}
+	} else if c.UpstreamTLSCAFile != "" || c.UpstreamTLSCertFile != "" || c.UpstreamTLSServerName != "" {
+		return upstream.Config{}, errors.New("MS2M_UPSTREAM_TLS_* is set but TLS is off: set MS2M_UPSTREAM_TLS=true or use amqps:// in MS2M_UPSTREAM")
+	}
+	if err := u.Validate(); err != nil {
+		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM*: %w", err)
+	}
+	return u, nil
+}
+
+// StreamTLS is the TLS configuration of a rabbitmq-stream+tls URI: the
+// upstream's CA and client certificate, read now; nil for a plain URI.
+func (c *Config) StreamTLS() (*tls.Config, error) {
+	if !strings.HasPrefix(c.StreamURI, "rabbitmq-stream+tls:") {
+		return nil, nil
+	}
+	u, err := url.Parse(c.StreamURI)
+	if err != nil {
+		return nil, errors.New("MS2M_STREAM_URI does not parse (it is not shown: it holds the password)")
+	}
+	return upstream.ClientTLS(&upstream.TLS{CAFile: c.UpstreamTLSCAFile, CertFile: c.UpstreamTLSCertFile, KeyFile: c.UpstreamTLSKeyFile}, u.Host)
 }
 
 func (c *Config) Level() (slog.Level, error) {

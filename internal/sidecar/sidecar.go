@@ -18,6 +18,7 @@ import (
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Options are the parts of a sidecar that tests replace.
@@ -141,14 +142,23 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
+	ucfg, err := cfg.UpstreamConfig()
+	if err == nil {
+		ucfg.AttemptTimeout = min(2*time.Second, cfg.UpstreamConnectTimeout)
+	}
+	dialer, err := upstream.NewDialer(ucfg, opts.Dial)
+	if err != nil {
+		err = fmt.Errorf("the broker (MS2M_UPSTREAM*): %w", err)
+		s.fail(err)
+		return nil, errors.Join(err, s.Wait())
+	}
 	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
-		Upstream:          cfg.Upstream,
+		Upstream:          dialer,
 		ConnectTimeout:    cfg.UpstreamConnectTimeout,
 		DrainTimeout:      cfg.DrainTimeout,
 		Logger:            s.log,
 		Metrics:           metrics,
-		Dial:              opts.Dial,
 		CheckPublishes:    cfg.PublishCheck,
 		RequeueHeldOnStop: cfg.StopHeld == "requeue",
 	}
@@ -180,7 +190,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.amqp = ln
 	s.goRun(func() error { return s.proxy.Serve(ctx, ln) })
 	s.ready.Store(true)
-	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", cfg.Upstream,
+	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", dialer.String(),
 		"log", cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
 	return s, nil
 }
@@ -191,7 +201,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 func (s *Sidecar) requireLog(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
-		ok, err := shadowqueue.StreamExists(ctx, s.cfg.StreamURI, s.cfg.LogName)
+		tc, err := s.cfg.StreamTLS()
+		if err != nil {
+			return err
+		}
+		ok, err := shadowqueue.StreamExists(ctx, shadowqueue.StreamOptions{URI: s.cfg.StreamURI, Name: s.cfg.LogName, TLS: tc})
 		if err == nil && !ok {
 			return fmt.Errorf("replay mode: the replay log %q does not exist on the broker; check MS2M_LOG_NAME (it must name the source's log)", s.cfg.LogName)
 		}
@@ -228,8 +242,12 @@ func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Rec
 }
 
 func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
+	tc, err := s.cfg.StreamTLS()
+	if err != nil {
+		return nil, shadowqueue.Record{}, err
+	}
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
-		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+		URI: s.cfg.StreamURI, TLS: tc, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
 		ReaderName: s.reader,
 	})
 	if err != nil {
