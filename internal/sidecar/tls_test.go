@@ -148,4 +148,3 @@ func tlsRecords(t *testing.T, e *env, b testenv.TLSBroker) []shadowqueue.Record 
 	}
 	return recs
 }
-
