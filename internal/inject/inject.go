@@ -169,6 +169,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 		spec.logMaxBytes = v
 	}
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	rewritten = append(rewritten, tlsLines...)
 
 	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
 	if restore != nil {

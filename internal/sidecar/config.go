@@ -173,7 +173,7 @@ func (c *Config) complete() error {
 // UpstreamConfig is the broker as the sidecar reaches it. Its errors name
 // the variable and never show a password.
 func (c *Config) UpstreamConfig() (upstream.Config, error) {
-	a, err := upstream.ParseAddresses(c.Upstream)
+	a, err := upstream.ParseAddresses(c.Upstream, c.UpstreamTLS)
 	if err != nil {
 		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM: %w", err)
 	}

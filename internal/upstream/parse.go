@@ -25,10 +25,11 @@ type Addresses struct {
 
 // ParseAddresses parses a comma-separated list of brokers: host:port,
 // amqp:// or amqps:// URIs (user info and path percent-encoded), or
-// Spring's user:password@host:port/vhost. A port left out is 5672 (5671
-// for amqps). Errors never show a password: they name the entry by its
+// Spring's user:password@host:port/vhost. A port left out is 5672, or 5671
+// for amqps:// and when defaultTLS is set (Spring's default with
+// spring.rabbitmq.ssl.enabled). Errors never show a password: they name the entry by its
 // position and host.
-func ParseAddresses(s string) (Addresses, error) {
+func ParseAddresses(s string, defaultTLS bool) (Addresses, error) {
 	var a Addresses
 	tlsSeen, plainSeen := false, false
 	for i, raw := range strings.Split(s, ",") {
@@ -59,7 +60,7 @@ func ParseAddresses(s string) (Addresses, error) {
 		host, port, err := net.SplitHostPort(hostport)
 		if err != nil {
 			host, port = strings.Trim(hostport, "[]"), "5672"
-			if strings.EqualFold(scheme, "amqps") {
+			if strings.EqualFold(scheme, "amqps") || (defaultTLS && !strings.EqualFold(scheme, "amqp")) {
 				port = "5671"
 			}
 		}

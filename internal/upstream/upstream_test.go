@@ -138,6 +138,7 @@ func TestUpstreamFailover(t *testing.T) {
 func TestParseAddresses(t *testing.T) {
 	tests := map[string]struct {
 		in      string
+		tls     bool // the default is TLS
 		want    upstream.Addresses
 		wantErr string
 	}{
@@ -166,7 +167,7 @@ func TestParseAddresses(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := upstream.ParseAddresses(tc.in)
+			got, err := upstream.ParseAddresses(tc.in, tc.tls)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v; want one containing %q", err, tc.wantErr)
