@@ -134,6 +134,10 @@ func newMethod(class, method uint16) (methodCodec, string) {
 	case 20<<16 | 41:
 		return new(ChannelCloseOk), "channel.close-ok"
 
+	case 50<<16 | 10:
+		return new(QueueDeclare), "queue.declare"
+	case 50<<16 | 11:
+		return new(QueueDeclareOk), "queue.declare-ok"
 	case 60<<16 | 10:
 		return new(BasicQos), "basic.qos"
 	case 60<<16 | 11:

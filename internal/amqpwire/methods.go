@@ -238,6 +238,64 @@ func (*ChannelCloseOk) ID() (class, method uint16)   { return ClassChannel, 41 }
 func (*ChannelCloseOk) AppendArgs(dst []byte) []byte { return dst }
 func (*ChannelCloseOk) decodeArgs(*decoder)          {}
 
+// QueueDeclare is queue.declare (50, 10).
+//
+//	reserved-1 short, queue shortstr, passive bit, durable bit,
+//	exclusive bit, auto-delete bit, no-wait bit, arguments table
+type QueueDeclare struct {
+	Queue      string // queue; "" asks the server to name it
+	Passive    bool   // passive
+	Durable    bool   // durable
+	Exclusive  bool   // exclusive
+	AutoDelete bool   // auto-delete
+	NoWait     bool   // no-wait
+	Arguments  Table  // arguments
+}
+
+func (*QueueDeclare) ID() (class, method uint16) { return ClassQueue, 10 }
+
+func (m *QueueDeclare) AppendArgs(dst []byte) []byte {
+	dst = append(dst, 0, 0) // reserved-1
+	dst = appendShortstr(dst, m.Queue)
+	dst = append(dst, bit(m.Passive, 0)|bit(m.Durable, 1)|bit(m.Exclusive, 2)|bit(m.AutoDelete, 3)|bit(m.NoWait, 4))
+	return appendTable(dst, m.Arguments, 1)
+}
+
+func (m *QueueDeclare) decodeArgs(d *decoder) {
+	d.u16("reserved-1")
+	m.Queue = d.shortstr("queue")
+	bits := d.u8("passive/durable/exclusive/auto-delete/no-wait")
+	m.Passive = bits&1 != 0
+	m.Durable = bits&2 != 0
+	m.Exclusive = bits&4 != 0
+	m.AutoDelete = bits&8 != 0
+	m.NoWait = bits&16 != 0
+	m.Arguments = d.table("arguments")
+}
+
+// QueueDeclareOk is queue.declare-ok (50, 11).
+//
+//	queue shortstr, message-count long, consumer-count long
+type QueueDeclareOk struct {
+	Queue         string // queue
+	MessageCount  uint32 // message-count
+	ConsumerCount uint32 // consumer-count
+}
+
+func (*QueueDeclareOk) ID() (class, method uint16) { return ClassQueue, 11 }
+
+func (m *QueueDeclareOk) AppendArgs(dst []byte) []byte {
+	dst = appendShortstr(dst, m.Queue)
+	dst = appendU32(dst, m.MessageCount)
+	return appendU32(dst, m.ConsumerCount)
+}
+
+func (m *QueueDeclareOk) decodeArgs(d *decoder) {
+	m.Queue = d.shortstr("queue")
+	m.MessageCount = d.u32("message-count")
+	m.ConsumerCount = d.u32("consumer-count")
+}
+
 // BasicQos is basic.qos (60, 10).
 //
 //	prefetch-size long, prefetch-count short, global bit

@@ -13,6 +13,8 @@ const (
 	mConnectionStartOk = 10<<16 | 11
 	mConnectionTuneOk  = 10<<16 | 31
 	mConnectionOpen    = 10<<16 | 40
+	mQueueDeclare      = 50<<16 | 10
+	mQueueDeclareOk    = 50<<16 | 11
 	mChannelClose      = 20<<16 | 40
 	mChannelCloseOk    = 20<<16 | 41
 	mBasicQos          = 60<<16 | 10
@@ -125,6 +127,12 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 				ch.up.pub = newPubCapture(id, m.Exchange, m.RoutingKey)
 			}
 		}
+	case mQueueDeclare:
+		m, err := decode[*amqpwire.QueueDeclare](f.Payload)
+		if err != nil {
+			return nil, err
+		}
+		c.onQueueDeclare(ch, m)
 	case mConfirmSelect:
 		ch.confirm = true
 	case mBasicQos:
@@ -152,6 +160,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			return nil, nil
 		}
+		c.p.consumed(m.Queue)
 		if c.p.replaying(m.Queue) {
 			c.startReplay(ch, m)
 			return nil, nil

@@ -132,6 +132,12 @@ type Proxy struct {
 	replayActive atomic.Int64
 	suppressedBy map[[2]string]uint64 // by exchange and routing key; guarded by mu
 
+	// declared maps the queues the app declared that cannot be replayed to
+	// why; unreplayable holds those of them, and server-named ones, that
+	// the app consumes (queues.go). Guarded by mu.
+	declared     map[string]string
+	unreplayable map[string]string
+
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked
 	teeContinued atomic.Bool   // a target has taken the log over
@@ -446,6 +452,10 @@ type State struct {
 	CutoffID    uint64                `json:"cutoffId,omitempty"`
 	Epoch       uint64                `json:"epoch,omitempty"`
 	Replay      *ReplayState          `json:"replay,omitempty"`
+	// Unreplayable lists the queues the app consumes that a migration
+	// cannot carry over (exclusive, auto-delete, server-named): a
+	// migrator refuses to checkpoint such an app.
+	Unreplayable []UnreplayableQueue `json:"unreplayable,omitempty"`
 }
 
 // ReplayState is a target sidecar's replay progress.
@@ -498,6 +508,7 @@ func (p *Proxy) State() State {
 	ts := p.tee.Status()
 	p.mu.Lock()
 	mode, cutoff, epoch := p.mode, p.cutoffID, p.stopEpoch
+	unreplayable := p.unreplayableLocked()
 	p.mu.Unlock()
 	st := State{
 		Mode:        mode.String(),
@@ -506,6 +517,9 @@ func (p *Proxy) State() State {
 		Queues:      p.tracker.Snapshot(p.opts.Now()),
 		Log:         ts,
 		Degraded:    ts.Degraded,
+	}
+	if len(unreplayable) > 0 {
+		st.Unreplayable = unreplayable
 	}
 	if mode == Stopped {
 		st.CutoffID, st.Epoch = cutoff, epoch
