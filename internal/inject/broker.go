@@ -15,15 +15,16 @@ import (
 // The app's env vars that ms2m knows to hold the broker's address and
 // settings.
 const (
-	envAMQPURL          = "AMQP_URL"
-	envRabbitMQURL      = "RABBITMQ_URL"
-	envSpringHost       = "SPRING_RABBITMQ_HOST"
-	envSpringPort       = "SPRING_RABBITMQ_PORT"
-	envSpringAddresses  = "SPRING_RABBITMQ_ADDRESSES"
-	envSpringSSL        = "SPRING_RABBITMQ_SSL_ENABLED"
-	envSpringUsername   = "SPRING_RABBITMQ_USERNAME"
-	envSpringPassword   = "SPRING_RABBITMQ_PASSWORD"
-	envSpringVirtualHst = "SPRING_RABBITMQ_VIRTUAL_HOST"
+	envAMQPURL            = "AMQP_URL"
+	envRabbitMQURL        = "RABBITMQ_URL"
+	envSpringHost         = "SPRING_RABBITMQ_HOST"
+	envSpringPort         = "SPRING_RABBITMQ_PORT"
+	envSpringAddresses    = "SPRING_RABBITMQ_ADDRESSES"
+	envSpringSSL          = "SPRING_RABBITMQ_SSL_ENABLED"
+	envSpringUsername     = "SPRING_RABBITMQ_USERNAME"
+	envSpringPassword     = "SPRING_RABBITMQ_PASSWORD"
+	envSpringVirtualHst   = "SPRING_RABBITMQ_VIRTUALHOST"  // Spring's relaxed binding of virtual-host
+	envSpringVirtualHost2 = "SPRING_RABBITMQ_VIRTUAL_HOST" // as people also write it
 )
 
 // wellKnownBrokerEnv lists them in the order messages name them.
@@ -371,8 +372,11 @@ func springCredentials(app *corev1.Container) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	found := map[string]bool{}
 	for _, m := range []struct{ app, sidecar string }{
-		{envSpringUsername, envUpstreamUsername}, {envSpringPassword, envUpstreamPassword}, {envSpringVirtualHst, envUpstreamVHost},
+		{envSpringUsername, envUpstreamUsername}, {envSpringPassword, envUpstreamPassword}, {envSpringVirtualHst, envUpstreamVHost}, {envSpringVirtualHost2, envUpstreamVHost},
 	} {
+		if found[m.sidecar] {
+			continue
+		}
 		for _, e := range slices.Backward(app.Env) {
 			if e.Name != m.app {
 				continue
@@ -382,7 +386,7 @@ func springCredentials(app *corev1.Container) []corev1.EnvVar {
 			} else if readableRef(e.ValueFrom) {
 				out = append(out, corev1.EnvVar{Name: m.sidecar, ValueFrom: e.ValueFrom.DeepCopy()})
 			}
-			found[m.app] = true
+			found[m.app], found[m.sidecar] = true, true
 			break
 		}
 	}

@@ -27,7 +27,17 @@ type Config struct {
 	// tried in order. An amqps:// entry turns TLS on; the first entry's
 	// user info and path replace the app's placeholder credentials and
 	// virtual host (see internal/upstream).
-	Upstream string `env:"MS2M_UPSTREAM,required"`
+	// Empty: the broker is resolved from the app's own settings (AppEnv,
+	// AppConfigFiles), as the webhook passes them for envFrom and mounted
+	// Spring configuration.
+	Upstream string `env:"MS2M_UPSTREAM"`
+	// AppConfigFiles are the app's Spring configuration files, mounted
+	// into the sidecar, comma separated, later ones winning.
+	AppConfigFiles string `env:"MS2M_APP_CONFIG_FILES"`
+	// AppEnv holds the app's vars that the sidecar got under the prefix
+	// MS2M_APP_ (from the app's envFrom sources), by their own names.
+	// LoadConfig fills it from the environment.
+	AppEnv map[string]string
 	// UpstreamTLS turns TLS to the broker on (amqps:// entries do too).
 	UpstreamTLS bool `env:"MS2M_UPSTREAM_TLS" envDefault:"false"`
 	// UpstreamTLSCAFile, UpstreamTLSCertFile and UpstreamTLSKeyFile are the
@@ -100,12 +110,21 @@ type Config struct {
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
+// appEnvPrefix prefixes the app's own vars in the sidecar's environment.
+const appEnvPrefix = "MS2M_APP_"
+
 // LoadConfig reads the configuration from the environment and checks it.
 // Errors name the variable at fault.
 func LoadConfig() (Config, error) {
 	cfg, err := envconfig.Parse[Config]()
 	if err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	cfg.AppEnv = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, appEnvPrefix) {
+			cfg.AppEnv[strings.TrimPrefix(k, appEnvPrefix)] = v
+		}
 	}
 	if err := cfg.complete(); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
@@ -173,12 +192,32 @@ func (c *Config) complete() error {
 // UpstreamConfig is the broker as the sidecar reaches it. Its errors name
 // the variable and never show a password.
 func (c *Config) UpstreamConfig() (upstream.Config, error) {
-	a, err := upstream.ParseAddresses(c.Upstream, c.UpstreamTLS)
+	spec, tlsOn := c.Upstream, c.UpstreamTLS
+	user, pass, vhost := c.UpstreamUsername, c.UpstreamPassword, c.UpstreamVirtualHost
+	if spec == "" {
+		var files []string
+		for _, f := range strings.Split(c.AppConfigFiles, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				files = append(files, f)
+			}
+		}
+		r, err := upstream.AppSettings{Env: c.AppEnv, Files: files}.Resolve()
+		if err != nil {
+			return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM is empty, so the broker comes from the app's settings (%s* vars, MS2M_APP_CONFIG_FILES): %w", appEnvPrefix, err)
+		}
+		spec, tlsOn = r.Spec, tlsOn || r.TLS
+		if user == "" && pass == "" {
+			user, pass = r.Username, r.Password
+		}
+		if vhost == "" {
+			vhost = r.VirtualHost
+		}
+	}
+	a, err := upstream.ParseAddresses(spec, tlsOn)
 	if err != nil {
 		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM: %w", err)
 	}
-	u := upstream.Config{Addresses: a.Hosts, Mechanism: c.UpstreamAuth,
-		Username: c.UpstreamUsername, Password: c.UpstreamPassword, VirtualHost: c.UpstreamVirtualHost}
+	u := upstream.Config{Addresses: a.Hosts, Mechanism: c.UpstreamAuth, Username: user, Password: pass, VirtualHost: vhost}
 	if a.HasCredentials {
 		u.Username, u.Password = a.Username, a.Password
 	}
@@ -188,7 +227,7 @@ func (c *Config) UpstreamConfig() (upstream.Config, error) {
 	if u.Username != "" && u.Password == "" && u.Mechanism != upstream.MechanismEXTERNAL {
 		return upstream.Config{}, errors.New("MS2M_UPSTREAM_USERNAME is set but no password (MS2M_UPSTREAM_PASSWORD, or user info in MS2M_UPSTREAM)")
 	}
-	if a.TLS || c.UpstreamTLS {
+	if a.TLS || tlsOn {
 		u.TLS = &upstream.TLS{CAFile: c.UpstreamTLSCAFile, CertFile: c.UpstreamTLSCertFile, KeyFile: c.UpstreamTLSKeyFile, ServerName: c.UpstreamTLSServerName}
 	} else if c.UpstreamTLSCAFile != "" || c.UpstreamTLSCertFile != "" || c.UpstreamTLSServerName != "" {
 		return upstream.Config{}, errors.New("MS2M_UPSTREAM_TLS_* is set but TLS is off: set MS2M_UPSTREAM_TLS=true or use amqps:// in MS2M_UPSTREAM")

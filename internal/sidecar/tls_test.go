@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,25 @@ func TestSidecarOverTLS(t *testing.T) {
 				c.Upstream = "amqps://localhost:5671"
 				c.UpstreamAuth = upstream.MechanismEXTERNAL
 				c.UpstreamTLSCertFile, c.UpstreamTLSKeyFile = b.ClientCert, b.ClientKey
+			},
+			appURL: placeholder,
+		},
+		"Spring application.properties mounted, TLS and credentials from it": {
+			set: func(c *sidecar.Config) {
+				c.Upstream = ""
+				props := filepath.Join(t.TempDir(), "application.properties")
+				text := "spring.rabbitmq.host=localhost\nspring.rabbitmq.port=5671\nspring.rabbitmq.ssl.enabled=true\nspring.rabbitmq.username=guest\nspring.rabbitmq.password=guest\n"
+				if err := os.WriteFile(props, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				c.AppConfigFiles = props
+			},
+			appURL: placeholder,
+		},
+		"Spring env from envFrom, first broker down": {
+			set: func(c *sidecar.Config) {
+				c.Upstream = ""
+				c.AppEnv = map[string]string{"SPRING_RABBITMQ_ADDRESSES": "guest:guest@" + dead + ",guest:guest@localhost:5671", "SPRING_RABBITMQ_SSL_ENABLED": "true"}
 			},
 			appURL: placeholder,
 		},
