@@ -62,6 +62,12 @@ type brokerRewrite struct {
 	// fatal is set when the pod must be left alone: nothing could be
 	// rewritten, or two vars point at different brokers.
 	fatal string
+	// noneSet: the app sets no broker var in env at all.
+	noneSet bool
+	// envFrom and mounts are the app's sources that the sidecar gets too
+	// when the broker comes from the app's settings (fromAppSettings).
+	envFrom []corev1.EnvFromSource
+	mounts  []corev1.VolumeMount
 }
 
 // hit is one var rewritten, and the broker it pointed at: literal
@@ -296,10 +302,11 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 
 	if len(hits) == 0 {
 		if len(seen) == 0 {
+			r.noneSet = true
 			msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",
 				app.Name, strings.Join(wellKnownBrokerEnv, ", "), AnnotationBrokerEnv)
 			if len(app.EnvFrom) > 0 {
-				msg += " (env from envFrom sources cannot be read; set the broker var with valueFrom instead, which ms2m passes to the sidecar by reference)"
+				msg += " (its envFrom sources are Secrets or ConfigMaps only through their keys: set the broker var with valueFrom instead, which ms2m passes to the sidecar by reference)"
 			}
 			r.fatal = msg
 		} else {

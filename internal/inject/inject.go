@@ -140,6 +140,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 	}
 
 	br := rewriteBroker(app, pod.Annotations[AnnotationBrokerEnv], cfg.ListenPort)
+	if br.fatal != "" && br.noneSet && pod.Annotations[AnnotationBrokerEnv] == "" {
+		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
+			br = fa
+		}
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
@@ -168,7 +173,9 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if v, ok := pod.Annotations[AnnotationLogMaxBytes]; ok {
 		spec.logMaxBytes = v
 	}
-	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+	sc := sidecarContainer(cfg, spec)
+	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
 	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
 	if err != nil {
 		return Result{Warnings: warnings}, err

@@ -24,6 +24,7 @@ const (
 	envUpstreamUsername = "MS2M_UPSTREAM_USERNAME"
 	envUpstreamPassword = "MS2M_UPSTREAM_PASSWORD"
 	envUpstreamVHost    = "MS2M_UPSTREAM_VHOST"
+	envAppConfigFiles   = "MS2M_APP_CONFIG_FILES"
 	envStreamURI        = "MS2M_STREAM_URI"
 	envLogName          = "MS2M_LOG_NAME"
 	envLogMaxAge        = "MS2M_LOG_MAX_AGE"
