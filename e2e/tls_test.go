@@ -14,8 +14,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -49,8 +48,8 @@ func TestTLSBrokerFromSecretMigration(t *testing.T) {
 		})
 	}
 	admitted := false
-	sc := scenario{strategy: migrate.MS2M, image: "consumer", n: 120, rate: 10, workMS: 50, mutate: func(p *corev1.Pod) {
-		p.Annotations[inject.AnnotationUpstreamTLSSecret] = caSecret
+	sc := scenario{strategy: contract.StrategyMS2M, image: "consumer", n: 120, rate: 10, workMS: 50, mutate: func(p *corev1.Pod) {
+		p.Annotations[contract.AnnotationUpstreamTLSSecret] = caSecret
 		app := &p.Spec.Containers[0]
 		for i, e := range app.Env {
 			if e.Name == "AMQP_URL" {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/upstream"
 )
 
@@ -142,9 +143,9 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 		}
 		seen[e.Name] = true
 		if e.ValueFrom != nil && !(readableRef(e.ValueFrom) && kind != kindURLOrAddr) {
-			why := "cannot rewrite; set it as a literal or list a literal var in " + AnnotationBrokerEnv
+			why := "cannot rewrite; set it as a literal or list a literal var in " + contract.AnnotationBrokerEnv
 			if kind == kindURLOrAddr && readableRef(e.ValueFrom) {
-				why = "a var named by " + AnnotationBrokerEnv + " must be a literal (from a reference, ms2m cannot tell a URL from host:port); use AMQP_URL or RABBITMQ_URL for a URL in a Secret"
+				why = "a var named by " + contract.AnnotationBrokerEnv + " must be a literal (from a reference, ms2m cannot tell a URL from host:port); use AMQP_URL or RABBITMQ_URL for a URL in a Secret"
 			}
 			r.skipped = append(r.skipped, fmt.Sprintf("%s comes from %s: %s", e.Name, valueSource(e.ValueFrom), why))
 			continue
@@ -203,7 +204,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 				p := app.Env[portIdx]
 				if p.ValueFrom != nil {
 					r.skipped = append(r.skipped,
-						fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), AnnotationBrokerEnv),
+						fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), contract.AnnotationBrokerEnv),
 						fmt.Sprintf("%s: not rewritten, because %s cannot be read", e.Name, envSpringPort))
 					continue
 				}
@@ -296,7 +297,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 
 	for _, name := range extra {
 		if !seen[name] {
-			r.skipped = append(r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", AnnotationBrokerEnv, name, app.Name))
+			r.skipped = append(r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", contract.AnnotationBrokerEnv, name, app.Name))
 		}
 	}
 
@@ -304,7 +305,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 		if len(seen) == 0 {
 			r.noneSet = true
 			msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",
-				app.Name, strings.Join(wellKnownBrokerEnv, ", "), AnnotationBrokerEnv)
+				app.Name, strings.Join(wellKnownBrokerEnv, ", "), contract.AnnotationBrokerEnv)
 			if len(app.EnvFrom) > 0 {
 				msg += " (its envFrom sources are Secrets or ConfigMaps only through their keys: set the broker var with valueFrom instead, which ms2m passes to the sidecar by reference)"
 			}

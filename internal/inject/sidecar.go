@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // The sidecar's environment (docs/sidecar.md lists what each one means).
@@ -48,23 +50,23 @@ type sidecarSpec struct {
 	logMaxBytes string // "" leaves the sidecar's default
 }
 
-// The Secret of AnnotationUpstreamTLSSecret, as the sidecar mounts it.
+// The Secret of contract.AnnotationUpstreamTLSSecret, as the sidecar mounts it.
 const (
 	upstreamTLSVolume = "ms2m-upstream-tls"
 	upstreamTLSDir    = "/etc/ms2m/upstream-tls"
 )
 
-// applyUpstreamTLS mounts the Secret of AnnotationUpstreamTLSSecret into
+// applyUpstreamTLS mounts the Secret of contract.AnnotationUpstreamTLSSecret into
 // the sidecar and points its TLS settings at it, and applies the server
 // name and auth annotations. It returns what it did, for the status; an
 // error when the pod already has a volume of the name it needs.
 func applyUpstreamTLS(pod *corev1.Pod, sidecar *corev1.Container) ([]string, error) {
 	ann := pod.Annotations
 	var lines []string
-	if secret := ann[AnnotationUpstreamTLSSecret]; secret != "" {
+	if secret := ann[contract.AnnotationUpstreamTLSSecret]; secret != "" {
 		for _, v := range pod.Spec.Volumes {
 			if v.Name == upstreamTLSVolume {
-				return nil, denyf("the pod has a volume named %s, which ms2m needs for %s; rename it", upstreamTLSVolume, AnnotationUpstreamTLSSecret)
+				return nil, denyf("the pod has a volume named %s, which ms2m needs for %s; rename it", upstreamTLSVolume, contract.AnnotationUpstreamTLSSecret)
 			}
 		}
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: upstreamTLSVolume,
@@ -75,7 +77,7 @@ func applyUpstreamTLS(pod *corev1.Pod, sidecar *corev1.Container) ([]string, err
 		}
 		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamCA, Value: upstreamTLSDir + "/ca.crt"})
 		line := fmt.Sprintf("TLS to the broker: the sidecar verifies it with ca.crt of Secret %s", secret)
-		if ann[AnnotationUpstreamAuth] == "EXTERNAL" {
+		if ann[contract.AnnotationUpstreamAuth] == "EXTERNAL" {
 			sidecar.Env = append(sidecar.Env,
 				corev1.EnvVar{Name: envUpstreamCert, Value: upstreamTLSDir + "/tls.crt"},
 				corev1.EnvVar{Name: envUpstreamKey, Value: upstreamTLSDir + "/tls.key"})
@@ -83,10 +85,10 @@ func applyUpstreamTLS(pod *corev1.Pod, sidecar *corev1.Container) ([]string, err
 		}
 		lines = append(lines, line)
 	}
-	if v := ann[AnnotationUpstreamTLSServerName]; v != "" {
+	if v := ann[contract.AnnotationUpstreamTLSServerName]; v != "" {
 		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamSNI, Value: v})
 	}
-	if v := ann[AnnotationUpstreamAuth]; v != "" {
+	if v := ann[contract.AnnotationUpstreamAuth]; v != "" {
 		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamAuth, Value: v})
 	}
 	return lines, nil
