@@ -120,3 +120,35 @@ func refObject(ef corev1.EnvFromSource) string {
 	}
 	return "ConfigMap " + ef.ConfigMapRef.Name
 }
+
+// springAbove finds Spring broker settings that rank above env vars in
+// Spring Boot (SPRING_APPLICATION_JSON, -D system properties, --
+// command-line arguments): the app would use them, not the rewritten vars,
+// and talk to the broker past the sidecar. It returns the fatal reason for
+// settings it can see, and a warning for SPRING_APPLICATION_JSON from a
+// reference, which it cannot read.
+func springAbove(app *corev1.Container) (fatal, warning string) {
+	const key = "spring.rabbitmq."
+	var where []string
+	for _, e := range app.Env {
+		switch {
+		case e.Name == "SPRING_APPLICATION_JSON" && e.ValueFrom != nil:
+			warning = "SPRING_APPLICATION_JSON comes from " + valueSource(e.ValueFrom) + " and cannot be read: if it holds spring.rabbitmq settings, they beat the rewritten vars and the app bypasses the sidecar"
+		case e.Name == "SPRING_APPLICATION_JSON" && strings.Contains(e.Value, "rabbitmq"):
+			where = append(where, "SPRING_APPLICATION_JSON")
+		case (e.Name == "JAVA_TOOL_OPTIONS" || e.Name == "JDK_JAVA_OPTIONS" || e.Name == "JAVA_OPTS") && strings.Contains(e.Value, "-D"+key):
+			where = append(where, e.Name+" (-D"+key+"…)")
+		}
+	}
+	for _, a := range append(append([]string(nil), app.Command...), app.Args...) {
+		if strings.Contains(a, "-D"+key) || strings.Contains(a, "--"+key) {
+			where = append(where, "the container's command or args ("+a[:strings.Index(a, key)]+key+"…)")
+			break
+		}
+	}
+	if len(where) > 0 {
+		fatal = fmt.Sprintf("container %q sets the broker in %s, which Spring ranks above env vars: the app would bypass the sidecar; move the spring.rabbitmq settings into env (valueFrom for a Secret) or application.properties",
+			app.Name, strings.Join(where, " and "))
+	}
+	return fatal, warning
+}

@@ -147,6 +147,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 			br = fa
 		}
 	}
+	if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
+		br.fatal = fatal
+	} else if warning != "" {
+		br.skipped = append(br.skipped, warning)
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
