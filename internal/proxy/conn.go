@@ -132,8 +132,10 @@ func (c *conn) run(ctx context.Context) {
 	drain := time.AfterFunc(c.p.opts.DrainTimeout, cancelWriter)
 	<-writerDone
 	drain.Stop()
-	if tc, ok := c.up.(*net.TCPConn); ok {
-		_ = tc.CloseWrite() // fails only if the broker's side is gone already
+	// *net.TCPConn half-closes; *tls.Conn (TLS to the broker) sends
+	// close_notify, after which the broker ends its side too.
+	if cw, ok := c.up.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite() // fails only if the broker's side is gone already
 	}
 	select {
 	case <-downDone:
