@@ -25,6 +25,9 @@ type Consumer struct {
 	Node   string
 	WorkMS int    // per message; 50 is the paper's μ = 20/s
 	Image  string // a key of Lab.Images: "consumer" (Go) or "consumer-python"
+	// Mutate, if set, changes the pod as its user would write it, before
+	// admission: another broker configuration, say.
+	Mutate func(*corev1.Pod)
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -40,7 +43,7 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
 	}
 	grace, root := int64(1), int64(0)
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
 			Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec: corev1.PodSpec{
@@ -61,7 +64,11 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 				},
 			}},
 		},
-	}, nil
+	}
+	if c.Mutate != nil {
+		c.Mutate(p)
+	}
+	return p, nil
 }
 
 // StartConsumer admits and creates c's pod, and waits until it runs.
