@@ -2,7 +2,8 @@
 # Prepares what ms2m's tests need on this machine, idempotently:
 #   - a running RabbitMQ with the stream plugin (AMQP on 5672, streams on 5552);
 #   - a broker user for processes outside loopback (guest may only use loopback);
-#   - Debian's python3-pika, for the unmodified Python consumer.
+#   - Debian's python3-pika, for the unmodified Python consumer;
+#   - a JDK 17 and Maven, for the Spring Boot consumer (make consumer-spring).
 # With the argument "node" (make node-setup) it prepares a real node instead:
 #   - Debian's runc, containernetworking-plugins (bridge, host-local,
 #     loopback in /usr/lib/cni), iproute2 and nftables.
@@ -77,6 +78,15 @@ setup_pika() {
 		fail "Debian's python3-pika for /usr/bin/python3" "run as root: apt-get install python3-pika"
 }
 
+setup_java() {
+	if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+		return
+	fi
+	say "installing a JDK 17 and Maven from Debian's packages"
+	apt_install openjdk-17-jdk-headless maven && command -v mvn >/dev/null 2>&1 ||
+		fail "a JDK 17 and Maven, for the Spring Boot consumer" "run as root: apt-get install openjdk-17-jdk-headless maven"
+}
+
 # What a real node needs from Debian besides the binaries that make node-bin
 # builds and make criu installs: containerd's runc shim calls runc, CRI calls
 # the CNI plugins, and the node tests make network namespaces and nft rules.
@@ -108,7 +118,7 @@ setup_node_packages() {
 
 case "${1:-}" in
 node) setup_node_packages ;;
-'') setup_rabbitmq; setup_pika ;;
+'') setup_rabbitmq; setup_pika; setup_java ;;
 *) echo "usage: hack/setup.sh [node]" >&2; exit 2 ;;
 esac
 
