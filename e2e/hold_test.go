@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -34,7 +35,7 @@ func TestHoldUntilFrozen(t *testing.T) {
 	}
 	for _, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
-			r.rep, r.gap = migrateWhileProducing(t, l, scenario{strategy: migrate.MS2M, image: "consumer", n: 320, rate: 16, workMS: 20, holdWholeCall: r.whole})
+			r.rep, r.gap = migrateWhileProducing(t, l, scenario{strategy: contract.StrategyMS2M, image: "consumer", n: 320, rate: 16, workMS: 20, holdWholeCall: r.whole})
 			h := r.rep.Hold
 			if h == nil {
 				t.Fatal("the report has no hold timings")

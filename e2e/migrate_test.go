@@ -11,6 +11,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -19,7 +20,7 @@ import (
 
 // scenario is one migration of a consumer while the producer sends.
 type scenario struct {
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	image    string  // "consumer" (Go), "consumer-python" or "consumer-spring"
 	n        int     // messages
 	rate     float64 // λ, msg/s
@@ -37,9 +38,9 @@ type scenario struct {
 func TestFirstRealMigration(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, admitting targets itself, CRIU alone among them")
 	for _, image := range []string{"consumer", "consumer-python"} {
-		strategies := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone}
+		strategies := []contract.Strategy{contract.StrategyMS2M, contract.StrategyStopAndCopy, contract.StrategyCRIUAlone}
 		if image == "consumer" {
-			strategies = append(strategies, migrate.MS2MCutoff)
+			strategies = append(strategies, contract.StrategyMS2MCutoff)
 		}
 		for _, strategy := range strategies {
 			sc := scenario{strategy: strategy, image: image, n: 120, rate: 10, workMS: 50}
@@ -100,7 +101,7 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 			sc.strategy, h.Held.Round(time.Millisecond), h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond),
 			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback)
 	}
-	if sc.strategy == migrate.MS2MCutoff {
+	if sc.strategy == contract.StrategyMS2MCutoff {
 		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 		if rep.TCutoff <= 0 || rep.Lambda <= 0 {
 			t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
@@ -123,14 +124,14 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 		t.Fatal(err)
 	}
 	settle := 30 * time.Second
-	if sc.strategy == migrate.CRIUAlone {
+	if sc.strategy == contract.StrategyCRIUAlone {
 		settle = 10 * time.Second // it never gets there: it lost messages
 	}
 	got := lab.WaitFor(target, want, settle)
 	t.Logf("%s: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d, skipped redeliveries %d)",
 		sc.strategy, want.Count, want.Hash, got.Count, got.Hash, got.Reconnects, got.Skipped)
 	gap := logGap(t, string(sc.strategy), journals, target, began, ended)
-	if sc.strategy == migrate.CRIUAlone {
+	if sc.strategy == contract.StrategyCRIUAlone {
 		if got.Hash == want.Hash {
 			t.Errorf("CRIU alone ended with the producer's hash: the source handled nothing after its checkpoint, so the test shows nothing")
 		} else {

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -33,7 +33,7 @@ func TestSpringConsumerMigration(t *testing.T) {
 	if err := l.PushSpring(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.MS2MCutoff} {
+	for _, strategy := range []contract.Strategy{contract.StrategyMS2M, contract.StrategyMS2MCutoff} {
 		t.Run(string(strategy), func(t *testing.T) {
 			rep, gap := migrateWhileProducing(t, l, scenario{strategy: strategy, image: "consumer-spring", n: 300, rate: 10, workMS: 50})
 			t.Logf("Spring consumer by %s: total %v, switch %v, processing gap %v",

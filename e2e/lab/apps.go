@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -50,7 +50,7 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
-			Annotations: map[string]string{inject.AnnotationInject: "true"}},
+			Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      c.Node,
 			TerminationGracePeriodSeconds: &grace,

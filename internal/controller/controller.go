@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -97,7 +99,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("migration").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetAnnotations()[inject.AnnotationMigrateTo]
+			_, ok := o.GetAnnotations()[contract.AnnotationMigrateTo]
 			return ok
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
@@ -107,8 +109,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pending-migration").
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetLabels()[inject.LabelMigration]
-			return ok && strings.HasPrefix(o.GetName(), inject.PendingConfigMapPrefix)
+			_, ok := o.GetLabels()[contract.LabelMigration]
+			return ok && strings.HasPrefix(o.GetName(), contract.PendingConfigMapPrefix)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
 		Complete(reconcile.Func(r.reconcilePending))
@@ -117,7 +119,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // PendingSelector selects the pending-migration ConfigMaps, the only ones
 // the controller watches: a manager's cache can be narrowed to them.
 func PendingSelector() labels.Selector {
-	sel, _ := labels.Parse(inject.LabelMigration)
+	sel, _ := labels.Parse(contract.LabelMigration)
 	return sel
 }
 
@@ -138,17 +140,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.forged(pod)
 		prev, has = Status{}, false
 	}
-	migrateTo, asked := pod.Annotations[inject.AnnotationMigrateTo]
+	migrateTo, asked := pod.Annotations[contract.AnnotationMigrateTo]
 	act := decide(situation{
 		node: pod.Spec.NodeName, asked: asked, migrateTo: migrateTo,
 		hasStatus: has, statusBad: stErr != nil, status: prev,
-		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[inject.AnnotationMigrationName]),
+		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[contract.AnnotationMigrationName]),
 	})
 	switch act {
 	case ActNone:
 		return reconcile.Result{}, nil
 	case ActBadStatus:
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, inject.AnnotationMigrationStatus)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, contract.AnnotationMigrationStatus)
 		return reconcile.Result{}, nil
 	case ActWait:
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
@@ -158,7 +160,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.refuseBusy(pod, prev, migrateTo)
 		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
 	case ActSameNode:
-		err := fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, migrateTo)
+		err := fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, migrateTo)
 		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: time.Now(), History: prev.History}, err)
 	}
 
@@ -171,7 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
-	st := Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
+	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
 		return reconcile.Result{}, err // a conflict: try again with the new pod
 	}
@@ -185,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	go r.watchRequests(watchCtx, pod, st)
 	r.cfg.Metrics.started()
 	defer r.cfg.Metrics.stopped()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
 
 	port, token, err := migrate.SidecarControl(ctx, cs, pod)
 	if err != nil {
@@ -204,7 +206,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, r.fail(ctx, pod, st, err)
 	}
-	st.Phase = PhaseSucceeded
+	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
 	r.cfg.Metrics.record(ResultSucceeded, st)
@@ -212,7 +214,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
 	return reconcile.Result{}, r.setStatus(ctx, target, st)
 }
 
@@ -222,7 +224,7 @@ func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) m
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
 		ControlToken: token, ControlPort: port, HTTP: r.http,
 		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
 	}
 }
@@ -235,14 +237,14 @@ func (r *Reconciler) isRunning(name string) bool {
 // checkTarget checks the request against the cluster before anything is
 // touched.
 func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq request) error {
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; !ok {
-		return fmt.Errorf("the pod has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", inject.AnnotationInject)
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; !ok {
+		return fmt.Errorf("the pod has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", contract.AnnotationInject)
 	}
 	if pod.Spec.NodeName == rq.node {
-		return fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, rq.node)
+		return fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, rq.node)
 	}
 	if _, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, rq.node, metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("annotation %s: node %s: %w", inject.AnnotationMigrateTo, rq.node, err)
+		return fmt.Errorf("annotation %s: node %s: %w", contract.AnnotationMigrateTo, rq.node, err)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("the pod is %s, not Running", pod.Status.Phase)
@@ -253,11 +255,11 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 // reject answers a request that was refused before anything was touched:
 // a Warning Event, and st, Failed, as the pod's status.
 func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
-	st.Phase, st.Message = PhaseFailed, err.Error()+"; nothing was touched"
-	reason := ReasonRejected
+	st.Phase, st.Message = contract.PhaseFailed, err.Error()+"; nothing was touched"
+	reason := contract.ReasonMigrationRejected
 	var np *migrate.NotPlaceable
 	if errors.As(err, &np) {
-		reason = ReasonTargetNotAllowed
+		reason = contract.ReasonMigrationTargetNotAllowed
 	}
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Migrate", "%v", err)
 	r.cfg.Metrics.record(ResultRejected, st)
@@ -270,29 +272,29 @@ func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err
 // request annotation.
 func (r *Reconciler) refuseBusy(pod *corev1.Pod, st Status, node string) {
 	running := st.Name
-	if running == "" || st.Phase != PhaseRunning {
-		running = pod.Annotations[inject.AnnotationMigrationName]
+	if running == "" || st.Phase != contract.PhaseRunning {
+		running = pod.Annotations[contract.AnnotationMigrationName]
 	}
 	key := string(pod.UID) + "\x00" + running + "\x00" + node
 	if _, seen := r.refused.LoadOrStore(key, true); seen {
 		return
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInProgress, "Migrate",
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationInProgress, "Migrate",
 		"migration %s of this pod is under way; the request %s=%s is refused: ask again once it has ended (migrator status %s/%s)",
-		running, inject.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
+		running, contract.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
 }
 
 // forged answers a pod whose migration status this controller did not
 // sign, with one Warning Event per status value.
 func (r *Reconciler) forged(pod *corev1.Pod) {
-	raw := pod.Annotations[inject.AnnotationMigrationStatus]
+	raw := pod.Annotations[contract.AnnotationMigrationStatus]
 	key := "forged\x00" + string(pod.UID) + "\x00" + raw
 	if _, seen := r.refused.LoadOrStore(key, true); seen {
 		return
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonForgedStatus, "Migrate",
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonForgedMigrationStatus, "Migrate",
 		"annotation %s is not signed by this migrator (%s missing or wrong): it was not written by ms2m's controller, or before statuses were signed; it is ignored: nothing is rolled back or deleted by it, and the request is handled as the pod's first",
-		inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature)
+		contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature)
 }
 
 // watchRequests refuses, with an Event each, the requests made on pod
@@ -310,7 +312,7 @@ func (r *Reconciler) watchRequests(ctx context.Context, pod *corev1.Pod, st Stat
 		if !ok || p.UID != pod.UID {
 			continue
 		}
-		if node, asked := p.Annotations[inject.AnnotationMigrateTo]; asked && node != st.Target {
+		if node, asked := p.Annotations[contract.AnnotationMigrateTo]; asked && node != st.Target {
 			r.refuseBusy(p, st, node)
 		}
 	}
@@ -329,8 +331,8 @@ func (r *Reconciler) forgetRefused(name string) {
 
 // fail records a failed migration on the source.
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
-	st.Phase, st.Message = PhaseFailed, err.Error()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonFailed, "Migrate", "migration %s: %v", st.Name, err)
+	st.Phase, st.Message = contract.PhaseFailed, err.Error()
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationFailed, "Migrate", "migration %s: %v", st.Name, err)
 	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -342,7 +344,7 @@ func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err e
 // Otherwise the source serves again and the half-made target goes: a
 // target that has not switched has taken nothing from the primary queue.
 func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) error {
-	if s := migrate.Strategy(st.Strategy); s == migrate.StatefulSet || s == migrate.StatefulSetShadow {
+	if s := contract.Strategy(st.Strategy); s == contract.StrategyStatefulSet || s == contract.StrategyStatefulSetShadow {
 		return r.rollBackStatefulSet(ctx, pod, st)
 	}
 	cs := r.cfg.Client
@@ -386,12 +388,12 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
 	errs = append(errs, r.dropImages(ctx, pod, st))
 	if err := errors.Join(errs...); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried
 	}
-	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + inject.AnnotationMigrateTo + " again to ask again"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	st.Phase = contract.PhaseRolledBack
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + contract.AnnotationMigrateTo + " again to ask again"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -418,12 +420,12 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
 	if err := migrate.Finish(ctx, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
 		return err // retried
 	}
-	st.Phase = PhaseSucceeded
+	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, target, st)
 }
@@ -431,22 +433,15 @@ func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, s
 // setStatus writes st to pod's status annotation; once st has ended, it
 // goes into st's History, and the pod's request annotation is removed: it
 // is answered, and the next one is new. Starting a migration
-// (PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
+// (contract.PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
 // meanwhile gives a conflict, and the caller starts over with the new one,
 // so that two controllers never both start it. Later writes are not.
 func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) error {
-	rv, answered := "", ""
-	if st.Phase == PhaseRunning {
-		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
-	} else {
-		// The request is answered: it goes with the same write, and so
-		// does its override, which holds for one request only.
-		answered = fmt.Sprintf(`,%q:null,%q:null`, inject.AnnotationMigrateTo, inject.AnnotationMigrateForce)
+	body, err := statusPatch(pod, st, r.cfg.StatusKey)
+	if err != nil {
+		return fmt.Errorf("record the migration's status on %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	raw := st.ended().encode()
-	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q,%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, raw,
-		inject.AnnotationMigrationStatusSignature, statusSignature(r.cfg.StatusKey, pod.Namespace, raw), answered)
-	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -456,4 +451,36 @@ func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) 
 	pod.ResourceVersion = got.ResourceVersion
 	pod.Annotations = got.Annotations
 	return nil
+}
+
+// statusPatch is the merge patch that writes st, signed with key, to pod
+// (see setStatus).
+func statusPatch(pod *corev1.Pod, st Status, key []byte) ([]byte, error) {
+	raw := st.ended().encode()
+	sig := statusSignature(key, pod.Namespace, raw)
+	patch := mergePatch{Metadata: patchMeta{Annotations: map[string]*string{
+		contract.AnnotationMigrationStatus:          &raw,
+		contract.AnnotationMigrationStatusSignature: &sig,
+	}}}
+	if st.Phase == contract.PhaseRunning {
+		patch.Metadata.ResourceVersion = pod.ResourceVersion
+	} else {
+		// The request is answered: it goes with the same write, and so
+		// does its override, which holds for one request only.
+		patch.Metadata.Annotations[contract.AnnotationMigrateTo] = nil
+		patch.Metadata.Annotations[contract.AnnotationMigrateForce] = nil
+	}
+	return json.Marshal(patch)
+}
+
+// mergePatch is a JSON merge patch (RFC 7386) of a pod's metadata: an
+// annotation set to nil is removed, and a resourceVersion makes the patch
+// fail with a conflict if the pod changed since it was read.
+type mergePatch struct {
+	Metadata patchMeta `json:"metadata"`
+}
+
+type patchMeta struct {
+	ResourceVersion string             `json:"resourceVersion,omitempty"`
+	Annotations     map[string]*string `json:"annotations,omitempty"`
 }

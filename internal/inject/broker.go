@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // The app's env vars that ms2m knows to hold the broker's address.
@@ -101,7 +103,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 		seen[e.Name] = true
 		if e.ValueFrom != nil {
 			r.skipped = append(r.skipped, fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s",
-				e.Name, valueSource(e.ValueFrom), AnnotationBrokerEnv))
+				e.Name, valueSource(e.ValueFrom), contract.AnnotationBrokerEnv))
 			continue
 		}
 		if e.Value == "" {
@@ -143,7 +145,7 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 				p := app.Env[portIdx]
 				if p.ValueFrom != nil {
 					r.skipped = append(r.skipped,
-						fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), AnnotationBrokerEnv),
+						fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), contract.AnnotationBrokerEnv),
 						fmt.Sprintf("%s: not rewritten, because %s cannot be read", e.Name, envSpringPort))
 					continue
 				}
@@ -212,14 +214,14 @@ func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) br
 
 	for _, name := range extra {
 		if !seen[name] {
-			r.skipped = append(r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", AnnotationBrokerEnv, name, app.Name))
+			r.skipped = append(r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", contract.AnnotationBrokerEnv, name, app.Name))
 		}
 	}
 
 	if len(hits) == 0 {
 		if len(seen) == 0 {
 			msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",
-				app.Name, strings.Join(wellKnownBrokerEnv, ", "), AnnotationBrokerEnv)
+				app.Name, strings.Join(wellKnownBrokerEnv, ", "), contract.AnnotationBrokerEnv)
 			if len(app.EnvFrom) > 0 {
 				msg += " (env from envFrom sources cannot be read)"
 			}

@@ -9,11 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // testPod is an opted-in pod whose one container has env.
 func testPod(annotations map[string]string, env ...corev1.EnvVar) *corev1.Pod {
-	ann := map[string]string{AnnotationInject: "true"}
+	ann := map[string]string{contract.AnnotationInject: "true"}
 	for k, v := range annotations {
 		ann[k] = v
 	}
@@ -52,7 +54,7 @@ func TestInjectLeavesInputAlone(t *testing.T) {
 		"pod without annotations, namespace opted in": {
 			in: Input{
 				Pod:             &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{lit(envAMQPURL, "amqp://rabbit")}}}}},
-				NamespaceLabels: map[string]string{LabelNamespaceInject: "enabled"},
+				NamespaceLabels: map[string]string{contract.LabelNamespaceInject: "enabled"},
 			},
 			wantPod: true,
 		},
@@ -64,7 +66,7 @@ func TestInjectLeavesInputAlone(t *testing.T) {
 			in: Input{Pod: testPod(nil, fromSecret(envAMQPURL))},
 		},
 		"deny": {
-			in: Input{Pod: testPod(map[string]string{AnnotationStrategy: "x"}, lit(envAMQPURL, "amqp://rabbit"))},
+			in: Input{Pod: testPod(map[string]string{contract.AnnotationStrategy: "x"}, lit(envAMQPURL, "amqp://rabbit"))},
 		},
 	}
 	for name, tt := range tests {
@@ -119,7 +121,7 @@ func TestInjectErrors(t *testing.T) {
 	}{
 		"nil pod":          {in: Input{}, cfg: testConfig, wantMsg: "Input.Pod is nil"},
 		"bad config":       {in: Input{Pod: testPod(nil)}, cfg: bad, wantMsg: "sidecarImage is empty"},
-		"bad inject value": {in: Input{Pod: testPod(map[string]string{AnnotationInject: "True"})}, cfg: testConfig, wantDeny: true, wantMsg: `annotation ms2m.io/inject is "True"`},
+		"bad inject value": {in: Input{Pod: testPod(map[string]string{contract.AnnotationInject: "True"})}, cfg: testConfig, wantDeny: true, wantMsg: `annotation ms2m.io/inject is "True"`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -78,7 +78,7 @@ type Result struct {
 	Restore *Migration
 }
 
-// Status is the JSON in AnnotationStatus.
+// Status is the JSON in contract.AnnotationStatus.
 type Status struct {
 	Version   string   `json:"version"`
 	Sidecar   string   `json:"sidecar"`

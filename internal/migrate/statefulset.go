@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
@@ -18,7 +19,7 @@ import (
 // A StatefulSet's pod is its identity: only the StatefulSet controller
 // makes a pod of that name, from its template. So the migrator cannot
 // create the target; it records the restore in a pending-migration
-// ConfigMap (inject.PendingConfigMapName), deletes the source, and the
+// ConfigMap (contract.PendingConfigMapName), deletes the source, and the
 // webhook turns the pod that the StatefulSet controller makes next into
 // that restore. The record stays until the restored pod runs; a restore
 // that fails leaves it, so that the pod is never started with empty state
@@ -95,7 +96,7 @@ func (r *run) statefulSetShadow(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", p.Name, err)
 	}
-	shadow.Labels[inject.LabelShadowOf] = ShadowOfLabel(src.Name)
+	shadow.Labels[contract.LabelShadowOf] = ShadowOfLabel(src.Name)
 	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("migration %s: create the shadow pod %s: %w", p.Name, shadowName, err)
 	}
@@ -184,10 +185,10 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 		return nil, err
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: inject.PendingConfigMapName(src.Name), Namespace: src.Namespace,
-			Labels:      map[string]string{inject.LabelMigration: MigrationLabel(restore.Migration)},
-			Annotations: map[string]string{inject.AnnotationStrategy: string(r.p.Strategy)}},
-		Data: map[string]string{inject.PendingConfigMapKey: string(b)},
+		ObjectMeta: metav1.ObjectMeta{Name: contract.PendingConfigMapName(src.Name), Namespace: src.Namespace,
+			Labels:      map[string]string{contract.LabelMigration: MigrationLabel(restore.Migration)},
+			Annotations: map[string]string{contract.AnnotationStrategy: string(r.p.Strategy)}},
+		Data: map[string]string{contract.PendingConfigMapKey: string(b)},
 	}
 	cms := cs.CoreV1().ConfigMaps(src.Namespace)
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
@@ -218,8 +219,8 @@ func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration strin
 		p, err := cs.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
 		if err == nil && p.UID != old.UID {
 			var st inject.Status
-			if err := json.Unmarshal([]byte(p.Annotations[inject.AnnotationStatus]), &st); err != nil || st.Restore != migration {
-				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", inject.AnnotationStatus, migration)
+			if err := json.Unmarshal([]byte(p.Annotations[contract.AnnotationStatus]), &st); err != nil || st.Restore != migration {
+				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", contract.AnnotationStatus, migration)
 			}
 			return WaitRunning(ctx, cs, old.Namespace, old.Name, time.Until(deadline))
 		}
@@ -236,7 +237,7 @@ func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration strin
 
 // deletePending deletes the source's pending-migration record, if any.
 func (r *run) deletePending(ctx context.Context) error {
-	name := inject.PendingConfigMapName(r.source.Name)
+	name := contract.PendingConfigMapName(r.source.Name)
 	err := r.env.Client.CoreV1().ConfigMaps(r.source.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the pending-migration ConfigMap %s/%s: %w", r.source.Namespace, name, err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,64 +14,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
-// Strategy names a way to migrate.
-type Strategy string
-
-const (
-	// StopAndCopy stops the source at a cutoff, checkpoints it, and
-	// restores the target; nothing consumes in between.
-	StopAndCopy Strategy = "stop-and-copy"
-	// MS2M checkpoints the source while it keeps serving, restores the
-	// target, lets it replay the log, and hands over at a cutoff.
-	MS2M Strategy = "ms2m"
-	// MS2MCutoff is MS2M with the source stopped once T_cutoff has passed
-	// since the target began to replay, T_cutoff = T_replay_max × μ / λ
-	// (the paper's eq. 5, λ and μ measured live by the sidecars), so that
-	// the replay after the stop stays bounded as λ approaches μ.
-	MS2MCutoff Strategy = "ms2m-cutoff"
-	// CRIUAlone checkpoints and restores with no quiesce and no replay: the
-	// baseline that shows what replay is for. It loses what the source
-	// handled after its checkpoint.
-	CRIUAlone Strategy = "criu-alone"
-	// StatefulSet is the paper's strategy for a StatefulSet pod, whose
-	// name is its identity: checkpoint it while it serves, stop it at a
-	// cutoff once the image is pushed, and delete it; the StatefulSet
-	// controller recreates the pod, the webhook turns it into a restore on
-	// the target node (from a pending-migration record), and it replays
-	// to the cutoff. Down from the stop until the new pod consumes.
-	StatefulSet Strategy = "statefulset"
-	// StatefulSetShadow gives a StatefulSet pod ms2m's downtime: a shadow
-	// pod on the target node takes over from the source by the ms2m
-	// handoff; then the source is deleted, the StatefulSet's recreated
-	// pod is restored from a checkpoint of the shadow on the same node,
-	// and takes over from the shadow by the same handoff.
-	StatefulSetShadow Strategy = "statefulset-shadow"
-	// Auto picks by owner: statefulset-shadow for a StatefulSet's pod,
-	// ms2m for any other.
-	Auto Strategy = "auto"
-)
-
-// Strategies lists the strategies Run takes, auto first.
-var Strategies = []Strategy{Auto, MS2M, MS2MCutoff, StopAndCopy, StatefulSet, StatefulSetShadow, CRIUAlone}
-
-func strategyNames() []string {
-	out := make([]string, len(Strategies))
-	for i, s := range Strategies {
-		out[i] = string(s)
-	}
-	return out
-}
-
 // ByOwner is the strategy auto picks for pod.
-func ByOwner(pod *corev1.Pod) Strategy {
+func ByOwner(pod *corev1.Pod) contract.Strategy {
 	if ownedByStatefulSet(pod) {
-		return StatefulSetShadow
+		return contract.StrategyStatefulSetShadow
 	}
-	return MS2M
+	return contract.StrategyMS2M
 }
 
 // NodeAgent does the node-local steps. The migrator's agent does them on
@@ -138,14 +90,14 @@ type Plan struct {
 	Container  string // the app container
 	TargetNode string
 	TargetPod  string // the new pod's name
-	Strategy   Strategy
+	Strategy   contract.Strategy
 	// MaxLag is how far behind the target may be when the source is
 	// stopped (ms2m). Default 0: the target has replayed everything.
 	MaxLag uint64
 	// ReplayMax is T_replay_max for MS2MCutoff. Default 5 s.
 	ReplayMax time.Duration
 	// Cutoff is MS2MCutoff's stop rule. Default CutoffFormula.
-	Cutoff CutoffRule
+	Cutoff contract.CutoffRule
 	// Timeout bounds each wait. Default 3 minutes.
 	Timeout time.Duration
 	// HoldWholeCall keeps a live checkpoint's hold on the source's
@@ -158,22 +110,22 @@ type Plan struct {
 
 // Report is what a migration measured.
 type Report struct {
-	Strategy  Strategy         `json:"strategy"`
-	Total     time.Duration    `json:"total"`
-	Downtime  time.Duration    `json:"downtime"`
-	CutoffID  uint64           `json:"cutoffId,omitempty"`
-	Start     uint64           `json:"checkpointId"`
-	Epoch     uint64           `json:"epoch,omitempty"` // the log's epoch at the checkpoint
-	Phases    []Phase          `json:"phases"`
-	Archive   string           `json:"archive"`
-	Image     string           `json:"image"`
-	TargetPod string           `json:"targetPod"`
-	Handover  *control.Timings `json:"handover,omitempty"`
+	Strategy  contract.Strategy `json:"strategy"`
+	Total     time.Duration     `json:"total"`
+	Downtime  time.Duration     `json:"downtime"`
+	CutoffID  uint64            `json:"cutoffId,omitempty"`
+	Start     uint64            `json:"checkpointId"`
+	Epoch     uint64            `json:"epoch,omitempty"` // the log's epoch at the checkpoint
+	Phases    []Phase           `json:"phases"`
+	Archive   string            `json:"archive"`
+	Image     string            `json:"image"`
+	TargetPod string            `json:"targetPod"`
+	Handover  *control.Timings  `json:"handover,omitempty"`
 	// Cutoff strategy: the rates it was sized with, and T_cutoff.
-	Cutoff  CutoffRule    `json:"cutoff,omitempty"`
-	Lambda  float64       `json:"lambda,omitempty"`
-	Mu      float64       `json:"mu,omitempty"`
-	TCutoff time.Duration `json:"tCutoff,omitempty"`
+	Cutoff  contract.CutoffRule `json:"cutoff,omitempty"`
+	Lambda  float64             `json:"lambda,omitempty"`
+	Mu      float64             `json:"mu,omitempty"`
+	TCutoff time.Duration       `json:"tCutoff,omitempty"`
 	// statefulset-shadow: the shadow pod, its checkpoint, and its handoff
 	// to the StatefulSet's recreated pod (Handover is the first one; the
 	// downtime is the sum of both).
@@ -265,7 +217,7 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return &Refused{fmt.Errorf("migration %s: the source pod: %w", p.Name, err)}
 	}
-	if r.p.Strategy == Auto || r.p.Strategy == "" {
+	if r.p.Strategy == contract.StrategyAuto || r.p.Strategy == "" {
 		r.p.Strategy = ByOwner(src)
 		r.rep.Strategy = r.p.Strategy
 	}
@@ -288,9 +240,9 @@ func (r *run) do(ctx context.Context) error {
 	r.phase("prepare target")
 
 	switch r.p.Strategy {
-	case StatefulSet:
+	case contract.StrategyStatefulSet:
 		return r.statefulSet(ctx)
-	case StatefulSetShadow:
+	case contract.StrategyStatefulSetShadow:
 		return r.statefulSetShadow(ctx)
 	}
 	return r.podCopy(ctx)
@@ -335,15 +287,15 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 
 	var stopped control.StopResult
 	switch p.Strategy {
-	case MS2M, MS2MCutoff:
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
 		cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
 		resumeSource = true
 		r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
-	case StopAndCopy, CRIUAlone:
-		if p.Strategy == StopAndCopy {
+	case contract.StrategyStopAndCopy, contract.StrategyCRIUAlone:
+		if p.Strategy == contract.StrategyStopAndCopy {
 			if stopped, err = srcEP.Stop(ctx, 60*time.Second); err != nil {
 				return fmt.Errorf("migration %s: %w", p.Name, err)
 			}
@@ -360,11 +312,11 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 		}
 		r.phase("image")
 	default:
-		return fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(strategyNames(), ", "))
+		return fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(contract.StrategyNames(), ", "))
 	}
 
 	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
-	if p.Strategy == StopAndCopy {
+	if p.Strategy == contract.StrategyStopAndCopy {
 		restore.Cutoff = r.rep.CutoffID
 	}
 	target, err := r.targetPod(src, p.TargetPod, restore)
@@ -386,7 +338,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 	dstEP := r.endpoint(running)
 
 	switch p.Strategy {
-	case MS2M, MS2MCutoff:
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
 		tm, err := r.handover(ctx, srcEP, dstEP)
 		if err != nil {
 			stopAsked = !errors.Is(err, control.ErrBeforeStop)
@@ -394,7 +346,7 @@ func (r *run) podCopy(ctx context.Context) (err error) {
 		}
 		r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
 		r.phase("replay and handover")
-	case StopAndCopy:
+	case contract.StrategyStopAndCopy:
 		switched, err := dstEP.WaitSwitched(ctx, p.Timeout)
 		if err != nil {
 			return fmt.Errorf("migration %s: %w", p.Name, err)
@@ -554,7 +506,7 @@ func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (
 // switch; for ms2m-cutoff, the stop comes once T_cutoff has passed.
 func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (control.Timings, error) {
 	ho := control.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, ReadRetry: r.env.ReadRetry}
-	if r.p.Strategy == MS2MCutoff {
+	if r.p.Strategy == contract.StrategyMS2MCutoff {
 		lambda, mu, err := srcEP.Rates(ctx)
 		if err != nil {
 			return control.Timings{}, err
@@ -565,9 +517,9 @@ func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (contro
 		r.rep.Lambda, r.rep.Mu = lambda, mu
 		r.rep.TCutoff = CutoffAfter(r.p.ReplayMax, lambda, mu, r.p.Timeout)
 		ho.Deadline = time.Now().Add(r.rep.TCutoff)
-		r.rep.Cutoff = CutoffFormula
-		if r.p.Cutoff == CutoffAdaptive {
-			r.rep.Cutoff = CutoffAdaptive
+		r.rep.Cutoff = contract.CutoffFormula
+		if r.p.Cutoff == contract.CutoffAdaptive {
+			r.rep.Cutoff = contract.CutoffAdaptive
 			ho.StopAt = r.adaptiveStop(ctx, dstEP, mu)
 		}
 	}
@@ -582,32 +534,6 @@ func deleteNow(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) er
 		return nil // gone, or already a new pod of the same name
 	}
 	return err
-}
-
-// CutoffRule is how ms2m-cutoff decides when to stop the source.
-type CutoffRule string
-
-const (
-	// CutoffFormula stops the source once T_cutoff (CutoffAfter, the
-	// paper's eq. 5, sized by λ and μ when the handover begins) has passed.
-	CutoffFormula CutoffRule = "formula"
-	// CutoffAdaptive stops it as soon as the target's live backlog can be
-	// replayed within T_replay_max at the target's live rate (Adaptive),
-	// and at the latest when T_cutoff passes: the bound on the replay after
-	// the stop holds however the rates move, and the source stops no later
-	// than by the formula.
-	CutoffAdaptive CutoffRule = "adaptive"
-)
-
-// ParseCutoffRule reads a rule by name; "" is CutoffFormula.
-func ParseCutoffRule(s string) (CutoffRule, error) {
-	switch r := CutoffRule(s); r {
-	case "":
-		return CutoffFormula, nil
-	case CutoffFormula, CutoffAdaptive:
-		return r, nil
-	}
-	return "", fmt.Errorf("unknown cutoff rule %q (want %s or %s)", s, CutoffFormula, CutoffAdaptive)
 }
 
 // Adaptive reports whether a backlog of lag deliveries replays within
@@ -665,7 +591,7 @@ func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.
 		}
 		t = admitted
 	}
-	if r.p.Strategy == CRIUAlone {
+	if r.p.Strategy == contract.StrategyCRIUAlone {
 		// No replay: the target's sidecar serves at once, on a log of its
 		// own so that it does not write into the source's.
 		for i := range t.Spec.InitContainers {
@@ -783,11 +709,11 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
-	if !slices.Contains(Strategies, p.Strategy) {
-		return fmt.Errorf("unknown strategy %q (want one of %s)", p.Strategy, strings.Join(strategyNames(), ", "))
+	if !p.Strategy.Valid() {
+		return fmt.Errorf("unknown strategy %q (want one of %s)", p.Strategy, strings.Join(contract.StrategyNames(), ", "))
 	}
-	if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
-		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, inject.AnnotationStatus, inject.AnnotationInject)
+	if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
+		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, contract.AnnotationStatus, contract.AnnotationInject)
 	}
 	if !podReady(src) {
 		return fmt.Errorf("pod %s/%s is not running and ready: %s", src.Namespace, src.Name, describe(src))
@@ -814,10 +740,10 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		}
 	}
 	switch sts := ownedByStatefulSet(src); {
-	case sts && p.Strategy != StatefulSet && p.Strategy != StatefulSetShadow:
-		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, StatefulSetShadow, StatefulSet, Auto)
-	case !sts && (p.Strategy == StatefulSet || p.Strategy == StatefulSetShadow):
-		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, MS2M, Auto)
+	case sts && p.Strategy != contract.StrategyStatefulSet && p.Strategy != contract.StrategyStatefulSetShadow:
+		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, contract.StrategyStatefulSetShadow, contract.StrategyStatefulSet, contract.StrategyAuto)
+	case !sts && (p.Strategy == contract.StrategyStatefulSet || p.Strategy == contract.StrategyStatefulSetShadow):
+		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
 	}
 	found := false
 	for _, c := range src.Spec.Containers {
