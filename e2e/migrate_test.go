@@ -22,7 +22,7 @@ import (
 // scenario is one migration of a consumer while the producer sends.
 type scenario struct {
 	strategy contract.Strategy
-	image    string  // "consumer" (Go) or "consumer-python"
+	image    string  // "consumer" (Go), "consumer-python" or "consumer-spring"
 	n        int     // messages
 	rate     float64 // λ, msg/s
 	workMS   int     // per message
@@ -71,6 +71,9 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image, Mutate: sc.mutate})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.image == "consumer-spring" { // a JVM and a Spring context take a while
+		waitAppConnected(t, src, 3*time.Minute)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)

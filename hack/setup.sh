@@ -8,6 +8,7 @@
 #     under $MS2M_STATE_DIR/tls, and EXTERNAL auth for a client certificate,
 #     started at run time (the broker is shared: it is never restarted) and
 #     written to rabbitmq.conf for its next boot.
+#   - a JDK 17 and Maven, for the Spring Boot consumer (make consumer-spring).
 # With the argument "node" (make node-setup) it prepares a real node instead:
 #   - Debian's runc, containernetworking-plugins (bridge, host-local,
 #     loopback in /usr/lib/cni), iproute2 and nftables.
@@ -220,6 +221,15 @@ setup_nats() {
 	say "NATS ready: nats://127.0.0.1:$NATS_PORT ($(/usr/sbin/nats-server --version 2>/dev/null))"
 }
 
+setup_java() {
+	if command -v mvn >/dev/null 2>&1 && command -v javac >/dev/null 2>&1; then
+		return
+	fi
+	say "installing a JDK 17 and Maven from Debian's packages"
+	apt_install openjdk-17-jdk-headless maven && command -v mvn >/dev/null 2>&1 ||
+		fail "a JDK 17 and Maven, for the Spring Boot consumer" "run as root: apt-get install openjdk-17-jdk-headless maven"
+}
+
 # What a real node needs from Debian besides the binaries that make node-bin
 # builds and make criu installs: containerd's runc shim calls runc, CRI calls
 # the CNI plugins, and the node tests make network namespaces and nft rules.
@@ -251,7 +261,7 @@ setup_node_packages() {
 
 case "${1:-}" in
 node) setup_node_packages ;;
-'') setup_rabbitmq; [ "$failed" = 1 ] || setup_rabbitmq_tls; setup_pika; setup_nats ;;
+'') setup_rabbitmq; [ "$failed" = 1 ] || setup_rabbitmq_tls; setup_pika; setup_nats; setup_java ;;
 *) echo "usage: hack/setup.sh [node]" >&2; exit 2 ;;
 esac
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -181,4 +182,50 @@ func RequireTLSBroker(t testing.TB) TLSBroker {
 		c.Close()
 	}
 	return b
+}
+
+// SpringJarPath is the Spring Boot sample consumer's jar, relative to the
+// module root, where `make consumer-spring` builds it.
+const SpringJarPath = "examples/consumer-spring/target/consumer-spring.jar"
+
+// SpringJVMFlags are the JVM options the tests run the Spring consumer
+// with: a small heap and the serial collector (fewer threads and pages, for
+// a loaded 2-core machine and for CRIU), no hsperfdata file in /tmp, and the
+// C1 compiler only, which starts faster.
+var SpringJVMFlags = []string{"-XX:+UseSerialGC", "-Xmx128m", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1"}
+
+var springMu sync.Mutex
+
+// RequireSpringJar brings the Spring consumer's jar up to date with `make
+// consumer-spring` (nothing when it is; one Maven build at a time across
+// test binaries, by a lock file) and returns its path and the java to run
+// it with. A missing Maven, java or failed build fails under CI=true and
+// skips elsewhere.
+func RequireSpringJar(t testing.TB) (java, jar string) {
+	t.Helper()
+	java, err := exec.LookPath("java")
+	if err != nil {
+		Missing(t, "java (a JRE 17)", "run `make setup` (it installs openjdk-17-jdk-headless and maven)")
+	}
+	springMu.Lock()
+	defer springMu.Unlock()
+	root := ModuleRoot(t)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing the file releases it too
+	cmd := exec.Command("make", "-s", "--no-print-directory", "consumer-spring")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	jar = filepath.Join(root, SpringJarPath)
+	if _, statErr := os.Stat(jar); err != nil || statErr != nil {
+		Missing(t, fmt.Sprintf("the Spring consumer's jar %s (make consumer-spring: %v, %v)\n%s", jar, err, statErr, out),
+			"run `make setup consumer-spring`; the Maven build needs a JDK 17, Maven and, once, Maven Central")
+	}
+	return java, jar
 }
