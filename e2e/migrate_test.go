@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
@@ -21,13 +22,15 @@ import (
 // scenario is one migration of a consumer while the producer sends.
 type scenario struct {
 	strategy contract.Strategy
-	image    string  // "consumer" (Go) or "consumer-python"
+	image    string  // "consumer" (Go), "consumer-python" or "consumer-spring"
 	n        int     // messages
 	rate     float64 // λ, msg/s
 	workMS   int     // per message
 	// holdWholeCall: the source holds deliveries for the kubelet's whole
 	// checkpoint call, not only until its app is frozen.
 	holdWholeCall bool
+	// mutate changes the consumer's pod before admission (lab.Consumer.Mutate).
+	mutate func(*corev1.Pod)
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -65,9 +68,12 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: sc.strategy,
 		HoldWholeCall: sc.holdWholeCall,
 	}
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image, Mutate: sc.mutate})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.image == "consumer-spring" { // a JVM and a Spring context take a while
+		waitAppConnected(t, src, 3*time.Minute)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)

@@ -160,6 +160,18 @@ func Inject(in Input, cfg Config) (Result, error) {
 			br, nats = nb, true
 		}
 	}
+	if !nats && br.fatal != "" && br.noneSet && pod.Annotations[contract.AnnotationBrokerEnv] == "" {
+		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
+			br = fa
+		}
+	}
+	if !nats {
+		if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
+			br.fatal = fatal
+		} else if warning != "" {
+			br.skipped = append(br.skipped, warning)
+		}
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
@@ -191,7 +203,14 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if nats && restore != nil {
 		return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
 	}
-	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+	sc := sidecarContainer(cfg, spec)
+	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
+	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	rewritten = append(rewritten, tlsLines...)
 
 	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
 	if restore != nil {

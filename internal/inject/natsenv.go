@@ -24,8 +24,12 @@ var wellKnownNATSEnv = []string{envNATSURL, envNATSServers}
 // defaultNATSPort is the NATS client port a URL implies when it names none.
 const defaultNATSPort = 4222
 
+// errNATSTLS: the NATS sidecar speaks plain NATS to the server, so a tls://
+// server is left alone rather than downgraded.
+var errNATSTLS = errors.New("a tls:// NATS server is not proxied: the NATS sidecar has no TLS to the server yet (docs/nats.md)")
+
 // parseNATSAddr parses one NATS server address: nats://[user:password@]host[:port],
-// or the same without the scheme. tls:// is errTLS; other schemes are errors.
+// or the same without the scheme. tls:// is errNATSTLS; other schemes are errors.
 func parseNATSAddr(s string) (brokerAddr, error) {
 	scheme, rest := "", s
 	if i := strings.Index(s, "://"); i >= 0 {
@@ -33,7 +37,7 @@ func parseNATSAddr(s string) (brokerAddr, error) {
 		switch strings.ToLower(scheme) {
 		case "nats":
 		case "tls":
-			return brokerAddr{scheme: scheme}, errTLS
+			return brokerAddr{scheme: scheme}, errNATSTLS
 		default:
 			return brokerAddr{scheme: scheme}, fmt.Errorf("the scheme %q is not nats://", scheme)
 		}
@@ -104,7 +108,7 @@ func rewriteNATS(app *corev1.Container, listenPort int32) (r brokerRewrite, cons
 			line += fmt.Sprintf(" (it listed %d servers; the sidecar proxies to the first, %s)", len(entries), upstreams[0])
 		}
 		r.rewritten = append(r.rewritten, line)
-		hits = append(hits, hit{e.Name, upstreams[0]})
+		hits = append(hits, hit{name: e.Name, upstream: upstreams[0]})
 	}
 	if len(hits) == 0 {
 		if considered > 0 {
@@ -119,7 +123,7 @@ func rewriteNATS(app *corev1.Container, listenPort int32) (r brokerRewrite, cons
 			return r, considered
 		}
 	}
-	r.upstream = hits[0].upstream
+	r.upstream = []corev1.EnvVar{{Name: envUpstream, Value: hits[0].upstream}}
 	r.env = make([]corev1.EnvVar, 0, len(app.Env))
 	for i, e := range app.Env {
 		if v, ok := edits[i]; ok {

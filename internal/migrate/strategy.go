@@ -703,6 +703,13 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 		return fmt.Errorf("pod %s/%s is already migrating: it is a migration's target and still replays; wait until it has taken over", src.Namespace, src.Name)
 	case !st.Ready:
 		return fmt.Errorf("pod %s/%s: its sidecar is not ready (its replay log is not open yet): wait, or read the %s container's log", src.Namespace, src.Name, inject.SidecarName)
+	case len(st.Unreplayable) > 0:
+		var qs []string
+		for _, q := range st.Unreplayable {
+			qs = append(qs, fmt.Sprintf("queue %q is %s", q.Queue, q.Reason))
+		}
+		return fmt.Errorf("pod %s/%s consumes a queue that a migration cannot carry over, so nothing was checkpointed: %s; have the app consume a named, durable queue that is neither exclusive nor auto-delete",
+			src.Namespace, src.Name, strings.Join(qs, "; "))
 	}
 	return nil
 }

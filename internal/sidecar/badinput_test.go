@@ -234,7 +234,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		wantErr string
 	}{
 		"missing upstream":          {unset: "MS2M_UPSTREAM", wantErr: "MS2M_UPSTREAM"},
-		"upstream not an addr":      {set: map[string]string{"MS2M_UPSTREAM": "broker"}, wantErr: "MS2M_UPSTREAM"},
+		"upstream not an addr":      {set: map[string]string{"MS2M_UPSTREAM": "http://broker:0"}, wantErr: "MS2M_UPSTREAM"},
+		"upstream password hidden":  {set: map[string]string{"MS2M_UPSTREAM": "amqp://u:s3cr%zz@broker"}, wantErr: "it is not shown"},
 		"bad stream uri":            {set: map[string]string{"MS2M_STREAM_URI": "amqp://x"}, wantErr: "MS2M_STREAM_URI"},
 		"log name with slash":       {set: map[string]string{"MS2M_LOG_NAME": "a/b"}, wantErr: "MS2M_LOG_NAME"},
 		"no token":                  {unset: "MS2M_CONTROL_TOKEN", wantErr: "MS2M_CONTROL_TOKEN"},

@@ -19,6 +19,7 @@ import (
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Options are the parts of a sidecar that tests replace.
@@ -38,17 +39,18 @@ type Options struct {
 
 // Sidecar is a running sidecar.
 type Sidecar struct {
-	cfg     Config
-	log     *slog.Logger
-	reader  string       // Options.ReaderName
-	proxy   *proxy.Proxy // the AMQP proxy; nil for a NATS sidecar
-	front   frontProxy   // the proxy the app talks to, AMQP or NATS
-	tee     *shadowqueue.Tee
-	replay  shadowqueue.Log
-	source  *replay.Source // target sidecars only
-	amqp    net.Listener
-	ctlAddr net.Addr
-	ready   atomic.Bool
+	cfg          Config
+	log          *slog.Logger
+	reader       string       // Options.ReaderName
+	proxy        *proxy.Proxy // the AMQP proxy; nil for a NATS sidecar
+	front        frontProxy   // the proxy the app talks to, AMQP or NATS
+	upstreamDesc string       // the broker, for logs: never with a password
+	tee          *shadowqueue.Tee
+	replay       shadowqueue.Log
+	source       *replay.Source // target sidecars only
+	amqp         net.Listener
+	ctlAddr      net.Addr
+	ready        atomic.Bool
 
 	wg      sync.WaitGroup
 	errOnce sync.Once
@@ -164,20 +166,31 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		})
 		registerNATSMetrics(reg, np)
 		s.front = np
+		s.upstreamDesc = cfg.Upstream
 		if err := s.listen(ctx, last); err != nil {
 			return nil, err
 		}
 		return s, nil
 	}
 
+	ucfg, err := cfg.UpstreamConfig()
+	if err == nil {
+		ucfg.AttemptTimeout = min(2*time.Second, cfg.UpstreamConnectTimeout)
+	}
+	dialer, err := upstream.NewDialer(ucfg, opts.Dial)
+	if err != nil {
+		err = fmt.Errorf("the broker (MS2M_UPSTREAM*): %w", err)
+		s.fail(err)
+		return nil, errors.Join(err, s.Wait())
+	}
+	s.upstreamDesc = dialer.String()
 	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
-		Upstream:          cfg.Upstream,
+		Upstream:          dialer,
 		ConnectTimeout:    cfg.UpstreamConnectTimeout,
 		DrainTimeout:      cfg.DrainTimeout,
 		Logger:            s.log,
 		Metrics:           metrics,
-		Dial:              opts.Dial,
 		CheckPublishes:    cfg.PublishCheck,
 		RequeueHeldOnStop: cfg.StopHeld == "requeue",
 	}
@@ -218,7 +231,7 @@ func (s *Sidecar) listen(ctx context.Context, last shadowqueue.Record) error {
 	s.amqp = ln
 	s.goRun(func() error { return s.front.Serve(ctx, ln) })
 	s.ready.Store(true)
-	s.log.Info("sidecar ready", "broker", s.cfg.Broker, "listen", ln.Addr().String(), "upstream", s.cfg.Upstream,
+	s.log.Info("sidecar ready", "broker", s.cfg.Broker, "listen", ln.Addr().String(), "upstream", s.upstreamDesc,
 		"log", s.cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
 	return nil
 }
@@ -229,7 +242,11 @@ func (s *Sidecar) listen(ctx context.Context, last shadowqueue.Record) error {
 func (s *Sidecar) requireLog(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
-		ok, err := shadowqueue.StreamExists(ctx, s.cfg.StreamURI, s.cfg.LogName)
+		tc, err := s.cfg.StreamTLS()
+		if err != nil {
+			return err
+		}
+		ok, err := shadowqueue.StreamExists(ctx, shadowqueue.StreamOptions{URI: s.cfg.StreamURI, Name: s.cfg.LogName, TLS: tc})
 		if err == nil && !ok {
 			return fmt.Errorf("replay mode: the replay log %q does not exist on the broker; check MS2M_LOG_NAME (it must name the source's log)", s.cfg.LogName)
 		}
@@ -280,8 +297,12 @@ func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.
 		}
 		return l, last, nil
 	}
+	tc, err := s.cfg.StreamTLS()
+	if err != nil {
+		return nil, shadowqueue.Record{}, err
+	}
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
-		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+		URI: s.cfg.StreamURI, TLS: tc, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
 		ReaderName: s.reader,
 	})
 	if err != nil {
