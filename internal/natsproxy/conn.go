@@ -82,7 +82,8 @@ func (c *conn) run(ctx context.Context) {
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := c.downstream(ctx); err != nil && !c.isAborted() {
+		err := c.downstream(ctx) // never nil: it runs until a side fails
+		if !c.isAborted() {
 			c.log.Info("NATS connection ended: server side", "err", err)
 		}
 		c.abort()

@@ -23,7 +23,9 @@ func (p *Proxy) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
 	if p.Mode() == proxy.Stopped {
 		return 0, 0, fmt.Errorf("quiesce: %w; resume it first", proxy.ErrStopped)
 	}
-	p.switchMode(proxy.Quiesced)
+	if _, err := p.switchMode(proxy.Quiesced); err != nil {
+		return 0, 0, err
+	}
 	if err := p.waitSettled(ctx); err != nil {
 		return 0, 0, err
 	}
