@@ -25,6 +25,11 @@ type Consumer struct {
 	Node   string
 	WorkMS int    // per message; 50 is the paper's μ = 20/s
 	Image  string // a key of Lab.Images: "consumer" (Go) or "consumer-python"
+	// ReadOnlyRoot runs the app with a read-only root filesystem
+	// (securityContext.readOnlyRootFilesystem), as the sample consumers
+	// allow: they write nothing to it. A live checkpoint then thaws the
+	// app as soon as CRIU's dump is done (migrate.ThawAuto).
+	ReadOnlyRoot bool
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -40,6 +45,13 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
 	}
 	grace, root := int64(1), int64(0)
+	// CRIU reads the rlimits of what it dumps, which takes the same uid or
+	// CAP_SYS_RESOURCE; root on this machine lacks the latter, so the app
+	// runs as root here.
+	sc := &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root}
+	if c.ReadOnlyRoot {
+		sc.ReadOnlyRootFilesystem = &c.ReadOnlyRoot
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
 			Annotations: map[string]string{inject.AnnotationInject: "true"}},
@@ -47,12 +59,9 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 			NodeName:                      c.Node,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name:  "app",
-				Image: ref,
-				// CRIU reads the rlimits of what it dumps, which takes the
-				// same uid or CAP_SYS_RESOURCE; root on this machine lacks
-				// the latter, so the app runs as root here.
-				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+				Name:            "app",
+				Image:           ref,
+				SecurityContext: sc,
 				Env: []corev1.EnvVar{
 					{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)},
 					{Name: "QUEUE", Value: c.Queue},
