@@ -244,6 +244,7 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
 		"MS2M_CONCURRENT_MIGRATIONS":     "4",
 		"MS2M_MIGRATION_TIMEOUT":         "5m",
+		"MS2M_THAW_AFTER_DUMP":           "auto",
 		"MS2M_METRICS_ADDR":              ":8080",
 		"MS2M_HEALTH_ADDR":               ":8081",
 		"MS2M_LOG_LEVEL":                 "info",
