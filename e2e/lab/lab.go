@@ -314,14 +314,19 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 // WatchDump watches a container's tasks from the host until CRIU has
 // dumped them, and with thaw thaws its cgroup, as the node's agent would
 // (GET /v1/freeze?state=dumped&thaw=true).
-func (agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, error), error) {
+func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, error), error) {
 	var w nodeagent.FreezeWatch
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		if n := a.l.Cluster.Node(i); n.Name == node {
+			w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
+		}
+	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {
 		return nil, err
 	}
 	return func() (bool, string, error) {
-		res, err := w.WaitDump(ctx, dir, thaw, timeout)
+		res, err := w.WaitDump(ctx, dir, containerID, thaw, timeout)
 		return res.ThawedByUs, res.NoThaw, err
 	}, nil
 }

@@ -44,10 +44,18 @@ type FreezeWatch struct {
 	CgroupRoot string        // default /sys/fs/cgroup
 	ProcRoot   string        // default /proc
 	Poll       time.Duration // default 2 ms
+	// Runtime resumes a paused container (WaitDump's thaw); nil: the
+	// agent cannot thaw.
+	Runtime Resumer
 
 	// polled, if set, hears after each poll of WaitDump whether CRIU was
 	// seen yet (tests sequence their fake node by it).
 	polled func(seized bool)
+}
+
+// Resumer resumes a container the runtime paused (ContainerdResumer).
+type Resumer interface {
+	Resume(ctx context.Context, containerID string) error
 }
 
 // FreezeResult is what a wait saw.
@@ -57,8 +65,8 @@ type FreezeResult struct {
 	By    string    `json:"by"`    // what showed it: freezer.state, cgroup.events, ptrace, no tasks
 	Polls int       `json:"polls"`
 	// Dumped only: when CRIU was first seen tracing the tasks; whether
-	// the agent thawed the cgroup (asked to, and it was still frozen);
-	// else, when asked to, why not.
+	// the agent had the runtime resume the container (asked to, and it
+	// was still frozen); else, when asked to, why not.
 	Seized     time.Time `json:"seized,omitzero"`
 	ThawedByUs bool      `json:"thawed,omitempty"`
 	NoThaw     string    `json:"noThaw,omitempty"`
@@ -314,31 +322,15 @@ func frozenNow(dir string) (frozen bool, file string) {
 	return false, ""
 }
 
-// thaw lets the tasks of cgroup dir run again, as the runtime's resume
-// would: v1 freezer.state THAWED, or v2 cgroup.freeze 0.
-func thaw(dir string) error {
-	_, file := frozenNow(dir)
-	val := "THAWED"
-	switch file {
-	case "":
-		return fmt.Errorf("cgroup %s has no freezer", dir)
-	case "cgroup.freeze":
-		val = "0"
-	}
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(val), 0); err != nil {
-		return fmt.Errorf("thaw cgroup %s: %w", dir, err)
-	}
-	return nil
-}
-
-// WaitDump polls cgroup dir until CRIU has dumped its tasks (Dumped: seen
-// traced by CRIU, then, at one poll that read every thread, traced by
-// nobody), for at most timeout. With thawIt, it then thaws the cgroup if
-// it is still frozen: the runtime froze it for its checkpoint and would
-// thaw it only once the whole checkpoint is written (see ARCHITECTURE.md,
+// WaitDump polls cgroup dir, container id's, until CRIU has dumped its
+// tasks (Dumped: seen traced by CRIU, then, at one poll that read every
+// thread, traced by nobody), for at most timeout. With thawIt, it then
+// resumes the container through the runtime (w.Runtime) if its cgroup is
+// still frozen: the runtime paused it for its checkpoint and would resume
+// it only once the whole checkpoint is written (see ARCHITECTURE.md,
 // "Thaw after the dump", for when that is safe). The caller decides
 // whether it is; the agent only makes sure CRIU is done.
-func (w FreezeWatch) WaitDump(ctx context.Context, dir string, thawIt bool, timeout time.Duration) (FreezeResult, error) {
+func (w FreezeWatch) WaitDump(ctx context.Context, dir, id string, thawIt bool, timeout time.Duration) (FreezeResult, error) {
 	_, _, poll := w.roots()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -364,7 +356,11 @@ func (w FreezeWatch) WaitDump(ctx context.Context, dir string, thawIt bool, time
 				res.NoThaw = "the cgroup was not frozen after the dump"
 				return res, nil
 			}
-			if err := thaw(dir); err != nil {
+			if w.Runtime == nil {
+				res.NoThaw = "the agent has no runtime to resume the container through"
+				return res, nil
+			}
+			if err := w.Runtime.Resume(ctx, id); err != nil {
 				res.NoThaw = err.Error()
 				return res, nil
 			}

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,6 +167,7 @@ func TestWatchDump(t *testing.T) {
 		wantThawed bool
 		wantNoThaw string
 		wantState  string // freezer.state at the end
+		runtime    string // "": a runtime that resumes; "none"; else its error
 	}{
 		{name: "paused, dumped, thawed", criuName: "criu", thaw: true,
 			steps:      []step{{"0", "FROZEN"}, {criuPid, "THAWED"}, {"0", "FROZEN"}},
@@ -178,6 +181,12 @@ func TestWatchDump(t *testing.T) {
 		{name: "not frozen after the dump", criuName: "criu", thaw: true,
 			steps:      []step{{criuPid, "THAWED"}, {"0", "THAWED"}},
 			wantNoThaw: "not frozen", wantState: "THAWED"},
+		{name: "the runtime refuses", criuName: "criu", thaw: true, runtime: "container not paused",
+			steps:      []step{{"0", "FROZEN"}, {criuPid, "THAWED"}, {"0", "FROZEN"}},
+			wantNoThaw: "container not paused", wantState: "FROZEN"},
+		{name: "no runtime", criuName: "criu", thaw: true, runtime: "none",
+			steps:      []step{{"0", "FROZEN"}, {criuPid, "THAWED"}, {"0", "FROZEN"}},
+			wantNoThaw: "no runtime", wantState: "FROZEN"},
 		{name: "never traced", criuName: "criu", thaw: true,
 			steps:   []step{{"0", "FROZEN"}},
 			wantErr: "CRIU never traced", wantState: "FROZEN"},
@@ -193,6 +202,13 @@ func TestWatchDump(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, dir, _ := fakeNode(t)
+			switch tc.runtime {
+			case "":
+				w.Runtime = fakeRuntime{t, dir, nil}
+			case "none":
+			default:
+				w.Runtime = fakeRuntime{t, dir, errors.New(tc.runtime)}
+			}
 			write := func(p, s string) {
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 					t.Error(err) // may run off the test goroutine: no Fatal
@@ -232,7 +248,7 @@ func TestWatchDump(t *testing.T) {
 				if tc.wantErr != "" {
 					timeout = 500 * time.Millisecond
 				}
-				res, err = w.WaitDump(t.Context(), dir, tc.thaw, timeout)
+				res, err = w.WaitDump(t.Context(), dir, testCtr, tc.thaw, timeout)
 			}()
 		steps:
 			for _, s := range tc.steps[1:] {
@@ -290,6 +306,7 @@ func TestWatchDumpHTTP(t *testing.T) {
 		default:
 		}
 	}
+	w.Runtime = fakeRuntime{t, dir, nil}
 	c, _, _, _ := setup(t, func(cfg *Config) { cfg.Freeze = w })
 	set("FROZEN", "S (sleeping)", "S (sleeping)")
 	wait, err := c.WatchDump(t.Context(), "node-1", testPod, testCtr, true, 10*time.Second)
@@ -311,4 +328,22 @@ func TestWatchDumpHTTP(t *testing.T) {
 	if _, err := c.watch(t.Context(), "node-1", testPod, testCtr, Frozen, true, time.Second); err == nil {
 		t.Error("thaw=true with state=frozen was accepted")
 	}
+}
+
+// fakeRuntime resumes the fake node's container as runc would: it thaws
+// the freezer cgroup; or it fails with err.
+type fakeRuntime struct {
+	t   *testing.T
+	dir string
+	err error
+}
+
+func (r fakeRuntime) Resume(_ context.Context, id string) error {
+	if id != testCtr {
+		r.t.Errorf("resumed container %q, want %q", id, testCtr)
+	}
+	if r.err != nil {
+		return r.err
+	}
+	return os.WriteFile(filepath.Join(r.dir, "freezer.state"), []byte("THAWED\n"), 0o644)
 }

@@ -324,7 +324,7 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	}
 	var res FreezeResult
 	if state == Dumped {
-		res, err = s.cfg.Freeze.WaitDump(r.Context(), dir, thawIt, timeout)
+		res, err = s.cfg.Freeze.WaitDump(r.Context(), dir, q.Get("container"), thawIt, timeout)
 		if res.ThawedByUs {
 			s.log.Info("thawed a container after CRIU's dump", "cgroup", dir, "seized", res.Seized, "dumped", res.At)
 		}

@@ -78,8 +78,13 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		return fmt.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s: not a folder (%v); mount the kubelet's checkpoint folder there", cfg.CheckpointDir, err)
 	}
 	var puller agent.Puller
+	var freeze agent.FreezeWatch
 	if cfg.RuntimeEndpoint != "" {
 		puller = agent.CRIPuller{Endpoint: cfg.RuntimeEndpoint}
+		// The thaw after CRIU's dump goes through containerd's task API
+		// on the same socket; another runtime refuses it, and no thaw
+		// happens.
+		freeze.Runtime = agent.ContainerdResumer{Endpoint: cfg.RuntimeEndpoint}
 	}
 	s, err := agent.NewServer(agent.Config{
 		CheckpointDir: cfg.CheckpointDir,
@@ -89,6 +94,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		Token:         token,
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
+		Freeze:        freeze,
 		Logger:        log,
 	})
 	if err != nil {
