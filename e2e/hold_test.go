@@ -70,9 +70,9 @@ func TestHoldUntilFrozen(t *testing.T) {
 	}
 	for _, r := range runs {
 		if h := r.rep.Hold; h != nil {
-			t.Logf("%-14s processing gap %6v  switch %6v  held %6v (quiesce %v, to the freeze %v, dump %v, after it %v, call %v; thawed at the dump %v)", r.name,
+			t.Logf("%-14s processing gap %6v  switch %6v  held %6v (quiesce %v, to the freeze %v, dump %v (CRIU %v), after it %v, call %v; thawed at the dump %v)", r.name,
 				r.gap.Round(time.Millisecond), r.rep.Downtime.Round(time.Millisecond), h.Held.Round(time.Millisecond),
-				h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond),
+				h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond), h.CRIU.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond),
 				h.Call.Round(time.Millisecond), h.ThawedAtDump)
 		}
 	}

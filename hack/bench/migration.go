@@ -129,7 +129,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	for _, h := range []*migrate.HoldTimings{rep.Hold, rep.ShadowHold} {
 		if h != nil {
 			r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze, "thawedAtDump", h.ThawedAtDump, "thawFallback", h.ThawFallback)
+			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "criu", r(h.CRIU), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze, "thawedAtDump", h.ThawedAtDump, "thawFallback", h.ThawFallback)
 		}
 	}
 	m.TotalMs, m.SwitchMs = ms(rep.Total), ms(rep.Downtime)

@@ -92,19 +92,20 @@ func (c Client) WatchFreeze(ctx context.Context, node, podUID, containerID, stat
 
 // WatchDump watches the container containerID of the pod podUID on node
 // until CRIU has dumped it (Dumped), for at most timeout; with thaw, the
-// agent then thaws the container's cgroup if it is still frozen. It
-// returns once the agent's watch is in place; wait blocks until the dump
-// is seen, and says whether the agent thawed the container (and if it was
-// asked to and did not, why not in noThaw), or not in time, or ctx ends
-// (an error).
-func (c Client) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, err error), err error) {
+// agent then has the runtime resume the container if it is still frozen.
+// It returns once the agent's watch is in place; wait blocks until the
+// dump is seen, and says whether the agent thawed the container (and if
+// it was asked to and did not, why not in noThaw) and how long CRIU held
+// the tasks (from the first poll that saw it tracing them to the one that
+// saw them free), or fails when not in time or ctx ends.
+func (c Client) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, criu time.Duration, err error), err error) {
 	w, err := c.watch(ctx, node, podUID, containerID, Dumped, thaw, timeout)
 	if err != nil {
 		return nil, err
 	}
-	return func() (bool, string, error) {
+	return func() (bool, string, time.Duration, error) {
 		res, err := w()
-		return res.ThawedByUs, res.NoThaw, err
+		return res.ThawedByUs, res.NoThaw, res.CRIU(), err
 	}, nil
 }
 

@@ -72,6 +72,15 @@ type FreezeResult struct {
 	NoThaw     string    `json:"noThaw,omitempty"`
 }
 
+// CRIU is how long CRIU held the tasks, as a Dumped wait saw it (0 for
+// other states).
+func (r FreezeResult) CRIU() time.Duration {
+	if r.State != Dumped || r.Seized.IsZero() {
+		return 0
+	}
+	return r.At.Sub(r.Seized)
+}
+
 // ErrFreezeTimeout is returned when the state was not seen in time.
 var ErrFreezeTimeout = errors.New("the container did not reach the state in time")
 

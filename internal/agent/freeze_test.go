@@ -318,9 +318,9 @@ func TestWatchDumpHTTP(t *testing.T) {
 	for seized := false; !seized; seized = <-polls {
 	}
 	set("FROZEN", "S (sleeping)", "S (sleeping)")
-	thawed, noThaw, err := wait()
-	if err != nil || !thawed {
-		t.Fatalf("WatchDump: thawed %v (%s), %v; want thawed", thawed, noThaw, err)
+	thawed, noThaw, criu, err := wait()
+	if err != nil || !thawed || criu <= 0 {
+		t.Fatalf("WatchDump: thawed %v (%s), CRIU %v, %v; want thawed after a while of CRIU", thawed, noThaw, criu, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); strings.TrimSpace(string(b)) != "THAWED" {
 		t.Errorf("freezer.state = %q after the agent's thaw", b)

@@ -22,10 +22,11 @@ type FreezeWatcher interface {
 // then let go); with thaw, the agent then thaws the container's freezer
 // cgroup if the runtime still holds it frozen. It returns once the watch
 // is in place; wait blocks until the dump is seen and says whether the
-// agent thawed the container (if not, noThaw says why), or fails when no
-// dump is seen within timeout or ctx ends.
+// agent thawed the container (if not, noThaw says why) and how long CRIU
+// held its tasks (seized until let go, as the agent's polls saw it), or
+// fails when no dump is seen within timeout or ctx ends.
 type DumpWatcher interface {
-	WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, err error), err error)
+	WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, criu time.Duration, err error), err error)
 }
 
 // ThawPolicy says when a live checkpoint has the node's agent thaw the
@@ -106,6 +107,11 @@ type HoldTimings struct {
 	// at the thaw). ThawFallback says why not.
 	ThawedAtDump bool   `json:"thawedAtDump,omitempty"`
 	ThawFallback string `json:"thawFallback,omitempty"`
+	// CRIU: how long CRIU itself held the app's tasks (from the agent's
+	// first sight of CRIU tracing them until it let them go), the part of
+	// Dump that is CRIU's seize and dump rather than runc's and CRIU's
+	// setup; measured with the dump watch.
+	CRIU time.Duration `json:"criu,omitempty"`
 }
 
 // holdEvents is when each step of a live checkpoint happened. Zero: it did
@@ -171,7 +177,7 @@ type holdSteps struct {
 	// thaw: the agent thaws the app after the dump, on a watch started
 	// before the quiesce (dumped; nil: none, and thawNo says why).
 	thaw   bool
-	dumped func() (thawed bool, noThaw string, err error)
+	dumped func() (thawed bool, noThaw string, criu time.Duration, err error)
 	thawNo string
 }
 
@@ -184,6 +190,7 @@ type holdResult struct {
 	fallback  string
 	thawed    bool   // the agent thawed the app at the dump
 	thawNo    string // why not
+	criu      time.Duration
 	events    holdEvents
 }
 
@@ -204,14 +211,15 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 	type dumpSeen struct {
 		thawed bool
 		noThaw string
+		criu   time.Duration
 		err    error
 	}
 	var dumped <-chan dumpSeen
 	if s.thaw && s.dumped != nil {
 		ch := make(chan dumpSeen, 1)
 		go func() {
-			t, no, err := s.dumped()
-			ch <- dumpSeen{t, no, err}
+			t, no, c, err := s.dumped()
+			ch <- dumpSeen{t, no, c, err}
 		}()
 		dumped = ch
 	}
@@ -263,6 +271,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 			}
 		case d := <-dumped:
 			dumped = nil
+			res.criu = d.criu
 			switch {
 			case d.err != nil:
 				res.thawNo = "no dump seen: " + d.err.Error()

@@ -92,9 +92,9 @@ func (n *fakeNode) setDumping(d bool) {
 
 // dumpWatch is the agent's dump watch with thaw: once CRIU was seen at
 // work and then done, it thaws the app if it is still frozen.
-func (n *fakeNode) dumpWatch(ctx context.Context) func() (bool, string, error) {
+func (n *fakeNode) dumpWatch(ctx context.Context) func() (bool, string, time.Duration, error) {
 	n.note("watch dumped")
-	return func() (bool, string, error) {
+	return func() (bool, string, time.Duration, error) {
 		seen := false
 		for {
 			n.mu.Lock()
@@ -106,16 +106,16 @@ func (n *fakeNode) dumpWatch(ctx context.Context) func() (bool, string, error) {
 				seen = true
 			case seen && n.noThaw != "":
 				n.note("seen dumped")
-				return false, n.noThaw, nil
+				return false, n.noThaw, n.dumpFor, nil
 			case seen && frozen:
 				n.note("seen dumped")
 				n.note("thaw")
 				n.setFrozen(false)
-				return true, "", nil
+				return true, "", n.dumpFor, nil
 			}
 			select {
 			case <-ctx.Done():
-				return false, "", ctx.Err()
+				return false, "", 0, ctx.Err()
 			case <-time.After(time.Millisecond):
 			}
 		}

@@ -509,7 +509,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	report := func() {
 		ht := held.events.timings()
 		ht.AtFreeze, ht.Fallback = held.resumed, held.fallback
-		ht.ThawedAtDump, ht.ThawFallback = held.thawed, held.thawNo
+		ht.ThawedAtDump, ht.ThawFallback, ht.CRIU = held.thawed, held.thawNo, held.criu
 		if prefix == "" {
 			r.rep.Hold = &ht
 		} else {
