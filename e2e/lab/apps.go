@@ -28,6 +28,11 @@ type Consumer struct {
 	// Mutate, if set, changes the pod as its user would write it, before
 	// admission: another broker configuration, say.
 	Mutate func(*corev1.Pod)
+	// ReadOnlyRoot runs the app with a read-only root filesystem
+	// (securityContext.readOnlyRootFilesystem), as the sample consumers
+	// allow: they write nothing to it. A live checkpoint then thaws the
+	// app as soon as CRIU's dump is done (migrate.ThawAuto).
+	ReadOnlyRoot bool
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -43,6 +48,13 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
 	}
 	grace, root := int64(1), int64(0)
+	// CRIU reads the rlimits of what it dumps, which takes the same uid or
+	// CAP_SYS_RESOURCE; root on this machine lacks the latter, so the app
+	// runs as root here.
+	sc := &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root}
+	if c.ReadOnlyRoot {
+		sc.ReadOnlyRootFilesystem = &c.ReadOnlyRoot
+	}
 	broker := []corev1.EnvVar{{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)}}
 	if c.Image == "consumer-spring" { // Spring's own settings, as a Spring service is configured
 		broker = []corev1.EnvVar{
@@ -58,12 +70,9 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 			NodeName:                      c.Node,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name:  "app",
-				Image: ref,
-				// CRIU reads the rlimits of what it dumps, which takes the
-				// same uid or CAP_SYS_RESOURCE; root on this machine lacks
-				// the latter, so the app runs as root here.
-				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+				Name:            "app",
+				Image:           ref,
+				SecurityContext: sc,
 				Env: append(broker,
 					corev1.EnvVar{Name: "QUEUE", Value: c.Queue},
 					corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},

@@ -51,6 +51,8 @@ type Config struct {
 	Admit func(*corev1.Pod) (*corev1.Pod, error)
 	// Timeout bounds each wait of a migration. Default 5 minutes.
 	Timeout time.Duration
+	// ThawAfterDump is every migration's migrate.Plan.ThawAfterDump.
+	ThawAfterDump migrate.ThawPolicy
 	// Concurrent is how many migrations run at once. Default 4.
 	Concurrent int
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
@@ -220,6 +222,7 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 	rep, err := migrate.Run(ctx, r.env(ctx, pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	st.Report = &rep
 	var refused *migrate.Refused

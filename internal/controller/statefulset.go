@@ -65,6 +65,7 @@ func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Sta
 	rep, err := migrate.ContinueShadow(ctx, r.env(ctx, pod, st.Name, port, token), migrate.Plan{
 		Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: st.Target, TargetPod: pod.Name, Strategy: contract.StrategyStatefulSetShadow, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	if err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: %v", st.Name, err)

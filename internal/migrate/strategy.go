@@ -115,6 +115,12 @@ type Plan struct {
 	// (FreezeWatcher; see ARCHITECTURE.md, "Hold until frozen"), and only
 	// without a watch, or if it sees no freeze, at the call's end.
 	HoldWholeCall bool
+	// ThawAfterDump says when the node's agent thaws the app as soon as
+	// CRIU's dump is done rather than when the runtime resumes it, after
+	// archiving the root filesystem's changes. Default ThawAuto: only an
+	// app container with a read-only root filesystem (ARCHITECTURE.md,
+	// "Thaw after the dump").
+	ThawAfterDump ThawPolicy
 }
 
 // Report is what a migration measured.
@@ -545,6 +551,24 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 			steps.frozen, steps.frozenErr = steps.watch(wctx, "frozen")
 		}
 	}
+	// So does the dump watch that thaws the app, when the policy allows.
+	if steps.thaw, steps.thawNo = r.p.ThawAfterDump.thaws(pod, r.p.Container); steps.thaw {
+		dw, ok := r.env.Agent.(DumpWatcher)
+		id := containerID(pod, r.p.Container)
+		switch {
+		case !ok:
+			steps.thawNo = "the node agent cannot watch for the dump"
+		case id == "":
+			steps.thawNo = "the app container has no ID in the pod's status"
+		default:
+			wait, err := dw.WatchDump(wctx, pod.Spec.NodeName, string(pod.UID), id, true, time.Minute)
+			if err != nil {
+				steps.thawNo = "the dump watch did not start: " + err.Error()
+			} else {
+				steps.dumped = wait
+			}
+		}
+	}
 	quiesced := r.now()
 	if cut, err = ep.Quiesce(ctx, r.env.Timeouts.Quiesce); err != nil {
 		return cut, err
@@ -556,6 +580,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	report := func() {
 		ht := held.events.timings()
 		ht.AtFreeze, ht.Fallback = held.resumed, held.fallback
+		ht.ThawedAtDump, ht.ThawFallback, ht.CRIU = held.thawed, held.thawNo, held.criu
 		if prefix == "" {
 			r.rep.Hold = &ht
 		} else {
