@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
@@ -60,7 +61,7 @@ func (r *run) continueShadow(ctx context.Context) error {
 // PendingOutcome is what FinishPending found or did.
 type PendingOutcome struct {
 	Migration string
-	Strategy  Strategy
+	Strategy  contract.Strategy
 	Node      string
 	// Ours is false when the pod is not the record's restore (the source
 	// still runs, or nothing was recorded): FinishPending leaves it alone.
@@ -84,7 +85,7 @@ type PendingOutcome struct {
 func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.Duration) (PendingOutcome, error) {
 	var out PendingOutcome
 	cs := env.Client
-	cmName := inject.PendingConfigMapName(name)
+	cmName := contract.PendingConfigMapName(name)
 	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return out, nil
@@ -93,10 +94,10 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 		return out, fmt.Errorf("the pending-migration ConfigMap %s/%s: %w", ns, cmName, err)
 	}
 	var m inject.Migration
-	if err := json.Unmarshal([]byte(cm.Data[inject.PendingConfigMapKey]), &m); err != nil {
-		return out, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, cmName, inject.PendingConfigMapKey, err)
+	if err := json.Unmarshal([]byte(cm.Data[contract.PendingConfigMapKey]), &m); err != nil {
+		return out, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, cmName, contract.PendingConfigMapKey, err)
 	}
-	out.Migration, out.Strategy, out.Node = cm.Labels[inject.LabelMigration], Strategy(cm.Annotations[inject.AnnotationStrategy]), m.Node
+	out.Migration, out.Strategy, out.Node = cm.Labels[contract.LabelMigration], contract.Strategy(cm.Annotations[contract.AnnotationStrategy]), m.Node
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		out.Ours, out.Waiting = true, "the StatefulSet to make pod "+name+" again"
@@ -106,7 +107,7 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 		return out, err
 	}
 	var st inject.Status
-	if json.Unmarshal([]byte(pod.Annotations[inject.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
+	if json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
 		return out, nil // the source, still there: its migration's own rollback handles the record
 	}
 	out.Ours = true
@@ -246,7 +247,7 @@ func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Mig
 		return "", err
 	}
 	cm = cm.DeepCopy()
-	cm.Data[inject.PendingConfigMapKey] = string(b)
+	cm.Data[contract.PendingConfigMapKey] = string(b)
 	if _, err := r.env.Client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		return "", fmt.Errorf("the shadow %s, so the pending-migration ConfigMap %s/%s is to replay to the log's end, but: %w", why, cm.Namespace, cm.Name, err)
 	}

@@ -12,8 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -32,8 +31,8 @@ func expectCompleted(t *testing.T, c *simcluster.Cluster, w *workload) {
 	t.Helper()
 	pod, st := finalStatus(t, c, w.ns, 2*time.Minute)
 	t.Logf("%s on %s: %s", st.Phase, pod.Name, st.Message)
-	if st.Phase != controller.PhaseSucceeded {
-		t.Fatalf("the migration ended %s (%s), want %s", st.Phase, st.Message, controller.PhaseSucceeded)
+	if st.Phase != contract.PhaseSucceeded {
+		t.Fatalf("the migration ended %s (%s), want %s", st.Phase, st.Message, contract.PhaseSucceeded)
 	}
 	target := checkServing(t, c, w, migrate.Report{TargetPod: w.pod.Name})
 	testenv.Eventually(t, 15*time.Second, "only the StatefulSet's pod is left", func() bool {
@@ -41,11 +40,11 @@ func expectCompleted(t *testing.T, c *simcluster.Cluster, w *workload) {
 		return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == target.UID
 	})
 	for _, p := range w.created.all()[1:] {
-		if !strings.Contains(p.Annotations[inject.AnnotationStatus], `"restore"`) {
+		if !strings.Contains(p.Annotations[contract.AnnotationStatus], `"restore"`) {
 			t.Errorf("pod %s was created without a restore: it would start with empty state", p.Name)
 		}
 	}
-	if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), inject.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the pending-migration ConfigMap is left (err %v)", err)
 	}
 }
@@ -87,7 +86,7 @@ func TestFinishPendingWithADeadShadow(t *testing.T) {
 	release := func() { once.Do(rel) }
 	defer release()
 	first := startController(t, c, "the first controller", g.Kubeconfig)
-	requestMigration(t, c, w, migrate.StatefulSetShadow)
+	requestMigration(t, c, w, contract.StrategyStatefulSetShadow)
 	select {
 	case <-reached:
 	case <-time.After(time.Minute):
@@ -101,7 +100,7 @@ func TestFinishPendingWithADeadShadow(t *testing.T) {
 	release()
 	startController(t, c, "the restarted controller", c.Kubeconfig)
 	expectCompleted(t, c, w)
-	expectEvent(t, c, w.ns, controller.ReasonRestoreRedone)
+	expectEvent(t, c, w.ns, contract.ReasonMigrationRestoreRedone)
 }
 
 // holdingTransport holds the requests match picks until release is
@@ -141,9 +140,9 @@ func TestRestoredPodDeletedAfterItServed(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
 	w := deploy(t, c, "sim-served-again-"+suffix(), "StatefulSet", true)
-	p := plan(w, migrate.StatefulSet)
+	p := plan(w, contract.StrategyStatefulSet)
 	ht := &holdingTransport{reached: make(chan struct{}), release: make(chan struct{}), match: func(r *http.Request) bool {
-		return r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/configmaps/"+inject.PendingConfigMapName(w.pod.Name))
+		return r.Method == http.MethodDelete && strings.Contains(r.URL.Path, "/configmaps/"+contract.PendingConfigMapName(w.pod.Name))
 	}}
 	var once sync.Once
 	releaseHold := func() { once.Do(func() { close(ht.release) }) }
@@ -208,14 +207,14 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
 		name     string
-		strategy migrate.Strategy
+		strategy contract.Strategy
 		// appOnly: the app restarts; else the pod is deleted.
 		appOnly bool
 	}{
-		{"statefulset, pod deleted", migrate.StatefulSet, false},
-		{"statefulset-shadow, pod deleted", migrate.StatefulSetShadow, false},
-		{"statefulset, app restarted", migrate.StatefulSet, true},
-		{"statefulset-shadow, app restarted", migrate.StatefulSetShadow, true},
+		{"statefulset, pod deleted", contract.StrategyStatefulSet, false},
+		{"statefulset-shadow, pod deleted", contract.StrategyStatefulSetShadow, false},
+		{"statefulset, app restarted", contract.StrategyStatefulSet, true},
+		{"statefulset-shadow, app restarted", contract.StrategyStatefulSetShadow, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
@@ -225,7 +224,7 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 			// node B) serves on while its checkpoint image is built, so that
 			// the restore has more records to replay than it holds after.
 			from := c.Nodes[nodeA]
-			if tc.strategy == migrate.StatefulSetShadow {
+			if tc.strategy == contract.StrategyStatefulSetShadow {
 				from = c.Nodes[nodeB]
 			}
 			h := from.HoldStep(simcluster.StepImage)
@@ -253,7 +252,7 @@ func TestStatefulSetReplayInterrupted(t *testing.T) {
 			defer close(stopArm)
 			go func() {
 				skip := 0
-				if tc.strategy == migrate.StatefulSetShadow {
+				if tc.strategy == contract.StrategyStatefulSetShadow {
 					skip = 1
 				}
 				for {
