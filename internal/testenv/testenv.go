@@ -170,15 +170,14 @@ func RequireSpringJar(t testing.TB) (java, jar string) {
 	springMu.Lock()
 	defer springMu.Unlock()
 	root := ModuleRoot(t)
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644) //nolint:usetesting // one lock for every test binary on the machine; t.TempDir is the test's own
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Close()
+	defer lock.Close() // releases the lock
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing the file releases it too
 	cmd := exec.Command("make", "-s", "--no-print-directory", "consumer-spring")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
