@@ -16,14 +16,17 @@ import (
 )
 
 // Which real migration covers what (G: the Go consumer, Py: the Python
-// one). Bare pods are moved by migrate.Run, owned pods by the controller
-// after the ms2m.io/migrate-to annotation; the CLI moves a bare pod by
-// ms2m (TestMigratorCLI), and so do the agents and the webhook tests.
+// one, S: the Spring Boot one). Bare pods are moved by migrate.Run, owned
+// pods by the controller after the ms2m.io/migrate-to annotation; the CLI
+// moves a bare pod by ms2m (TestMigratorCLI), and so do the agents and the
+// webhook tests.
 //
 //	strategy            bare pod, migrate.Run        Deployment/StatefulSet, annotation
 //	ms2m                G, Py (FirstRealMigration)   G Deployment (auto); G bare (AnnotationTriggers)
+//	                    S (SpringConsumerMigration)
 //	stop-and-copy       G, Py (FirstRealMigration)   G Deployment
 //	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
+//	                    S (SpringConsumerMigration)
 //	statefulset         -                            G, Py StatefulSet
 //	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
 //
