@@ -48,7 +48,7 @@ all: build
 build:
 	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/... ./examples/consumer ./examples/producer
 
-## setup: prepare the broker, its stream plugin, a test user and python3-pika (idempotent)
+## setup: prepare the broker, its stream plugin, a test user, python3-pika and nats-server with JetStream (idempotent)
 setup:
 	@bash hack/setup.sh
 
@@ -181,6 +181,8 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/amqpwire/ || exit 1; done
 	@for t in $$($(GO) test -list '^Fuzz' ./internal/shadowqueue/ | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/shadowqueue/ || exit 1; done
+	@for t in $$($(GO) test -list '^Fuzz' ./internal/natswire/ | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/natswire/ || exit 1; done
 
 ## demo: five real migrations of an unmodified consumer from node 1 to node 2 of a
 ## local cluster while a producer sends, one per strategy (stop-and-copy, ms2m,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
@@ -28,6 +29,12 @@ type scenario struct {
 	// holdWholeCall: the source holds deliveries for the kubelet's whole
 	// checkpoint call, not only until its app is frozen.
 	holdWholeCall bool
+	// mutate changes the consumer's pod before admission (lab.Consumer.Mutate).
+	mutate func(*corev1.Pod)
+	// thaw is the plan's ThawAfterDump; readOnlyRoot runs the app with
+	// a read-only root filesystem.
+	thaw         migrate.ThawPolicy
+	readOnlyRoot bool
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -63,9 +70,9 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: sc.strategy,
-		HoldWholeCall: sc.holdWholeCall,
+		HoldWholeCall: sc.holdWholeCall, ThawAfterDump: sc.thaw,
 	}
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image, ReadOnlyRoot: sc.readOnlyRoot, Mutate: sc.mutate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +104,9 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	}
 	t.Logf("%s: total %v, switch %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 	if h := rep.Hold; h != nil {
-		t.Logf("%s: hold %v = quiesce %v + kubelet call to the freeze %v + CRIU's dump %v (of a call of %v; %v after the dump); resumed at the freeze %v %s",
+		t.Logf("%s: hold %v = quiesce %v + kubelet call to the freeze %v + CRIU's dump %v (of a call of %v; %v after the dump); resumed at the freeze %v %s; thawed at the dump %v %s",
 			sc.strategy, h.Held.Round(time.Millisecond), h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond),
-			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback)
+			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback, h.ThawedAtDump, h.ThawFallback)
 	}
 	if sc.strategy == contract.StrategyMS2MCutoff {
 		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)

@@ -30,6 +30,10 @@ import (
 //	statefulset         -                            G, Py StatefulSet
 //	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
 //
+// Broker configurations: TestTLSBrokerFromSecretMigration moves a G bare
+// pod by ms2m whose amqps:// URL (the broker's TLS port) and CA are in
+// Secrets (tls_test.go).
+//
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
 // annotation (pingpong_test.go).

@@ -25,6 +25,14 @@ type Consumer struct {
 	Node   string
 	WorkMS int    // per message; 50 is the paper's μ = 20/s
 	Image  string // a key of Lab.Images: "consumer" (Go), "consumer-python" or "consumer-spring"
+	// Mutate, if set, changes the pod as its user would write it, before
+	// admission: another broker configuration, say.
+	Mutate func(*corev1.Pod)
+	// ReadOnlyRoot runs the app with a read-only root filesystem
+	// (securityContext.readOnlyRootFilesystem), as the sample consumers
+	// allow: they write nothing to it. A live checkpoint then thaws the
+	// app as soon as CRIU's dump is done (migrate.ThawAuto).
+	ReadOnlyRoot bool
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -40,6 +48,13 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
 	}
 	grace, root := int64(1), int64(0)
+	// CRIU reads the rlimits of what it dumps, which takes the same uid or
+	// CAP_SYS_RESOURCE; root on this machine lacks the latter, so the app
+	// runs as root here.
+	sc := &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root}
+	if c.ReadOnlyRoot {
+		sc.ReadOnlyRootFilesystem = &c.ReadOnlyRoot
+	}
 	broker := []corev1.EnvVar{{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)}}
 	if c.Image == "consumer-spring" { // Spring's own settings, as a Spring service is configured
 		broker = []corev1.EnvVar{
@@ -48,19 +63,16 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 			{Name: "SPRING_RABBITMQ_PASSWORD", Value: BrokerPassword},
 		}
 	}
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
 			Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      c.Node,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name:  "app",
-				Image: ref,
-				// CRIU reads the rlimits of what it dumps, which takes the
-				// same uid or CAP_SYS_RESOURCE; root on this machine lacks
-				// the latter, so the app runs as root here.
-				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
+				Name:            "app",
+				Image:           ref,
+				SecurityContext: sc,
 				Env: append(broker,
 					corev1.EnvVar{Name: "QUEUE", Value: c.Queue},
 					corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
@@ -68,7 +80,11 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 				),
 			}},
 		},
-	}, nil
+	}
+	if c.Mutate != nil {
+		c.Mutate(p)
+	}
+	return p, nil
 }
 
 // StartConsumer admits and creates c's pod, and waits until it runs.

@@ -78,7 +78,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		removeNodeImages(cctx, l, 2, "/ms2m/checkpoints")
 	}()
 
-	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer"}
+	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer", ReadOnlyRoot: true}
 	var src *corev1.Pod
 	if spec.statefulSet {
 		src, err = startStatefulSet(ctx, l, consumer)
@@ -130,7 +130,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	for _, h := range []*migrate.HoldTimings{rep.Hold, rep.ShadowHold} {
 		if h != nil {
 			r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze)
+			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "criu", r(h.CRIU), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze, "thawedAtDump", h.ThawedAtDump, "thawFallback", h.ThawFallback)
 		}
 	}
 	m.TotalMs, m.SwitchMs = ms(rep.Total), ms(rep.Downtime)

@@ -313,6 +313,10 @@ func paperCSV(runs []paperRun) []byte {
 	for _, g := range phaseGroupNames {
 		head = append(head, g+"_ms")
 	}
+	// The live checkpoint's hold (ms2m, ms2m-cutoff): how long the source
+	// held deliveries, CRIU's dump as the node saw it, and whether the
+	// agent thawed the app at the dump's end.
+	head = append(head, "held_ms", "hold_to_freeze_ms", "hold_dump_ms", "hold_criu_ms", "hold_after_dump_ms", "resumed_at_freeze", "thawed_at_dump")
 	head = append(head, "produced", "count", "hash_ok", "producer_outlasted", "wall_ms", "error")
 	_ = w.Write(head) // into a bytes.Buffer, which cannot fail
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -334,6 +338,11 @@ func paperCSV(runs []paperRun) []byte {
 			f(r.ReplayAfterStopMs), f(ms(r.Report.TCutoff)), string(r.Report.Cutoff), f(r.Report.Lambda), f(r.Report.Mu)}
 		for _, g := range phaseGroupNames {
 			row = append(row, f(r.Groups[g]))
+		}
+		if h := r.Report.Hold; h != nil {
+			row = append(row, f(ms(h.Held)), f(ms(h.ToFreeze)), f(ms(h.Dump)), f(ms(h.CRIU)), f(ms(h.AfterDump)), strconv.FormatBool(h.AtFreeze), strconv.FormatBool(h.ThawedAtDump))
+		} else {
+			row = append(row, "", "", "", "", "", "", "")
 		}
 		row = append(row, strconv.Itoa(r.Produced), strconv.Itoa(r.Count), strconv.FormatBool(r.HashOK),
 			strconv.FormatBool(r.ProducerOutlasted), f(r.WallMs), r.Error)

@@ -69,7 +69,7 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy
 		return res
 	}
 
-	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer"})
+	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer", ReadOnlyRoot: true})
 	var logName string
 	if src != nil {
 		logName = inject.LogName(src)

@@ -37,6 +37,19 @@ const (
 	AnnotationLogMaxAge   = Prefix + "log-max-age"
 	AnnotationLogMaxBytes = Prefix + "log-max-bytes"
 
+	// AnnotationUpstreamTLSSecret names a Secret in the pod's namespace
+	// that the sidecar mounts for TLS to the broker: ca.crt, the CA that
+	// signs the broker's certificate, and, with EXTERNAL auth, tls.crt
+	// and tls.key, the client certificate. It turns TLS on. The webhook
+	// only writes the reference; it never reads the Secret.
+	AnnotationUpstreamTLSSecret = Prefix + "upstream-tls-secret"
+	// AnnotationUpstreamTLSServerName is the name the sidecar checks the
+	// broker's certificate against (default: the host it dials).
+	AnnotationUpstreamTLSServerName = Prefix + "upstream-tls-server-name"
+	// AnnotationUpstreamAuth is PLAIN (default: the app's credentials) or
+	// EXTERNAL (the client certificate of AnnotationUpstreamTLSSecret).
+	AnnotationUpstreamAuth = Prefix + "upstream-auth"
+
 	// Migration requests, read by the migrator's controller and validated by the webhook.
 	AnnotationMigrateTo = Prefix + "migrate-to" // target node name (a DNS-1123 subdomain)
 	AnnotationStrategy  = Prefix + "strategy"   // one of Strategies (default auto)
@@ -94,6 +107,9 @@ var KnownAnnotations = map[string]bool{
 	AnnotationLogName:                  true,
 	AnnotationLogMaxAge:                true,
 	AnnotationLogMaxBytes:              true,
+	AnnotationUpstreamTLSSecret:        true,
+	AnnotationUpstreamTLSServerName:    true,
+	AnnotationUpstreamAuth:             true,
 	AnnotationMigrateTo:                true,
 	AnnotationStrategy:                 true,
 	AnnotationReplayMax:                true,

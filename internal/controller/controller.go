@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -50,6 +51,8 @@ type Config struct {
 	Admit func(*corev1.Pod) (*corev1.Pod, error)
 	// Timeout bounds each wait of a migration. Default 5 minutes.
 	Timeout time.Duration
+	// ThawAfterDump is every migration's migrate.Plan.ThawAfterDump.
+	ThawAfterDump migrate.ThawPolicy
 	// Concurrent is how many migrations run at once. Default 4.
 	Concurrent int
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
@@ -60,7 +63,14 @@ type Config struct {
 	// keeps it in a Secret). Default: a random key for this process alone,
 	// with which a restarted controller cannot roll back what it left.
 	StatusKey []byte
+	// Clock names and times the migrations (and is handed to them).
+	// Default: the system's clock.
+	Clock migrate.Clock
 }
+
+// requeueAfter is how soon a pod that has to wait (its target's migration
+// runs, or one runs elsewhere) is looked at again.
+const requeueAfter = 10 * time.Second
 
 // Reconciler runs requested migrations.
 type Reconciler struct {
@@ -81,14 +91,21 @@ func New(cfg Config) *Reconciler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = DefaultMetrics()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	if len(cfg.StatusKey) == 0 {
 		cfg.StatusKey = make([]byte, 32)
 		if _, err := rand.Read(cfg.StatusKey); err != nil {
 			panic("no randomness for the status key: " + err.Error())
 		}
 	}
-	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: migrate.DefaultTimeouts.Sidecar}}
 }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
 
 // SetupWithManager registers the controller: it sees only pods that carry
 // a migration request.
@@ -153,15 +170,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, contract.AnnotationMigrationStatus)
 		return reconcile.Result{}, nil
 	case ActWait:
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActRollBack:
 		return reconcile.Result{}, r.rollBack(ctx, pod, prev)
 	case ActBusy:
 		r.refuseBusy(pod, prev, migrateTo)
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActSameNode:
 		err := fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, migrateTo)
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: time.Now(), History: prev.History}, err)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
 	rq, err := parseRequest(pod)
@@ -169,13 +186,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = r.checkTarget(ctx, pod, rq)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: time.Now(), History: prev.History}, err)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
-	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
-	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
+	return reconcile.Result{}, r.start(ctx, pod, rq, prev)
+}
+
+// start records a migration of pod by rq as Running (guarded by the pod's
+// resourceVersion: a conflict means another reconcile or controller got
+// there first) and drives it to its end, which it records.
+func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, prev Status) error {
+	now := r.cfg.Clock.Now()
+	name, targetPod := migrate.MigrationName(pod.Name, now), migrate.NextPodName(pod)
+	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: now, History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
-		return reconcile.Result{}, err // a conflict: try again with the new pod
+		return err // a conflict: try again with the new pod
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
@@ -188,41 +213,45 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.cfg.Metrics.started()
 	defer r.cfg.Metrics.stopped()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	log.FromContext(ctx).Info("migration started", "migration", name, "targetNode", rq.node, "strategy", rq.strategy)
 
-	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
-	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
+	rep, err := migrate.Run(ctx, r.env(ctx, pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	st.Report = &rep
 	var refused *migrate.Refused
 	if errors.As(err, &refused) {
 		st.Report = nil
-		return reconcile.Result{}, r.reject(ctx, pod, st, err)
+		return r.reject(ctx, pod, st, err)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
 	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
 	r.cfg.Metrics.record(ResultSucceeded, st)
-	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
+	target, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{})
 	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
+		return fmt.Errorf("migration %s succeeded, but its target pod: %w", name, err)
 	}
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", name, pod.Spec.NodeName, st.Message)
-	return reconcile.Result{}, r.setStatus(ctx, target, st)
+	log.FromContext(ctx).Info("migration succeeded", "migration", name, "target", target.Name, "total", rep.Total, "downtime", rep.Downtime)
+	return r.setStatus(ctx, target, st)
 }
 
-// env is what migration name of pod needs; its phases become Events on pod.
-func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
+// env is what migration name of pod needs; its phases become Events on pod
+// and log lines on ctx's logger.
+func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http,
+		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
@@ -333,6 +362,7 @@ func (r *Reconciler) forgetRefused(name string) {
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
 	st.Phase, st.Message = contract.PhaseFailed, err.Error()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationFailed, "Migrate", "migration %s: %v", st.Name, err)
+	log.FromContext(ctx).Error(err, "migration failed", "migration", st.Name)
 	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -366,54 +396,32 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 			return r.rollForward(ctx, pod, target, st)
 		}
 	}
-	var errs []error
-	if target != nil {
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
-		}
-	}
-	err = ctlErr
-	if err == nil {
-		err = control.ClientAt(pod.Status.PodIP, port, token, r.http).Resume(ctx)
-	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	return r.rolledBack(ctx, pod, st, errs, "the target and its checkpoint image were deleted")
+	// The same undo steps as a migration that fails (migrate.RollBack).
+	err = migrate.RollBack(ctx, r.env(ctx, pod, st.Name, port, token), rollbackPlan(pod, st), pod)
+	return r.rolledBack(ctx, pod, st, errors.Join(ctlErr, err), "the target and its checkpoint image were deleted")
 }
 
-// rolledBack ends a rollback of st on pod, the source, once errs (of its
-// steps so far) are none: the checkpoint images go, and the status says
-// the source serves and what else was undone.
-func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
-	errs = append(errs, r.dropImages(ctx, pod, st))
-	if err := errors.Join(errs...); err != nil {
+// rollbackPlan is what migrate.RollBack needs to know of migration st of
+// pod.
+func rollbackPlan(pod *corev1.Pod, st Status) migrate.Plan {
+	return migrate.Plan{Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, TargetNode: st.Target, TargetPod: st.TargetPod, Strategy: contract.Strategy(st.Strategy)}
+}
+
+// rolledBack ends a rollback of st on pod, the source, once err (of its
+// steps) is nil: the status says the source serves and what else was
+// undone. Otherwise the rollback is retried.
+func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, err error, undone string) error {
+	if err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
+		log.FromContext(ctx).Error(err, "rollback failed; retried", "migration", st.Name)
 		return err // retried
 	}
 	st.Phase = contract.PhaseRolledBack
 	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + contract.AnnotationMigrateTo + " again to ask again"
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	log.FromContext(ctx).Info("rolled back", "migration", st.Name)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
-}
-
-// dropImages deletes the checkpoint images migration st may have pushed
-// (tagged with its name, and its shadow's), through the agent on pod's
-// node; images that were never pushed are no error.
-func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status) error {
-	del, ok := r.cfg.Agent.(migrate.ImageDeleter)
-	if !ok || r.cfg.ImageRepo == "" {
-		return nil
-	}
-	var errs []error
-	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
-		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
-			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // rollForward completes a migration whose target had taken over when the

@@ -51,27 +51,9 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 			return r.continueShadow(ctx, pod, st, port, token)
 		}
 	}
-	var errs []error
-	if shadow != nil {
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, shadow.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadow.Name, err))
-		}
-	}
-	// The record is unused while the source exists; left, it would turn
-	// the pod's next recreation into a stale restore.
-	cms := cs.CoreV1().ConfigMaps(pod.Namespace)
-	name := contract.PendingConfigMapName(pod.Name)
-	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[contract.LabelMigration] == migrate.MigrationLabel(st.Name) {
-		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err))
-		}
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("the pending-migration ConfigMap %s: %w", name, err))
-	}
-	if err := endpoint(pod).Resume(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	return r.rolledBack(ctx, pod, st, errs, "the shadow, the pending-migration record and the checkpoint images were deleted")
+	// The same undo steps as a migration that fails (migrate.RollBack).
+	err = migrate.RollBack(ctx, r.env(ctx, pod, st.Name, port, token), rollbackPlan(pod, st), pod)
+	return r.rolledBack(ctx, pod, st, err, "the shadow, the pending-migration record and the checkpoint images were deleted")
 }
 
 // continueShadow completes statefulset-shadow migration st, whose shadow
@@ -80,9 +62,10 @@ func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Sta
 	r.running.Store(st.Name, true)
 	defer r.running.Delete(st.Name)
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationContinued, "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
-	rep, err := migrate.ContinueShadow(ctx, r.env(pod, st.Name, port, token), migrate.Plan{
+	rep, err := migrate.ContinueShadow(ctx, r.env(ctx, pod, st.Name, port, token), migrate.Plan{
 		Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: st.Target, TargetPod: pod.Name, Strategy: contract.StrategyStatefulSetShadow, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	if err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: %v", st.Name, err)
@@ -125,7 +108,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	}
 	r.running.Store(migration, true)
 	defer r.running.Delete(migration)
-	out, err := migrate.FinishPending(ctx, r.env(pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
+	out, err := migrate.FinishPending(ctx, r.env(ctx, pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
 	switch {
 	case err != nil && out.Ours:
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationPending, "Migrate", "%v", err)

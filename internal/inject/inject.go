@@ -127,6 +127,9 @@ func Inject(in Input, cfg Config) (Result, error) {
 		// A copy of an injected pod: the app's settings point at the
 		// sidecar already; make that sidecar replay.
 		sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
+		if restore != nil && isNATSSidecar(sidecar) {
+			return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
+		}
 		lines := applyRestore(out, app, sidecar, restore)
 		var kept []string
 		for _, l := range status.Rewritten {
@@ -142,6 +145,33 @@ func Inject(in Input, cfg Config) (Result, error) {
 	}
 
 	br := rewriteBroker(app, pod.Annotations[contract.AnnotationBrokerEnv], cfg.ListenPort)
+	nats := false
+	if br.fatal != "" && br.considered == 0 {
+		// No AMQP setting at all: a NATS app, perhaps.
+		nb, considered := rewriteNATS(app, cfg.NATSListenPort)
+		switch {
+		case considered == 0:
+		case nb.fatal != "":
+			return leaveAlone(append(nb.skipped, nb.fatal))
+		case cfg.NATSURL.Name == "":
+			return leaveAlone(append(nb.skipped, fmt.Sprintf("container %q speaks NATS (%s), but the webhook has no natsURL configured for the replay log",
+				app.Name, strings.Join(wellKnownNATSEnv, ", "))))
+		default:
+			br, nats = nb, true
+		}
+	}
+	if !nats && br.fatal != "" && br.noneSet && pod.Annotations[contract.AnnotationBrokerEnv] == "" {
+		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
+			br = fa
+		}
+	}
+	if !nats {
+		if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
+			br.fatal = fatal
+		} else if warning != "" {
+			br.skipped = append(br.skipped, warning)
+		}
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
@@ -154,7 +184,7 @@ func Inject(in Input, cfg Config) (Result, error) {
 		skipped = append(skipped, reason)
 	}
 
-	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
+	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue, nats: nats}
 	if v, ok := pod.Annotations[contract.AnnotationLogName]; ok {
 		spec.logName = v
 	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
@@ -170,7 +200,17 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if v, ok := pod.Annotations[contract.AnnotationLogMaxBytes]; ok {
 		spec.logMaxBytes = v
 	}
-	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+	if nats && restore != nil {
+		return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
+	}
+	sc := sidecarContainer(cfg, spec)
+	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
+	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	rewritten = append(rewritten, tlsLines...)
 
 	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
 	if restore != nil {

@@ -26,6 +26,7 @@ var testConfig = Config{
 	SidecarImage:    "ghcr.io/ms2m/sidecar:v0.1.0",
 	ImagePullPolicy: corev1.PullIfNotPresent,
 	StreamURI:       SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
+	NATSURL:         SecretKey{Name: "ms2m-nats", Key: "url"},
 	ControlToken:    SecretKey{Name: "ms2m-control", Key: "token"},
 	LogMaxAge:       "24h",
 	Resources: corev1.ResourceRequirements{

@@ -30,6 +30,27 @@ var annotationChecks = []annotationCheck{
 	{contract.AnnotationBrokerEnv, checkBrokerEnv},
 	{contract.AnnotationLogName, checkLogNameAnnotation},
 	{contract.AnnotationLogMaxAge, checkPositiveDuration},
+	{contract.AnnotationUpstreamTLSSecret, func(_ *corev1.Pod, v string) string {
+		if len(validation.IsDNS1123Subdomain(v)) > 0 {
+			return "use the name of a Secret in the pod's namespace"
+		}
+		return ""
+	}},
+	{contract.AnnotationUpstreamTLSServerName, func(_ *corev1.Pod, v string) string {
+		if len(validation.IsDNS1123Subdomain(strings.ToLower(v))) > 0 {
+			return "use the DNS name in the broker's certificate"
+		}
+		return ""
+	}},
+	{contract.AnnotationUpstreamAuth, func(pod *corev1.Pod, v string) string {
+		switch {
+		case v != "PLAIN" && v != "EXTERNAL":
+			return "use PLAIN or EXTERNAL"
+		case v == "EXTERNAL" && pod.Annotations[contract.AnnotationUpstreamTLSSecret] == "":
+			return "EXTERNAL needs the client certificate: set " + contract.AnnotationUpstreamTLSSecret + " to a Secret with tls.crt and tls.key"
+		}
+		return ""
+	}},
 	{contract.AnnotationLogMaxBytes, func(_ *corev1.Pod, v string) string {
 		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
 			return "use a byte count, an integer of 0 or more (0: no limit)"

@@ -19,6 +19,7 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -77,6 +78,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 			name, undo := pendingPod()
 			p.Pod = name
 			return undo
+		}},
+		{"a server-named queue", func(*migrate.Plan) {}, `consumes a queue that a migration cannot carry over, so nothing was checkpointed: queue "amq.gen-Xy1" is server-named`, func(*migrate.Plan) func() {
+			sc := c.Nodes[nodeA].Pod(w.ns, w.pod.Name).Sidecar
+			sc.SetUnreplayable([]proxy.UnreplayableQueue{{Queue: "amq.gen-Xy1", Reason: "server-named (amq.gen-*): the restored app declares a new queue with another name, which the replay log knows nothing of"}})
+			return func() { sc.SetUnreplayable(nil) }
 		}},
 		{"already migrating", func(*migrate.Plan) {}, "is already migrating: its sidecar is quiesced, as a migration under way leaves it; wait for that migration to end", func(*migrate.Plan) func() {
 			// another migration's quiesce

@@ -32,6 +32,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
 	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
+	thawAfterDump := fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never")
 	asJSON := fs.Bool("json", false, "print the final report as JSON")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -56,6 +57,10 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	st := contract.Strategy(*strategy)
 	if !st.Valid() {
 		problems = append(problems, fmt.Sprintf("--strategy %q: want one of %s", *strategy, strings.Join(contract.StrategyNames(), ", ")))
+	}
+	thaw, err := migrate.ParseThawPolicy(*thawAfterDump)
+	if err != nil {
+		problems = append(problems, "--thaw-after-dump: "+err.Error())
 	}
 	rule, err := contract.ParseCutoffRule(*cutoff)
 	if err != nil {
@@ -101,6 +106,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
 		TargetPod: migrate.NextPodName(src), Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Cutoff: rule, Timeout: *timeout,
+		ThawAfterDump: thaw,
 	}
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()

@@ -144,6 +144,46 @@ func envOr(k, def string) string {
 	return def
 }
 
+// TLSBroker is the same RabbitMQ's TLS listeners and the test CA that
+// hack/setup.sh made for them.
+type TLSBroker struct {
+	AMQPAddr   string // 127.0.0.1:5671
+	StreamAddr string // 127.0.0.1:5551
+	CAFile     string // the test CA
+	// ClientCert and ClientKey are a client certificate whose CN is
+	// ClientUser, a broker user that logs in by EXTERNAL.
+	ClientCert, ClientKey, ClientUser string
+}
+
+// RequireTLSBroker returns the broker's TLS listeners, after checking that
+// they answer and that the CA files are there. MS2M_STATE_DIR is where
+// hack/setup.sh keeps them (default /var/lib/ms2m).
+func RequireTLSBroker(t testing.TB) TLSBroker {
+	t.Helper()
+	Watchdog(t)
+	dir := filepath.Join(envOr("MS2M_STATE_DIR", "/var/lib/ms2m"), "tls")
+	b := TLSBroker{
+		AMQPAddr: "127.0.0.1:5671", StreamAddr: "127.0.0.1:5551",
+		CAFile:     filepath.Join(dir, "ca.pem"),
+		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client.key"),
+		ClientUser: "ms2m-tls-client",
+	}
+	const how = "run `make test` or `bash hack/setup.sh` (it starts the broker's TLS listeners with a test CA, without a restart)"
+	for _, f := range []string{b.CAFile, b.ClientCert, b.ClientKey} {
+		if _, err := os.Stat(f); err != nil {
+			Missing(t, "the test CA file "+f, how)
+		}
+	}
+	for _, a := range []string{b.AMQPAddr, b.StreamAddr} {
+		c, err := net.DialTimeout("tcp", a, 2*time.Second)
+		if err != nil {
+			Missing(t, "RabbitMQ's TLS listener at "+a+" ("+err.Error()+")", how)
+		}
+		c.Close()
+	}
+	return b
+}
+
 // SpringJarPath is the Spring Boot sample consumer's jar, relative to the
 // module root, where `make consumer-spring` builds it.
 const SpringJarPath = "examples/consumer-spring/target/consumer-spring.jar"
@@ -170,14 +210,15 @@ func RequireSpringJar(t testing.TB) (java, jar string) {
 	springMu.Lock()
 	defer springMu.Unlock()
 	root := ModuleRoot(t)
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644) //nolint:usetesting // one lock for every test binary on the machine; t.TempDir is the test's own
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644) //nolint:usetesting // one Maven build at a time across test processes takes a path they all know
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Close() // releases the lock
+	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) // closing the file releases it too
 	cmd := exec.Command("make", "-s", "--no-print-directory", "consumer-spring")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
