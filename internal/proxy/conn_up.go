@@ -70,7 +70,12 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if out := c.handshake.StartOk(m); out != nil {
+			out := c.handshake.StartOk(m)
+			if c.handshake.Unresolved() {
+				c.log.Warn("the app sent ms2m's placeholder credentials, but the sidecar has no credentials to put in their place: the broker will refuse the connection",
+					"fix", "give MS2M_UPSTREAM user info, or set MS2M_UPSTREAM_USERNAME and MS2M_UPSTREAM_PASSWORD")
+			}
+			if out != nil {
 				return amqpwire.AppendMethodFrame(nil, 0, out), nil
 			}
 		case mConnectionOpen:
