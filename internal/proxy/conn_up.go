@@ -165,7 +165,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			return nil, nil
 		}
-		c.p.consumed(m.Queue)
+		c.consumed(m.Queue)
 		if c.p.replaying(m.Queue) {
 			c.startReplay(ch, m)
 			return nil, nil
@@ -318,6 +318,7 @@ func (c *conn) dropAll() {
 	for id := range c.chans {
 		c.dropChannel(id)
 	}
+	c.forgetConsumed()
 }
 
 // writeApp writes frames the sidecar made to the app. Callers hold c.mu.
