@@ -23,14 +23,21 @@ import (
 func declared(t *testing.T, prefix string) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The files that declare constants import nothing; the rest (parse
 	// functions) are left out, so no importer is needed.
 	var files []*ast.File
-	for _, f := range pkgs["contract"].Files {
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, e.Name(), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(f.Imports) == 0 {
 			files = append(files, f)
 		}
