@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // EventSource names the controller in Events.
@@ -53,10 +53,12 @@ type Config struct {
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
 	// controller-runtime's registry.
 	Metrics *Metrics
-	// StatusKey signs the migration statuses this controller writes; it
-	// trusts no other. Replicas and restarts must share it (the migrator
-	// keeps it in a Secret). Default: a random key for this process alone,
-	// with which a restarted controller cannot roll back what it left.
+	// StatusKey signs the migration statuses this controller writes (it
+	// trusts no other) and the restore instructions it gives (the webhook
+	// restores no other). Replicas, restarts and the webhook must share it
+	// (the migrator keeps it in a Secret). Default: a random key for this
+	// process alone, with which a restarted controller cannot roll back
+	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
 }
 
@@ -80,10 +82,11 @@ func New(cfg Config) *Reconciler {
 		cfg.Metrics = DefaultMetrics()
 	}
 	if len(cfg.StatusKey) == 0 {
-		cfg.StatusKey = make([]byte, 32)
-		if _, err := rand.Read(cfg.StatusKey); err != nil {
+		key, err := sign.NewKey()
+		if err != nil {
 			panic("no randomness for the status key: " + err.Error())
 		}
+		cfg.StatusKey = key
 	}
 	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
 }
@@ -220,7 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http,
+		ControlToken: token, ControlPort: port, HTTP: r.http, SigningKey: r.cfg.StatusKey,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},

@@ -55,6 +55,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 		SidecarImage: "ms2m/sidecar:dev",
 		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "token"},
+		RestoreKey:   []byte("migrate-test-key-0123456789"),
 	}
 	app := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{inject.AnnotationInject: "true"},
@@ -69,7 +70,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 	source := res.Pod
 	source.UID, source.ResourceVersion, source.Spec.NodeName = "uid-1", "7", "node-1"
 
-	target := TargetPod(source, "consumer-m1", Restore{Migration: "m1", Image: "10.77.0.1:5000/ckpt:m1", Node: "node-2", LogName: "default.consumer", Start: 42})
+	target := TargetPod(source, "consumer-m1", Restore{Migration: "m1", Image: "10.77.0.1:5000/ckpt:m1", Node: "node-2", LogName: "default.consumer", Start: 42}, cfg.RestoreKey, time.Now().Add(time.Minute))
 	if target.UID != "" || target.ResourceVersion != "" || len(target.OwnerReferences) != 0 || target.Spec.NodeName != "" {
 		t.Errorf("target keeps the source's identity: %+v", target.ObjectMeta)
 	}

@@ -119,6 +119,14 @@ type Env struct {
 	// control port (default 8089).
 	ControlToken string
 	ControlPort  int
+	// SigningKey signs each restore instruction (the target pod's restore
+	// annotations, a StatefulSet pod's pending record): the controller's
+	// key, which the webhook checks them with. Without the webhook's key
+	// the webhook refuses the target.
+	SigningKey []byte
+	// RestoreValidity is how long a signed restore instruction stays valid.
+	// Default inject.DefaultRestoreValidity.
+	RestoreValidity time.Duration
 	// HTTP talks to the sidecars. Default: a client with a 10 s timeout.
 	HTTP *http.Client
 	// Progress, if set, hears each phase as it ends.
@@ -226,6 +234,9 @@ func newRun(env Env, p Plan) *run {
 	}
 	if env.ReadRetry <= 0 {
 		env.ReadRetry = control.DefaultReadRetry
+	}
+	if env.RestoreValidity <= 0 {
+		env.RestoreValidity = inject.DefaultRestoreValidity
 	}
 	if p.Timeout == 0 {
 		p.Timeout = 3 * time.Minute
@@ -657,7 +668,7 @@ func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duratio
 // targetPod makes the pod to create, admitted as the webhook would when
 // Env.Admit is set.
 func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.Pod, error) {
-	t := TargetPod(src, name, restore)
+	t := TargetPod(src, name, restore, r.env.SigningKey, time.Now().Add(r.env.RestoreValidity))
 	if r.env.Admit != nil {
 		admitted, err := r.env.Admit(t)
 		if err != nil {

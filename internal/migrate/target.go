@@ -30,13 +30,21 @@ type Restore struct {
 	Epoch uint64
 }
 
-// Pending is r as the webhook reads it for a pod it restores without the
-// migrator creating it (the StatefulSet strategies).
-func (r Restore) Pending() inject.Migration {
+// instruction is r as the webhook reads it, unsigned.
+func (r Restore) instruction() inject.Migration {
 	return inject.Migration{
 		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
 		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
 	}
+}
+
+// Pending is r as the webhook reads it for the pod namespace/pod that it
+// restores without the migrator creating it (the StatefulSet strategies),
+// signed with key until expires.
+func (r Restore) Pending(namespace, pod string, key []byte, expires time.Time) inject.Migration {
+	m := r.instruction()
+	m.Signature = inject.SignRestore(key, namespace, pod, m, expires)
+	return m
 }
 
 func (r Restore) cutoff() string {
@@ -48,9 +56,10 @@ func (r Restore) cutoff() string {
 
 // TargetPod returns the pod to create for r: a copy of the injected source
 // pod under a new name, with the restore annotations that the webhook (or
-// inject.Inject) turns into a restore. Owner references are dropped: the
+// inject.Inject) turns into a restore, signed with key until expires (the
+// webhook restores nothing unsigned). Owner references are dropped: the
 // copy is the migrator's until it replaces the source.
-func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
+func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires time.Time) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -66,14 +75,16 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationMigrateForce, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature, inject.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
+	m := r.instruction()
 	for k, v := range map[string]string{
-		inject.AnnotationRestoreImage:  r.Image,
-		inject.AnnotationRestoreNode:   r.Node,
-		inject.AnnotationReplayStart:   fmt.Sprint(r.Start),
-		inject.AnnotationReplayCutoff:  r.cutoff(),
-		inject.AnnotationReplayEpoch:   fmt.Sprint(r.Epoch),
-		inject.AnnotationLogName:       r.LogName,
-		inject.AnnotationMigrationName: r.Migration,
+		inject.AnnotationRestoreImage:     m.Image,
+		inject.AnnotationRestoreNode:      m.Node,
+		inject.AnnotationReplayStart:      m.ReplayStart,
+		inject.AnnotationReplayCutoff:     m.ReplayCutoff,
+		inject.AnnotationReplayEpoch:      m.ReplayEpoch,
+		inject.AnnotationLogName:          m.LogName,
+		inject.AnnotationMigrationName:    m.Name,
+		inject.AnnotationRestoreSignature: inject.SignRestore(key, p.Namespace, name, m, expires),
 	} {
 		p.Annotations[k] = v
 	}

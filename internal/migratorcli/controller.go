@@ -2,7 +2,6 @@ package migratorcli
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,7 @@ import (
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/envconfig"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // ControllerConfig is `migrator controller`'s configuration, from the
@@ -181,11 +181,11 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 	case cfg.StatusKey != "":
 		return []byte(cfg.StatusKey), nil
 	case cfg.StatusKeyFile != "":
-		b, err := os.ReadFile(cfg.StatusKeyFile)
+		k, err := sign.ReadKeyFile(cfg.StatusKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("MS2M_STATUS_KEY_FILE: %w", err)
 		}
-		return []byte(strings.TrimSpace(string(b))), nil
+		return k, nil
 	}
 	ns := cfg.LeaderElectionNamespace
 	if ns == "" {
@@ -207,8 +207,8 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("get Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
 		}
-		k := make([]byte, 32)
-		if _, err := rand.Read(k); err != nil {
+		k, err := sign.NewKey()
+		if err != nil {
 			return nil, err
 		}
 		_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: StatusKeySecret, Namespace: ns}, Data: map[string][]byte{StatusKeySecretKey: k}}, metav1.CreateOptions{})

@@ -249,6 +249,10 @@ var updateIgnored = map[string]bool{
 	inject.AnnotationReplayStart:   true,
 	inject.AnnotationReplayCutoff:  true,
 	inject.AnnotationMigrationName: true,
+	inject.AnnotationReplayEpoch:   true,
+	// Checked at creation against the pod's name and namespace; an
+	// update cannot make a pod a restore.
+	inject.AnnotationRestoreSignature: true,
 }
 
 // validationProbe is the pod that Inject sees for an UPDATE. Inject
