@@ -61,10 +61,6 @@ type controllerProc struct {
 	done chan struct{}
 }
 
-// simStatusKey signs the migration statuses of the controllers the tests
-// start.
-const simStatusKey = "sim-status-key-0123456789abcdef"
-
 func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig string) *controllerProc {
 	t.Helper()
 	bin := testenv.Build(t, "cmd/migrator")
@@ -80,7 +76,7 @@ func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig strin
 		"MS2M_HEALTH_ADDR=0",
 		"MS2M_MIGRATION_TIMEOUT=1m",
 		"MS2M_LOG_LEVEL=debug",
-		"MS2M_STATUS_KEY="+simStatusKey, // shared by every controller a test starts, as a Secret would be
+		"MS2M_STATUS_KEY="+string(c.SigningKey), // shared by every controller a test starts and the webhook, as a Secret would be
 	)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -265,6 +265,7 @@ func env(c *simcluster.Cluster, cs kubernetes.Interface) migrate.Env {
 		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, simcluster.AgentPort), Token: c.AgentToken},
 		ImageRepo:    c.ImageRepo(),
 		ControlToken: c.ControlToken,
+		SigningKey:   c.SigningKey,
 	}
 }
 
