@@ -60,6 +60,9 @@ type Config struct {
 	// process alone, with which a restarted controller cannot roll back
 	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
+	// KeepImages keeps checkpoint images once a migration's target serves
+	// (for debugging); by default they are deleted then.
+	KeepImages bool
 }
 
 // Reconciler runs requested migrations.
@@ -223,7 +226,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http, SigningKey: r.cfg.StatusKey,
+		ControlToken: token, ControlPort: port, HTTP: r.http, SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
@@ -409,7 +412,7 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	}
 	var errs []error
 	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
+		ref := migrate.CheckpointRef(r.cfg.ImageRepo, pod.Namespace, tag, r.cfg.StatusKey)
 		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
 			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -207,5 +208,35 @@ func TestPodProblem(t *testing.T) {
 				t.Errorf("podProblem = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckpointRef: a checkpoint image goes to its namespace's repository
+// under a tag that only the key's holder can name: the same migration
+// names another tag with another key, or in another namespace; a long
+// name still makes a valid tag.
+func TestCheckpointRef(t *testing.T) {
+	key, other := []byte("key-one-0123456789abcdef"), []byte("key-two-0123456789abcdef")
+	ref := CheckpointRef("reg.test:5000/ms2m/checkpoints/", "shop", "orders-0-tpj70d", key)
+	if !strings.HasPrefix(ref, "reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-") || len(ref) != len("reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-")+tagSecretLen {
+		t.Errorf("ref %q: want reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-<%d secret characters>", ref, tagSecretLen)
+	}
+	if ref != CheckpointRef("reg.test:5000/ms2m/checkpoints", "shop", "orders-0-tpj70d", key) {
+		t.Error("the ref is not the same for the same key (the controller must find the image again)")
+	}
+	for name, again := range map[string]string{
+		"another key":       CheckpointRef("reg.test:5000/ms2m/checkpoints", "shop", "orders-0-tpj70d", other),
+		"another namespace": CheckpointRef("reg.test:5000/ms2m/checkpoints", "bank", "orders-0-tpj70d", key),
+	} {
+		_, a, _ := strings.Cut(ref, ":5000/")
+		_, b, _ := strings.Cut(again, ":5000/")
+		if a[strings.LastIndex(a, "-"):] == b[strings.LastIndex(b, "-"):] {
+			t.Errorf("%s: the secret part is the same (%s, %s)", name, ref, again)
+		}
+	}
+	long := CheckpointRef("r/x", "shop", strings.Repeat("a", 300), key)
+	tag := long[strings.Index(long, ":")+1:]
+	if _, err := name.NewTag("reg.test/x:"+tag, name.StrictValidation); err != nil || len(tag) > MaxTagLen {
+		t.Errorf("tag of a long name %q (%d bytes): %v", tag, len(tag), err)
 	}
 }

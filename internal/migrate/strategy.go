@@ -108,9 +108,14 @@ type Env struct {
 	Client kubernetes.Interface
 	// Agent does the node-local steps.
 	Agent NodeAgent
-	// ImageRepo is the repository checkpoint images go to, as the nodes
-	// pull them (host:port/path); the tag is the migration's name.
+	// ImageRepo is the repository checkpoint images go below, as the nodes
+	// pull them (host:port/path): each namespace's to ImageRepo/<namespace>,
+	// tagged with the migration's name and a secret part (CheckpointRef).
 	ImageRepo string
+	// KeepImages keeps a migration's checkpoint images in the registry
+	// once its target serves (for debugging); by default they are deleted
+	// then, as after a failure.
+	KeepImages bool
 	// Admit, if set, does to a pod what the webhook would, before it is
 	// created: for clusters without the webhook (tests). Nil leaves it to
 	// the webhook.
@@ -220,6 +225,9 @@ type Phase struct {
 func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 	r := newRun(env, p)
 	err := r.do(ctx)
+	if err == nil {
+		r.dropServedImages()
+	}
 	r.rep.Total = time.Since(r.began)
 	return r.rep, err
 }
@@ -438,20 +446,40 @@ func (r *run) served(ctx context.Context, pod string) {
 // when the target that needed them never took over. An agent that cannot
 // delete adds to the error.
 func (r *run) dropImages(err error) error {
+	return errors.Join(err, r.deleteImages())
+}
+
+// dropServedImages deletes the checkpoint images of a migration that
+// ended well: the restored pod runs, and an image is the process's whole
+// memory, to be kept no longer than needed. What cannot be deleted is a
+// warning. Env.KeepImages keeps them.
+func (r *run) dropServedImages() {
+	if r.env.KeepImages {
+		return
+	}
+	if err := r.deleteImages(); err != nil {
+		r.rep.Warnings = append(r.rep.Warnings, err.Error())
+	}
+}
+
+// deleteImages deletes the checkpoint images this run pushed, through the
+// source node's agent.
+func (r *run) deleteImages() error {
 	del, ok := r.env.Agent.(ImageDeleter)
 	if !ok || r.source == nil {
-		return err
+		return nil
 	}
+	var errs []error
 	for _, img := range []struct{ pushed, tag string }{{r.rep.Image, r.p.Name}, {r.rep.ShadowImage, ShadowName(r.p.Name)}} {
 		if img.pushed == "" {
 			continue
 		}
-		ref := r.env.ImageRepo + ":" + ImageTag(img.tag) // the tag, and the manifest it names
+		ref := CheckpointRef(r.env.ImageRepo, r.p.Namespace, img.tag, r.env.SigningKey) // the tag, and the manifest it names
 		if derr := del.DeleteCheckpointImage(context.Background(), r.source.Spec.NodeName, ref); derr != nil {
-			err = errors.Join(err, fmt.Errorf("delete the checkpoint image %s: %w", ref, derr))
+			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, derr))
 		}
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // resume resumes the sidecar at ep after err, and says so in the error.
@@ -553,7 +581,7 @@ func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // image builds and pushes the checkpoint image of archive, on pod's node.
 func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
-	ref := r.env.ImageRepo + ":" + ImageTag(tag)
+	ref := CheckpointRef(r.env.ImageRepo, pod.Namespace, tag, r.env.SigningKey)
 	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
 	if err != nil {
 		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)

@@ -52,9 +52,11 @@ type ControllerConfig struct {
 	// if missing.
 	StatusKey     string `env:"MS2M_STATUS_KEY"`
 	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
-	MetricsAddr   string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
-	HealthAddr    string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
-	LogLevel      string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+	// KeepImages keeps checkpoint images once the target serves.
+	KeepImages  bool   `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	MetricsAddr string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
+	HealthAddr  string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
+	LogLevel    string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
 // LeaderElectionID names the lease the replicas share.
@@ -133,6 +135,7 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 		Events:     mgr.GetEventRecorder(controller.EventSource),
 		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
 		ImageRepo:  cfg.ImageRepo,
+		KeepImages: cfg.KeepImages,
 		Timeout:    cfg.Timeout,
 		Concurrent: cfg.Concurrent,
 	})

@@ -33,6 +33,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
 	keyFile := fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)")
 	ms2mNamespace := fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret")
+	keepImages := fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)")
 	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
 	asJSON := fs.Bool("json", false, "print the final report as JSON")
@@ -134,6 +135,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		ControlToken: token,
 		ControlPort:  port,
 		SigningKey:   key,
+		KeepImages:   *keepImages,
 		Progress: func(phase string, took time.Duration) {
 			printPhase(stdout, phase, took, time.Since(began))
 		},

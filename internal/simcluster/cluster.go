@@ -70,7 +70,7 @@ type Cluster struct {
 	// what it signed. Controllers the tests start get it as
 	// MS2M_STATUS_KEY, migrate.Env as SigningKey.
 	SigningKey []byte
-	Nodes                    map[string]*Node
+	Nodes      map[string]*Node
 
 	env      *envtest.Environment
 	ns       *netns
