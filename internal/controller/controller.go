@@ -420,6 +420,19 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	return errors.Join(errs...)
 }
 
+// dropServedImages deletes the checkpoint images of migration st, which a
+// restarted controller completed, as Run does once a target serves; what
+// it could not delete is said in the returned text, for the status.
+func (r *Reconciler) dropServedImages(ctx context.Context, pod *corev1.Pod, st Status) string {
+	if r.cfg.KeepImages {
+		return ""
+	}
+	if err := r.dropImages(ctx, pod, st); err != nil {
+		return "; its checkpoint images could not all be deleted (" + err.Error() + "): delete them by hand, each holds the process's memory"
+	}
+	return ""
+}
+
 // rollForward completes a migration whose target had taken over when the
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
@@ -429,6 +442,7 @@ func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, s
 	}
 	st.Phase = PhaseSucceeded
 	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
+	st.Message += r.dropServedImages(ctx, pod, st)
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, target, st)

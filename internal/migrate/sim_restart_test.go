@@ -269,6 +269,10 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 				})
 			case controller.PhaseSucceeded:
 				target := checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
+				// Completed by the restarted controller, its images go as
+				// they would have.
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, st.Name, c.SigningKey))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(st.Name), c.SigningKey))
 				testenv.Eventually(t, 15*time.Second, "only the target is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == target.UID

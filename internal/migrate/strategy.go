@@ -259,6 +259,9 @@ type run struct {
 	began  time.Time
 	last   time.Time
 	source *corev1.Pod
+	// pushedBefore: images of this migration may have been pushed by a
+	// migrator that stopped, so deleteImages tries them all.
+	pushedBefore bool
 }
 
 func (r *run) phase(name string) {
@@ -471,7 +474,7 @@ func (r *run) deleteImages() error {
 	}
 	var errs []error
 	for _, img := range []struct{ pushed, tag string }{{r.rep.Image, r.p.Name}, {r.rep.ShadowImage, ShadowName(r.p.Name)}} {
-		if img.pushed == "" {
+		if img.pushed == "" && !r.pushedBefore {
 			continue
 		}
 		ref := CheckpointRef(r.env.ImageRepo, r.p.Namespace, img.tag, r.env.SigningKey) // the tag, and the manifest it names
