@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -28,7 +29,7 @@ func TestMigratorCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := src.Annotations["ms2m.io/status"]; !ok {
+	if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 		t.Fatalf("the webhook did not inject %s", name)
 	}
 	prod := produce(t, src, name, 10, 120, 20)

@@ -317,6 +317,26 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 	}, nil
 }
 
+// WatchDump watches a container's tasks from the host until CRIU has
+// dumped them, and with thaw thaws its cgroup, as the node's agent would
+// (GET /v1/freeze?state=dumped&thaw=true).
+func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, time.Duration, error), error) {
+	var w nodeagent.FreezeWatch
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		if n := a.l.Cluster.Node(i); n.Name == node {
+			w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
+		}
+	}
+	dir, err := w.FindCgroup(podUID, containerID)
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, string, time.Duration, error) {
+		res, err := w.WaitDump(ctx, dir, containerID, thaw, timeout)
+		return res.ThawedByUs, res.NoThaw, res.CRIU(), err
+	}, nil
+}
+
 func (a agent) PullImage(ctx context.Context, node, ref string) error {
 	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
 		n := a.l.Cluster.Node(i)

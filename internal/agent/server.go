@@ -277,12 +277,14 @@ type FreezeWatching struct {
 }
 
 // waitFreeze watches the container (?pod=<pod UID>&container=<container
-// ID>) until it is in ?state=frozen or thawed, for at most ?timeout= (a Go
-// duration, at most 2 minutes). It answers 404 at once if the container
-// has no cgroup on this node; else 200 and two JSON lines: a
-// FreezeWatching as soon as the watch is in place (so that a caller can
-// start what freezes the container only then), and, once seen, a
-// FreezeResult, or {"error": ...} if the state was not seen in time.
+// ID>) until it is in ?state=frozen, thawed or dumped, for at most
+// ?timeout= (a Go duration, at most 2 minutes); with state=dumped,
+// ?thaw=true also thaws the container once CRIU let it go
+// (FreezeWatch.WaitDump). It answers 404 at once if the container has no
+// cgroup on this node; else 200 and two JSON lines: a FreezeWatching as
+// soon as the watch is in place (so that a caller can start what freezes
+// the container only then), and, once seen, a FreezeResult, or
+// {"error": ...} if the state was not seen in time.
 func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	timeout, err := time.ParseDuration(q.Get("timeout"))
@@ -291,8 +293,21 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state := q.Get("state")
-	if state != Frozen && state != Thawed {
-		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed))
+	if state != Frozen && state != Thawed && state != Dumped {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s, %s or %s", state, Frozen, Thawed, Dumped))
+		return
+	}
+	thawIt := false
+	switch q.Get("thaw") {
+	case "", "false":
+	case "true":
+		thawIt = true
+	default:
+		httpError(w, http.StatusBadRequest, fmt.Errorf("thaw %q: want true or false", q.Get("thaw")))
+		return
+	}
+	if thawIt && state != Dumped {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("thaw=true goes with state=%s only", Dumped))
 		return
 	}
 	dir, err := s.cfg.Freeze.FindCgroup(q.Get("pod"), q.Get("container"))
@@ -312,7 +327,15 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return // as above
 	}
-	res, err := s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	var res FreezeResult
+	if state == Dumped {
+		res, err = s.cfg.Freeze.WaitDump(r.Context(), dir, q.Get("container"), thawIt, timeout)
+		if res.ThawedByUs {
+			s.log.Info("thawed a container after CRIU's dump", "cgroup", dir, "seized", res.Seized, "dumped", res.At)
+		}
+	} else {
+		res, err = s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	}
 	if err != nil {
 		_ = enc.Encode(map[string]string{"error": err.Error()}) // see httpError
 		return

@@ -17,6 +17,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current output")
@@ -27,6 +29,7 @@ var testConfig = Config{
 	SidecarImage:    "ghcr.io/ms2m/sidecar:v0.1.0",
 	ImagePullPolicy: corev1.PullIfNotPresent,
 	StreamURI:       SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
+	NATSURL:         SecretKey{Name: "ms2m-nats", Key: "url"},
 	ControlToken:    SecretKey{Name: "ms2m-control", Key: "token"},
 	LogMaxAge:       "24h",
 	Resources: corev1.ResourceRequirements{
@@ -97,13 +100,13 @@ func (c *goldenCase) sign(t *testing.T) {
 		c.Pending.Signature = SignRestore(testConfig.RestoreKey, ns, pod, signed, goldenNow.Add(in))
 	}
 	ann := c.Pod.Annotations
-	if _, ok := ann[AnnotationRestoreImage]; ok {
-		m := Migration{Name: ann[AnnotationMigrationName], Image: ann[AnnotationRestoreImage], Node: ann[AnnotationRestoreNode], LogName: ann[AnnotationLogName],
-			ReplayStart: ann[AnnotationReplayStart], ReplayCutoff: ann[AnnotationReplayCutoff], ReplayEpoch: ann[AnnotationReplayEpoch]}
+	if _, ok := ann[contract.AnnotationRestoreImage]; ok {
+		m := Migration{Name: ann[contract.AnnotationMigrationName], Image: ann[contract.AnnotationRestoreImage], Node: ann[contract.AnnotationRestoreNode], LogName: ann[contract.AnnotationLogName],
+			ReplayStart: ann[contract.AnnotationReplayStart], ReplayCutoff: ann[contract.AnnotationReplayCutoff], ReplayEpoch: ann[contract.AnnotationReplayEpoch]}
 		if c.Sign.Image != "" {
 			m.Image = c.Sign.Image
 		}
-		ann[AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, ns, pod, m, goldenNow.Add(in))
+		ann[contract.AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, ns, pod, m, goldenNow.Add(in))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // TestRestoredFromPod: what a restored pod was made as is read back from
@@ -14,8 +16,8 @@ import (
 // from a pod that is no restore.
 func TestRestoredFromPod(t *testing.T) {
 	byAnnotations := testPod(map[string]string{
-		AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", AnnotationRestoreNode: "node-b", AnnotationReplayStart: "85",
-		AnnotationReplayCutoff: "marker", AnnotationReplayEpoch: "2", AnnotationLogName: "default.app-x", AnnotationMigrationName: "app-x-tpj70d",
+		contract.AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", contract.AnnotationRestoreNode: "node-b", contract.AnnotationReplayStart: "85",
+		contract.AnnotationReplayCutoff: "marker", contract.AnnotationReplayEpoch: "2", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d",
 	}, lit(envAMQPURL, "amqp://rabbit"))
 	pending := &Migration{Name: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19"}
 	for name, tc := range map[string]struct {

@@ -18,7 +18,7 @@ import (
 // nor change one, nor copy one to a pod of another name or namespace, nor
 // use one after it expired.
 //
-// The value is "<expiry, Unix seconds>.<MAC>", in AnnotationRestoreSignature
+// The value is "<expiry, Unix seconds>.<MAC>", in contract.AnnotationRestoreSignature
 // or Migration.Signature.
 const restoreSigContext = "ms2m.io/restore/v1"
 
@@ -36,7 +36,7 @@ func restoreParts(namespace, pod, expiry string, m Migration) []string {
 }
 
 // SignRestore is the signature of restore m for pod namespace/pod, valid
-// until expires: the value of AnnotationRestoreSignature, or of a pending
+// until expires: the value of contract.AnnotationRestoreSignature, or of a pending
 // Migration's Signature (which it does not cover).
 func SignRestore(key []byte, namespace, pod string, m Migration, expires time.Time) string {
 	exp := strconv.FormatInt(expires.Unix(), 10)

@@ -24,6 +24,14 @@ type Config struct {
 	// credentials (rabbitmq-stream://user:password@host:5552/vhost): the
 	// sidecar's MS2M_STREAM_URI.
 	StreamURI SecretKey `json:"streamURI"`
+	// NATSURL is the Secret key holding the NATS URL with credentials
+	// (nats://user:password@host:4222) of the server that keeps the replay
+	// logs of NATS apps as JetStream streams: the sidecar's MS2M_NATS_URL.
+	// Without it, pods whose app speaks NATS are left alone.
+	NATSURL SecretKey `json:"natsURL,omitempty"`
+	// NATSListenPort is where a NATS app's sidecar listens, on 127.0.0.1.
+	// Default 4222.
+	NATSListenPort int32 `json:"natsListenPort,omitempty"`
 	// ControlToken is the Secret key holding the sidecar's control token.
 	ControlToken SecretKey `json:"controlToken"`
 	// ListenPort is where the sidecar listens for the app, on 127.0.0.1.
@@ -88,7 +96,7 @@ type Result struct {
 	Restore *Migration
 }
 
-// Status is the JSON in AnnotationStatus.
+// Status is the JSON in contract.AnnotationStatus.
 type Status struct {
 	Version   string   `json:"version"`
 	Sidecar   string   `json:"sidecar"`

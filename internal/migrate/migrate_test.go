@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -59,7 +60,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 		RestoreKey:   []byte("migrate-test-key-0123456789"),
 	}
 	app := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{inject.AnnotationInject: "true"},
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{contract.AnnotationInject: "true"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "consumer-1", UID: "u"}}},
 		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "ms2m/consumer:dev",
 			Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://u:p@10.77.0.1:5672/"}}}}},
@@ -94,7 +95,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 	if env["MS2M_REPLAY_START"] != "42" || env["MS2M_REPLAY_CUTOFF"] != "marker" || env["MS2M_LOG_NAME"] != "default.consumer" {
 		t.Errorf("sidecar replay env = %v", env)
 	}
-	if source.Annotations[inject.AnnotationRestoreImage] != "" {
+	if source.Annotations[contract.AnnotationRestoreImage] != "" {
 		t.Error("TargetPod changed the source's annotations")
 	}
 }
@@ -102,7 +103,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 func TestLogNameOfTheSource(t *testing.T) {
 	cfg := inject.Config{SidecarImage: "s", StreamURI: inject.SecretKey{Name: "m", Key: "u"}, ControlToken: inject.SecretKey{Name: "m", Key: "t"}}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consumer-7d9f", Namespace: "shop", Annotations: map[string]string{inject.AnnotationInject: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-7d9f", Namespace: "shop", Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://h/"}}}}},
 	}
 	res, err := inject.Inject(inject.Input{Pod: pod}, cfg)
@@ -172,14 +173,6 @@ func TestAdaptive(t *testing.T) {
 		if got := Adaptive(tc.lag, tc.mu, tc.replayMax); got != tc.want {
 			t.Errorf("%d: Adaptive(%d, %g, %s) = %v, want %v", name, tc.lag, tc.mu, tc.replayMax, got, tc.want)
 		}
-	}
-	for in, want := range map[string]CutoffRule{"": CutoffFormula, "formula": CutoffFormula, "adaptive": CutoffAdaptive} {
-		if got, err := ParseCutoffRule(in); err != nil || got != want {
-			t.Errorf("ParseCutoffRule(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := ParseCutoffRule("eq5"); err == nil || !strings.Contains(err.Error(), `unknown cutoff rule "eq5" (want formula or adaptive)`) {
-		t.Errorf("ParseCutoffRule(eq5): %v", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
@@ -33,7 +34,7 @@ func ContinueShadow(ctx context.Context, env Env, p Plan) (Report, error) {
 	r.pushedBefore = true
 	err := r.continueShadow(ctx)
 	if err == nil {
-		r.dropServedImages()
+		r.dropServedImages(ctx)
 	}
 	r.rep.Total = time.Since(r.began)
 	return r.rep, err
@@ -65,7 +66,7 @@ func (r *run) continueShadow(ctx context.Context) error {
 // PendingOutcome is what FinishPending found or did.
 type PendingOutcome struct {
 	Migration string
-	Strategy  Strategy
+	Strategy  contract.Strategy
 	Node      string
 	// Ours is false when the pod is not the record's restore (the source
 	// still runs, or nothing was recorded): FinishPending leaves it alone.
@@ -85,7 +86,7 @@ type PendingOutcome struct {
 func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.Duration) (PendingOutcome, error) {
 	var out PendingOutcome
 	cs := env.Client
-	cmName := inject.PendingConfigMapName(name)
+	cmName := contract.PendingConfigMapName(name)
 	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return out, nil
@@ -94,10 +95,10 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 		return out, fmt.Errorf("the pending-migration ConfigMap %s/%s: %w", ns, cmName, err)
 	}
 	var m inject.Migration
-	if err := json.Unmarshal([]byte(cm.Data[inject.PendingConfigMapKey]), &m); err != nil {
-		return out, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, cmName, inject.PendingConfigMapKey, err)
+	if err := json.Unmarshal([]byte(cm.Data[contract.PendingConfigMapKey]), &m); err != nil {
+		return out, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, cmName, contract.PendingConfigMapKey, err)
 	}
-	out.Migration, out.Strategy, out.Node = cm.Labels[inject.LabelMigration], Strategy(cm.Annotations[inject.AnnotationStrategy]), m.Node
+	out.Migration, out.Strategy, out.Node = cm.Labels[contract.LabelMigration], contract.Strategy(cm.Annotations[contract.AnnotationStrategy]), m.Node
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		out.Ours, out.Waiting = true, "the StatefulSet to make pod "+name+" again"
@@ -107,7 +108,7 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 		return out, err
 	}
 	var st inject.Status
-	if json.Unmarshal([]byte(pod.Annotations[inject.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
+	if json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
 		return out, nil // the source, still there: its migration's own rollback handles the record
 	}
 	out.Ours = true

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -37,12 +37,12 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 	startController(t, c, "the controller", c.Kubeconfig, "MS2M_KEEP_CHECKPOINT_IMAGES=true")
 
 	// The victim's real migration leaves its checkpoint image.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, nodeB)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationMigrateTo, nodeB)
 	if _, err := c.Client.CoreV1().Pods(victim.ns).Patch(ctx, victim.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	moved := waitMigrated(t, c, victim.ns, victim.pod, nodeB, "")
-	vst, _ := controller.DecodeStatus(moved.Annotations[inject.AnnotationMigrationStatus])
+	vst, _ := controller.DecodeStatus(moved.Annotations[contract.AnnotationMigrationStatus])
 	ref := migrate.CheckpointRef(c.ImageRepo(), victim.ns, vst.Name, c.SigningKey)
 	imageThere := func() error {
 		r, err := name.ParseReference(ref, name.Insecure)
@@ -59,18 +59,18 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 
 	// The tenant forges a Running record of the victim's migration.
 	forged, _ := json.Marshal(controller.Status{
-		Name: vst.Name, Phase: controller.PhaseRunning, Strategy: string(migrate.MS2M),
+		Name: vst.Name, Phase: contract.PhaseRunning, Strategy: string(contract.StrategyMS2M),
 		Source: tenant.pod.Spec.NodeName, Target: nodeB, TargetPod: moved.Name, Started: time.Now(),
 	})
 	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"forged"}}}`,
-		inject.AnnotationMigrationStatus, string(forged), inject.AnnotationMigrateTo, tenant.pod.Spec.NodeName,
-		inject.AnnotationMigrationStatusSignature)
+		contract.AnnotationMigrationStatus, string(forged), contract.AnnotationMigrateTo, tenant.pod.Spec.NodeName,
+		contract.AnnotationMigrationStatusSignature)
 	if _, err := c.Client.CoreV1().Pods(tenant.ns).Patch(ctx, tenant.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expectEventOn(t, c, tenant.ns, tenant.pod.Name, controller.ReasonForgedStatus, "not signed")
+	expectEventOn(t, c, tenant.ns, tenant.pod.Name, contract.ReasonForgedMigrationStatus, "not signed")
 	st := waitAnswered(t, c, tenant.ns, tenant.pod.Name, string(forged))
-	if st.Phase != controller.PhaseFailed || st.Name == vst.Name {
+	if st.Phase != contract.PhaseFailed || st.Name == vst.Name {
 		t.Errorf("the tenant's status after the forgery: %s %s %q, want its own request's answer (Failed: already runs there)", st.Name, st.Phase, st.Message)
 	}
 	if len(st.History) != 1 {
@@ -88,7 +88,7 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range evs.Items {
-		if e.Reason == controller.ReasonRolledBack || e.Reason == controller.ReasonRollbackFailed {
+		if e.Reason == contract.ReasonMigrationRolledBack || e.Reason == contract.ReasonMigrationRollbackFailed {
 			t.Errorf("Event %s: %s; want no rollback of a forged record", e.Reason, e.Note)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -72,19 +73,19 @@ func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires t
 	p.Spec.NodeName = ""
 	// The target is not asked to migrate again, and what the source was
 	// restored from is not what the target is.
-	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationMigrateForce, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature, inject.AnnotationRestoredFrom} {
+	for _, k := range []string{contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy, contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature, contract.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
 	m := r.instruction()
 	for k, v := range map[string]string{
-		inject.AnnotationRestoreImage:     m.Image,
-		inject.AnnotationRestoreNode:      m.Node,
-		inject.AnnotationReplayStart:      m.ReplayStart,
-		inject.AnnotationReplayCutoff:     m.ReplayCutoff,
-		inject.AnnotationReplayEpoch:      m.ReplayEpoch,
-		inject.AnnotationLogName:          m.LogName,
-		inject.AnnotationMigrationName:    m.Name,
-		inject.AnnotationRestoreSignature: inject.SignRestore(key, p.Namespace, name, m, expires),
+		contract.AnnotationRestoreImage:     m.Image,
+		contract.AnnotationRestoreNode:      m.Node,
+		contract.AnnotationReplayStart:      m.ReplayStart,
+		contract.AnnotationReplayCutoff:     m.ReplayCutoff,
+		contract.AnnotationReplayEpoch:      m.ReplayEpoch,
+		contract.AnnotationLogName:          m.LogName,
+		contract.AnnotationMigrationName:    m.Name,
+		contract.AnnotationRestoreSignature: inject.SignRestore(key, p.Namespace, name, m, expires),
 	} {
 		p.Annotations[k] = v
 	}
@@ -94,7 +95,7 @@ func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires t
 // Served makes pod ns/name, a restore that has taken over and serves, read
 // as an ordinary pod of its workload: the annotations that asked for the
 // restore go (inject.RestoreRequestAnnotations), and what it was restored
-// from is kept under inject.AnnotationRestoredFrom, for an app that
+// from is kept under contract.AnnotationRestoredFrom, for an app that
 // restarts from the checkpoint. A pod that is not a restore is left alone.
 func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -105,7 +106,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 	if !ok {
 		return nil
 	}
-	ann := map[string]any{inject.AnnotationRestoredFrom: from.Encode()}
+	ann := map[string]any{contract.AnnotationRestoredFrom: from.Encode()}
 	for _, k := range inject.RestoreRequestAnnotations {
 		if _, ok := pod.Annotations[k]; ok {
 			ann[k] = nil
@@ -116,7 +117,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 		return err
 	}
 	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("mark the restored pod %s/%s as serving (remove its restore annotations, record %s): %w", ns, name, inject.AnnotationRestoredFrom, err)
+		return fmt.Errorf("mark the restored pod %s/%s as serving (remove its restore annotations, record %s): %w", ns, name, contract.AnnotationRestoredFrom, err)
 	}
 	return nil
 }
@@ -257,5 +258,5 @@ func SidecarControl(ctx context.Context, cs kubernetes.Interface, pod *corev1.Po
 		}
 		return port, "", fmt.Errorf("pod %s/%s: its sidecar has no MS2M_CONTROL_TOKEN", pod.Namespace, pod.Name)
 	}
-	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, inject.AnnotationInject)
+	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, contract.AnnotationInject)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/envconfig"
+	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/sign"
 )
 
@@ -46,6 +47,9 @@ type ControllerConfig struct {
 	Concurrent int `env:"MS2M_CONCURRENT_MIGRATIONS" envDefault:"4"`
 	// Timeout bounds each wait of a migration.
 	Timeout time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
+	// ThawAfterDump: when the node agent thaws the app as soon as CRIU's
+	// dump is done (migrate.ThawPolicy: auto, always, never).
+	ThawAfterDump string `env:"MS2M_THAW_AFTER_DUMP" envDefault:"auto"`
 	// StatusKey or StatusKeyFile is the key that signs migration statuses;
 	// neither: the Secret StatusKeySecret in the controller's namespace
 	// (MS2M_LEADER_ELECTION_NAMESPACE, else its ServiceAccount's), made
@@ -77,6 +81,11 @@ func controllerCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "migrator controller: %v\n", err)
 		return 2
 	}
+	thaw, err := migrate.ParseThawPolicy(cfg.ThawAfterDump)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator controller: MS2M_THAW_AFTER_DUMP: %v\n", err)
+		return 2
+	}
 	token := cfg.AgentToken
 	if cfg.AgentTokenFile != "" {
 		b, err := os.ReadFile(cfg.AgentTokenFile)
@@ -91,14 +100,14 @@ func controllerCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := runController(ctx, cfg, token, log); err != nil {
+	if err := runController(ctx, cfg, token, thaw, log); err != nil {
 		log.Error("controller stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func runController(ctx context.Context, cfg ControllerConfig, token string, log *slog.Logger) error {
+func runController(ctx context.Context, cfg ControllerConfig, token string, thaw migrate.ThawPolicy, log *slog.Logger) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -130,14 +139,15 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 		log.Error("no shared status key: using one for this process alone; a restarted controller will not roll back migrations it left running", "err", err)
 	}
 	rec := controller.New(controller.Config{
-		StatusKey:  key,
-		Client:     cs,
-		Events:     mgr.GetEventRecorder(controller.EventSource),
-		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
-		ImageRepo:  cfg.ImageRepo,
-		KeepImages: cfg.KeepImages,
-		Timeout:    cfg.Timeout,
-		Concurrent: cfg.Concurrent,
+		StatusKey:     key,
+		Client:        cs,
+		Events:        mgr.GetEventRecorder(controller.EventSource),
+		Agent:         agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
+		ImageRepo:     cfg.ImageRepo,
+		Timeout:       cfg.Timeout,
+		Concurrent:    cfg.Concurrent,
+		ThawAfterDump: thaw,
+		KeepImages:    cfg.KeepImages,
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
@@ -145,7 +155,7 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 	if err := addProbes(mgr); err != nil {
 		return err
 	}
-	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection)
+	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection, "thawAfterDump", thaw)
 	return mgr.Start(ctx)
 }
 

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/sign"
@@ -23,7 +23,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "target node (required)")
-	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
+	strategy := fs.String("strategy", string(contract.StrategyAuto), strings.Join(contract.StrategyNames(), ", ")+" (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
 	replayMax := fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops")
 	cutoff := fs.String("cutoff", "formula", "ms2m-cutoff: when to stop the source: formula (T_cutoff = T_replay_max × μ / λ, the paper's eq. 5) or adaptive (as soon as the live backlog replays within T_replay_max, at the latest by the formula)")
 	name := fs.String("name", "", "the migration's name (default: <pod>-<time>, at most 56 characters)")
@@ -36,6 +36,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	keepImages := fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)")
 	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
+	thawAfterDump := fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never")
 	asJSON := fs.Bool("json", false, "print the final report as JSON")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -57,11 +58,15 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *imageRepo == "" {
 		problems = append(problems, "--image-repo (or MS2M_IMAGE_REPO): where checkpoint images go is required, e.g. registry.example.com/ms2m/checkpoints")
 	}
-	st := migrate.Strategy(*strategy)
-	if !slices.Contains(migrate.Strategies, st) {
-		problems = append(problems, fmt.Sprintf("--strategy %q: want one of auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone", *strategy))
+	st := contract.Strategy(*strategy)
+	if !st.Valid() {
+		problems = append(problems, fmt.Sprintf("--strategy %q: want one of %s", *strategy, strings.Join(contract.StrategyNames(), ", ")))
 	}
-	rule, err := migrate.ParseCutoffRule(*cutoff)
+	thaw, err := migrate.ParseThawPolicy(*thawAfterDump)
+	if err != nil {
+		problems = append(problems, "--thaw-after-dump: "+err.Error())
+	}
+	rule, err := contract.ParseCutoffRule(*cutoff)
 	if err != nil {
 		problems = append(problems, "--cutoff: "+err.Error())
 	}
@@ -119,12 +124,13 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *name == "" {
 		*name = migrate.MigrationName(pod, time.Now())
 	}
-	if st == migrate.Auto {
+	if st == contract.StrategyAuto {
 		st = migrate.ByOwner(src)
 	}
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
 		TargetPod: migrate.NextPodName(src), Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Cutoff: rule, Timeout: *timeout,
+		ThawAfterDump: thaw,
 	}
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()

@@ -10,7 +10,11 @@ import (
 
 // Method ids the proxy acts on, as (class<<16 | method).
 const (
+	mConnectionStartOk = 10<<16 | 11
 	mConnectionTuneOk  = 10<<16 | 31
+	mConnectionOpen    = 10<<16 | 40
+	mQueueDeclare      = 50<<16 | 10
+	mQueueDeclareOk    = 50<<16 | 11
 	mChannelClose      = 20<<16 | 40
 	mChannelCloseOk    = 20<<16 | 41
 	mBasicQos          = 60<<16 | 10
@@ -60,7 +64,24 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 		return nil, err
 	}
 	if f.Channel == 0 {
-		if key == mConnectionTuneOk {
+		switch key {
+		case mConnectionStartOk:
+			m, err := decode[*amqpwire.ConnectionStartOk](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if out := c.handshake.StartOk(m); out != nil {
+				return amqpwire.AppendMethodFrame(nil, 0, out), nil
+			}
+		case mConnectionOpen:
+			m, err := decode[*amqpwire.ConnectionOpen](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if out := c.handshake.Open(m); out != nil {
+				return amqpwire.AppendMethodFrame(nil, 0, out), nil
+			}
+		case mConnectionTuneOk:
 			t, err := decode[*amqpwire.ConnectionTuneOk](f.Payload)
 			if err != nil {
 				return nil, err
@@ -106,6 +127,12 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 				ch.up.pub = newPubCapture(id, m.Exchange, m.RoutingKey)
 			}
 		}
+	case mQueueDeclare:
+		m, err := decode[*amqpwire.QueueDeclare](f.Payload)
+		if err != nil {
+			return nil, err
+		}
+		c.onQueueDeclare(ch, m)
 	case mConfirmSelect:
 		ch.confirm = true
 	case mBasicQos:
@@ -133,6 +160,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			return nil, nil
 		}
+		c.p.consumed(m.Queue)
 		if c.p.replaying(m.Queue) {
 			c.startReplay(ch, m)
 			return nil, nil

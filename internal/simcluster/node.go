@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -272,7 +273,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 
-	cert, err := selfSigned(n.IP)
+	cert, err := servingCert(n.IP)
 	if err != nil {
 		return err
 	}
@@ -466,7 +467,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		return errors.New("no app container")
 	}
 	var imageID string
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
 		if f, ok := n.gate(ctx, StepRestore); ok {
 			return errors.New(f.Body)
 		}

@@ -118,6 +118,18 @@ type Sidecar struct {
 	lastRep  *time.Time
 	next     time.Time // a serving sidecar's next delivery
 	stopped  chan struct{}
+	// unreplayable are queues the app consumes that a migration cannot
+	// carry over, as the real sidecar reports them (SetUnreplayable).
+	unreplayable []proxy.UnreplayableQueue
+}
+
+// SetUnreplayable makes the sidecar report qs in /state, as the real one
+// does for an app that consumes a server-named, exclusive or auto-delete
+// queue.
+func (s *Sidecar) SetUnreplayable(qs []proxy.UnreplayableQueue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreplayable = qs
 }
 
 // newSidecar starts a sidecar on log; rp is nil for a serving one.
@@ -226,6 +238,8 @@ func (s *Sidecar) State() control.State {
 		Mode:   s.mode,
 		Queues: []tracking.QueueStats{{Queue: Queue, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu}},
 		Log:    shadowqueue.TeeStatus{LastID: logLast, ConfirmedID: logLast, Epoch: epoch},
+
+		Unreplayable: s.unreplayable,
 	}}
 	if s.replay != nil {
 		rng := replay.Range{Start: s.replay.Start, Cutoff: s.replay.Cutoff, Epoch: s.replay.Epoch}

@@ -39,14 +39,15 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := inject.Config{
-		SidecarImage: "registry.test/ms2m/sidecar:1",
-		StreamURI:    inject.SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
-		ControlToken: inject.SecretKey{Name: "ms2m-control", Key: "control-token"},
-		ListenPort:   5672,
-		ControlPort:  8089,
-		LogMaxAge:    "24h",
-		LogMaxBytes:  1 << 30,
-		RunAsUser:    65532,
+		SidecarImage:   "registry.test/ms2m/sidecar:1",
+		StreamURI:      inject.SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
+		ControlToken:   inject.SecretKey{Name: "ms2m-control", Key: "control-token"},
+		ListenPort:     5672,
+		NATSListenPort: 4222,
+		ControlPort:    8089,
+		LogMaxAge:      "24h",
+		LogMaxBytes:    1 << 30,
+		RunAsUser:      65532,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},

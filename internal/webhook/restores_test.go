@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -19,10 +20,10 @@ var suiteKey = []byte("webhook-suite-signing-key-0123")
 // ns/pod, signed as the controller signs them with key, valid until exp.
 func restoreAnnotations(key []byte, ns, pod string, m inject.Migration, exp time.Time) map[string]string {
 	return map[string]string{
-		inject.AnnotationRestoreImage: m.Image, inject.AnnotationRestoreNode: m.Node,
-		inject.AnnotationReplayStart: m.ReplayStart, inject.AnnotationReplayCutoff: m.ReplayCutoff,
-		inject.AnnotationLogName: m.LogName, inject.AnnotationMigrationName: m.Name,
-		inject.AnnotationRestoreSignature: inject.SignRestore(key, ns, pod, m, exp),
+		contract.AnnotationRestoreImage: m.Image, contract.AnnotationRestoreNode: m.Node,
+		contract.AnnotationReplayStart: m.ReplayStart, contract.AnnotationReplayCutoff: m.ReplayCutoff,
+		contract.AnnotationLogName: m.LogName, contract.AnnotationMigrationName: m.Name,
+		contract.AnnotationRestoreSignature: inject.SignRestore(key, ns, pod, m, exp),
 	}
 }
 
@@ -52,31 +53,31 @@ func TestDeniesRestoreNotOrderedByTheController(t *testing.T) {
 
 	t.Run("unsigned annotations", func(t *testing.T) {
 		ann := restoreAnnotations(suiteKey, tenant, "a1", theirs, later)
-		delete(ann, inject.AnnotationRestoreSignature)
-		requireDenied(t, c.Create(ctx, restorePod("a1", ann)), inject.AnnotationRestoreImage, "has no signature", "only ms2m's controller can order a restore")
+		delete(ann, contract.AnnotationRestoreSignature)
+		requireDenied(t, c.Create(ctx, restorePod("a1", ann)), contract.AnnotationRestoreImage, "has no signature", "only ms2m's controller can order a restore")
 	})
 	t.Run("signature of the tenant's making", func(t *testing.T) {
 		ann := restoreAnnotations([]byte("the-tenants-own-key-0123456789"), tenant, "a2", theirs, later)
-		requireDenied(t, c.Create(ctx, restorePod("a2", ann)), inject.AnnotationRestoreImage, "signature does not match")
+		requireDenied(t, c.Create(ctx, restorePod("a2", ann)), contract.AnnotationRestoreImage, "signature does not match")
 	})
 	t.Run("copied from another namespace's pod", func(t *testing.T) {
 		ann := restoreAnnotations(suiteKey, victim, "a3", theirs, later)
-		requireDenied(t, c.Create(ctx, restorePod("a3", ann)), inject.AnnotationRestoreImage, "signature does not match", "another pod or namespace than "+tenant+"/a3")
+		requireDenied(t, c.Create(ctx, restorePod("a3", ann)), contract.AnnotationRestoreImage, "signature does not match", "another pod or namespace than "+tenant+"/a3")
 	})
 	t.Run("copied from another pod", func(t *testing.T) {
 		ann := restoreAnnotations(suiteKey, tenant, "orders-m1", theirs, later)
-		requireDenied(t, c.Create(ctx, restorePod("a4", ann)), inject.AnnotationRestoreImage, "signature does not match")
+		requireDenied(t, c.Create(ctx, restorePod("a4", ann)), contract.AnnotationRestoreImage, "signature does not match")
 	})
 	t.Run("image changed after signing", func(t *testing.T) {
 		own := theirs
 		own.Image = "registry.test/ms2m/checkpoints/" + tenant + "/orders@sha256:1111"
 		ann := restoreAnnotations(suiteKey, tenant, "a5", own, later)
-		ann[inject.AnnotationRestoreImage] = theirs.Image
-		requireDenied(t, c.Create(ctx, restorePod("a5", ann)), inject.AnnotationRestoreImage, "signature does not match")
+		ann[contract.AnnotationRestoreImage] = theirs.Image
+		requireDenied(t, c.Create(ctx, restorePod("a5", ann)), contract.AnnotationRestoreImage, "signature does not match")
 	})
 	t.Run("expired", func(t *testing.T) {
 		ann := restoreAnnotations(suiteKey, tenant, "a6", theirs, time.Now().Add(-time.Second))
-		requireDenied(t, c.Create(ctx, restorePod("a6", ann)), inject.AnnotationRestoreImage, "signature expired at")
+		requireDenied(t, c.Create(ctx, restorePod("a6", ann)), contract.AnnotationRestoreImage, "signature expired at")
 	})
 
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web",
@@ -85,27 +86,27 @@ func TestDeniesRestoreNotOrderedByTheController(t *testing.T) {
 		t.Helper()
 		data, _ := json.Marshal(m)
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: MigrationConfigMapName(pod)},
-			Data:       map[string]string{MigrationConfigMapKey: string(data)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: tenant, Name: contract.PendingConfigMapName(pod)},
+			Data:       map[string]string{contract.PendingConfigMapKey: string(data)},
 		}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stsPod := func(name string) *corev1.Pod {
-		p := appPod(tenant, name, map[string]string{inject.AnnotationInject: "true"})
+		p := appPod(tenant, name, map[string]string{contract.AnnotationInject: "true"})
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		return p
 	}
 	t.Run("unsigned pending-migration ConfigMap", func(t *testing.T) {
 		pending("web-0", theirs)
-		requireDenied(t, c.Create(ctx, stsPod("web-0")), MigrationConfigMapName("web-0"), "has no signature", "delete the ConfigMap")
+		requireDenied(t, c.Create(ctx, stsPod("web-0")), contract.PendingConfigMapName("web-0"), "has no signature", "delete the ConfigMap")
 	})
 	t.Run("pending migration copied from another namespace", func(t *testing.T) {
 		m := theirs
 		m.Signature = inject.SignRestore(suiteKey, victim, "web-1", m, later)
 		pending("web-1", m)
-		requireDenied(t, c.Create(ctx, stsPod("web-1")), MigrationConfigMapName("web-1"), "signature does not match")
+		requireDenied(t, c.Create(ctx, stsPod("web-1")), contract.PendingConfigMapName("web-1"), "signature does not match")
 	})
 	t.Run("the controller's own", func(t *testing.T) {
 		own := theirs

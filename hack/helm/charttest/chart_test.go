@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -246,6 +247,7 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
 		"MS2M_CONCURRENT_MIGRATIONS":     "4",
 		"MS2M_MIGRATION_TIMEOUT":         "5m",
+		"MS2M_THAW_AFTER_DUMP":           "auto",
 		"MS2M_METRICS_ADDR":              ":8080",
 		"MS2M_HEALTH_ADDR":               ":8081",
 		"MS2M_LOG_LEVEL":                 "info",
@@ -864,5 +866,27 @@ agent:
 	env := envMap(ds.Spec.Template.Spec.Containers[0])
 	if got := env["MS2M_AGENT_CHECKPOINT_DIR"].Value; got != "/var/tmp/lab/$(NODE_NAME)/kubelet/checkpoints" {
 		t.Errorf("MS2M_AGENT_CHECKPOINT_DIR = %s", got)
+	}
+}
+
+// TestAgentWatchFreeze: agent.watchFreeze gives the agent the host's PID
+// namespace and the host's cgroups, read-only (its freeze watch); by
+// default it has neither.
+func TestAgentWatchFreeze(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		r := render(t, values(t, fmt.Sprintf(`agent: {watchFreeze: %v}`, watch)))
+		checkAgent(t, r)
+		ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
+		spec := ds.Spec.Template.Spec
+		if spec.HostPID != watch {
+			t.Errorf("watchFreeze %v: hostPID %v", watch, spec.HostPID)
+		}
+		cgroup := false
+		for _, v := range spec.Volumes {
+			cgroup = cgroup || (v.HostPath != nil && v.HostPath.Path == "/sys/fs/cgroup")
+		}
+		if cgroup != watch {
+			t.Errorf("watchFreeze %v: the host's /sys/fs/cgroup mounted %v", watch, cgroup)
+		}
 	}
 }
