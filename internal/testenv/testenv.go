@@ -210,7 +210,7 @@ func RequireSpringJar(t testing.TB) (java, jar string) {
 	springMu.Lock()
 	defer springMu.Unlock()
 	root := ModuleRoot(t)
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644) //nolint:usetesting // one Maven build at a time across test processes takes a path they all know
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func RequireSpringJar(t testing.TB) (java, jar string) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // closing the file releases it too
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) // closing the file releases it too
 	cmd := exec.Command("make", "-s", "--no-print-directory", "consumer-spring")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
