@@ -125,6 +125,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	}
 	st := Status{Name: migration, Phase: contract.PhaseSucceeded, Strategy: string(out.Strategy), Target: out.Node, TargetPod: podName, Started: cm.CreationTimestamp.Time,
 		Message: "the migrator stopped after it had deleted the source; a restarted migrator completed the migration from its pending-migration record; its timings were lost with it"}
+	st.Message += r.dropServedImages(ctx, pod, st)
 	return reconcile.Result{}, r.succeeded(ctx, req.Namespace, podName, st)
 }
 

@@ -30,7 +30,13 @@ import (
 // it, and it takes over from the shadow.
 func ContinueShadow(ctx context.Context, env Env, p Plan) (Report, error) {
 	r := newRun(env, p)
+	// The source's checkpoint image was pushed by the migrator that
+	// stopped: it goes too, once the StatefulSet's pod serves.
+	r.pushedBefore = true
 	err := r.continueShadow(ctx)
+	if err == nil {
+		r.dropServedImages(ctx)
+	}
 	r.rep.Total = time.Since(r.began)
 	return r.rep, err
 }

@@ -313,7 +313,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 // as that restore. If the source cannot be deleted, the record goes again.
 func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
 	src, cs := r.source, r.env.Client
-	b, err := json.Marshal(restore.Pending())
+	b, err := json.Marshal(restore.Pending(src.Namespace, src.Name, r.env.SigningKey, r.now().Add(r.env.RestoreValidity)))
 	if err != nil {
 		return nil, err
 	}
