@@ -247,7 +247,9 @@ func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Mig
 			return "", fmt.Errorf("the shadow %s %s, so it is deleted before the restored pod replays to the log's end; %w", shadow.Name, why, err)
 		}
 	}
-	m.ReplayCutoff = "end"
+	// The record is an instruction the webhook only follows signed.
+	m.ReplayCutoff, m.Signature = "end", ""
+	m.Signature = inject.SignRestore(r.env.SigningKey, pod.Namespace, pod.Name, m, r.now().Add(r.env.RestoreValidity))
 	b, err := json.Marshal(m)
 	if err != nil {
 		return "", err
