@@ -104,6 +104,10 @@ type SimPod struct {
 	Restored        bool // started from a checkpoint image
 	srv             *http.Server
 	stateReads      atomic.Int64
+	// starting is set (under Node.mu) while run starts the pod: a pod
+	// gone meanwhile is stopped by run once it is done, so that its
+	// address returns to the pool only after its listener is closed.
+	starting bool
 }
 
 // StateReads is how many times the pod's sidecar answered GET /state: a
@@ -434,10 +438,16 @@ func (n *Node) gone(uid types.UID) {
 	n.mu.Lock()
 	p := n.pods[uid]
 	delete(n.pods, uid)
+	starting := p != nil && p.starting
 	n.mu.Unlock()
-	if p == nil {
+	if p == nil || starting {
 		return
 	}
+	n.stopPod(p)
+}
+
+// stopPod closes a gone pod's sidecar and listener and returns its address.
+func (n *Node) stopPod(p *SimPod) {
 	if p.Sidecar != nil {
 		p.Sidecar.close()
 	}
@@ -457,11 +467,20 @@ func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
 		n.mu.Unlock()
 		return
 	}
-	sp := &SimPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, App: &App{}}
+	sp := &SimPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, App: &App{}, starting: true}
 	n.pods[pod.UID] = sp
 	n.mu.Unlock()
 
-	if err := n.startPod(ctx, pod, sp); err != nil {
+	err := n.startPod(ctx, pod, sp)
+	n.mu.Lock()
+	sp.starting = false
+	gone := n.pods[pod.UID] != sp
+	n.mu.Unlock()
+	if gone {
+		n.stopPod(sp)
+		return
+	}
+	if err != nil {
 		n.c.logf("node %s: pod %s/%s: %v", n.Name, pod.Namespace, pod.Name, err)
 		n.setFailed(ctx, pod, err.Error())
 	}
