@@ -78,7 +78,7 @@ const (
 	AnnotationRestoreImage  = Prefix + "restore-image" // checkpoint image for the app container
 	AnnotationRestoreNode   = Prefix + "restore-node"  // node to pin the pod to
 	AnnotationReplayStart   = Prefix + "replay-start"  // checkpoint ID (replay after it)
-	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
+	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker", "end" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
 	// AnnotationRestoreSignature is the controller's signature of the

@@ -164,7 +164,11 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 	if epoch != "0" {
 		cutoff += " of an epoch after " + epoch
 	}
-	if m.ReplayCutoff != "marker" {
+	switch m.ReplayCutoff {
+	case "marker":
+	case "end":
+		cutoff = "the log's end when it starts"
+	default:
 		cutoff = "ID " + m.ReplayCutoff
 	}
 	lines = append(lines, fmt.Sprintf("%sreplays log %s after ID %s up to %s (migration %s)", restoreLineSidecar, m.LogName, m.ReplayStart, cutoff, m.Name))

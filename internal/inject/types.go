@@ -62,7 +62,7 @@ type Migration struct {
 	Node         string `json:"node"`         // target node
 	LogName      string `json:"logName"`      // the source's replay log
 	ReplayStart  string `json:"replayStart"`  // checkpoint ID
-	ReplayCutoff string `json:"replayCutoff"` // "marker" or an ID
+	ReplayCutoff string `json:"replayCutoff"` // "marker", "end" (the log's end when the sidecar starts) or an ID
 	// ReplayEpoch is the log's epoch at the checkpoint: a "marker" cutoff
 	// is only taken from a marker of a later epoch. Empty means 0.
 	ReplayEpoch string `json:"replayEpoch,omitempty"`
