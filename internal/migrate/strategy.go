@@ -263,6 +263,9 @@ func (r *run) do(ctx context.Context) error {
 	if err := preconditions(ctx, cs, src, r.p); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
+	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
+		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
+	}
 	if err := r.sidecarServes(ctx, src); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
