@@ -94,16 +94,19 @@ func inFile(n *contract.NodeCapabilities) string {
 
 // preflight asks both nodes' agents what they can do and refuses a
 // migration one of them cannot carry. An agent that does not answer is
-// said in a warning, and the migration goes on.
+// said in the report (Unchecked), and the migration goes on.
 func (r *run) preflight(ctx context.Context, sourceNode string) error {
 	cr, ok := r.env.Agent.(CapabilityReader)
 	if !ok {
 		return nil
 	}
 	ask := func(node string) *contract.NodeCapabilities {
+		ctx, cancel := context.WithTimeout(ctx, r.env.Timeouts.Sidecar)
+		defer cancel()
 		c, err := cr.NodeCapabilities(ctx, node)
 		if err != nil {
-			r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("preflight: the agent on node %s did not say what the node can do (an older agent?), so the migration went on unchecked: %v", node, err))
+			r.rep.Unchecked = append(r.rep.Unchecked, fmt.Sprintf("node %s: its agent did not say what the node can do (an older agent?), so the preflight went on without it: %v", node, err))
+			r.log.Info("preflight: a node was not checked", "node", node, "err", err.Error())
 			return nil
 		}
 		c.Node = node
