@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
+	"github.com/ms2m/ms2m/internal/migratorcli"
 )
 
 // TestPreflightRefusesIncapableNodes asks the controller to migrate onto
@@ -67,6 +69,18 @@ func TestPreflightRefusesIncapableNodes(t *testing.T) {
 		off := false
 		n.Runtime, n.RuntimeVersion, n.RestoreEnabled, n.Setting, n.ConfigPath = "containerd", "2.3.4", &off, setting, "/etc/containerd/config.toml"
 	})
+	// `migrator nodes` shows it, from the nodes' agents.
+	t.Setenv("MS2M_AGENT_TOKEN", c.AgentToken)
+	var out, errOut bytes.Buffer
+	if code := migratorcli.Main(ctx, []string{"nodes", "-kubeconfig", c.Kubeconfig}, &out, &errOut); code != 0 {
+		t.Fatalf("migrator nodes: exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{nodeA + " ", nodeB + " ", "containerd 2.3.4", "set " + setting} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("migrator nodes printed\n%s\nwithout %q", out.String(), want)
+		}
+	}
+
 	ask()
 	st := waitAnswered(t, c, w.ns, w.pod.Name, "")
 	for _, part := range []string{"target node " + nodeB + " cannot restore", setting, "/etc/containerd/config.toml", "nothing was touched"} {
