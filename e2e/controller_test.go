@@ -105,10 +105,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, half) })
 	st := controller.Status{Name: half, Phase: contract.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
 	// Signed as the controller signs it: it trusts no other record.
-	key := e2eStatusKey
-	if l.External {
-		key = chartStatusKey(t, ctx, l)
-	}
+	key := signingKey(t, ctx, l)
 	ann := controller.SignedAnnotations(key, lab.Namespace, st)
 	ann[contract.AnnotationMigrateTo] = l.NodeName(2)
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})

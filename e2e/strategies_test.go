@@ -28,7 +28,7 @@ import (
 //	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
 //	                    S (SpringConsumerMigration)
 //	statefulset         -                            G, Py StatefulSet
-//	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto); S StatefulSet
+//	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
 //
 // Broker configurations: TestTLSBrokerFromSecretMigration moves a G bare
 // pod by ms2m whose amqps:// URL (the broker's TLS port) and CA are in
@@ -76,17 +76,8 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
 		{name: "python/statefulset/auto", kind: lab.StatefulSet, image: "consumer-python", want: contract.StrategyStatefulSetShadow,
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
-		// The JVM checkpointed, restored as the shadow, checkpointed again
-		// and restored as the StatefulSet's pod.
-		{name: "spring/statefulset/statefulset-shadow", kind: lab.StatefulSet, image: "consumer-spring", strategy: contract.StrategyStatefulSetShadow, want: contract.StrategyStatefulSetShadow,
-			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.image == "consumer-spring" {
-				if err := l.PushSpring(ctx); err != nil {
-					testenv.Missing(t, "the consumer-spring image ("+err.Error()+")", "run `make setup consumer-spring`: it needs a JDK 17 and Maven")
-				}
-			}
 			if _, ok := l.Images[tc.image]; !ok {
 				testenv.Missing(t, "the "+tc.image+" image (Debian's python3-pika on this host)", "run `make setup`, which installs python3-pika")
 			}
@@ -112,9 +103,6 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			owner := metav1.GetControllerOf(src)
 			if owner == nil {
 				t.Fatalf("%s has no controller", src.Name)
-			}
-			if tc.image == "consumer-spring" { // a JVM and a Spring context take a while
-				waitAppConnected(t, src, 3*time.Minute)
 			}
 			prod := produce(t, src, name, 10, 150, 20)
 

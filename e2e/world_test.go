@@ -259,7 +259,17 @@ func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from
 
 // e2eStatusKey signs the migration statuses of the controllers the tests
 // start, so that a test can write what a killed one leaves.
-var e2eStatusKey = []byte("e2e-status-key-0123456789abcdef")
+var e2eStatusKey = []byte(lab.SigningKey)
+
+// signingKey is the controller's signing key: the lab's, or the chart's
+// Secret on an external cluster.
+func signingKey(t *testing.T, ctx context.Context, l *lab.Lab) []byte {
+	t.Helper()
+	if l.External {
+		return chartStatusKey(t, ctx, l)
+	}
+	return e2eStatusKey
+}
 
 // startController runs the annotation-driven controller, with agent for
 // the node-local steps, until the test ends. Without the webhook it admits

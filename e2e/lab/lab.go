@@ -29,6 +29,10 @@ import (
 const (
 	// ControlToken is the sidecars' control token in the lab.
 	ControlToken = "lab-control-token"
+	// SigningKey is the controller's signing key on the lab: the lab's
+	// webhook restores only what it signed, and every controller and
+	// migration the lab runs signs with it.
+	SigningKey = "lab-signing-key-0123456789abcdef"
 	// BrokerUser and BrokerPassword are the broker user hack/setup.sh
 	// makes: guest may only connect over loopback, and pods are not on it.
 	BrokerUser     = "ms2m"
@@ -98,6 +102,7 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		SidecarImage: l.Images["sidecar"],
 		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
+		RestoreKey:   []byte(SigningKey),
 	}
 	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
@@ -252,6 +257,7 @@ func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
 		ImageRepo:    l.ImageRepo(),
 		Admit:        l.Admit,
 		ControlToken: ControlToken,
+		SigningKey:   []byte(SigningKey),
 		Progress:     progress,
 	}
 	if l.WebhookRunning() {

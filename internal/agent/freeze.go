@@ -34,8 +34,9 @@ const (
 	Dumped = "dumped"
 )
 
-// criuName is the name CRIU's process goes by (its comm, or its argv[0]
-// when a wrapper starts it through a private ld.so).
+// criuName is the name CRIU's process goes by: its comm, or a word of its
+// command line (a wrapper that starts it through a private ld.so leaves
+// the loader as comm and argv[0], and CRIU's path among the arguments).
 const criuName = "criu"
 
 // FreezeWatch finds a container's cgroup and its tasks on the node. The
@@ -233,10 +234,11 @@ func (w FreezeWatch) Wait(ctx context.Context, dir, state string, timeout time.D
 
 // trace is who traces a container's tasks at one poll.
 type trace struct {
-	tasks    int  // threads read
-	complete bool // every thread of every process was read
-	byCRIU   bool // some thread is traced by CRIU from outside the container
-	traced   bool // some thread is traced, by anyone
+	tasks    int    // threads read
+	complete bool   // every thread of every process was read
+	byCRIU   bool   // some thread is traced by CRIU from outside the container
+	traced   bool   // some thread is traced, by anyone
+	other    string // a tracer that is not CRIU, for the error
 }
 
 // traceOf reads the tracer of every thread in cgroup dir.
@@ -273,8 +275,12 @@ func (w FreezeWatch) traceOf(dir string) (trace, error) {
 				continue
 			}
 			tr.traced = true
-			if !tr.byCRIU && w.isCRIU(tracer, inside) {
-				tr.byCRIU = true
+			if !tr.byCRIU {
+				ok, who := w.isCRIU(tracer, inside)
+				tr.byCRIU = ok
+				if !ok && tr.other == "" {
+					tr.other = who
+				}
 			}
 		}
 	}
@@ -284,29 +290,35 @@ func (w FreezeWatch) traceOf(dir string) (trace, error) {
 // isCRIU says whether thread tid, a tracer, is CRIU: a process outside
 // the container (inside holds the container's processes; a tenant can
 // name its own process criu, but cannot put it outside its cgroup) whose
-// comm or argv[0] is criu.
-func (w FreezeWatch) isCRIU(tid string, inside map[string]bool) bool {
+// comm, or a word of whose command line, is criu (see criuName). If not,
+// who says what it is.
+func (w FreezeWatch) isCRIU(tid string, inside map[string]bool) (ok bool, who string) {
 	_, proc, _ := w.roots()
 	if _, err := strconv.Atoi(tid); err != nil {
-		return false
+		return false, "tracer " + tid
 	}
 	st, err := os.ReadFile(filepath.Join(proc, tid, "status"))
 	if err != nil {
-		return false
+		return false, "tracer " + tid + " (gone)"
 	}
-	tgid := statusField(string(st), "Tgid")
+	tgid, name := statusField(string(st), "Tgid"), statusField(string(st), "Name")
 	if tgid == "" || inside[tgid] {
-		return false
+		return false, fmt.Sprintf("tracer %s (%s) inside the container", tid, name)
 	}
-	if statusField(string(st), "Name") == criuName {
-		return true
+	if name == criuName {
+		return true, ""
 	}
 	cmd, err := os.ReadFile(filepath.Join(proc, tgid, "cmdline"))
 	if err != nil {
-		return false
+		return false, fmt.Sprintf("tracer %s (%s)", tid, name)
 	}
-	argv0, _, _ := strings.Cut(string(cmd), "\x00")
-	return filepath.Base(argv0) == criuName
+	words := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+	for _, word := range words[:min(len(words), 8)] {
+		if filepath.Base(word) == criuName {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("tracer %s (%s: %.80q)", tid, name, strings.Join(words, " "))
 }
 
 // statusField is field k of a /proc status file ("" if absent).
@@ -346,10 +358,14 @@ func (w FreezeWatch) WaitDump(ctx context.Context, dir, id string, thawIt bool, 
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	var seized time.Time
+	var other string
 	for n := 1; ; n++ {
 		tr, err := w.traceOf(dir)
 		if err != nil {
 			return FreezeResult{Polls: n}, err
+		}
+		if tr.other != "" {
+			other = tr.other
 		}
 		switch {
 		case tr.tasks == 0 && tr.complete:
@@ -382,6 +398,9 @@ func (w FreezeWatch) WaitDump(ctx context.Context, dir, id string, thawIt bool, 
 		select {
 		case <-ctx.Done():
 			what := "CRIU never traced its tasks"
+			if other != "" {
+				what += "; seen: " + other
+			}
 			if !seized.IsZero() {
 				what = "CRIU did not let its tasks go"
 			}

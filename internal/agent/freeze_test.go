@@ -172,7 +172,7 @@ func TestWatchDump(t *testing.T) {
 		{name: "paused, dumped, thawed", criuName: "criu", thaw: true,
 			steps:      []step{{"0", "FROZEN"}, {criuPid, "THAWED"}, {"0", "FROZEN"}},
 			wantThawed: true, wantState: "THAWED"},
-		{name: "criu through its ld.so", criuName: "ld-linux-x86-64", criuArgv0: "criu", thaw: true,
+		{name: "criu through its ld.so", criuName: "ld-linux-x86-64", criuArgv0: "/lib/ld-linux-x86-64.so.2\x00--argv0\x00criu", thaw: true,
 			steps:      []step{{"0", "FROZEN"}, {criuPid, "THAWED"}, {"0", "FROZEN"}},
 			wantThawed: true, wantState: "THAWED"},
 		{name: "no thaw asked", criuName: "criu",

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/ociimage"
@@ -162,6 +163,10 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.inRepository(tag); err != nil {
+		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
+		return
+	}
+	if err := s.inNamespaceRepository(tag, archive, req.Container); err != nil {
 		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
@@ -453,6 +458,47 @@ func (s *Server) inRepository(ref name.Reference) error {
 		return nil
 	}
 	return fmt.Errorf("%s is outside the checkpoint repository %s, the only one this agent pushes to and deletes from (MS2M_AGENT_IMAGE_REPO)", got, s.repo)
+}
+
+// inNamespaceRepository checks that ref is in the repository of the
+// namespace whose pod archive is a checkpoint of: <repository>/<namespace>.
+// The kubelet names an archive checkpoint-<pod>_<namespace>-<container>-
+// <time>.tar; an archive not named so is pushed nowhere. Each namespace's
+// memory goes to its own repository, where pulls can be granted to it
+// alone, and a caller cannot file one namespace's checkpoint under
+// another's.
+func (s *Server) inNamespaceRepository(ref name.Reference, archive, container string) error {
+	ns, ok := archiveNamespace(filepath.Base(archive), container)
+	if !ok {
+		return fmt.Errorf("archive %s is not named as the kubelet names a checkpoint of container %s (checkpoint-<pod>_<namespace>-<container>-<time>.tar), so its namespace is unknown", filepath.Base(archive), container)
+	}
+	want := s.repo.RepositoryStr() + "/" + ns
+	if got := ref.Context().RepositoryStr(); got != want {
+		return fmt.Errorf("the archive is of a pod in namespace %s, whose checkpoints go to %s/%s only, not %s", ns, s.repo.RegistryStr(), want, got)
+	}
+	return nil
+}
+
+// archiveNamespace is the namespace in a kubelet checkpoint archive's name
+// base, for container.
+func archiveNamespace(base, container string) (string, bool) {
+	rest, ok := strings.CutPrefix(base, "checkpoint-")
+	if !ok || container == "" {
+		return "", false
+	}
+	_, rest, ok = strings.Cut(rest, "_")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(rest, "-"+container+"-")
+	if i <= 0 {
+		return "", false
+	}
+	ns := rest[:i]
+	if len(validation.IsDNS1123Label(ns)) > 0 {
+		return "", false
+	}
+	return ns, true
 }
 
 // removeArchive deletes the archive once its image is pushed: it holds the

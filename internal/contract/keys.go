@@ -78,9 +78,13 @@ const (
 	AnnotationRestoreImage  = Prefix + "restore-image" // checkpoint image for the app container
 	AnnotationRestoreNode   = Prefix + "restore-node"  // node to pin the pod to
 	AnnotationReplayStart   = Prefix + "replay-start"  // checkpoint ID (replay after it)
-	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
+	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker", "end" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+	// AnnotationRestoreSignature is the controller's signature of the
+	// restore annotations above, for this pod's namespace and name, with
+	// its expiry (inject.SignRestore). The webhook restores nothing unsigned.
+	AnnotationRestoreSignature = Prefix + "restore-signature"
 	// AnnotationRestoredFrom replaces the restore annotations once the
 	// restored pod has taken over and serves: JSON (inject.RestoredFrom) saying
 	// which migration's checkpoint its app runs from and what its sidecar
@@ -123,5 +127,6 @@ var KnownAnnotations = map[string]bool{
 	AnnotationReplayCutoff:             true,
 	AnnotationReplayEpoch:              true,
 	AnnotationMigrationName:            true,
+	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,
 }

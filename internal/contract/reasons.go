@@ -37,6 +37,11 @@ const (
 	ReasonMigrationRollForwardFailed = "MigrationRollForwardFailed" // Warning: completing one whose target took over failed; retried
 	ReasonMigrationContinued         = "MigrationContinued"         // Normal: a restarted controller goes on from a statefulset-shadow's shadow
 	ReasonMigrationPending           = "MigrationPending"           // Warning: a StatefulSet's restored pod does not run; its ConfigMap stays
+	// ReasonMigrationRestoreRedone (Warning, on the pending-migration
+	// ConfigMap): a StatefulSet's restored pod that could not end its
+	// replay exactly (interrupted, or its shadow died before its cutoff)
+	// was deleted, for its StatefulSet to make it again as the restore.
+	ReasonMigrationRestoreRedone = "MigrationRestoreRedone"
 	// ReasonForgedMigrationStatus (Warning): the pod's migration status is
 	// not signed by the controller's key; it is ignored (no rollback, no
 	// image deletion).
@@ -58,5 +63,6 @@ var ControllerReasons = []string{
 	ReasonMigrationRollForwardFailed,
 	ReasonMigrationContinued,
 	ReasonMigrationPending,
+	ReasonMigrationRestoreRedone,
 	ReasonForgedMigrationStatus,
 }

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +30,7 @@ import (
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // EventSource names the controller in Events.
@@ -58,14 +58,19 @@ type Config struct {
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
 	// controller-runtime's registry.
 	Metrics *Metrics
-	// StatusKey signs the migration statuses this controller writes; it
-	// trusts no other. Replicas and restarts must share it (the migrator
-	// keeps it in a Secret). Default: a random key for this process alone,
-	// with which a restarted controller cannot roll back what it left.
+	// StatusKey signs the migration statuses this controller writes (it
+	// trusts no other) and the restore instructions it gives (the webhook
+	// restores no other). Replicas, restarts and the webhook must share it
+	// (the migrator keeps it in a Secret). Default: a random key for this
+	// process alone, with which a restarted controller cannot roll back
+	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
 	// Clock names and times the migrations (and is handed to them).
 	// Default: the system's clock.
 	Clock migrate.Clock
+	// KeepImages keeps checkpoint images once a migration's target serves
+	// (for debugging); by default they are deleted then.
+	KeepImages bool
 }
 
 // requeueAfter is how soon a pod that has to wait (its target's migration
@@ -95,10 +100,11 @@ func New(cfg Config) *Reconciler {
 		cfg.Clock = systemClock{}
 	}
 	if len(cfg.StatusKey) == 0 {
-		cfg.StatusKey = make([]byte, 32)
-		if _, err := rand.Read(cfg.StatusKey); err != nil {
+		key, err := sign.NewKey()
+		if err != nil {
 			panic("no randomness for the status key: " + err.Error())
 		}
+		cfg.StatusKey = key
 	}
 	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: migrate.DefaultTimeouts.Sidecar}}
 }
@@ -252,6 +258,7 @@ func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
 		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
+		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
@@ -428,6 +435,37 @@ func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status,
 	return r.setStatus(ctx, pod, st)
 }
 
+// dropImages deletes the checkpoint images migration st may have pushed
+// (tagged with its name, and its shadow's), through the agent on pod's
+// node; images that were never pushed are no error.
+func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status) error {
+	del, ok := r.cfg.Agent.(migrate.ImageDeleter)
+	if !ok || r.cfg.ImageRepo == "" {
+		return nil
+	}
+	var errs []error
+	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
+		ref := migrate.CheckpointRef(r.cfg.ImageRepo, pod.Namespace, tag, r.cfg.StatusKey)
+		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
+			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropServedImages deletes the checkpoint images of migration st, which a
+// restarted controller completed, as Run does once a target serves; what
+// it could not delete is said in the returned text, for the status.
+func (r *Reconciler) dropServedImages(ctx context.Context, pod *corev1.Pod, st Status) string {
+	if r.cfg.KeepImages {
+		return ""
+	}
+	if err := r.dropImages(ctx, pod, st); err != nil {
+		return "; its checkpoint images could not all be deleted (" + err.Error() + "): delete them by hand, each holds the process's memory"
+	}
+	return ""
+}
+
 // rollForward completes a migration whose target had taken over when the
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
@@ -437,6 +475,7 @@ func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, s
 	}
 	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
+	st.Message += r.dropServedImages(ctx, pod, st)
 	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, target, st)

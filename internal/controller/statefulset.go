@@ -118,10 +118,14 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	case !out.Ours:
 		return reconcile.Result{}, nil // the source still runs: its own status drives it
 	case !out.Done:
+		if out.Redone != "" {
+			r.cfg.Events.Eventf(cm, nil, corev1.EventTypeWarning, contract.ReasonMigrationRestoreRedone, "Migrate", "migration %s: %s; the restored pod %s was deleted, for its StatefulSet to make it again as a restore", migration, out.Redone, podName)
+		}
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	st := Status{Name: migration, Phase: contract.PhaseSucceeded, Strategy: string(out.Strategy), Target: out.Node, TargetPod: podName, Started: cm.CreationTimestamp.Time,
 		Message: "the migrator stopped after it had deleted the source; a restarted migrator completed the migration from its pending-migration record; its timings were lost with it"}
+	st.Message += r.dropServedImages(ctx, pod, st)
 	return reconcile.Result{}, r.succeeded(ctx, req.Namespace, podName, st)
 }
 

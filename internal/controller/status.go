@@ -1,9 +1,6 @@
 package controller
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // Status is the JSON in contract.AnnotationMigrationStatus: the pod's last
@@ -148,9 +146,7 @@ const statusSigContext = "ms2m.io/migration-status/v1"
 
 // statusSignature signs raw, the status JSON, for namespace.
 func statusSignature(key []byte, namespace, raw string) string {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(statusSigContext + "\x00" + namespace + "\x00" + raw))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	return sign.MAC(key, statusSigContext, namespace, raw)
 }
 
 // signedByUs says whether p's status carries a valid signature by key.
@@ -162,7 +158,7 @@ func signedByUs(key []byte, p *corev1.Pod) bool {
 	if !ok || sig == "" {
 		return false
 	}
-	return hmac.Equal([]byte(sig), []byte(statusSignature(key, p.Namespace, raw)))
+	return sign.Valid(key, sig, statusSigContext, p.Namespace, raw)
 }
 
 // SignedAnnotations are the annotations that record st on a pod of

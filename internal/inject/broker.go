@@ -16,16 +16,16 @@ import (
 // The app's env vars that ms2m knows to hold the broker's address and
 // settings.
 const (
-	envAMQPURL            = "AMQP_URL"
-	envRabbitMQURL        = "RABBITMQ_URL"
-	envSpringHost         = "SPRING_RABBITMQ_HOST"
-	envSpringPort         = "SPRING_RABBITMQ_PORT"
-	envSpringAddresses    = "SPRING_RABBITMQ_ADDRESSES"
-	envSpringSSL          = "SPRING_RABBITMQ_SSL_ENABLED"
-	envSpringUsername     = "SPRING_RABBITMQ_USERNAME"
-	envSpringPassword     = "SPRING_RABBITMQ_PASSWORD"
-	envSpringVirtualHst   = "SPRING_RABBITMQ_VIRTUALHOST"  // Spring's relaxed binding of virtual-host
-	envSpringVirtualHost2 = "SPRING_RABBITMQ_VIRTUAL_HOST" // as people also write it
+	envAMQPURL                     = "AMQP_URL"
+	envRabbitMQURL                 = "RABBITMQ_URL"
+	envSpringHost                  = "SPRING_RABBITMQ_HOST"
+	envSpringPort                  = "SPRING_RABBITMQ_PORT"
+	envSpringAddresses             = "SPRING_RABBITMQ_ADDRESSES"
+	envSpringSSL                   = "SPRING_RABBITMQ_SSL_ENABLED"
+	envSpringUsername              = "SPRING_RABBITMQ_USERNAME"
+	envSpringPassword              = "SPRING_RABBITMQ_PASSWORD"
+	envSpringVirtualHost           = "SPRING_RABBITMQ_VIRTUALHOST"  // Spring's relaxed binding of virtual-host
+	envSpringVirtualHostUnderscore = "SPRING_RABBITMQ_VIRTUAL_HOST" // as people also write it
 )
 
 // wellKnownBrokerEnv lists them in the order messages name them.
@@ -384,7 +384,7 @@ func springCredentials(app *corev1.Container) []corev1.EnvVar {
 	var out []corev1.EnvVar
 	found := map[string]bool{}
 	for _, m := range []struct{ app, sidecar string }{
-		{envSpringUsername, envUpstreamUsername}, {envSpringPassword, envUpstreamPassword}, {envSpringVirtualHst, envUpstreamVHost}, {envSpringVirtualHost2, envUpstreamVHost},
+		{envSpringUsername, envUpstreamUsername}, {envSpringPassword, envUpstreamPassword}, {envSpringVirtualHost, envUpstreamVHost}, {envSpringVirtualHostUnderscore, envUpstreamVHost},
 	} {
 		if found[m.sidecar] {
 			continue

@@ -98,7 +98,7 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{Warnings: warnings}, err
 	}
-	restore, w, err := restoreRequest(pod, in.Pending)
+	restore, w, err := restoreRequest(pod, in.Pending, cfg)
 	warnings = append(warnings, w...)
 	if err != nil {
 		return Result{Warnings: warnings}, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,23 @@ func testPod(annotations map[string]string, env ...corev1.EnvVar) *corev1.Pod {
 	}
 }
 
+// restoreInput is a restore of p (named app-0: a restore target has a
+// name), by its annotations or by pending, signed as the controller signs
+// them, for testConfig. It changes p and pending.
+func restoreInput(p *corev1.Pod, pending *Migration) Input {
+	p.GenerateName, p.Name = "", "app-0"
+	exp := goldenNow.Add(time.Hour)
+	if pending != nil {
+		pending.Signature = SignRestore(testConfig.RestoreKey, p.Namespace, p.Name, *pending, exp)
+	}
+	if a := p.Annotations; a[contract.AnnotationRestoreImage] != "" {
+		m := Migration{Name: a[contract.AnnotationMigrationName], Image: a[contract.AnnotationRestoreImage], Node: a[contract.AnnotationRestoreNode], LogName: a[contract.AnnotationLogName],
+			ReplayStart: a[contract.AnnotationReplayStart], ReplayCutoff: a[contract.AnnotationReplayCutoff], ReplayEpoch: a[contract.AnnotationReplayEpoch]}
+		a[contract.AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, p.Namespace, p.Name, m, exp)
+	}
+	return Input{Pod: p, Pending: pending}
+}
+
 func lit(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
 
 func fromSecret(name string) corev1.EnvVar {
@@ -48,7 +66,7 @@ func TestInjectLeavesInputAlone(t *testing.T) {
 			wantPod: true,
 		},
 		"restore from pending": {
-			in:      Input{Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit")), Pending: pending},
+			in:      restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")), pending),
 			wantPod: true,
 		},
 		"pod without annotations, namespace opted in": {
@@ -94,7 +112,7 @@ func TestInjectTwice(t *testing.T) {
 	pending := &Migration{Name: "m", Image: "example.com/ckpt:m", Node: "node-b", LogName: "default.app-0", ReplayStart: "1", ReplayCutoff: "9"}
 	tests := map[string]Input{
 		"injection": {Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit"))},
-		"restore":   {Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit")), Pending: pending},
+		"restore":   restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")), pending),
 	}
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {

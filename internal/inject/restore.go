@@ -22,7 +22,7 @@ var restoreAnnotations = []string{
 
 // restoreOnly are the restore annotations that mean nothing without
 // contract.AnnotationRestoreImage (contract.AnnotationLogName does: it names the log).
-var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationMigrationName}
+var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
 
 // restoreAsked says whether the pod asks to be a restore, and the
 // migration's name as far as it is known ("" when it is not).
@@ -39,8 +39,9 @@ func restoreAsked(pod *corev1.Pod, pending *Migration) (bool, string) {
 // restoreRequest is the restore the pod is the target of: from its
 // annotations (the migrator created it), else from the pending migration
 // (a StatefulSet controller created it). The annotations' values have been
-// checked already; here their presence is.
-func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, error) {
+// checked already; here their presence is, and the controller's signature
+// (checkRestoreSignature).
+func restoreRequest(pod *corev1.Pod, pending *Migration, cfg Config) (*Migration, []string, error) {
 	ann := pod.Annotations
 	var warnings []string
 	if _, ok := ann[contract.AnnotationRestoreImage]; ok {
@@ -66,6 +67,11 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 			ReplayStart:  ann[contract.AnnotationReplayStart],
 			ReplayCutoff: ann[contract.AnnotationReplayCutoff],
 			ReplayEpoch:  ann[contract.AnnotationReplayEpoch],
+			Signature:    ann[contract.AnnotationRestoreSignature],
+		}
+		if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, "annotation "+contract.AnnotationRestoreImage,
+			"remove the restore annotations, which ms2m did not write (the controller signs them in "+contract.AnnotationRestoreSignature+")", m); msg != "" {
+			return nil, nil, denyf("%s", msg)
 		}
 		if pending != nil {
 			warnings = append(warnings, fmt.Sprintf("pending migration %q ignored: the pod's restore annotations (migration %q) win", pending.Name, m.Name))
@@ -82,6 +88,11 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 	}
 	if err := checkPending(pod.Namespace, pending); err != nil {
 		return nil, warnings, err
+	}
+	where := fmt.Sprintf("pending migration %q (ConfigMap %s)", pending.Name, contract.PendingConfigMapName(pod.Name))
+	if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, where,
+		"delete the ConfigMap, which ms2m did not write (the controller signs its key \"signature\")", pending); msg != "" {
+		return nil, warnings, denyf("%s", msg)
 	}
 	m := *pending
 	return &m, warnings, nil
@@ -153,7 +164,11 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 	if epoch != "0" {
 		cutoff += " of an epoch after " + epoch
 	}
-	if m.ReplayCutoff != "marker" {
+	switch m.ReplayCutoff {
+	case "marker":
+	case "end":
+		cutoff = "the log's end when it starts"
+	default:
 		cutoff = "ID " + m.ReplayCutoff
 	}
 	lines = append(lines, fmt.Sprintf("%sreplays log %s after ID %s up to %s (migration %s)", restoreLineSidecar, m.LogName, m.ReplayStart, cutoff, m.Name))
@@ -177,6 +192,7 @@ var RestoreRequestAnnotations = []string{
 	contract.AnnotationReplayCutoff,
 	contract.AnnotationReplayEpoch,
 	contract.AnnotationMigrationName,
+	contract.AnnotationRestoreSignature,
 }
 
 // RestoredFrom is the JSON in contract.AnnotationRestoredFrom: the restore a pod

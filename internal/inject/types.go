@@ -1,6 +1,8 @@
 package inject
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -44,6 +46,11 @@ type Config struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// RunAsUser is the sidecar's non-root user. Default 65532.
 	RunAsUser int64 `json:"runAsUser,omitempty"`
+	// RestoreKey checks the controller's signature on every restore
+	// instruction (SignRestore); without it no pod is made a restore.
+	RestoreKey []byte `json:"-"`
+	// Now is the clock that signatures expire by. Default time.Now.
+	Now func() time.Time `json:"-"`
 }
 
 // Migration is a pending migration of a pod's identity, as the migrator
@@ -55,10 +62,13 @@ type Migration struct {
 	Node         string `json:"node"`         // target node
 	LogName      string `json:"logName"`      // the source's replay log
 	ReplayStart  string `json:"replayStart"`  // checkpoint ID
-	ReplayCutoff string `json:"replayCutoff"` // "marker" or an ID
+	ReplayCutoff string `json:"replayCutoff"` // "marker", "end" (the log's end when the sidecar starts) or an ID
 	// ReplayEpoch is the log's epoch at the checkpoint: a "marker" cutoff
 	// is only taken from a marker of a later epoch. Empty means 0.
 	ReplayEpoch string `json:"replayEpoch,omitempty"`
+	// Signature is the controller's (SignRestore) for the pod of the
+	// pending record's name, in its namespace.
+	Signature string `json:"signature,omitempty"`
 }
 
 // Input is what Inject decides on.

@@ -205,11 +205,11 @@ func checkReplayEpoch(v string) string {
 }
 
 func checkReplayCutoff(v string) string {
-	if v == "marker" {
+	if v == "marker" || v == "end" {
 		return ""
 	}
 	if n, err := strconv.ParseUint(v, 10, 64); err != nil || n == 0 {
-		return "use \"marker\" or the last ID to replay, an integer above 0"
+		return "use \"marker\", \"end\" or the last ID to replay, an integer above 0"
 	}
 	return ""
 }

@@ -34,10 +34,12 @@ func RollBack(ctx context.Context, env Env, p Plan, source *corev1.Pod) error {
 		r.push(r.undoTarget(p.TargetPod))
 	}
 	var errs []error
-	r.unwindSteps(ctx, nil, func(_ undoStep, err error) {
+	if handled, out := r.unwindSteps(ctx, nil, func(_ undoStep, err error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-	})
+	}); handled {
+		return out // no guard here handles (the source was never asked to stop by this run)
+	}
 	return errors.Join(errs...)
 }

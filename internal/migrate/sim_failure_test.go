@@ -176,7 +176,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 			if rep.Image != "" {
 				expectNoImage(t, rep.Image)
 			}
-			expectNoImage(t, c.ImageRepo()+":"+p.Name)
+			expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), w.ns, p.Name, c.SigningKey))
 		})
 	}
 }

@@ -32,7 +32,9 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 	ctx := t.Context()
 	victim := deploy(t, c, "sim-forged-victim", "Deployment", true)
 	tenant := deploy(t, c, "sim-forged-tenant", "Deployment", true)
-	startController(t, c, "the controller", c.Kubeconfig)
+	// It keeps images once the target serves, so that the victim's is there
+	// to be deleted by a forged name.
+	startController(t, c, "the controller", c.Kubeconfig, "MS2M_KEEP_CHECKPOINT_IMAGES=true")
 
 	// The victim's real migration leaves its checkpoint image.
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationMigrateTo, nodeB)
@@ -41,7 +43,7 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 	}
 	moved := waitMigrated(t, c, victim.ns, victim.pod, nodeB, "")
 	vst, _ := controller.DecodeStatus(moved.Annotations[contract.AnnotationMigrationStatus])
-	ref := c.ImageRepo() + ":" + migrate.ImageTag(vst.Name)
+	ref := migrate.CheckpointRef(c.ImageRepo(), victim.ns, vst.Name, c.SigningKey)
 	imageThere := func() error {
 		r, err := name.ParseReference(ref, name.Insecure)
 		if err != nil {
@@ -51,8 +53,9 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 		return err
 	}
 	if err := imageThere(); err != nil {
-		t.Fatalf("the victim's checkpoint image %s after its migration: %v", ref, err)
+		t.Fatalf("the victim's checkpoint image %s after its migration (MS2M_KEEP_CHECKPOINT_IMAGES=true): %v", ref, err)
 	}
+	checkImage(t, moved.Spec.Containers[0].Image, "app")
 
 	// The tenant forges a Running record of the victim's migration.
 	forged, _ := json.Marshal(controller.Status{

@@ -61,11 +61,7 @@ type controllerProc struct {
 	done chan struct{}
 }
 
-// simStatusKey signs the migration statuses of the controllers the tests
-// start.
-const simStatusKey = "sim-status-key-0123456789abcdef"
-
-func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig string) *controllerProc {
+func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig string, env ...string) *controllerProc {
 	t.Helper()
 	bin := testenv.Build(t, "cmd/migrator")
 	p := &controllerProc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
@@ -80,8 +76,9 @@ func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig strin
 		"MS2M_HEALTH_ADDR=0",
 		"MS2M_MIGRATION_TIMEOUT=1m",
 		"MS2M_LOG_LEVEL=debug",
-		"MS2M_STATUS_KEY="+simStatusKey, // shared by every controller a test starts, as a Secret would be
+		"MS2M_STATUS_KEY="+string(c.SigningKey), // shared by every controller a test starts and the webhook, as a Secret would be
 	)
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -264,14 +261,18 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 					t.Errorf("the rollback was recorded on %s, want the source", pod.Name)
 				}
 				expectServing(t, c, w)
-				expectNoImage(t, c.ImageRepo()+":"+st.Name)
-				expectNoImage(t, c.ImageRepo()+":"+migrate.ShadowName(st.Name))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, st.Name, c.SigningKey))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(st.Name), c.SigningKey))
 				testenv.Eventually(t, 15*time.Second, "only the source is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == w.pod.UID
 				})
 			case contract.PhaseSucceeded:
 				target := checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
+				// Completed by the restarted controller, its images go as
+				// they would have.
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, st.Name, c.SigningKey))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(st.Name), c.SigningKey))
 				testenv.Eventually(t, 15*time.Second, "only the target is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == target.UID

@@ -209,5 +209,5 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 		t.Errorf("a target was created (err %v)", err)
 	}
 	expectServing(t, c, w)
-	expectNoImage(t, c.ImageRepo()+":"+p.Name)
+	expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), w.ns, p.Name, c.SigningKey))
 }

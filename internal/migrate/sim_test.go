@@ -266,6 +266,7 @@ func env(c *simcluster.Cluster, cs kubernetes.Interface) migrate.Env {
 		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, simcluster.AgentPort), Token: c.AgentToken},
 		ImageRepo:    c.ImageRepo(),
 		ControlToken: c.ControlToken,
+		SigningKey:   c.SigningKey,
 	}
 }
 
@@ -303,9 +304,16 @@ func TestStrategiesOnSimulatedNodes(t *testing.T) {
 
 			final := checkServing(t, c, w, rep)
 			checkPods(t, c, w, rep, final)
-			checkImage(t, rep.Image, "app")
+			// The images were in the namespace's repository, and went once
+			// the target served: each is the process's memory.
+			if !strings.HasPrefix(rep.Image, c.ImageRepo()+"/"+ns+"@sha256:") {
+				t.Errorf("checkpoint image %s, want it in %s/%s", rep.Image, c.ImageRepo(), ns)
+			}
+			expectNoImage(t, rep.Image)
+			expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, p.Name, c.SigningKey))
 			if rep.ShadowImage != "" {
-				checkImage(t, rep.ShadowImage, "app")
+				expectNoImage(t, rep.ShadowImage)
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(p.Name), c.SigningKey))
 			}
 			repl := strings.NewReplacer(w.pod.Name, "{source}", "/namespaces/"+ns+"/", "/namespaces/{ns}/", "/"+ns+"/", "/{ns}/")
 			golden(t, "calls/"+string(tc.strategy)+".txt", callLog(rec.sequence(repl), c, repl))

@@ -38,6 +38,8 @@ func (r *run) statefulSet(ctx context.Context) error {
 	var (
 		stopped control.StopResult
 		running *corev1.Pod
+		// finished: FinishPending completed the migration.
+		finished bool
 	)
 	return r.runPhases(ctx,
 		phase{name: "live checkpoint", do: func(ctx context.Context) error {
@@ -67,15 +69,27 @@ func (r *run) statefulSet(ctx context.Context) error {
 			return nil
 		}},
 		phase{name: "switch", do: func(ctx context.Context) error {
-			switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
+			switched, err := r.waitSwitched(ctx, running)
 			if err != nil {
-				return fmt.Errorf("the restored pod %s did not take over the queue: %w", src.Name, err)
+				// It died or its replay was interrupted: the recovery a
+				// restarted controller runs (FinishPending) makes it again
+				// from the record, and finalises.
+				if ferr := r.finishPending(ctx); ferr != nil {
+					return fmt.Errorf("the restored pod %s did not take over the queue: %w; %w", src.Name, err, ferr)
+				}
+				r.rep.Note = fmt.Sprintf("the restored pod did not take over as made (%v): it was made again from the pending-migration record, which took over", err)
+				finished = true
+				r.phase("switch")
+				return nil
 			}
 			r.rep.Downtime = switched.Sub(stopped.StartedAt)
 			r.phase("switch")
 			return nil
 		}},
 		phase{name: "finalise", do: func(ctx context.Context) error {
+			if finished {
+				return nil // FinishPending did
+			}
 			r.served(ctx, src.Name)
 			if err := r.deletePending(ctx); err != nil {
 				return fmt.Errorf("the restored pod serves, but: %w", err)
@@ -84,6 +98,62 @@ func (r *run) statefulSet(ctx context.Context) error {
 			return nil
 		}},
 	)
+}
+
+// waitSwitched waits until pod's sidecar has taken over, for up to the
+// plan's Timeout, and gives up when the pod is deleted or made again
+// meanwhile (FinishPending takes it from there). The pod is looked at
+// from 5 s on, once a second: a replay that ends sooner makes no API call.
+func (r *run) waitSwitched(ctx context.Context, pod *corev1.Pod) (time.Time, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		wait := 5 * time.Second
+		for wctx.Err() == nil {
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = time.Second
+			p, err := r.env.Client.CoreV1().Pods(pod.Namespace).Get(wctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil)) {
+				cancel(fmt.Errorf("the pod %s/%s was deleted", pod.Namespace, pod.Name))
+				return
+			}
+		}
+	}()
+	at, err := r.endpoint(pod).WaitSwitched(wctx, r.p.Timeout)
+	if cause := context.Cause(wctx); err != nil && cause != nil && ctx.Err() == nil {
+		err = cause
+	}
+	return at, err
+}
+
+// finishPending drives FinishPending for the source's StatefulSet pod
+// until the restore it records has taken over (and the record, and a
+// shadow, are gone), for up to the plan's Timeout.
+func (r *run) finishPending(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.Timeout)
+	for {
+		out, err := FinishPending(ctx, r.env, r.source.Namespace, r.source.Name, r.p.Timeout)
+		switch {
+		case out.Done:
+			return nil
+		case err == nil && !out.Ours:
+			return fmt.Errorf("pod %s/%s is not the restore its pending-migration record asks for", r.source.Namespace, r.source.Name)
+		case time.Now().After(deadline):
+			if err == nil {
+				err = fmt.Errorf("still waiting for %s after %s", out.Waiting, r.p.Timeout)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // statefulSetShadow moves a StatefulSet's pod with two ms2m handoffs: to a
@@ -209,7 +279,15 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	r.phase("restore")
 	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, ReadRetry: r.env.ReadRetry})
 	if err != nil {
-		return serving(err)
+		// The restored pod died, its replay was interrupted, or the shadow
+		// died: the recovery a restarted controller runs (FinishPending)
+		// hands over again, or makes the pod again from the record.
+		if ferr := r.finishPending(ctx); ferr != nil {
+			return serving(errors.Join(err, ferr))
+		}
+		r.rep.Note = fmt.Sprintf("the handover from the shadow failed (%v); the restore was finished from the pending-migration record; its timings are unknown", err)
+		r.phase("handover")
+		return nil
 	}
 	r.rep.ShadowHandover, r.rep.CutoffID = &tm2, tm2.CutoffID
 	r.rep.Downtime += tm2.Downtime
@@ -235,7 +313,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 // as that restore. If the source cannot be deleted, the record goes again.
 func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
 	src, cs := r.source, r.env.Client
-	b, err := json.Marshal(restore.Pending())
+	b, err := json.Marshal(restore.Pending(src.Namespace, src.Name, r.env.SigningKey, r.now().Add(r.env.RestoreValidity)))
 	if err != nil {
 		return nil, err
 	}

@@ -61,9 +61,14 @@ type Env struct {
 	Client kubernetes.Interface
 	// Agent does the node-local steps.
 	Agent NodeAgent
-	// ImageRepo is the repository checkpoint images go to, as the nodes
-	// pull them (host:port/path); the tag is the migration's name.
+	// ImageRepo is the repository checkpoint images go below, as the nodes
+	// pull them (host:port/path): each namespace's to ImageRepo/<namespace>,
+	// tagged with the migration's name and a secret part (CheckpointRef).
 	ImageRepo string
+	// KeepImages keeps a migration's checkpoint images in the registry
+	// once its target serves (for debugging); by default they are deleted
+	// then, as after a failure.
+	KeepImages bool
 	// Admit, if set, does to a pod what the webhook would, before it is
 	// created: for clusters without the webhook (tests). Nil leaves it to
 	// the webhook.
@@ -72,6 +77,14 @@ type Env struct {
 	// control port (default 8089).
 	ControlToken string
 	ControlPort  int
+	// SigningKey signs each restore instruction (the target pod's restore
+	// annotations, a StatefulSet pod's pending record): the controller's
+	// key, which the webhook checks them with. Without the webhook's key
+	// the webhook refuses the target.
+	SigningKey []byte
+	// RestoreValidity is how long a signed restore instruction stays valid.
+	// Default inject.DefaultRestoreValidity.
+	RestoreValidity time.Duration
 	// HTTP talks to the sidecars. Default: a client with a 10 s timeout.
 	HTTP *http.Client
 	// Progress, if set, hears each phase as it ends.
@@ -184,6 +197,9 @@ func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 	r := newRun(env, p)
 	r.log.Info("migration started", "strategy", p.Strategy, "targetNode", p.TargetNode, "targetPod", p.TargetPod)
 	err := r.do(ctx)
+	if err == nil {
+		r.dropServedImages(ctx)
+	}
 	r.rep.Total = r.now().Sub(r.began)
 	if err != nil {
 		r.log.Info("migration failed", "took", r.rep.Total, "err", err.Error())
@@ -207,6 +223,9 @@ func newRun(env Env, p Plan) *run {
 	}
 	if env.Clock == nil {
 		env.Clock = realClock{}
+	}
+	if env.RestoreValidity <= 0 {
+		env.RestoreValidity = inject.DefaultRestoreValidity
 	}
 	if env.Log.GetSink() == nil {
 		env.Log = discard
@@ -232,6 +251,9 @@ type run struct {
 	// stopAsked: the source was asked to stop, so a target may have
 	// taken over even if the migration failed (afterStop).
 	stopAsked bool
+	// pushedBefore: images of this migration may have been pushed by a
+	// migrator that stopped, so dropServedImages tries them all.
+	pushedBefore bool
 }
 
 func (r *run) now() time.Time { return r.env.Clock.Now() }
@@ -516,12 +538,32 @@ func (r *run) dropImages(ctx context.Context, tags []string) error {
 	}
 	var errs []error
 	for _, tag := range tags {
-		ref := r.env.ImageRepo + ":" + ImageTag(tag) // the tag, and the manifest it names
+		ref := CheckpointRef(r.env.ImageRepo, r.p.Namespace, tag, r.env.SigningKey) // the tag, and the manifest it names
 		if err := del.DeleteCheckpointImage(ctx, r.source.Spec.NodeName, ref); err != nil {
 			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropServedImages deletes the checkpoint images of a migration that
+// ended well: the restored pod runs, and an image is the process's whole
+// memory, to be kept no longer than needed. What cannot be deleted is a
+// warning. Env.KeepImages keeps them.
+func (r *run) dropServedImages(ctx context.Context) {
+	if r.env.KeepImages {
+		return
+	}
+	var tags []string
+	if r.rep.Image != "" || r.pushedBefore {
+		tags = append(tags, r.p.Name)
+	}
+	if r.rep.ShadowImage != "" || r.pushedBefore {
+		tags = append(tags, ShadowName(r.p.Name))
+	}
+	if err := r.dropImages(ctx, tags); err != nil {
+		r.rep.Warnings = append(r.rep.Warnings, err.Error())
+	}
 }
 
 // resume resumes the sidecar at ep after err, and says so in the error.
@@ -647,7 +689,7 @@ func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // image builds and pushes the checkpoint image of archive, on pod's node.
 func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
-	ref := r.env.ImageRepo + ":" + ImageTag(tag)
+	ref := CheckpointRef(r.env.ImageRepo, pod.Namespace, tag, r.env.SigningKey)
 	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
 	if err != nil {
 		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)
@@ -742,7 +784,7 @@ func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duratio
 // targetPod makes the pod to create, admitted as the webhook would when
 // Env.Admit is set.
 func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.Pod, error) {
-	t := TargetPod(src, name, restore)
+	t := TargetPod(src, name, restore, r.env.SigningKey, r.now().Add(r.env.RestoreValidity))
 	if r.env.Admit != nil {
 		admitted, err := r.env.Admit(t)
 		if err != nil {

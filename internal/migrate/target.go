@@ -31,13 +31,21 @@ type Restore struct {
 	Epoch uint64
 }
 
-// Pending is r as the webhook reads it for a pod it restores without the
-// migrator creating it (the StatefulSet strategies).
-func (r Restore) Pending() inject.Migration {
+// instruction is r as the webhook reads it, unsigned.
+func (r Restore) instruction() inject.Migration {
 	return inject.Migration{
 		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
 		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
 	}
+}
+
+// Pending is r as the webhook reads it for the pod namespace/pod that it
+// restores without the migrator creating it (the StatefulSet strategies),
+// signed with key until expires.
+func (r Restore) Pending(namespace, pod string, key []byte, expires time.Time) inject.Migration {
+	m := r.instruction()
+	m.Signature = inject.SignRestore(key, namespace, pod, m, expires)
+	return m
 }
 
 func (r Restore) cutoff() string {
@@ -49,9 +57,10 @@ func (r Restore) cutoff() string {
 
 // TargetPod returns the pod to create for r: a copy of the injected source
 // pod under a new name, with the restore annotations that the webhook (or
-// inject.Inject) turns into a restore. Owner references are dropped: the
+// inject.Inject) turns into a restore, signed with key until expires (the
+// webhook restores nothing unsigned). Owner references are dropped: the
 // copy is the migrator's until it replaces the source.
-func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
+func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires time.Time) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -67,14 +76,16 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 	for _, k := range []string{contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy, contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature, contract.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
+	m := r.instruction()
 	for k, v := range map[string]string{
-		contract.AnnotationRestoreImage:  r.Image,
-		contract.AnnotationRestoreNode:   r.Node,
-		contract.AnnotationReplayStart:   fmt.Sprint(r.Start),
-		contract.AnnotationReplayCutoff:  r.cutoff(),
-		contract.AnnotationReplayEpoch:   fmt.Sprint(r.Epoch),
-		contract.AnnotationLogName:       r.LogName,
-		contract.AnnotationMigrationName: r.Migration,
+		contract.AnnotationRestoreImage:     m.Image,
+		contract.AnnotationRestoreNode:      m.Node,
+		contract.AnnotationReplayStart:      m.ReplayStart,
+		contract.AnnotationReplayCutoff:     m.ReplayCutoff,
+		contract.AnnotationReplayEpoch:      m.ReplayEpoch,
+		contract.AnnotationLogName:          m.LogName,
+		contract.AnnotationMigrationName:    m.Name,
+		contract.AnnotationRestoreSignature: inject.SignRestore(key, p.Namespace, name, m, expires),
 	} {
 		p.Annotations[k] = v
 	}

@@ -2,7 +2,6 @@ package migratorcli
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +27,7 @@ import (
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/envconfig"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // ControllerConfig is `migrator controller`'s configuration, from the
@@ -56,9 +56,11 @@ type ControllerConfig struct {
 	// if missing.
 	StatusKey     string `env:"MS2M_STATUS_KEY"`
 	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
-	MetricsAddr   string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
-	HealthAddr    string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
-	LogLevel      string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+	// KeepImages keeps checkpoint images once the target serves.
+	KeepImages  bool   `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	MetricsAddr string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
+	HealthAddr  string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
+	LogLevel    string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
 // LeaderElectionID names the lease the replicas share.
@@ -145,6 +147,7 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, thaw
 		Timeout:       cfg.Timeout,
 		Concurrent:    cfg.Concurrent,
 		ThawAfterDump: thaw,
+		KeepImages:    cfg.KeepImages,
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
@@ -191,11 +194,11 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 	case cfg.StatusKey != "":
 		return []byte(cfg.StatusKey), nil
 	case cfg.StatusKeyFile != "":
-		b, err := os.ReadFile(cfg.StatusKeyFile)
+		k, err := sign.ReadKeyFile(cfg.StatusKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("MS2M_STATUS_KEY_FILE: %w", err)
 		}
-		return []byte(strings.TrimSpace(string(b))), nil
+		return k, nil
 	}
 	ns := cfg.LeaderElectionNamespace
 	if ns == "" {
@@ -217,8 +220,8 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("get Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
 		}
-		k := make([]byte, 32)
-		if _, err := rand.Read(k); err != nil {
+		k, err := sign.NewKey()
+		if err != nil {
 			return nil, err
 		}
 		_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: StatusKeySecret, Namespace: ns}, Data: map[string][]byte{StatusKeySecretKey: k}}, metav1.CreateOptions{})

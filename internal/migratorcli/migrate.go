@@ -16,6 +16,7 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -30,6 +31,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
 	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
+	keyFile := fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)")
+	ms2mNamespace := fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret")
+	keepImages := fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)")
 	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
 	thawAfterDump := fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never")
@@ -77,6 +81,18 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if agentToken == "" && *agentTokenFile == "" {
 		problems = append(problems, "the node agents' token: set --agent-token-file or MS2M_AGENT_TOKEN")
 	}
+	var key []byte
+	switch {
+	case *keyFile != "":
+		if key, err = sign.ReadKeyFile(*keyFile); err != nil {
+			problems = append(problems, "--signing-key-file: "+err.Error())
+		}
+	case os.Getenv("MS2M_STATUS_KEY") != "":
+		key = []byte(os.Getenv("MS2M_STATUS_KEY"))
+		if err := sign.Check(key); err != nil {
+			problems = append(problems, "MS2M_STATUS_KEY: "+err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(stderr, "migrator migrate: %s\n", strings.Join(problems, "\nmigrator migrate: "))
 		return 2
@@ -86,6 +102,14 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
 		return 1
+	}
+	if key == nil {
+		s, err := cs.CoreV1().Secrets(*ms2mNamespace).Get(ctx, StatusKeySecret, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(stderr, "migrator migrate: the controller's signing key, which the webhook checks every restore with: Secret %s/%s: %v; set --ms2m-namespace, --signing-key-file or MS2M_STATUS_KEY\n", *ms2mNamespace, StatusKeySecret, err)
+			return 1
+		}
+		key = s.Data[StatusKeySecretKey]
 	}
 	src, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
@@ -116,6 +140,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		ImageRepo:    *imageRepo,
 		ControlToken: token,
 		ControlPort:  port,
+		SigningKey:   key,
+		KeepImages:   *keepImages,
 		Progress: func(phase string, took time.Duration) {
 			printPhase(stdout, phase, took, time.Since(began))
 		},

@@ -52,6 +52,9 @@ type conn struct {
 	// late collects frames for the broker made while mu is held; the pump
 	// queues them after it lets go of mu.
 	late []byte
+	// unreplayable holds the queues this connection consumed that a
+	// migration cannot carry over (queues.go).
+	unreplayable map[string]bool
 
 	appMu sync.Mutex // serialises writes to app
 	upMu  sync.Mutex // serialises writes to up

@@ -70,7 +70,12 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			if err != nil {
 				return nil, err
 			}
-			if out := c.handshake.StartOk(m); out != nil {
+			out := c.handshake.StartOk(m)
+			if c.handshake.Unresolved() {
+				c.log.Warn("the app sent ms2m's placeholder credentials, but the sidecar has no credentials to put in their place: the broker will refuse the connection",
+					"fix", "give MS2M_UPSTREAM user info, or set MS2M_UPSTREAM_USERNAME and MS2M_UPSTREAM_PASSWORD")
+			}
+			if out != nil {
 				return amqpwire.AppendMethodFrame(nil, 0, out), nil
 			}
 		case mConnectionOpen:
@@ -160,7 +165,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			return nil, nil
 		}
-		c.p.consumed(m.Queue)
+		c.consumed(m.Queue)
 		if c.p.replaying(m.Queue) {
 			c.startReplay(ch, m)
 			return nil, nil
@@ -313,6 +318,7 @@ func (c *conn) dropAll() {
 	for id := range c.chans {
 		c.dropChannel(id)
 	}
+	c.forgetConsumed()
 }
 
 // writeApp writes frames the sidecar made to the app. Callers hold c.mu.

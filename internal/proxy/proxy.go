@@ -136,7 +136,7 @@ type Proxy struct {
 	// why; unreplayable holds those of them, and server-named ones, that
 	// the app consumes (queues.go). Guarded by mu.
 	declared     map[string]string
-	unreplayable map[string]string
+	unreplayable map[string]*unreplayable
 
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked

@@ -80,9 +80,14 @@ func (p *Proxy) noteQueue(queue, reason string) {
 	p.declared[queue] = reason
 }
 
-// consumed notes that the app consumes queue: one that cannot be replayed
-// is reported in State, so that a migrator refuses before its checkpoint.
-func (p *Proxy) consumed(queue string) {
+// consumed notes that the app consumes queue on c, with c.mu held: one
+// that cannot be replayed is reported in State while a connection that
+// consumed it is open, so that a migrator refuses before its checkpoint.
+func (c *conn) consumed(queue string) {
+	if c.unreplayable[queue] {
+		return
+	}
+	p := c.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	reason := p.declared[queue]
@@ -92,18 +97,51 @@ func (p *Proxy) consumed(queue string) {
 	if reason == "" {
 		return
 	}
-	if p.unreplayable == nil {
-		p.unreplayable = map[string]string{}
+	if c.unreplayable == nil {
+		c.unreplayable = map[string]bool{}
 	}
-	p.unreplayable[queue] = reason
+	c.unreplayable[queue] = true
+	if p.unreplayable == nil {
+		p.unreplayable = map[string]*unreplayable{}
+	}
+	u := p.unreplayable[queue]
+	if u == nil {
+		u = &unreplayable{reason: reason}
+		p.unreplayable[queue] = u
+	}
+	u.conns++
+}
+
+// forgetConsumed drops c's share of the unreplayable queues when c ends:
+// an exclusive queue ended with it, and an app that reconnects consumes
+// again what it still uses. c.mu is held.
+func (c *conn) forgetConsumed() {
+	p := c.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for q := range c.unreplayable {
+		if u := p.unreplayable[q]; u != nil {
+			if u.conns--; u.conns <= 0 {
+				delete(p.unreplayable, q)
+			}
+		}
+	}
+	c.unreplayable = nil
+}
+
+// unreplayable is a queue consumed that cannot be replayed, and how many
+// open connections consumed it.
+type unreplayable struct {
+	reason string
+	conns  int
 }
 
 // unreplayableLocked lists the queues consumed that cannot be replayed, by
 // name; p.mu is held.
 func (p *Proxy) unreplayableLocked() []UnreplayableQueue {
 	out := make([]UnreplayableQueue, 0, len(p.unreplayable))
-	for q, r := range p.unreplayable {
-		out = append(out, UnreplayableQueue{Queue: q, Reason: r})
+	for q, u := range p.unreplayable {
+		out = append(out, UnreplayableQueue{Queue: q, Reason: u.reason})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
 	return out

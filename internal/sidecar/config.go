@@ -315,9 +315,13 @@ func (c *Config) Replay() (replay.Range, bool, error) {
 	if r.Start, err = strconv.ParseUint(c.ReplayStart, 10, 64); err != nil {
 		return r, true, fmt.Errorf("MS2M_REPLAY_START=%q: want the checkpoint ID, a whole number >= 0", c.ReplayStart)
 	}
-	if c.ReplayCutoff != "" && c.ReplayCutoff != "marker" {
+	switch c.ReplayCutoff {
+	case "", "marker":
+	case "end":
+		r.ToEnd = true // the log's end, read at the start (Start sets LogEnd)
+	default:
 		if r.Cutoff, err = strconv.ParseUint(c.ReplayCutoff, 10, 64); err != nil || r.Cutoff == 0 {
-			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
+			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\", \"end\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
 		}
 	}
 	if c.ReplayEpoch != "" {

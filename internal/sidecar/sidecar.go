@@ -131,6 +131,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
+		// What the log holds now: a cutoff of "end", and deliveries beyond
+		// the cutoff that this pod's identity took before (replay.Range).
+		rng.LogEnd, rng.LogEndEpoch = last.ID, last.Epoch
 		if src, err = replay.NewSource(follower, rng); err != nil {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -81,6 +82,24 @@ func TestUnreplayableQueues(t *testing.T) {
 			}
 			if len(st.Unreplayable) != 1 || st.Unreplayable[0].Queue != q || !strings.HasPrefix(st.Unreplayable[0].Reason, tc.wantReason) {
 				t.Fatalf("unreplayable = %+v, want queue %q: %s…", st.Unreplayable, q, tc.wantReason)
+			}
+			// Once the app's connection is gone, so is the report: an
+			// exclusive queue went with it, and an app that reconnects
+			// consumes again what it still uses.
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			unreplayable := func() int {
+				st.Unreplayable = nil // absent from the answer when there is none
+				e.call("GET", "/state", &st)
+				return len(st.Unreplayable)
+			}
+			for unreplayable() > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("unreplayable = %+v 10 s after the app's connection closed, want none", st.Unreplayable)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}

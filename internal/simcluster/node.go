@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -83,6 +84,9 @@ type Node struct {
 	pods  map[types.UID]*SimPod
 	// holdReplays: targets that start now start with their replay held.
 	holdReplays bool
+	// holdAfter: targets that start now hold their replay after this
+	// many records (HoldReplaysAfter).
+	holdAfter uint64
 	// degrade, if set, changes what the node's agent reports it can do
 	// (Degrade).
 	degrade  func(*contract.NodeCapabilities)
@@ -103,7 +107,12 @@ type SimPod struct {
 	App             *App
 	Restored        bool // started from a checkpoint image
 	srv             *http.Server
+	stateReads      atomic.Int64
 }
+
+// StateReads is how many times the pod's sidecar answered GET /state: a
+// migrator that reads it has got as far as watching the pod.
+func (p *SimPod) StateReads() int64 { return p.stateReads.Load() }
 
 // Hold makes a step wait: Reached is closed when the step has begun, and
 // the step goes on once Release is called.
@@ -538,12 +547,10 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp)
 		n.mu.Lock()
-		if rp != nil && n.holdReplays {
-			sp.Sidecar.Hold(true)
-		}
+		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
 		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -552,10 +559,16 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.srv = &http.Server{Handler: control.Handler(sp.Sidecar, token, prometheus.NewRegistry()), ReadHeaderTimeout: 10 * time.Second}
+		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
+		sp.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/state" {
+				sp.stateReads.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		})}
 		go sp.srv.Serve(ln)
 	} else {
-		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil)
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0)
 	}
 	return n.setRunning(ctx, pod, ip, imageID)
 }
@@ -598,7 +611,9 @@ func replayOf(env map[string]string) (*Replay, error) {
 	if rp.Start, err = strconv.ParseUint(start, 10, 64); err != nil {
 		return nil, fmt.Errorf("MS2M_REPLAY_START %q: %w", start, err)
 	}
-	if c := env["MS2M_REPLAY_CUTOFF"]; c != "" && c != "marker" {
+	if c := env["MS2M_REPLAY_CUTOFF"]; c == "end" {
+		rp.ToEnd = true
+	} else if c != "" && c != "marker" {
 		if rp.Cutoff, err = strconv.ParseUint(c, 10, 64); err != nil {
 			return nil, fmt.Errorf("MS2M_REPLAY_CUTOFF %q: %w", c, err)
 		}
@@ -750,4 +765,90 @@ func (n *Node) Reset() {
 	n.holds = map[Step]*Hold{}
 	n.holdReplays = false
 	n.degrade, n.oldAgent = nil, false
+	n.holdAfter = 0
+}
+
+// HoldReplaysAfter makes every target that starts on the node from now on
+// hold its replay once it has replayed k records (0: no such hold); the
+// ones that run already are released from theirs.
+func (n *Node) HoldReplaysAfter(k uint64) {
+	n.mu.Lock()
+	n.holdAfter = k
+	var running []*Sidecar
+	for _, sp := range n.pods {
+		if sp.Sidecar != nil {
+			running = append(running, sp.Sidecar)
+		}
+	}
+	n.mu.Unlock()
+	if k == 0 {
+		for _, s := range running {
+			s.HoldAfter(0)
+		}
+	}
+}
+
+// RestartApp restarts the app container of pod ns/name, as the kubelet
+// does after it exited: a restored pod's app comes back from its
+// checkpoint image (the state it was restored with), any other empty. Its
+// sidecar goes on.
+func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
+	sp := n.Pod(ns, name)
+	if sp == nil {
+		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
+	}
+	var st AppState
+	if sp.Restored {
+		pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st, err = n.c.restoreState(ctx, appContainer(pod).Image); err != nil {
+			return err
+		}
+	}
+	sp.App.mu.Lock()
+	sp.App.state = st
+	sp.App.mu.Unlock()
+	if sp.Sidecar != nil {
+		sp.Sidecar.appRestarted()
+	}
+	return nil
+}
+
+// Kill kills the containers of pod ns/name, as a crash that keeps them
+// from starting again does: its sidecar and app stop (the control API
+// does not answer), and the pod reports them in CrashLoopBackOff, not
+// ready. The pod object stays until it is deleted.
+func (n *Node) Kill(ctx context.Context, ns, name string) error {
+	sp := n.Pod(ns, name)
+	if sp == nil {
+		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
+	}
+	if sp.Sidecar != nil {
+		sp.Sidecar.close()
+	}
+	if sp.srv != nil {
+		sp.srv.Close()
+	}
+	pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pod.UID != sp.UID {
+		return fmt.Errorf("pod %s/%s was replaced meanwhile", ns, name)
+	}
+	st := *pod.Status.DeepCopy()
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == corev1.PodReady || st.Conditions[i].Type == corev1.ContainersReady {
+			st.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "killed by the test"}}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for i := range list {
+			list[i].Ready, list[i].State, list[i].RestartCount = false, waiting, list[i].RestartCount+1
+		}
+	}
+	return n.updateStatus(ctx, pod, st)
 }

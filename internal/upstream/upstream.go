@@ -219,6 +219,13 @@ type Handshake struct {
 	placeholder bool
 }
 
+// Unresolved says that the app sent the placeholder credentials and the
+// sidecar has none to put in their place: the broker will refuse the
+// connection, and the sidecar's configuration is at fault.
+func (h *Handshake) Unresolved() bool {
+	return h.placeholder && h.cfg.Username == "" && h.cfg.Mechanism != MechanismEXTERNAL
+}
+
 // NewHandshake returns the rewriter of one connection's handshake.
 func (d *Dialer) NewHandshake() *Handshake { return &Handshake{cfg: &d.cfg} }
 

@@ -240,6 +240,9 @@ func TestHandshake(t *testing.T) {
 			if diff := cmp.Diff(tc.wantOk, got); diff != "" {
 				t.Errorf("start-ok (-want +got)\n%s", diff)
 			}
+			if got, want := h.Unresolved(), name == "placeholders without configured credentials pass"; got != want {
+				t.Errorf("Unresolved() = %v, want %v", got, want)
+			}
 			gotVhost := ""
 			if m := h.Open(&amqpwire.ConnectionOpen{VirtualHost: tc.vhost}); m != nil {
 				gotVhost = m.(*amqpwire.ConnectionOpen).VirtualHost

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // Config is the webhook binary's configuration, read from the environment.
@@ -47,6 +48,13 @@ type Config struct {
 	SidecarMemoryRequest  string `env:"MS2M_WEBHOOK_SIDECAR_MEMORY_REQUEST" envDefault:"64Mi"`
 	SidecarCPULimit       string `env:"MS2M_WEBHOOK_SIDECAR_CPU_LIMIT"`
 	SidecarMemoryLimit    string `env:"MS2M_WEBHOOK_SIDECAR_MEMORY_LIMIT" envDefault:"256Mi"`
+
+	// SigningKey or SigningKeyFile is the controller's signing key (the
+	// Secret ms2m-migration-status-key): the webhook turns a pod into a
+	// restore only when the controller signed the instruction with it.
+	// Neither: no pod is restored.
+	SigningKey     string `env:"MS2M_WEBHOOK_SIGNING_KEY"`
+	SigningKeyFile string `env:"MS2M_WEBHOOK_SIGNING_KEY_FILE"`
 
 	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
 	// "0" turns either off.
@@ -208,6 +216,21 @@ func (c *Config) Inject() (inject.Config, error) {
 		ic.NATSURL = inject.SecretKey{Name: c.NATSURLSecret, Key: c.NATSURLSecretKey}
 	}
 	var errs []error
+	switch {
+	case c.SigningKey != "" && c.SigningKeyFile != "":
+		errs = append(errs, errors.New("MS2M_WEBHOOK_SIGNING_KEY and MS2M_WEBHOOK_SIGNING_KEY_FILE are both set: set one"))
+	case c.SigningKey != "":
+		ic.RestoreKey = []byte(c.SigningKey)
+		if err := sign.Check(ic.RestoreKey); err != nil {
+			errs = append(errs, fmt.Errorf("MS2M_WEBHOOK_SIGNING_KEY: %w", err))
+		}
+	case c.SigningKeyFile != "":
+		k, err := sign.ReadKeyFile(c.SigningKeyFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MS2M_WEBHOOK_SIGNING_KEY_FILE: %w", err))
+		}
+		ic.RestoreKey = k
+	}
 	set := func(list *corev1.ResourceList, name corev1.ResourceName, variable, v string) {
 		if v == "" {
 			return

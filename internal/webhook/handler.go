@@ -232,6 +232,10 @@ var updateIgnored = map[string]bool{
 	contract.AnnotationReplayStart:   true,
 	contract.AnnotationReplayCutoff:  true,
 	contract.AnnotationMigrationName: true,
+	contract.AnnotationReplayEpoch:   true,
+	// Checked at creation against the pod's name and namespace; an
+	// update cannot make a pod a restore.
+	contract.AnnotationRestoreSignature: true,
 }
 
 // validationProbe is the pod that Inject sees for an UPDATE. Inject

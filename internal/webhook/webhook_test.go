@@ -231,14 +231,10 @@ func TestRestoreAnnotations(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
 	ns := newNamespace(t, c, nil)
-	pod := appPod(ns, "target", map[string]string{
-		contract.AnnotationRestoreImage:  "registry.test/checkpoints/consumer:ckpt-7",
-		contract.AnnotationRestoreNode:   "node-b",
-		contract.AnnotationReplayStart:   "41",
-		contract.AnnotationReplayCutoff:  "marker",
-		contract.AnnotationLogName:       inject.DefaultLogName(ns, "orders-consumer"),
-		contract.AnnotationMigrationName: "mig-7",
-	})
+	pod := appPod(ns, "target", restoreAnnotations(suiteKey, ns, "target", inject.Migration{
+		Image: "registry.test/checkpoints/consumer:ckpt-7", Node: "node-b", ReplayStart: "41", ReplayCutoff: "marker",
+		LogName: inject.DefaultLogName(ns, "orders-consumer"), Name: "mig-7",
+	}, time.Now().Add(time.Hour)))
 	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -292,10 +288,12 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, _ := json.Marshal(inject.Migration{
+	mig := inject.Migration{
 		Name: "mig-web-0", Image: "registry.test/checkpoints/web-0:ckpt-3", Node: "node-c",
 		LogName: inject.DefaultLogName(ns, "web-0"), ReplayStart: "1200", ReplayCutoff: "1350",
-	})
+	}
+	mig.Signature = inject.SignRestore(suiteKey, ns, "web-0", mig, time.Now().Add(time.Hour))
+	m, _ := json.Marshal(mig)
 	putMigration("web-0", string(m))
 
 	t.Run("pending migration", func(t *testing.T) {
