@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 func TestParseTOMLish(t *testing.T) {
@@ -163,4 +165,21 @@ func TestNodeEndpoint(t *testing.T) {
 	if _, err := old.NodeCapabilities(t.Context(), "node-1"); err == nil {
 		t.Error("an agent without a probe answered capabilities")
 	}
+}
+
+// TestProbeRealCRIU runs the probe against the CRIU the local cluster's
+// nodes use (bin/criu/criu, `make criu`): found, with its version.
+func TestProbeRealCRIU(t *testing.T) {
+	criu := filepath.Join(testenv.ModuleRoot(t), "bin", "criu", "criu")
+	if _, err := os.Stat(criu); err != nil {
+		testenv.Missing(t, "CRIU at "+criu, "make criu")
+	}
+	got := NodeProbe{CRIUPath: criu, CgroupRoot: "/sys/fs/cgroup"}.Probe(t.Context())
+	if got.CRIUFound == nil || !*got.CRIUFound || got.CRIU == "" {
+		t.Errorf("probe of %s: found %v, version %q, notes %q; want found with a version", criu, got.CRIUFound, got.CRIU, got.Notes)
+	}
+	if got.CgroupVersion == 0 {
+		t.Errorf("probe: no cgroup version under /sys/fs/cgroup (notes %q)", got.Notes)
+	}
+	t.Logf("CRIU %s, cgroup v%d", got.CRIU, got.CgroupVersion)
 }
