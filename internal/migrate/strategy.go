@@ -289,10 +289,11 @@ func (r *run) do(ctx context.Context) error {
 	if err := preconditions(ctx, cs, src, r.p); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
-	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
+	if err := r.sidecarServes(ctx, src); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
-	if err := r.sidecarServes(ctx, src); err != nil {
+	// The nodes are asked last: bad input is refused without calling them.
+	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	r.source = src
