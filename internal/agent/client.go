@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // Client talks to the agents. It implements migrate.NodeAgent and
@@ -64,6 +66,17 @@ func (c Client) DeleteCheckpointImage(ctx context.Context, node, ref string) err
 // PullImage asks node's agent to pull ref through the runtime.
 func (c Client) PullImage(ctx context.Context, node, ref string) error {
 	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref}, nil)
+}
+
+// NodeCapabilities asks node's agent what the node's runtime can do. An
+// older agent, without GET /v1/node, answers an error.
+func (c Client) NodeCapabilities(ctx context.Context, node string) (contract.NodeCapabilities, error) {
+	var res contract.NodeCapabilities
+	if err := c.do(ctx, node, http.MethodGet, "/v1/node", nil, &res); err != nil {
+		return contract.NodeCapabilities{}, err
+	}
+	res.Node = node
+	return res, nil
 }
 
 // ReadLog returns the end of a log file on node.

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/ociimage"
 )
 
@@ -51,12 +52,20 @@ type Config struct {
 	// Freeze finds containers' cgroups and tasks (GET /v1/freeze).
 	// Default: /sys/fs/cgroup and /proc.
 	Freeze FreezeWatch
+	// Node reports what the node's runtime can do (GET /v1/node); nil
+	// answers 501.
+	Node   NodeProber
 	Logger *slog.Logger
 }
 
 // Puller pulls an image onto the node.
 type Puller interface {
 	Pull(ctx context.Context, ref string) error
+}
+
+// NodeProber reports the node's capabilities (NodeProbe).
+type NodeProber interface {
+	Probe(ctx context.Context) contract.NodeCapabilities
 }
 
 // Server is the agent's HTTP API.
@@ -116,6 +125,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
 	mux.Handle("GET /v1/logs", s.auth(s.readLog))
 	mux.Handle("GET /v1/freeze", s.auth(s.waitFreeze))
+	mux.Handle("GET /v1/node", s.auth(s.nodeInfo))
 	return mux
 }
 

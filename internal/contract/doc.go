@@ -5,7 +5,8 @@
 // phases a requested migration goes through (phase.go), the reasons of
 // the Events they emit (reasons.go), and the naming of the
 // pending-migration ConfigMap that a StatefulSet strategy leaves for the
-// webhook (pending.go).
+// webhook (pending.go), and what a node agent reports that its node can do
+// (node.go).
 //
 // It holds names and their checks only: no I/O, no Kubernetes client, and
 // it imports no other ms2m package, so that every one of them can import

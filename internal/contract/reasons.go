@@ -26,7 +26,11 @@ const (
 	// ReasonMigrationTargetNotAllowed (Warning): a request refused because
 	// the pod's node selector, required node affinity or the target's
 	// taints keep it off the target.
-	ReasonMigrationTargetNotAllowed  = "MigrationTargetNotAllowed"
+	ReasonMigrationTargetNotAllowed = "MigrationTargetNotAllowed"
+	// ReasonMigrationNodeNotCapable (Warning): a request refused before
+	// anything was done because the source's node cannot checkpoint or
+	// the target's cannot restore (its agent's preflight says so).
+	ReasonMigrationNodeNotCapable    = "MigrationNodeNotCapable"
 	ReasonMigrationInProgress        = "MigrationInProgress"        // Warning: a request refused because one runs
 	ReasonMigrationRolledBack        = "MigrationRolledBack"        // Warning: a migration no replica drove was undone
 	ReasonMigrationRollbackFailed    = "MigrationRollbackFailed"    // Warning: undoing it failed; retried
@@ -52,6 +56,7 @@ var ControllerReasons = []string{
 	ReasonMigrationFailed,
 	ReasonMigrationRejected,
 	ReasonMigrationTargetNotAllowed,
+	ReasonMigrationNodeNotCapable,
 	ReasonMigrationInProgress,
 	ReasonMigrationRolledBack,
 	ReasonMigrationRollbackFailed,

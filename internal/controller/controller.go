@@ -297,6 +297,10 @@ func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err
 	if errors.As(err, &np) {
 		reason = contract.ReasonMigrationTargetNotAllowed
 	}
+	var nc *migrate.NotCapable
+	if errors.As(err, &nc) {
+		reason = nc.Reason
+	}
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Migrate", "%v", err)
 	r.cfg.Metrics.record(ResultRejected, st)
 	return r.setStatus(ctx, pod, st)

@@ -168,6 +168,10 @@ type Report struct {
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
+	// Unchecked says which node the preflight could not check, and why
+	// (its agent did not answer GET /v1/node: an older agent): the
+	// migration went on without it.
+	Unchecked []string `json:"unchecked,omitempty"`
 	// Warnings are what went wrong after the target took over without
 	// failing the migration (its restore annotations left, say).
 	Warnings []string `json:"warnings,omitempty"`
@@ -286,6 +290,10 @@ func (r *run) do(ctx context.Context) error {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	if err := r.sidecarServes(ctx, src); err != nil {
+		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
+	}
+	// The nodes are asked last: bad input is refused without calling them.
+	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	r.source = src

@@ -42,7 +42,16 @@ type AgentConfig struct {
 	// CgroupRoot is where the host's cgroup hierarchies are mounted, for
 	// the freeze watch (which also needs the host's PID namespace).
 	CgroupRoot string `env:"MS2M_AGENT_CGROUP_ROOT" envDefault:"/sys/fs/cgroup"`
-	LogLevel   string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
+	// RuntimeConfig are the runtime's configuration files as the agent
+	// sees them (mounted from the host), comma-separated, later ones
+	// winning: containerd's config.toml, or CRI-O's crio.conf and its
+	// drop-ins. The preflight reads whether restore is on from them;
+	// empty: not checked.
+	RuntimeConfig []string `env:"MS2M_AGENT_RUNTIME_CONFIG" envSeparator:","`
+	// CRIUPath is the node's criu as the agent sees it (a hostPath
+	// mount); the preflight runs its --version. Empty: not checked.
+	CRIUPath string `env:"MS2M_AGENT_CRIU_PATH"`
+	LogLevel string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
 }
 
 func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -98,6 +107,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
 		Freeze:        freeze,
+		Node:          agent.NodeProbe{RuntimeEndpoint: cfg.RuntimeEndpoint, RuntimeConfig: cfg.RuntimeConfig, CRIUPath: cfg.CRIUPath, CgroupRoot: cfg.CgroupRoot},
 		Logger:        log,
 	})
 	if err != nil {

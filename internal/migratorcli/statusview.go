@@ -183,6 +183,9 @@ func reportLines(rep migrate.Report) [][2]string {
 	if rep.Image != "" {
 		lines = append(lines, [2]string{"image", rep.Image})
 	}
+	for _, u := range rep.Unchecked {
+		lines = append(lines, [2]string{"not preflighted", u})
+	}
 	return lines
 }
 

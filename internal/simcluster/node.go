@@ -87,11 +87,15 @@ type Node struct {
 	// holdAfter: targets that start now hold their replay after this
 	// many records (HoldReplaysAfter).
 	holdAfter uint64
-	calls     []string // kubelet and agent requests, in order
-	pulls     []string
-	srvs      []*http.Server
-	stop      context.CancelFunc
-	done      chan struct{}
+	// degrade, if set, changes what the node's agent reports it can do
+	// (Degrade).
+	degrade  func(*contract.NodeCapabilities)
+	oldAgent bool     // the agent answers GET /v1/node with 404, as one before it
+	calls    []string // kubelet and agent requests, in order
+	pulls    []string
+	srvs     []*http.Server
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -246,6 +250,41 @@ func (n *Node) Pull(ctx context.Context, ref string) error {
 	return nil
 }
 
+// Degrade changes what the node's agent reports that its node can do
+// (GET /v1/node): f edits a capable node's report, e.g. to turn restore
+// off or CRIU away. Nil, or Reset, makes the node capable again.
+func (n *Node) Degrade(f func(*contract.NodeCapabilities)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.degrade = f
+}
+
+// OldAgent makes the node's agent one from before GET /v1/node: it
+// answers 404 there. Reset undoes it.
+func (n *Node) OldAgent(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.oldAgent = on
+}
+
+// Probe is the node's report for its agent: a capable node, unless
+// Degrade changed it.
+func (n *Node) Probe(context.Context) contract.NodeCapabilities {
+	yes, on := true, true
+	restore := true
+	c := contract.NodeCapabilities{
+		Runtime: "sim", RuntimeVersion: "1", CRIUFound: &yes, CRIU: "sim",
+		CheckpointEnabled: &on, RestoreEnabled: &restore, CgroupVersion: 2,
+	}
+	n.mu.Lock()
+	f := n.degrade
+	n.mu.Unlock()
+	if f != nil {
+		f(&c)
+	}
+	return c
+}
+
 // start brings the node up: its Node object, its kubelet and agent, and
 // the loop that runs the pods bound to it.
 func (n *Node) start(ctx context.Context) error {
@@ -299,7 +338,7 @@ func (n *Node) start(ctx context.Context) error {
 
 	as, err := agent.NewServer(agent.Config{
 		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true}, Repository: c.ImageRepo(),
-		Puller: n, Logger: slog.New(slog.DiscardHandler),
+		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return err
@@ -311,6 +350,13 @@ func (n *Node) start(ctx context.Context) error {
 	ah := as.Handler()
 	asrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.record("agent " + r.Method + " " + r.URL.Path)
+		n.mu.Lock()
+		old := n.oldAgent
+		n.mu.Unlock()
+		if old && r.URL.Path == "/v1/node" {
+			http.NotFound(w, r)
+			return
+		}
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/checkpoint-images" {
 			if f, ok := n.gate(r.Context(), StepImage); ok {
 				http.Error(w, `{"error":`+strconv.Quote(f.Body)+`}`, f.Code)
@@ -737,6 +783,7 @@ func (n *Node) Reset() {
 	}
 	n.holds = map[Step]*Hold{}
 	n.holdReplays = false
+	n.degrade, n.oldAgent = nil, false
 	n.holdAfter = 0
 }
 
