@@ -116,10 +116,7 @@ type NodeInfo struct {
 	KubeletRoot    string // the kubelet's --root-dir
 	CheckpointDir  string // where the kubelet writes checkpoint archives
 	ContainerdSock string // containerd's socket, for ctr -a
-	// ContainerdConfig is containerd's config.toml, which the agents'
-	// preflight reads.
-	ContainerdConfig string
-	Netns            string // /run/netns/<Name>
+	Netns          string // /run/netns/<Name>
 }
 
 // Cluster is a running local cluster.
@@ -147,14 +144,13 @@ func (c *Cluster) Nodes() int { return c.nodes }
 func (c *Cluster) Node(i int) NodeInfo {
 	n := c.l.node(i)
 	return NodeInfo{
-		Name:             NodeName(i),
-		IP:               NodeIP(i),
-		PodCIDR:          PodCIDR(i),
-		KubeletRoot:      n.kubeletRoot(),
-		CheckpointDir:    filepath.Join(n.kubeletRoot(), "checkpoints"),
-		ContainerdSock:   n.containerdSock(),
-		ContainerdConfig: n.containerdConfig(),
-		Netns:            netnsPath(i),
+		Name:           NodeName(i),
+		IP:             NodeIP(i),
+		PodCIDR:        PodCIDR(i),
+		KubeletRoot:    n.kubeletRoot(),
+		CheckpointDir:  filepath.Join(n.kubeletRoot(), "checkpoints"),
+		ContainerdSock: n.containerdSock(),
+		Netns:          netnsPath(i),
 	}
 }
 

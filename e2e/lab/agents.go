@@ -43,7 +43,7 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 			return nil, err
 		}
 		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
-		cmd.Env = append(os.Environ(), agentEnv(n, l.ImageRepo(), filepath.Join(l.Opts.BinDir, "criu", "criu"))...)
+		cmd.Env = append(os.Environ(), agentEnv(n, l.ImageRepo())...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
@@ -64,9 +64,8 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 // agentEnv configures `migrator agent` for node n: it listens on the
 // node's address, over the node's kubelet checkpoint folder, containerd
 // socket and state folder, with the lab's token, and pushes to repo in the
-// cluster's plain-HTTP registry; its preflight reads the node's containerd
-// config and runs criu, the nodes' CRIU.
-func agentEnv(n cluster.NodeInfo, repo, criu string) []string {
+// cluster's plain-HTTP registry.
+func agentEnv(n cluster.NodeInfo, repo string) []string {
 	return []string{
 		"MS2M_AGENT_LISTEN=" + n.IP + ":" + strconv.Itoa(AgentPort),
 		"MS2M_AGENT_CHECKPOINT_DIR=" + n.CheckpointDir,
@@ -75,8 +74,6 @@ func agentEnv(n cluster.NodeInfo, repo, criu string) []string {
 		"MS2M_AGENT_TOKEN=" + AgentToken,
 		"MS2M_AGENT_REGISTRY_INSECURE=true",
 		"MS2M_AGENT_IMAGE_REPO=" + repo,
-		"MS2M_AGENT_RUNTIME_CONFIG=" + n.ContainerdConfig,
-		"MS2M_AGENT_CRIU_PATH=" + criu,
 	}
 }
 

@@ -126,7 +126,7 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 	// An agent per node.
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
 		n := l.Cluster.Node(i)
-		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo, filepath.Join(l.Opts.BinDir, "criu", "criu"))})
+		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo)})
 		if err != nil {
 			return nil, err
 		}
