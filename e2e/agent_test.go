@@ -9,6 +9,7 @@ import (
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -37,7 +38,7 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 	prod := produce(t, src, name, 10, 100, 10)
 
 	plan := migrate.Plan{Name: fmt.Sprintf("a%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
-		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: migrate.MS2M}
+		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: contract.StrategyMS2M}
 	journals := l.NewJournals(src, plan)
 	env := l.Env(func(phase string, took time.Duration) {
 		t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond))

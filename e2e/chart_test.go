@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -77,14 +78,14 @@ func TestChartInstalledInPods(t *testing.T) {
 		t.Errorf("the sidecar reads its control token from Secret %q, want the chart's ms2m-control", got)
 	}
 	prod := produce(t, src, name, 10, 150, 20)
-	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrateTo: l.NodeName(2)})
+	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrateTo: l.NodeName(2)})
 	target, st := waitMigrated(t, ctx, l, name, src)
 	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, target.Name) })
 	t.Logf("migration %s by the chart's controller: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
 	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
 	}
-	waitEvent(t, ctx, l, target, "MigrationSucceeded")
+	waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 	expectExact(t, ctx, prod, target)
 }
 

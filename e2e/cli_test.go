@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -28,14 +29,14 @@ func TestMigratorCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := src.Annotations["ms2m.io/status"]; !ok {
+	if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 		t.Fatalf("the webhook did not inject %s", name)
 	}
 	prod := produce(t, src, name, 10, 120, 20)
 
 	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
 		"--to", l.NodeName(2), "--image-repo", imageRepo(l), "--kubeconfig", l.Kubeconfig)
-	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l))
+	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l), "MS2M_STATUS_KEY="+string(signingKey(t, ctx, l)))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

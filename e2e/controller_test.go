@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/migratorcli"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -38,29 +38,29 @@ func TestAnnotationTriggersMigration(t *testing.T) {
 	prod := produce(t, src, name, 10, 150, 20)
 
 	// Bad input: a node that does not exist.
-	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrateTo: "no-such-node"})
+	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrateTo: "no-such-node"})
 	testenv.Eventually(t, 30*time.Second, "the request for a missing node is refused", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && migrationStatus(t, p).Phase == controller.PhaseFailed
+		return err == nil && migrationStatus(t, p).Phase == contract.PhaseFailed
 	})
 	p, _ := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if st := migrationStatus(t, p); !strings.Contains(st.Message, "no-such-node") || !strings.Contains(st.Message, "nothing was touched") {
 		t.Errorf("status of the refused request: %+v", st)
 	}
-	waitEvent(t, ctx, l, src, "MigrationRejected")
+	waitEvent(t, ctx, l, src, contract.ReasonMigrationRejected)
 
 	// The real request.
-	annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrationStatus: nil, inject.AnnotationMigrateTo: l.NodeName(2)})
+	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrationStatus: nil, contract.AnnotationMigrateTo: l.NodeName(2)})
 	target, st := waitMigrated(t, ctx, l, name, src)
 	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, target.Name) })
 	t.Logf("migration %s: %s; phases %+v", st.Name, st.Message, st.Report.Phases)
 	if target.Spec.NodeName != l.NodeName(2) || st.Report == nil || st.Report.Downtime <= 0 || len(st.Report.Phases) < 5 {
 		t.Errorf("target %s on %s with status %+v", target.Name, target.Spec.NodeName, st)
 	}
-	if _, ok := target.Annotations[inject.AnnotationMigrateTo]; ok {
+	if _, ok := target.Annotations[contract.AnnotationMigrateTo]; ok {
 		t.Error("the target carries the migration request too")
 	}
-	waitEvent(t, ctx, l, target, "MigrationSucceeded")
+	waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 	expectExact(t, ctx, prod, target)
 }
 
@@ -103,14 +103,11 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, half) })
-	st := controller.Status{Name: half, Phase: controller.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
+	st := controller.Status{Name: half, Phase: contract.PhaseRunning, Strategy: "ms2m", Target: l.NodeName(2), TargetPod: half, Started: time.Now()}
 	// Signed as the controller signs it: it trusts no other record.
-	key := e2eStatusKey
-	if l.External {
-		key = chartStatusKey(t, ctx, l)
-	}
+	key := signingKey(t, ctx, l)
 	ann := controller.SignedAnnotations(key, lab.Namespace, st)
-	ann[inject.AnnotationMigrateTo] = l.NodeName(2)
+	ann[contract.AnnotationMigrateTo] = l.NodeName(2)
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	patch := string(b)
 	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -126,9 +123,9 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 
 	testenv.Eventually(t, time.Minute, "the migration is rolled back", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && migrationStatus(t, p).Phase == controller.PhaseRolledBack
+		return err == nil && migrationStatus(t, p).Phase == contract.PhaseRolledBack
 	})
-	waitEvent(t, ctx, l, src, "MigrationRolledBack")
+	waitEvent(t, ctx, l, src, contract.ReasonMigrationRolledBack)
 	if mode := sidecarMode(t, src); mode != "serving" {
 		t.Errorf("source sidecar %q after the rollback, want serving", mode)
 	}

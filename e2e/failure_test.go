@@ -17,6 +17,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -52,14 +53,14 @@ func TestFailedMigrationsLeaveTheSourceServing(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, with an agent that corrupts the checkpoint image")
 	for _, tc := range []struct {
 		name      string
-		strategy  migrate.Strategy
+		strategy  contract.Strategy
 		nonRoot   bool // CRIU cannot dump a non-root process here: the checkpoint fails
 		corrupt   bool // the checkpoint image is damaged: the restore fails
 		wantPhase string
 	}{
-		{name: "checkpoint fails", strategy: migrate.MS2M, nonRoot: true, wantPhase: "checkpoint"},
-		{name: "restore fails", strategy: migrate.MS2M, corrupt: true, wantPhase: "the restore failed"},
-		{name: "restore fails after stop", strategy: migrate.StopAndCopy, corrupt: true, wantPhase: "the restore failed"},
+		{name: "checkpoint fails", strategy: contract.StrategyMS2M, nonRoot: true, wantPhase: "checkpoint"},
+		{name: "restore fails", strategy: contract.StrategyMS2M, corrupt: true, wantPhase: "the restore failed"},
+		{name: "restore fails after stop", strategy: contract.StrategyStopAndCopy, corrupt: true, wantPhase: "the restore failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)

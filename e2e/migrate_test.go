@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -19,14 +21,20 @@ import (
 
 // scenario is one migration of a consumer while the producer sends.
 type scenario struct {
-	strategy migrate.Strategy
-	image    string  // "consumer" (Go) or "consumer-python"
+	strategy contract.Strategy
+	image    string  // "consumer" (Go), "consumer-python" or "consumer-spring"
 	n        int     // messages
 	rate     float64 // λ, msg/s
 	workMS   int     // per message
 	// holdWholeCall: the source holds deliveries for the kubelet's whole
 	// checkpoint call, not only until its app is frozen.
 	holdWholeCall bool
+	// mutate changes the consumer's pod before admission (lab.Consumer.Mutate).
+	mutate func(*corev1.Pod)
+	// thaw is the plan's ThawAfterDump; readOnlyRoot runs the app with
+	// a read-only root filesystem.
+	thaw         migrate.ThawPolicy
+	readOnlyRoot bool
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -37,9 +45,9 @@ type scenario struct {
 func TestFirstRealMigration(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, admitting targets itself, CRIU alone among them")
 	for _, image := range []string{"consumer", "consumer-python"} {
-		strategies := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy, migrate.CRIUAlone}
+		strategies := []contract.Strategy{contract.StrategyMS2M, contract.StrategyStopAndCopy, contract.StrategyCRIUAlone}
 		if image == "consumer" {
-			strategies = append(strategies, migrate.MS2MCutoff)
+			strategies = append(strategies, contract.StrategyMS2MCutoff)
 		}
 		for _, strategy := range strategies {
 			sc := scenario{strategy: strategy, image: image, n: 120, rate: 10, workMS: 50}
@@ -62,11 +70,14 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: sc.strategy,
-		HoldWholeCall: sc.holdWholeCall,
+		HoldWholeCall: sc.holdWholeCall, ThawAfterDump: sc.thaw,
 	}
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image, ReadOnlyRoot: sc.readOnlyRoot, Mutate: sc.mutate})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sc.image == "consumer-spring" { // a JVM and a Spring context take a while
+		waitAppConnected(t, src, 3*time.Minute)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
@@ -93,11 +104,11 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	}
 	t.Logf("%s: total %v, switch %v, checkpoint ID %d, cutoff %d", sc.strategy, rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID)
 	if h := rep.Hold; h != nil {
-		t.Logf("%s: hold %v = quiesce %v + kubelet call to the freeze %v + CRIU's dump %v (of a call of %v; %v after the dump); resumed at the freeze %v %s",
+		t.Logf("%s: hold %v = quiesce %v + kubelet call to the freeze %v + CRIU's dump %v (of a call of %v; %v after the dump); resumed at the freeze %v %s; thawed at the dump %v %s",
 			sc.strategy, h.Held.Round(time.Millisecond), h.Quiesce.Round(time.Millisecond), h.ToFreeze.Round(time.Millisecond), h.Dump.Round(time.Millisecond),
-			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback)
+			h.Call.Round(time.Millisecond), h.AfterDump.Round(time.Millisecond), h.AtFreeze, h.Fallback, h.ThawedAtDump, h.ThawFallback)
 	}
-	if sc.strategy == migrate.MS2MCutoff {
+	if sc.strategy == contract.StrategyMS2MCutoff {
 		t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 		if rep.TCutoff <= 0 || rep.Lambda <= 0 {
 			t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
@@ -120,14 +131,14 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 		t.Fatal(err)
 	}
 	settle := 30 * time.Second
-	if sc.strategy == migrate.CRIUAlone {
+	if sc.strategy == contract.StrategyCRIUAlone {
 		settle = 10 * time.Second // it never gets there: it lost messages
 	}
 	got := lab.WaitFor(target, want, settle)
 	t.Logf("%s: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d, skipped redeliveries %d)",
 		sc.strategy, want.Count, want.Hash, got.Count, got.Hash, got.Reconnects, got.Skipped)
 	gap := logGap(t, string(sc.strategy), journals, target, began, ended)
-	if sc.strategy == migrate.CRIUAlone {
+	if sc.strategy == contract.StrategyCRIUAlone {
 		if got.Hash == want.Hash {
 			t.Errorf("CRIU alone ended with the producer's hash: the source handled nothing after its checkpoint, so the test shows nothing")
 		} else {

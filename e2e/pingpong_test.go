@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -153,7 +154,7 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 		}
 	}()
 
-	annotate(t, ctx, l, cur.Name, map[string]any{inject.AnnotationMigrateTo: to})
+	annotate(t, ctx, l, cur.Name, map[string]any{contract.AnnotationMigrateTo: to})
 	waitStarted(t, ctx, l, cur)
 	if i == 1 && pp.kind == lab.Deployment {
 		// (A StatefulSet's pod is recreated under its name: a request
@@ -194,11 +195,11 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 	pp.rec.add(t, r)
 	if i == 1 {
 		// The node it runs on: refused, with an Event, nothing touched.
-		annotate(t, ctx, l, target.Name, map[string]any{inject.AnnotationMigrateTo: to})
-		waitEventSaying(t, ctx, l, target, controller.ReasonRejected, "already runs on "+to)
+		annotate(t, ctx, l, target.Name, map[string]any{contract.AnnotationMigrateTo: to})
+		waitEventSaying(t, ctx, l, target, contract.ReasonMigrationRejected, "already runs on "+to)
 		testenv.Eventually(t, 30*time.Second, "the same-node request is answered", func() bool {
 			p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
-			_, asked := p.Annotations[inject.AnnotationMigrateTo]
+			_, asked := p.Annotations[contract.AnnotationMigrateTo]
 			return err == nil && p.UID == target.UID && !asked
 		})
 		target, _ = l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
@@ -257,7 +258,7 @@ func (r *soakRecorder) stopAsked() bool {
 // (waitMigrated then says how).
 func waitStarted(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod) {
 	t.Helper()
-	was := pod.Annotations[inject.AnnotationMigrationStatus]
+	was := pod.Annotations[contract.AnnotationMigrationStatus]
 	var last *corev1.Pod
 	ok := pollWithin(time.Minute, func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -265,9 +266,9 @@ func waitStarted(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod)
 			return true
 		}
 		last = p
-		_, asked := p.Annotations[inject.AnnotationMigrateTo]
-		v := p.Annotations[inject.AnnotationMigrationStatus]
-		return migrationStatus(t, p).Phase == controller.PhaseRunning || (!asked && v != was)
+		_, asked := p.Annotations[contract.AnnotationMigrateTo]
+		v := p.Annotations[contract.AnnotationMigrationStatus]
+		return migrationStatus(t, p).Phase == contract.PhaseRunning || (!asked && v != was)
 	})
 	if !ok {
 		var notes []string
@@ -290,7 +291,7 @@ func refuseWhileRunning(t *testing.T, ctx context.Context, l *lab.Lab, pod *core
 	t.Helper()
 	pods := l.Client.CoreV1().Pods(lab.Namespace)
 	_, err := pods.Patch(ctx, pod.Name, types.MergePatchType,
-		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, pod.Spec.NodeName), metav1.PatchOptions{})
+		fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationMigrateTo, pod.Spec.NodeName), metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		t.Logf("the migration of %s ended before a second request could be made", pod.Name)
 		return
@@ -298,7 +299,7 @@ func refuseWhileRunning(t *testing.T, ctx context.Context, l *lab.Lab, pod *core
 	if err != nil {
 		t.Fatalf("a second request on %s: %v", pod.Name, err)
 	}
-	waitEventSaying(t, ctx, l, pod, controller.ReasonInProgress, "under way")
+	waitEventSaying(t, ctx, l, pod, contract.ReasonMigrationInProgress, "under way")
 }
 
 // checkName checks that the migrated pod is named as its workload names
@@ -327,7 +328,7 @@ func waitServed(t *testing.T, ctx context.Context, l *lab.Lab, pod *corev1.Pod) 
 	got := pod
 	testenv.Eventually(t, 30*time.Second, pod.Name+" reads as an ordinary pod of its workload", func() bool {
 		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil || p.UID != pod.UID || p.Annotations[inject.AnnotationRestoredFrom] == "" {
+		if err != nil || p.UID != pod.UID || p.Annotations[contract.AnnotationRestoredFrom] == "" {
 			return false
 		}
 		got = p

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -46,16 +46,16 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 	l := needMS2M(t, ctx, withController)
 	for _, tc := range []struct {
 		name      string
-		strategy  migrate.Strategy
+		strategy  contract.Strategy
 		rate      float64
 		n         int
 		afterStop bool // kill once the source has stopped at the cutoff
 		kill      targetKill
 	}{
-		{name: "pod deleted before the stop", strategy: migrate.MS2M, rate: 14, n: 300, kill: deleteTarget},
-		{name: "pod deleted after the stop", strategy: migrate.MS2MCutoff, rate: 30, n: 400, afterStop: true, kill: deleteTarget},
-		{name: "app killed before the stop", strategy: migrate.MS2M, rate: 14, n: 300, kill: killApp},
-		{name: "sidecar killed before the stop", strategy: migrate.MS2M, rate: 14, n: 300, kill: killSidecar},
+		{name: "pod deleted before the stop", strategy: contract.StrategyMS2M, rate: 14, n: 300, kill: deleteTarget},
+		{name: "pod deleted after the stop", strategy: contract.StrategyMS2MCutoff, rate: 30, n: 400, afterStop: true, kill: deleteTarget},
+		{name: "app killed before the stop", strategy: contract.StrategyMS2M, rate: 14, n: 300, kill: killApp},
+		{name: "sidecar killed before the stop", strategy: contract.StrategyMS2M, rate: 14, n: 300, kill: killSidecar},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.kill != deleteTarget && l.External {
@@ -83,7 +83,7 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 			}
 			prod := produce(t, src, name, tc.rate, tc.n, 20)
 
-			annotate(t, ctx, l, name, map[string]any{inject.AnnotationMigrateTo: l.NodeName(2), inject.AnnotationStrategy: string(tc.strategy)})
+			annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrateTo: l.NodeName(2), contract.AnnotationStrategy: string(tc.strategy)})
 			target, st := waitReplaying(t, ctx, l, src, tc.afterStop)
 			t.Logf("target %s replays: replayed %d, %d records behind the log, source %s; %s it",
 				target.Name, st.Replay.Replayed, st.lag(), sidecarMode(t, src), tc.kill)
@@ -96,7 +96,7 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 				if mode := sidecarMode(t, src); mode != "serving" {
 					t.Errorf("the migration failed, but the source's sidecar is %q, not serving", mode)
 				}
-				waitEvent(t, ctx, l, src, "MigrationFailed")
+				waitEvent(t, ctx, l, src, contract.ReasonMigrationFailed)
 				testenv.Eventually(t, time.Minute, "the killed target "+target.Name+" is gone", func() bool {
 					_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
 					return apierrors.IsNotFound(err)
@@ -149,7 +149,7 @@ func waitReplaying(t *testing.T, ctx context.Context, l *lab.Lab, src *corev1.Po
 				t.Fatalf("the source %s: %v", src.Name, err)
 			}
 			ms := migrationStatus(t, p)
-			if ms.Phase != "" && ms.Phase != controller.PhaseRunning {
+			if ms.Phase != "" && ms.Phase != contract.PhaseRunning {
 				t.Fatalf("the migration ended before its target replayed: %s: %s", ms.Phase, ms.Message)
 			}
 			if ms.TargetPod == "" {
@@ -242,10 +242,10 @@ func waitOutcome(t *testing.T, ctx context.Context, l *lab.Lab, app string, src 
 			p := &pods.Items[i]
 			st := migrationStatus(t, p)
 			switch {
-			case p.UID == src.UID && (st.Phase == controller.PhaseFailed || st.Phase == controller.PhaseRolledBack):
+			case p.UID == src.UID && (st.Phase == contract.PhaseFailed || st.Phase == contract.PhaseRolledBack):
 				serving, status = p, st
 				return true
-			case p.UID != src.UID && st.Phase == controller.PhaseSucceeded:
+			case p.UID != src.UID && st.Phase == contract.PhaseSucceeded:
 				serving, status = p, st
 				return true
 			}

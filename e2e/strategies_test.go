@@ -9,23 +9,30 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 // Which real migration covers what (G: the Go consumer, Py: the Python
-// one). Bare pods are moved by migrate.Run, owned pods by the controller
-// after the ms2m.io/migrate-to annotation; the CLI moves a bare pod by
-// ms2m (TestMigratorCLI), and so do the agents and the webhook tests.
+// one, S: the Spring Boot one). Bare pods are moved by migrate.Run, owned
+// pods by the controller after the ms2m.io/migrate-to annotation; the CLI
+// moves a bare pod by ms2m (TestMigratorCLI), and so do the agents and the
+// webhook tests.
 //
 //	strategy            bare pod, migrate.Run        Deployment/StatefulSet, annotation
 //	ms2m                G, Py (FirstRealMigration)   G Deployment (auto); G bare (AnnotationTriggers)
+//	                    S (SpringConsumerMigration)
 //	stop-and-copy       G, Py (FirstRealMigration)   G Deployment
 //	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
+//	                    S (SpringConsumerMigration)
 //	statefulset         -                            G, Py StatefulSet
 //	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
+//
+// Broker configurations: TestTLSBrokerFromSecretMigration moves a G bare
+// pod by ms2m whose amqps:// URL (the broker's TLS port) and CA are in
+// Secrets (tls_test.go).
 //
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
@@ -49,25 +56,25 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		kind     lab.Kind
-		image    string           // "consumer" (Go) or "consumer-python"
-		strategy migrate.Strategy // the ms2m.io/strategy annotation; "" leaves it to auto
-		want     migrate.Strategy
+		image    string            // "consumer" (Go) or "consumer-python"
+		strategy contract.Strategy // the ms2m.io/strategy annotation; "" leaves it to auto
+		want     contract.Strategy
 		phases   []string // besides those every strategy has
 		pods     int      // ever made: the first, the target, and the shadow if any
 	}{
-		{name: "go/deployment/auto", kind: lab.Deployment, image: "consumer", want: migrate.MS2M,
+		{name: "go/deployment/auto", kind: lab.Deployment, image: "consumer", want: contract.StrategyMS2M,
 			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
-		{name: "go/deployment/stop-and-copy", kind: lab.Deployment, image: "consumer", strategy: migrate.StopAndCopy, want: migrate.StopAndCopy,
+		{name: "go/deployment/stop-and-copy", kind: lab.Deployment, image: "consumer", strategy: contract.StrategyStopAndCopy, want: contract.StrategyStopAndCopy,
 			phases: []string{"stop", "checkpoint", "image", "switch"}, pods: 2},
-		{name: "python/deployment/ms2m-cutoff", kind: lab.Deployment, image: "consumer-python", strategy: migrate.MS2MCutoff, want: migrate.MS2MCutoff,
+		{name: "python/deployment/ms2m-cutoff", kind: lab.Deployment, image: "consumer-python", strategy: contract.StrategyMS2MCutoff, want: contract.StrategyMS2MCutoff,
 			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
-		{name: "go/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer", strategy: migrate.StatefulSet, want: migrate.StatefulSet,
+		{name: "go/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer", strategy: contract.StrategyStatefulSet, want: contract.StrategyStatefulSet,
 			phases: []string{"quiesce", "checkpoint", "image", "stop", "switch"}, pods: 2},
-		{name: "python/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer-python", strategy: migrate.StatefulSet, want: migrate.StatefulSet,
+		{name: "python/statefulset/statefulset", kind: lab.StatefulSet, image: "consumer-python", strategy: contract.StrategyStatefulSet, want: contract.StrategyStatefulSet,
 			phases: []string{"quiesce", "checkpoint", "image", "stop", "switch"}, pods: 2},
-		{name: "go/statefulset/statefulset-shadow", kind: lab.StatefulSet, image: "consumer", strategy: migrate.StatefulSetShadow, want: migrate.StatefulSetShadow,
+		{name: "go/statefulset/statefulset-shadow", kind: lab.StatefulSet, image: "consumer", strategy: contract.StrategyStatefulSetShadow, want: contract.StrategyStatefulSetShadow,
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
-		{name: "python/statefulset/auto", kind: lab.StatefulSet, image: "consumer-python", want: migrate.StatefulSetShadow,
+		{name: "python/statefulset/auto", kind: lab.StatefulSet, image: "consumer-python", want: contract.StrategyStatefulSetShadow,
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -90,7 +97,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
+			if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 				t.Fatalf("the webhook did not inject %s", src.Name)
 			}
 			owner := metav1.GetControllerOf(src)
@@ -99,9 +106,9 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			}
 			prod := produce(t, src, name, 10, 150, 20)
 
-			req := map[string]any{inject.AnnotationMigrateTo: l.NodeName(2)}
+			req := map[string]any{contract.AnnotationMigrateTo: l.NodeName(2)}
 			if tc.strategy != "" {
-				req[inject.AnnotationStrategy] = string(tc.strategy)
+				req[contract.AnnotationStrategy] = string(tc.strategy)
 			}
 			annotate(t, ctx, l, src.Name, req)
 			target, st := waitMigrated(t, ctx, l, name, src)
@@ -132,14 +139,14 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			if missing := missingPhases(rep, append(tc.phases, copyPhases...)); len(missing) > 0 {
 				t.Errorf("the status lacks the phases %q: %v", missing, rep.Phases)
 			}
-			if tc.want == migrate.MS2MCutoff && (rep.TCutoff <= 0 || rep.Lambda <= 0) {
+			if tc.want == contract.StrategyMS2MCutoff && (rep.TCutoff <= 0 || rep.Lambda <= 0) {
 				t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
 			}
-			waitEvent(t, ctx, l, src, "MigrationStarted")
-			waitEvent(t, ctx, l, src, "MigrationPhase")
-			waitEvent(t, ctx, l, target, "MigrationSucceeded")
+			waitEvent(t, ctx, l, src, contract.ReasonMigrationStarted)
+			waitEvent(t, ctx, l, src, contract.ReasonMigrationPhase)
+			waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 			if tc.kind == lab.StatefulSet {
-				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, inject.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {
+				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, contract.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {
 					t.Errorf("the pending-migration ConfigMap is still there")
 				}
 			}

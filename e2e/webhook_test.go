@@ -19,6 +19,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -60,7 +61,7 @@ func TestRealWebhook(t *testing.T) {
 	name := testenv.UniqueName("c-webhook")
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
-		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: migrate.MS2M,
+		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: contract.StrategyMS2M,
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
@@ -79,7 +80,7 @@ func TestRealWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pod.Spec.InitContainers) != 0 || len(pod.Annotations) != 1 || pod.Annotations[inject.AnnotationInject] != "true" {
+	if len(pod.Spec.InitContainers) != 0 || len(pod.Annotations) != 1 || pod.Annotations[contract.AnnotationInject] != "true" {
 		t.Fatalf("the pod to create should carry only the opt-in annotation and no sidecar; it has annotations %v and %d init containers", pod.Annotations, len(pod.Spec.InitContainers))
 	}
 	want, err := l.Admit(pod.DeepCopy())
@@ -136,9 +137,9 @@ func TestRealWebhook(t *testing.T) {
 	}
 
 	// (c) The webhook's own record of the two admissions.
-	inj := waitWebhookEvent(t, l, webhook.ReasonInjected, name)
+	inj := waitWebhookEvent(t, l, contract.ReasonInjected, name)
 	t.Logf("event %s on pod %s: %s", inj.Reason, name, inj.Note)
-	res := waitWebhookEvent(t, l, webhook.ReasonRestored, plan.TargetPod)
+	res := waitWebhookEvent(t, l, contract.ReasonRestored, plan.TargetPod)
 	t.Logf("event %s on pod %s: %s", res.Reason, plan.TargetPod, res.Note)
 	for _, outcome := range []string{"injected", "restored"} {
 		if n := admissionCount(t, wh, outcome); n < 1 {
@@ -190,13 +191,13 @@ func checkInjected(t *testing.T, l *lab.Lab, got, want *corev1.Pod) {
 		}
 	}
 	var st inject.Status
-	if err := json.Unmarshal([]byte(got.Annotations[inject.AnnotationStatus]), &st); err != nil {
-		t.Fatalf("annotation %s %q: %v", inject.AnnotationStatus, got.Annotations[inject.AnnotationStatus], err)
+	if err := json.Unmarshal([]byte(got.Annotations[contract.AnnotationStatus]), &st); err != nil {
+		t.Fatalf("annotation %s %q: %v", contract.AnnotationStatus, got.Annotations[contract.AnnotationStatus], err)
 	}
-	if d := cmp.Diff(want.Annotations[inject.AnnotationStatus], got.Annotations[inject.AnnotationStatus]); d != "" {
-		t.Errorf("annotation %s (-Admit +webhook):\n%s", inject.AnnotationStatus, d)
+	if d := cmp.Diff(want.Annotations[contract.AnnotationStatus], got.Annotations[contract.AnnotationStatus]); d != "" {
+		t.Errorf("annotation %s (-Admit +webhook):\n%s", contract.AnnotationStatus, d)
 	}
-	t.Logf("status %s", got.Annotations[inject.AnnotationStatus])
+	t.Logf("status %s", got.Annotations[contract.AnnotationStatus])
 	t.Logf("sidecar resources (the webhook's defaults; Admit sets none): requests cpu %s memory %s, limit memory %s",
 		gotSC.Resources.Requests.Cpu(), gotSC.Resources.Requests.Memory(), gotSC.Resources.Limits.Memory())
 }
@@ -206,8 +207,8 @@ func checkInjected(t *testing.T, l *lab.Lab, got, want *corev1.Pod) {
 func checkRestored(t *testing.T, target *corev1.Pod, plan migrate.Plan, rep migrate.Report) {
 	t.Helper()
 	var st inject.Status
-	if err := json.Unmarshal([]byte(target.Annotations[inject.AnnotationStatus]), &st); err != nil {
-		t.Fatalf("target's annotation %s %q: %v", inject.AnnotationStatus, target.Annotations[inject.AnnotationStatus], err)
+	if err := json.Unmarshal([]byte(target.Annotations[contract.AnnotationStatus]), &st); err != nil {
+		t.Fatalf("target's annotation %s %q: %v", contract.AnnotationStatus, target.Annotations[contract.AnnotationStatus], err)
 	}
 	if st.Restore != plan.Name {
 		t.Errorf("target's status records restore %q, want the migration %q", st.Restore, plan.Name)

@@ -23,6 +23,7 @@ import (
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -258,7 +259,17 @@ func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from
 
 // e2eStatusKey signs the migration statuses of the controllers the tests
 // start, so that a test can write what a killed one leaves.
-var e2eStatusKey = []byte("e2e-status-key-0123456789abcdef")
+var e2eStatusKey = []byte(lab.SigningKey)
+
+// signingKey is the controller's signing key: the lab's, or the chart's
+// Secret on an external cluster.
+func signingKey(t *testing.T, ctx context.Context, l *lab.Lab) []byte {
+	t.Helper()
+	if l.External {
+		return chartStatusKey(t, ctx, l)
+	}
+	return e2eStatusKey
+}
 
 // startController runs the annotation-driven controller, with agent for
 // the node-local steps, until the test ends. Without the webhook it admits
@@ -313,7 +324,7 @@ func annotate(t *testing.T, ctx context.Context, l *lab.Lab, name string, ann ma
 // migrationStatus is pod's ms2m.io/migration-status, or the zero Status.
 func migrationStatus(t *testing.T, p *corev1.Pod) controller.Status {
 	t.Helper()
-	v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+	v, ok := p.Annotations[contract.AnnotationMigrationStatus]
 	if !ok {
 		return controller.Status{}
 	}
@@ -339,10 +350,10 @@ func waitMigrated(t *testing.T, ctx context.Context, l *lab.Lab, app string, src
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			switch st := migrationStatus(t, p); {
-			case p.UID == src.UID && st.Phase == controller.PhaseFailed:
+			case p.UID == src.UID && st.Phase == contract.PhaseFailed:
 				failed = st.Message
 				return true
-			case p.UID != src.UID && st.Phase == controller.PhaseSucceeded:
+			case p.UID != src.UID && st.Phase == contract.PhaseSucceeded:
 				target = p
 				return true
 			}
@@ -422,9 +433,9 @@ func watchPods(t *testing.T, ctx context.Context, l *lab.Lab, app string) *podLo
 			if !ok || ev.Type != watch.Added {
 				continue
 			}
-			st := p.Annotations[inject.AnnotationStatus]
+			st := p.Annotations[contract.AnnotationStatus]
 			restore := ""
-			if _, ok := p.Annotations[inject.AnnotationRestoreImage]; ok || containsRestore(st) {
+			if _, ok := p.Annotations[contract.AnnotationRestoreImage]; ok || containsRestore(st) {
 				restore = "yes"
 			}
 			pl.mu.Lock()

@@ -1,6 +1,7 @@
-// Command sidecar is the ms2m sidecar: a transparent AMQP 0-9-1 proxy that
-// tees every delivery to the app into a replay log. It is configured by
-// environment variables; see docs/sidecar.md.
+// Command sidecar is the ms2m sidecar: a transparent AMQP 0-9-1 proxy (or,
+// with MS2M_BROKER=nats, a NATS proxy; see docs/nats.md) that tees every
+// delivery to the app into a replay log. It is configured by environment
+// variables; see docs/sidecar.md.
 package main
 
 import (

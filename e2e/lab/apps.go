@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -24,7 +24,15 @@ type Consumer struct {
 	Queue  string
 	Node   string
 	WorkMS int    // per message; 50 is the paper's μ = 20/s
-	Image  string // a key of Lab.Images: "consumer" (Go) or "consumer-python"
+	Image  string // a key of Lab.Images: "consumer" (Go), "consumer-python" or "consumer-spring"
+	// Mutate, if set, changes the pod as its user would write it, before
+	// admission: another broker configuration, say.
+	Mutate func(*corev1.Pod)
+	// ReadOnlyRoot runs the app with a read-only root filesystem
+	// (securityContext.readOnlyRootFilesystem), as the sample consumers
+	// allow: they write nothing to it. A live checkpoint then thaws the
+	// app as soon as CRIU's dump is done (migrate.ThawAuto).
+	ReadOnlyRoot bool
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -40,28 +48,43 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("%w: %s", ErrNoImage, c.Image)
 	}
 	grace, root := int64(1), int64(0)
-	return &corev1.Pod{
+	// CRIU reads the rlimits of what it dumps, which takes the same uid or
+	// CAP_SYS_RESOURCE; root on this machine lacks the latter, so the app
+	// runs as root here.
+	sc := &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root}
+	if c.ReadOnlyRoot {
+		sc.ReadOnlyRootFilesystem = &c.ReadOnlyRoot
+	}
+	broker := []corev1.EnvVar{{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)}}
+	if c.Image == "consumer-spring" { // Spring's own settings, as a Spring service is configured
+		broker = []corev1.EnvVar{
+			{Name: "SPRING_RABBITMQ_ADDRESSES", Value: l.BrokerAMQP},
+			{Name: "SPRING_RABBITMQ_USERNAME", Value: BrokerUser},
+			{Name: "SPRING_RABBITMQ_PASSWORD", Value: BrokerPassword},
+		}
+	}
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
-			Annotations: map[string]string{inject.AnnotationInject: "true"}},
+			Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      c.Node,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name:  "app",
-				Image: ref,
-				// CRIU reads the rlimits of what it dumps, which takes the
-				// same uid or CAP_SYS_RESOURCE; root on this machine lacks
-				// the latter, so the app runs as root here.
-				SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsGroup: &root},
-				Env: []corev1.EnvVar{
-					{Name: "AMQP_URL", Value: fmt.Sprintf("amqp://%s:%s@%s/", BrokerUser, BrokerPassword, l.BrokerAMQP)},
-					{Name: "QUEUE", Value: c.Queue},
-					{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
-					{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},
-				},
+				Name:            "app",
+				Image:           ref,
+				SecurityContext: sc,
+				Env: append(broker,
+					corev1.EnvVar{Name: "QUEUE", Value: c.Queue},
+					corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
+					corev1.EnvVar{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},
+				),
 			}},
 		},
-	}, nil
+	}
+	if c.Mutate != nil {
+		c.Mutate(p)
+	}
+	return p, nil
 }
 
 // StartConsumer admits and creates c's pod, and waits until it runs.

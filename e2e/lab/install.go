@@ -142,6 +142,7 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 		"MS2M_IMAGE_REPO=" + in.ImageRepo,
 		"MS2M_AGENT_PORT=" + strconv.Itoa(AgentPort),
 		"MS2M_AGENT_TOKEN=" + AgentToken,
+		"MS2M_STATUS_KEY=" + SigningKey, // the webhook's MS2M_WEBHOOK_SIGNING_KEY
 		// Out of a cluster there is no namespace to default to.
 		"MS2M_LEADER_ELECTION_NAMESPACE=kube-system",
 		"MS2M_HEALTH_ADDR=" + installedControlHealth,

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -18,11 +19,11 @@ import (
 // The final target's journal is read at the end. Stop-and-copy (and CRIU
 // alone) checkpoint after the source stopped, so the target's journal
 // already holds all of the source's.
-var journalPoints = map[migrate.Strategy]map[string]string{
-	migrate.MS2M:              {"replay and handover": "source"},
-	migrate.MS2MCutoff:        {"replay and handover": "source"},
-	migrate.StatefulSet:       {"stop": "source"},
-	migrate.StatefulSetShadow: {"shadow handover": "source", "handover": "shadow"},
+var journalPoints = map[contract.Strategy]map[string]string{
+	contract.StrategyMS2M:              {"replay and handover": "source"},
+	contract.StrategyMS2MCutoff:        {"replay and handover": "source"},
+	contract.StrategyStatefulSet:       {"stop": "source"},
+	contract.StrategyStatefulSetShadow: {"shadow handover": "source", "handover": "shadow"},
 }
 
 // Journals collects the journals (GET /folds) of the sample Go consumers
@@ -32,7 +33,7 @@ var journalPoints = map[migrate.Strategy]map[string]string{
 // processed everything.
 type Journals struct {
 	l        *Lab
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	src      *corev1.Pod
 	shadow   string
 	read     [][]journal.Fold

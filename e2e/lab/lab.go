@@ -29,6 +29,10 @@ import (
 const (
 	// ControlToken is the sidecars' control token in the lab.
 	ControlToken = "lab-control-token"
+	// SigningKey is the controller's signing key on the lab: the lab's
+	// webhook restores only what it signed, and every controller and
+	// migration the lab runs signs with it.
+	SigningKey = "lab-signing-key-0123456789abcdef"
 	// BrokerUser and BrokerPassword are the broker user hack/setup.sh
 	// makes: guest may only connect over loopback, and pods are not on it.
 	BrokerUser     = "ms2m"
@@ -98,6 +102,7 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		SidecarImage: l.Images["sidecar"],
 		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
+		RestoreKey:   []byte(SigningKey),
 	}
 	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
@@ -252,6 +257,7 @@ func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
 		ImageRepo:    l.ImageRepo(),
 		Admit:        l.Admit,
 		ControlToken: ControlToken,
+		SigningKey:   []byte(SigningKey),
 		Progress:     progress,
 	}
 	if l.WebhookRunning() {
@@ -308,6 +314,26 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 	return func() error {
 		_, err := w.Wait(ctx, dir, state, timeout)
 		return err
+	}, nil
+}
+
+// WatchDump watches a container's tasks from the host until CRIU has
+// dumped them, and with thaw thaws its cgroup, as the node's agent would
+// (GET /v1/freeze?state=dumped&thaw=true).
+func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, time.Duration, error), error) {
+	var w nodeagent.FreezeWatch
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		if n := a.l.Cluster.Node(i); n.Name == node {
+			w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
+		}
+	}
+	dir, err := w.FindCgroup(podUID, containerID)
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, string, time.Duration, error) {
+		res, err := w.WaitDump(ctx, dir, containerID, thaw, timeout)
+		return res.ThawedByUs, res.NoThaw, res.CRIU(), err
 	}, nil
 }
 

@@ -10,7 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -87,7 +87,7 @@ func (l *Lab) DeleteWorkload(ctx context.Context, kind Kind, name string) error 
 	case StatefulSet:
 		err = apps.StatefulSets(Namespace).Delete(ctx, name, opts)
 		if err == nil || apierrors.IsNotFound(err) {
-			err = l.Client.CoreV1().ConfigMaps(Namespace).Delete(ctx, inject.PendingConfigMapName(name+"-0"), metav1.DeleteOptions{})
+			err = l.Client.CoreV1().ConfigMaps(Namespace).Delete(ctx, contract.PendingConfigMapName(name+"-0"), metav1.DeleteOptions{})
 		}
 	}
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -23,7 +23,7 @@
 // every part runs). Every queue and replay log it creates is deleted before
 // it exits, on error and on Ctrl-C too. Run it with `make bench`.
 //
-// The subcommand paper (`go run ./hack/bench paper`, `make bench-paper`;
+// The subcommand paper (`go -C hack/bench run . paper`, `make bench-paper`;
 // paper.go) reproduces the paper's evaluation on the same local cluster:
 // stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow
 // (and, when -strategies asks for it, ms2m-cutoff-adaptive: ms2m-cutoff by

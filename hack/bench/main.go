@@ -52,7 +52,7 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench [flags]\n\nWhat the sidecar costs (direct against through the sidecar), how fast a target replays (against direct), and how long a handover stops the flow; on a local cluster of real nodes, checkpoint and restore against memory (beside raw CRIU) and ms2m against stop-and-copy. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go -C hack/bench run . [flags]\n\nWhat the sidecar costs (direct against through the sidecar), how fast a target replays (against direct), and how long a handover stops the flow; on a local cluster of real nodes, checkpoint and restore against memory (beside raw CRIU) and ms2m against stop-and-copy. Flags:")
 		fs.PrintDefaults()
 	}
 	only := fs.String("only", strings.Join(allParts, ","), "comma-separated parts to run: overhead (sidecar throughput and latency), replay (replay throughput), handover (handover downtime), criu (checkpoint and restore against memory, on a local cluster and with raw CRIU), strategies (ms2m against stop-and-copy on a local cluster)")
@@ -125,7 +125,7 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.out = filepath.Join("out", "bench", name)
 	}
-	o.command = strings.TrimSpace("go run ./hack/bench " + strings.Join(args, " "))
+	o.command = strings.TrimSpace("go -C hack/bench run . " + strings.Join(args, " "))
 	return o, nil
 }
 
@@ -166,6 +166,10 @@ func parseRates(s string) ([]float64, error) {
 func (o options) runs(part string) bool { return slices.Contains(o.parts, part) }
 
 func main() {
+	if err := enterRepo(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "paper" {
 		mainPaper(os.Args[2:])
 		return
@@ -184,6 +188,36 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// benchModule is this module's path. The bench runs from the repository's
+// root, as `make bench` and `go -C hack/bench run .` start it from this
+// module's folder.
+const benchModule = "github.com/ms2m/ms2m/hack/bench"
+
+// enterRepo moves to the repository's root when the bench was started in
+// its own module's folder (go -C hack/bench run .), so that relative paths
+// (out/, BENCHMARKS.md, -from, -out) and the builds it runs mean what they
+// mean from the root, where `make bench` and the docs start it.
+func enterRepo() error {
+	b, err := os.ReadFile("go.mod")
+	if err != nil || modfile(b) != benchModule {
+		return nil // started elsewhere: paths are the caller's
+	}
+	if err := os.Chdir(filepath.Join("..", "..")); err != nil {
+		return fmt.Errorf("move to the repository's root from hack/bench: %w", err)
+	}
+	return nil
+}
+
+// modfile is the module path a go.mod declares, or "".
+func modfile(gomod []byte) string {
+	for line := range strings.Lines(string(gomod)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 // signalContext is cancelled on the first Ctrl-C or SIGTERM; a second one

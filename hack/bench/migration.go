@@ -16,13 +16,14 @@ import (
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/e2e/lab/journal"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
 // migrationSpec is one migration of a fresh consumer between the nodes.
 type migrationSpec struct {
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	rate     float64 // the producer's, msg/s
 	// warmup is how long the consumer consumes before the migration;
 	// producerFor how long the producer sends in all.
@@ -30,8 +31,8 @@ type migrationSpec struct {
 	// statefulSet makes the consumer a StatefulSet's pod (the lab's
 	// webhook must run); otherwise it is a plain pod.
 	statefulSet bool
-	replayMax   time.Duration      // T_replay_max for ms2m-cutoff; 0 is the default
-	cutoff      migrate.CutoffRule // ms2m-cutoff's rule; "" is the default
+	replayMax   time.Duration       // T_replay_max for ms2m-cutoff; 0 is the default
+	cutoff      contract.CutoffRule // ms2m-cutoff's rule; "" is the default
 }
 
 // migrate starts a fresh consumer on node 1 and a producer at spec.rate,
@@ -77,7 +78,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		removeNodeImages(cctx, l, 2, "/ms2m/checkpoints")
 	}()
 
-	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer"}
+	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer", ReadOnlyRoot: true}
 	var src *corev1.Pod
 	if spec.statefulSet {
 		src, err = startStatefulSet(ctx, l, consumer)
@@ -129,7 +130,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	for _, h := range []*migrate.HoldTimings{rep.Hold, rep.ShadowHold} {
 		if h != nil {
 			r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
-			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze)
+			progress("  hold", "held", r(h.Held), "quiesce", r(h.Quiesce), "toFreeze", r(h.ToFreeze), "dump", r(h.Dump), "criu", r(h.CRIU), "afterDump", r(h.AfterDump), "call", r(h.Call), "resumedAtFreeze", h.AtFreeze, "thawedAtDump", h.ThawedAtDump, "thawFallback", h.ThawFallback)
 		}
 	}
 	m.TotalMs, m.SwitchMs = ms(rep.Total), ms(rep.Downtime)
@@ -191,17 +192,17 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	return m, nil
 }
 
-func shortName(s migrate.Strategy) string {
+func shortName(s contract.Strategy) string {
 	switch s {
-	case migrate.MS2M:
+	case contract.StrategyMS2M:
 		return "ms2m"
-	case migrate.MS2MCutoff:
+	case contract.StrategyMS2MCutoff:
 		return "cut"
-	case migrate.StopAndCopy:
+	case contract.StrategyStopAndCopy:
 		return "sc"
-	case migrate.StatefulSet:
+	case contract.StrategyStatefulSet:
 		return "sts"
-	case migrate.StatefulSetShadow:
+	case contract.StrategyStatefulSetShadow:
 		return "shadow"
 	}
 	return "m"
@@ -309,7 +310,7 @@ func startStatefulSet(ctx context.Context, l *lab.Lab, c lab.Consumer) (*corev1.
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; !ok {
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; !ok {
 		return nil, fmt.Errorf("the webhook did not inject the StatefulSet's pod %s", pod.Name)
 	}
 	return pod, nil
@@ -362,7 +363,7 @@ func phaseGroups(rep migrate.Report, phaseEnd map[string]time.Time) map[string]f
 			g["replay"] += replay
 			g["handover"] += took - replay
 		case "switch":
-			if rep.Strategy == migrate.StopAndCopy {
+			if rep.Strategy == contract.StrategyStopAndCopy {
 				g["handover"] += took
 			} else {
 				g["replay"] += took

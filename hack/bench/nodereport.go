@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // nodeGoals are the goals of the cluster parts.
@@ -129,7 +129,7 @@ func markdownStrategies(w func(string, ...any), s *strategiesResult) {
 			r.RateMsgsPerSec, spreadCell(r.MS2MGap), spreadCell(r.SCGap), fmtMs1(r.MS2MDowntimeMs), fmtMs1(r.SCDowntimeMs), pct2(r.DowntimeRatio), r.MS2MTotalMs/1000, r.SCTotalMs/1000,
 			r.Failed, len(r.MS2M)+len(r.StopAndCopy), goalDowntimeRatio*100, metMissed(r.GoalMet))
 	}
-	for _, st := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy} {
+	for _, st := range []contract.Strategy{contract.StrategyMS2M, contract.StrategyStopAndCopy} {
 		var names []string
 		for _, r := range s.Rates {
 			for _, p := range phasesOf(r, st) {
@@ -159,9 +159,9 @@ func markdownStrategies(w func(string, ...any), s *strategiesResult) {
 	}
 	w("\nPer migration, by round: processing gap / switch time / total in ms (messages the source had processed when it started; whether it ran first in its pair):\n\n")
 	for _, r := range s.Rates {
-		for _, st := range []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy} {
+		for _, st := range []contract.Strategy{contract.StrategyMS2M, contract.StrategyStopAndCopy} {
 			rounds := r.MS2M
-			if st == migrate.StopAndCopy {
+			if st == contract.StrategyStopAndCopy {
 				rounds = r.StopAndCopy
 			}
 			parts := make([]string, len(rounds))
@@ -184,8 +184,8 @@ func markdownStrategies(w func(string, ...any), s *strategiesResult) {
 	}
 }
 
-func phasesOf(r strategyRate, s migrate.Strategy) []phaseMedian {
-	if s == migrate.MS2M {
+func phasesOf(r strategyRate, s contract.Strategy) []phaseMedian {
+	if s == contract.StrategyMS2M {
 		return r.MS2MPhases
 	}
 	return r.SCPhases

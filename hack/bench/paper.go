@@ -13,38 +13,39 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
-// The paper subcommand (`go run ./hack/bench paper`, `make bench-paper`)
+// The paper subcommand (`go -C hack/bench run . paper`, `make bench-paper`)
 // reproduces the paper's evaluation (section IV-B, Figs 5-14) on the
 // local cluster of real nodes: every strategy against stop-and-copy in
 // the same run, at the paper's rates, with the consumer at μ = 20 msg/s.
 
 // paperStrategies are the strategies of the paper subcommand by default,
 // the baseline first.
-var paperStrategies = []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M, migrate.MS2MCutoff, migrate.StatefulSet, migrate.StatefulSetShadow}
+var paperStrategies = []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2M, contract.StrategyMS2MCutoff, contract.StrategyStatefulSet, contract.StrategyStatefulSetShadow}
 
 // ms2mCutoffAdaptive is the bench's name for ms2m-cutoff with the
-// adaptive cutoff rule (migrate.CutoffAdaptive): a series of its own,
+// adaptive cutoff rule (contract.CutoffAdaptive): a series of its own,
 // measured against the formula's in the same run. It is opt-in
 // (-strategies), and brings ms2m-cutoff with it. migrate has no strategy
 // of that name: planOf maps it.
-const ms2mCutoffAdaptive migrate.Strategy = "ms2m-cutoff-adaptive"
+const ms2mCutoffAdaptive contract.Strategy = "ms2m-cutoff-adaptive"
 
 // paperAll are the strategies -strategies accepts, in the order of every
 // table and figure.
-var paperAll = []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M, migrate.MS2MCutoff, ms2mCutoffAdaptive, migrate.StatefulSet, migrate.StatefulSetShadow}
+var paperAll = []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2M, contract.StrategyMS2MCutoff, ms2mCutoffAdaptive, contract.StrategyStatefulSet, contract.StrategyStatefulSetShadow}
 
 // paperCutoffs are the strategies that also run at -cutoff-rates.
-var paperCutoffs = []migrate.Strategy{migrate.MS2MCutoff, ms2mCutoffAdaptive}
+var paperCutoffs = []contract.Strategy{contract.StrategyMS2MCutoff, ms2mCutoffAdaptive}
 
 // planOf is what the migrator runs for a strategy of the paper
 // subcommand: its strategy and, for ms2m-cutoff, its cutoff rule ("" is
 // the default, the formula).
-func planOf(s migrate.Strategy) (migrate.Strategy, migrate.CutoffRule) {
+func planOf(s contract.Strategy) (contract.Strategy, contract.CutoffRule) {
 	if s == ms2mCutoffAdaptive {
-		return migrate.MS2MCutoff, migrate.CutoffAdaptive
+		return contract.StrategyMS2MCutoff, contract.CutoffAdaptive
 	}
 	return s, ""
 }
@@ -70,7 +71,7 @@ type paperOptions struct {
 	cutoffRates []float64 // extra rates for ms2m-cutoff and its baseline only
 	sweep       bool
 	sweepRuns   int
-	strategies  []migrate.Strategy
+	strategies  []contract.Strategy
 	warmup      time.Duration
 	replayMax   time.Duration
 	quick       bool
@@ -87,7 +88,7 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	var o paperOptions
 	fs := flag.NewFlagSet("bench paper", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: go run ./hack/bench paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow (and, if asked for, ms2m-cutoff-adaptive) migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
+		fmt.Fprintln(fs.Output(), "usage: go -C hack/bench run . paper [flags]\n\nThe paper's evaluation on a local cluster of real nodes: stop-and-copy, ms2m, ms2m-cutoff, statefulset and statefulset-shadow (and, if asked for, ms2m-cutoff-adaptive) migrating a consumer (50 ms per message, μ = 20 msg/s) from node 1 to node 2 under a producer at each rate; raw results as CSV and JSON, PNG figures, PASS/MISS goals, and a BENCHMARKS.md section. Flags:")
 		fs.PrintDefaults()
 	}
 	fs.IntVar(&o.runs, "runs", 10, "migrations per strategy and rate (the paper's 10)")
@@ -143,16 +144,16 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	if o.cutoffRates, err = parsePaperRates("-cutoff-rates", *cutoffRates); err != nil {
 		return o, err
 	}
-	asked := map[migrate.Strategy]bool{migrate.StopAndCopy: true}
+	asked := map[contract.Strategy]bool{contract.StrategyStopAndCopy: true}
 	for s := range strings.SplitSeq(*strategies, ",") {
-		st := migrate.Strategy(strings.TrimSpace(s))
+		st := contract.Strategy(strings.TrimSpace(s))
 		if !slices.Contains(paperAll, st) {
 			return o, fmt.Errorf("-strategies=%q: unknown strategy %q; want a comma-separated list of %s", *strategies, st, joinStrategies(paperAll))
 		}
 		asked[st] = true
 	}
 	if asked[ms2mCutoffAdaptive] {
-		asked[migrate.MS2MCutoff] = true // what the adaptive rule is measured against
+		asked[contract.StrategyMS2MCutoff] = true // what the adaptive rule is measured against
 	}
 	for _, st := range paperAll {
 		if asked[st] {
@@ -162,7 +163,7 @@ func parsePaperFlags(args []string) (paperOptions, error) {
 	if abs, err := filepath.Abs(o.stateDir); err == nil {
 		o.stateDir = abs
 	}
-	o.command = strings.TrimSpace("go run ./hack/bench paper " + strings.Join(args, " "))
+	o.command = strings.TrimSpace("go -C hack/bench run . paper " + strings.Join(args, " "))
 	return o, nil
 }
 
@@ -183,7 +184,7 @@ func parsePaperRates(flagName, s string) ([]float64, error) {
 	return rates, nil
 }
 
-func joinStrategies(ss []migrate.Strategy) string {
+func joinStrategies(ss []contract.Strategy) string {
 	names := make([]string, len(ss))
 	for i, s := range ss {
 		names[i] = string(s)
@@ -193,9 +194,9 @@ func joinStrategies(ss []migrate.Strategy) string {
 
 // paperCase is one rate with the strategies that run at it and how often.
 type paperCase struct {
-	Rate       float64            `json:"rateMsgsPerSec"`
-	Runs       int                `json:"runs"`
-	Strategies []migrate.Strategy `json:"strategies"`
+	Rate       float64             `json:"rateMsgsPerSec"`
+	Runs       int                 `json:"runs"`
+	Strategies []contract.Strategy `json:"strategies"`
 }
 
 // cases lays out the run: every strategy at -rates; ms2m-cutoff (and
@@ -216,7 +217,7 @@ func (o paperOptions) cases() []paperCase {
 			}
 		}
 	}
-	cutoffs := []migrate.Strategy{migrate.StopAndCopy}
+	cutoffs := []contract.Strategy{contract.StrategyStopAndCopy}
 	for _, s := range paperCutoffs {
 		if slices.Contains(o.strategies, s) {
 			cutoffs = append(cutoffs, s)
@@ -239,20 +240,20 @@ func (o paperOptions) cases() []paperCase {
 // in which the target gains on the source at μ - λ. It sizes the
 // producer's run so that it still sends when the migration ends; the
 // bench records whether it did.
-func expectedMigration(s migrate.Strategy, rate float64, replayMax time.Duration) time.Duration {
+func expectedMigration(s contract.Strategy, rate float64, replayMax time.Duration) time.Duration {
 	base := paperCheckpointToRestored.Seconds()
 	mu := float64(strategyServiceRate)
 	catchUp := base * rate / (mu - rate)
 	var t float64
 	switch s {
-	case migrate.MS2M:
+	case contract.StrategyMS2M:
 		t = base + catchUp
-	case migrate.MS2MCutoff, ms2mCutoffAdaptive: // the adaptive rule stops no later
+	case contract.StrategyMS2MCutoff, ms2mCutoffAdaptive: // the adaptive rule stops no later
 		tCutoff := migrate.CutoffAfter(replayMax, rate, mu, 0).Seconds()
 		t = base + min(catchUp, tCutoff+replayMax.Seconds())
-	case migrate.StatefulSet:
+	case contract.StrategyStatefulSet:
 		t = base + base*rate/mu
-	case migrate.StatefulSetShadow:
+	case contract.StrategyStatefulSetShadow:
 		t = 2*(base+catchUp) + 1
 	default:
 		t = base
@@ -262,14 +263,14 @@ func expectedMigration(s migrate.Strategy, rate float64, replayMax time.Duration
 
 // producerFor is how long the producer sends for one migration: the
 // warm-up, the expected migration with 30% to spare, and 3 s after.
-func (o paperOptions) producerFor(s migrate.Strategy, rate float64) time.Duration {
+func (o paperOptions) producerFor(s contract.Strategy, rate float64) time.Duration {
 	return o.warmup + expectedMigration(s, rate, o.replayMax)*13/10 + 3*time.Second
 }
 
 // paperRun is one migration of the paper subcommand.
 type paperRun struct {
-	Strategy migrate.Strategy `json:"strategy"`
-	Rate     float64          `json:"rateMsgsPerSec"`
+	Strategy contract.Strategy `json:"strategy"`
+	Rate     float64           `json:"rateMsgsPerSec"`
 	migrationRound
 }
 
@@ -321,7 +322,7 @@ func runPaper(ctx context.Context, o paperOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	if slices.Contains(o.strategies, migrate.StatefulSet) || slices.Contains(o.strategies, migrate.StatefulSetShadow) {
+	if slices.Contains(o.strategies, contract.StrategyStatefulSet) || slices.Contains(o.strategies, contract.StrategyStatefulSetShadow) {
 		progress("paper: starting the admission webhook (the StatefulSet strategies need it)")
 		if _, err := l.StartWebhook(ctx); err != nil {
 			return fmt.Errorf("start the lab's webhook: %w", err)
@@ -358,7 +359,7 @@ func runPaper(ctx context.Context, o paperOptions) (err error) {
 				strategy, cutoff := planOf(s)
 				m, err := nodes.migrate(ctx, b, l, producer, migrationSpec{
 					strategy: strategy, cutoff: cutoff, rate: c.Rate, warmup: o.warmup, producerFor: o.producerFor(s, c.Rate),
-					statefulSet: s == migrate.StatefulSet || s == migrate.StatefulSetShadow,
+					statefulSet: s == contract.StrategyStatefulSet || s == contract.StrategyStatefulSetShadow,
 					replayMax:   o.replayMax,
 				})
 				if err != nil {
@@ -463,8 +464,8 @@ func reportAgain(o paperOptions) error {
 }
 
 // ranStrategies are the strategies of paperAll that runs has, in order.
-func ranStrategies(runs []paperRun) []migrate.Strategy {
-	var ss []migrate.Strategy
+func ranStrategies(runs []paperRun) []contract.Strategy {
+	var ss []contract.Strategy
 	for _, s := range paperAll {
 		if ran(runs, s) {
 			ss = append(ss, s)
@@ -474,6 +475,6 @@ func ranStrategies(runs []paperRun) []migrate.Strategy {
 }
 
 // ran reports whether runs has a migration by s, failed or not.
-func ran(runs []paperRun, s migrate.Strategy) bool {
+func ran(runs []paperRun, s contract.Strategy) bool {
 	return slices.ContainsFunc(runs, func(r paperRun) bool { return r.Strategy == s })
 }

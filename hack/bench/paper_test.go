@@ -12,6 +12,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/hack/bench/paperplot"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
@@ -70,7 +71,7 @@ func TestPhaseGroups(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	ms2m := migrate.Report{
-		Strategy: migrate.MS2M,
+		Strategy: contract.StrategyMS2M,
 		Phases: []migrate.Phase{
 			{Name: "preconditions", Took: sec(0.01)}, {Name: "prepare target", Took: sec(0.03)},
 			{Name: "quiesce", Took: sec(0.002)}, {Name: "checkpoint", Took: sec(0.3)}, {Name: "resume", Took: sec(0.001)},
@@ -87,7 +88,7 @@ func TestPhaseGroups(t *testing.T) {
 		t.Errorf("ms2m (-want +got):\n%s", diff)
 	}
 
-	sc := migrate.Report{Strategy: migrate.StopAndCopy, Phases: []migrate.Phase{
+	sc := migrate.Report{Strategy: contract.StrategyStopAndCopy, Phases: []migrate.Phase{
 		{Name: "stop", Took: sec(0.004)}, {Name: "checkpoint", Took: sec(0.3)}, {Name: "image", Took: sec(0.01)},
 		{Name: "restore", Took: sec(2.6)}, {Name: "switch", Took: sec(0.002)}, {Name: "something new", Took: sec(1)},
 	}}
@@ -96,7 +97,7 @@ func TestPhaseGroups(t *testing.T) {
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 })); diff != "" {
 		t.Errorf("stop-and-copy (-want +got):\n%s", diff)
 	}
-	sts := migrate.Report{Strategy: migrate.StatefulSet, Phases: []migrate.Phase{{Name: "switch", Took: sec(2)}}}
+	sts := migrate.Report{Strategy: contract.StrategyStatefulSet, Phases: []migrate.Phase{{Name: "switch", Took: sec(2)}}}
 	if got := phaseGroups(sts, nil); got["replay"] != 2000 {
 		t.Errorf("statefulset's switch is its replay: got %v", got)
 	}
@@ -130,7 +131,7 @@ func TestPaperCases(t *testing.T) {
 	all := paperStrategies
 	want := []paperCase{
 		{Rate: 4, Runs: 10, Strategies: all}, {Rate: 10, Runs: 10, Strategies: all}, {Rate: 16, Runs: 10, Strategies: all},
-		{Rate: 19, Runs: 10, Strategies: []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff}},
+		{Rate: 19, Runs: 10, Strategies: []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2MCutoff}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("default cases (-want +got):\n%s", diff)
@@ -139,7 +140,7 @@ func TestPaperCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []paperCase{{Rate: 16, Runs: 1, Strategies: []migrate.Strategy{migrate.StopAndCopy, migrate.MS2M}}}
+	want = []paperCase{{Rate: 16, Runs: 1, Strategies: []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2M}}}
 	if diff := cmp.Diff(want, o.cases()); diff != "" {
 		t.Errorf("-quick (-want +got):\n%s", diff)
 	}
@@ -162,7 +163,7 @@ func TestPaperCases(t *testing.T) {
 // beside ms2m-cutoff and stop-and-copy in the same cases, at -rates and
 // -cutoff-rates alike.
 func TestPaperCasesAdaptive(t *testing.T) {
-	sc, cut, ad := migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive
+	sc, cut, ad := contract.StrategyStopAndCopy, contract.StrategyMS2MCutoff, ms2mCutoffAdaptive
 	tests := map[string]struct {
 		args []string
 		want []paperCase
@@ -170,26 +171,26 @@ func TestPaperCasesAdaptive(t *testing.T) {
 		"alone, it brings ms2m-cutoff": {
 			args: []string{"-strategies", "ms2m-cutoff-adaptive"},
 			want: []paperCase{
-				{Rate: 4, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}}, {Rate: 10, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}},
-				{Rate: 16, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}}, {Rate: 19, Runs: 10, Strategies: []migrate.Strategy{sc, cut, ad}},
+				{Rate: 4, Runs: 10, Strategies: []contract.Strategy{sc, cut, ad}}, {Rate: 10, Runs: 10, Strategies: []contract.Strategy{sc, cut, ad}},
+				{Rate: 16, Runs: 10, Strategies: []contract.Strategy{sc, cut, ad}}, {Rate: 19, Runs: 10, Strategies: []contract.Strategy{sc, cut, ad}},
 			},
 		},
 		"with every default strategy, in the tables' order": {
 			args: []string{"-rates", "16", "-runs", "2", "-strategies", "statefulset-shadow,ms2m-cutoff-adaptive,statefulset,ms2m-cutoff,ms2m"},
 			want: []paperCase{
 				{Rate: 16, Runs: 2, Strategies: paperAll},
-				{Rate: 19, Runs: 2, Strategies: []migrate.Strategy{sc, cut, ad}},
+				{Rate: 19, Runs: 2, Strategies: []contract.Strategy{sc, cut, ad}},
 			},
 		},
 		"without cutoff rates": {
 			args: []string{"-quick", "-strategies", "ms2m-cutoff-adaptive"},
-			want: []paperCase{{Rate: 16, Runs: 1, Strategies: []migrate.Strategy{sc, cut, ad}}},
+			want: []paperCase{{Rate: 16, Runs: 1, Strategies: []contract.Strategy{sc, cut, ad}}},
 		},
 		"not by default": {
 			args: []string{"-rates", "16", "-cutoff-rates", "19"},
 			want: []paperCase{
 				{Rate: 16, Runs: 10, Strategies: paperStrategies},
-				{Rate: 19, Runs: 10, Strategies: []migrate.Strategy{sc, cut}},
+				{Rate: 19, Runs: 10, Strategies: []contract.Strategy{sc, cut}},
 			},
 		},
 	}
@@ -207,14 +208,14 @@ func TestPaperCasesAdaptive(t *testing.T) {
 }
 
 func TestPlanOf(t *testing.T) {
-	tests := map[migrate.Strategy]struct {
-		wantStrategy migrate.Strategy
-		wantCutoff   migrate.CutoffRule
+	tests := map[contract.Strategy]struct {
+		wantStrategy contract.Strategy
+		wantCutoff   contract.CutoffRule
 	}{
-		ms2mCutoffAdaptive:  {migrate.MS2MCutoff, migrate.CutoffAdaptive},
-		migrate.MS2MCutoff:  {migrate.MS2MCutoff, ""},
-		migrate.StopAndCopy: {migrate.StopAndCopy, ""},
-		migrate.StatefulSet: {migrate.StatefulSet, ""},
+		ms2mCutoffAdaptive:           {contract.StrategyMS2MCutoff, contract.CutoffAdaptive},
+		contract.StrategyMS2MCutoff:  {contract.StrategyMS2MCutoff, ""},
+		contract.StrategyStopAndCopy: {contract.StrategyStopAndCopy, ""},
+		contract.StrategyStatefulSet: {contract.StrategyStatefulSet, ""},
 	}
 	for s, tc := range tests {
 		t.Run(string(s), func(t *testing.T) {
@@ -222,7 +223,7 @@ func TestPlanOf(t *testing.T) {
 			if st != tc.wantStrategy || cutoff != tc.wantCutoff {
 				t.Errorf("planOf(%s) = %s, %q; want %s, %q", s, st, cutoff, tc.wantStrategy, tc.wantCutoff)
 			}
-			if !slices.Contains(migrate.Strategies, st) {
+			if !slices.Contains(contract.Strategies, st) {
 				t.Errorf("planOf(%s) = %s: not a strategy of the migrator", s, st)
 			}
 		})
@@ -232,26 +233,26 @@ func TestPlanOf(t *testing.T) {
 func TestExpectedMigration(t *testing.T) {
 	// At 16 msg/s the target gains 4 msg/s on the source: 16 s of
 	// catch-up after a 4 s restore.
-	if got := expectedMigration(migrate.MS2M, 16, 5*time.Second); got != 20*time.Second {
+	if got := expectedMigration(contract.StrategyMS2M, 16, 5*time.Second); got != 20*time.Second {
 		t.Errorf("ms2m at 16: %s, want 20s", got)
 	}
 	// ms2m-cutoff stops after T_cutoff = 5 s × 20 / 16 and replays at most
 	// T_replay_max after.
-	if got := expectedMigration(migrate.MS2MCutoff, 16, 5*time.Second); got != 15250*time.Millisecond {
+	if got := expectedMigration(contract.StrategyMS2MCutoff, 16, 5*time.Second); got != 15250*time.Millisecond {
 		t.Errorf("ms2m-cutoff at 16: %s, want 15.25s", got)
 	}
 	// The adaptive rule stops the source no later than the formula.
 	if got := expectedMigration(ms2mCutoffAdaptive, 16, 5*time.Second); got != 15250*time.Millisecond {
 		t.Errorf("ms2m-cutoff-adaptive at 16: %s, want ms2m-cutoff's 15.25s", got)
 	}
-	if got := expectedMigration(migrate.StopAndCopy, 19, 5*time.Second); got != 4*time.Second {
+	if got := expectedMigration(contract.StrategyStopAndCopy, 19, 5*time.Second); got != 4*time.Second {
 		t.Errorf("stop-and-copy: %s, want 4s whatever the rate", got)
 	}
 }
 
 // synthRun is a synthetic exact migration; its processing gap is its
 // switch time and 100 ms of freeze.
-func synthRun(s migrate.Strategy, rate, totalMs, downMs, replayMs, afterStopMs float64) paperRun {
+func synthRun(s contract.Strategy, rate, totalMs, downMs, replayMs, afterStopMs float64) paperRun {
 	zero := 0
 	lat := 3100.0
 	gap, gapStart := downMs+100, 500.0
@@ -262,8 +263,8 @@ func synthRun(s migrate.Strategy, rate, totalMs, downMs, replayMs, afterStopMs f
 	}}
 	st, cutoff := planOf(s)
 	r.Report.Strategy = st
-	if st == migrate.MS2MCutoff {
-		r.Report.Cutoff = migrate.CutoffFormula
+	if st == contract.StrategyMS2MCutoff {
+		r.Report.Cutoff = contract.CutoffFormula
 		if cutoff != "" {
 			r.Report.Cutoff = cutoff
 		}
@@ -295,14 +296,14 @@ func TestPaperReport(t *testing.T) {
 	var runs []paperRun
 	for _, rate := range paperBarRates {
 		runs = append(runs,
-			synthRun(migrate.StopAndCopy, rate, 3100, 3000, 0, 0),
-			synthRun(migrate.MS2M, rate, 3000+1000*rate, 4, 800*rate, 0),
-			synthRun(migrate.MS2MCutoff, rate, 3000+500*rate, 5, 400*rate, 1200),
-			synthRun(migrate.StatefulSet, rate, 3500, 3100, 300, 0),
-			synthRun(migrate.StatefulSetShadow, rate, 9000, 7, 1000, 0),
+			synthRun(contract.StrategyStopAndCopy, rate, 3100, 3000, 0, 0),
+			synthRun(contract.StrategyMS2M, rate, 3000+1000*rate, 4, 800*rate, 0),
+			synthRun(contract.StrategyMS2MCutoff, rate, 3000+500*rate, 5, 400*rate, 1200),
+			synthRun(contract.StrategyStatefulSet, rate, 3500, 3100, 300, 0),
+			synthRun(contract.StrategyStatefulSetShadow, rate, 9000, 7, 1000, 0),
 		)
 	}
-	bad := synthRun(migrate.MS2M, 16, 1, 1, 0, 0)
+	bad := synthRun(contract.StrategyMS2M, 16, 1, 1, 0, 0)
 	bad.HashOK, bad.Error = false, "hash mismatch"
 	runs = append(runs, bad)
 	dir := t.TempDir()
@@ -310,7 +311,7 @@ func TestPaperReport(t *testing.T) {
 		dir = d
 	}
 	o := paperOptions{out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md"), replayMax: 5 * time.Second}
-	res := paperResults{Quick: true, Command: "go run ./hack/bench paper -quick", Runs: runs}
+	res := paperResults{Quick: true, Command: "go -C hack/bench run . paper -quick", Runs: runs}
 	res.Summary = summarise(runs, paperStrategies)
 	res.Goals = paperGoals(res, o)
 	checkVerdicts(t, res.Goals, map[string]string{
@@ -377,8 +378,8 @@ func TestPaperReportAdaptive(t *testing.T) {
 	var runs []paperRun
 	for _, rate := range []float64{16, 19} {
 		runs = append(runs,
-			synthRun(migrate.StopAndCopy, rate, 3100, 3000, 0, 0),
-			synthRun(migrate.MS2MCutoff, rate, 11000, 1300, 6000, 1200),
+			synthRun(contract.StrategyStopAndCopy, rate, 3100, 3000, 0, 0),
+			synthRun(contract.StrategyMS2MCutoff, rate, 11000, 1300, 6000, 1200),
 			synthRun(ms2mCutoffAdaptive, rate, 9000, 1000, 4000, 900),
 		)
 	}
@@ -386,7 +387,7 @@ func TestPaperReportAdaptive(t *testing.T) {
 	runs = append(runs, slow)
 	dir := t.TempDir()
 	o := paperOptions{out: filepath.Join(dir, "out"), benchmarks: filepath.Join(dir, "BENCHMARKS.md"), replayMax: 5 * time.Second}
-	res := paperResults{Command: "go run ./hack/bench paper -strategies ms2m-cutoff-adaptive", Runs: runs, ReplayMaxMs: 5000}
+	res := paperResults{Command: "go -C hack/bench run . paper -strategies ms2m-cutoff-adaptive", Runs: runs, ReplayMaxMs: 5000}
 	res.Summary = summarise(runs, ranStrategies(runs))
 	res.Goals = paperGoals(res, o)
 
@@ -410,11 +411,11 @@ func TestPaperReportAdaptive(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, s := range []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive} {
+	for _, s := range []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2MCutoff, ms2mCutoffAdaptive} {
 		want = append(want, filepath.Join(o.out, paperplot.TimeFile(string(s))))
 	}
 	want = append(want, filepath.Join(o.out, paperplot.RateFile(16)))
-	for _, s := range []migrate.Strategy{migrate.StopAndCopy, migrate.MS2MCutoff, ms2mCutoffAdaptive} {
+	for _, s := range []contract.Strategy{contract.StrategyStopAndCopy, contract.StrategyMS2MCutoff, ms2mCutoffAdaptive} {
 		want = append(want, filepath.Join(o.out, paperplot.PhaseFile(string(s))))
 	}
 	if diff := cmp.Diff(want, res.Files); diff != "" {
@@ -492,5 +493,23 @@ func TestReportAgainOldResults(t *testing.T) {
 	}
 	if strings.Contains(string(md), string(ms2mCutoffAdaptive)) {
 		t.Errorf("an old run mentions %s:\n%s", ms2mCutoffAdaptive, md)
+	}
+}
+
+// The bench started in its module's folder (go -C hack/bench run .)
+// recognises it by its go.mod; in the root's it stays where it is.
+func TestModfile(t *testing.T) {
+	for gomod, want := range map[string]string{
+		"module github.com/ms2m/ms2m/hack/bench\n\ngo 1.26.0\n": benchModule,
+		"// c\nmodule github.com/ms2m/ms2m\n":                   "github.com/ms2m/ms2m",
+		"go 1.26.0\n":                                           "",
+	} {
+		if got := modfile([]byte(gomod)); got != want {
+			t.Errorf("modfile(%q) = %q, want %q", gomod, got, want)
+		}
+	}
+	b, err := os.ReadFile("go.mod")
+	if err != nil || modfile(b) != benchModule {
+		t.Errorf("hack/bench/go.mod declares %q (%v), want %s: enterRepo would not find the root", modfile(b), err, benchModule)
 	}
 }

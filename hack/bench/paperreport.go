@@ -11,17 +11,17 @@ import (
 	"strings"
 
 	"github.com/ms2m/ms2m/hack/bench/paperplot"
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // paperStat is one strategy at one rate, over the migrations that
 // succeeded with the producer's hash.
 type paperStat struct {
-	Strategy migrate.Strategy `json:"strategy"`
-	Rate     float64          `json:"rateMsgsPerSec"`
-	OK       int              `json:"ok"`
-	Failed   int              `json:"failed"`
-	Total    spread           `json:"totalMs"`
+	Strategy contract.Strategy `json:"strategy"`
+	Rate     float64           `json:"rateMsgsPerSec"`
+	OK       int               `json:"ok"`
+	Failed   int               `json:"failed"`
+	Total    spread            `json:"totalMs"`
 	// Switch is the migrator's switch time (Report.Downtime; its JSON name
 	// is the earlier files'), Gap the processing gap, the downtime as the
 	// consumer sees it, over the runs that have it (GapRuns of OK: runs
@@ -74,7 +74,7 @@ func nearestRank(vs []float64, q float64) float64 {
 }
 
 // summarise makes one paperStat per strategy and rate that ran.
-func summarise(runs []paperRun, strategies []migrate.Strategy) []paperStat {
+func summarise(runs []paperRun, strategies []contract.Strategy) []paperStat {
 	var rates []float64
 	for _, r := range runs {
 		if !slices.Contains(rates, r.Rate) {
@@ -130,7 +130,7 @@ func summarise(runs []paperRun, strategies []migrate.Strategy) []paperStat {
 	return out
 }
 
-func statOf(stats []paperStat, s migrate.Strategy, rate float64) (paperStat, bool) {
+func statOf(stats []paperStat, s contract.Strategy, rate float64) (paperStat, bool) {
 	for _, st := range stats {
 		if st.Strategy == s && st.Rate == rate && st.OK > 0 {
 			return st, true
@@ -177,15 +177,15 @@ func paperGoals(res paperResults, o paperOptions) []paperGoal {
 	skip := func(name, target, why string) {
 		gs = append(gs, paperGoal{Name: name, Target: target, Measured: why, Verdict: "SKIP"})
 	}
-	cutoffs := []migrate.Strategy{migrate.MS2MCutoff}
+	cutoffs := []contract.Strategy{contract.StrategyMS2MCutoff}
 	if ran(res.Runs, ms2mCutoffAdaptive) {
 		cutoffs = append(cutoffs, ms2mCutoffAdaptive)
 	}
 	for _, rate := range paperBarRates {
 		name := fmt.Sprintf("ms2m processing gap against stop-and-copy at %g msg/s (medians)", rate)
 		target := fmt.Sprintf("≥ %g%% below", goalGapCut*100)
-		st, ok1 := statOf(stats, migrate.MS2M, rate)
-		sc, ok2 := statOf(stats, migrate.StopAndCopy, rate)
+		st, ok1 := statOf(stats, contract.StrategyMS2M, rate)
+		sc, ok2 := statOf(stats, contract.StrategyStopAndCopy, rate)
 		if !ok1 || !ok2 || st.GapRuns == 0 || sc.GapRuns == 0 || sc.Gap.Median <= 0 {
 			skip(name, target, "not run, or run before the journals had times")
 			continue
@@ -196,12 +196,12 @@ func paperGoals(res paperResults, o paperOptions) []paperGoal {
 				fmtMs1(st.Gap.Median), fmtMs1(sc.Gap.Median), fmtMs1(st.Gap.P95), fmtMs1(sc.Gap.P95), st.GapRuns, sc.GapRuns),
 			Verdict: verdict(cut >= goalGapCut)})
 	}
-	for _, s := range append([]migrate.Strategy{migrate.MS2M}, cutoffs...) {
+	for _, s := range append([]contract.Strategy{contract.StrategyMS2M}, cutoffs...) {
 		for _, rate := range paperBarRates {
 			name := fmt.Sprintf("%s switch time against stop-and-copy at %g msg/s", s, rate)
 			target := fmt.Sprintf("≥ %g%% below", goalPaperDowntimeCut*100)
 			st, ok1 := statOf(stats, s, rate)
-			sc, ok2 := statOf(stats, migrate.StopAndCopy, rate)
+			sc, ok2 := statOf(stats, contract.StrategyStopAndCopy, rate)
 			if !ok1 || !ok2 || sc.Switch.Mean <= 0 {
 				skip(name, target, "not run")
 				continue
@@ -229,9 +229,9 @@ func paperGoals(res paperResults, o paperOptions) []paperGoal {
 	for _, rate := range paperBarRates {
 		name := fmt.Sprintf("statefulset-shadow switch time at %g msg/s", rate)
 		target := fmt.Sprintf("≤ %g× ms2m's and ≥ %g%% below statefulset's", goalShadowVsMS2M, goalShadowVsSts*100)
-		sh, ok1 := statOf(stats, migrate.StatefulSetShadow, rate)
-		m2, ok2 := statOf(stats, migrate.MS2M, rate)
-		ss, ok3 := statOf(stats, migrate.StatefulSet, rate)
+		sh, ok1 := statOf(stats, contract.StrategyStatefulSetShadow, rate)
+		m2, ok2 := statOf(stats, contract.StrategyMS2M, rate)
+		ss, ok3 := statOf(stats, contract.StrategyStatefulSet, rate)
 		if !ok1 || !ok2 || !ok3 || m2.Switch.Mean <= 0 || ss.Switch.Mean <= 0 {
 			skip(name, target, "not run")
 			continue
@@ -275,7 +275,7 @@ func adaptiveVsFormula(stats []paperStat) []string {
 		if a.Strategy != ms2mCutoffAdaptive || a.OK == 0 {
 			continue
 		}
-		f, ok := statOf(stats, migrate.MS2MCutoff, a.Rate)
+		f, ok := statOf(stats, contract.StrategyMS2MCutoff, a.Rate)
 		if !ok {
 			continue
 		}
@@ -313,6 +313,10 @@ func paperCSV(runs []paperRun) []byte {
 	for _, g := range phaseGroupNames {
 		head = append(head, g+"_ms")
 	}
+	// The live checkpoint's hold (ms2m, ms2m-cutoff): how long the source
+	// held deliveries, CRIU's dump as the node saw it, and whether the
+	// agent thawed the app at the dump's end.
+	head = append(head, "held_ms", "hold_to_freeze_ms", "hold_dump_ms", "hold_criu_ms", "hold_after_dump_ms", "resumed_at_freeze", "thawed_at_dump")
 	head = append(head, "produced", "count", "hash_ok", "producer_outlasted", "wall_ms", "error")
 	_ = w.Write(head) // into a bytes.Buffer, which cannot fail
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -334,6 +338,11 @@ func paperCSV(runs []paperRun) []byte {
 			f(r.ReplayAfterStopMs), f(ms(r.Report.TCutoff)), string(r.Report.Cutoff), f(r.Report.Lambda), f(r.Report.Mu)}
 		for _, g := range phaseGroupNames {
 			row = append(row, f(r.Groups[g]))
+		}
+		if h := r.Report.Hold; h != nil {
+			row = append(row, f(ms(h.Held)), f(ms(h.ToFreeze)), f(ms(h.Dump)), f(ms(h.CRIU)), f(ms(h.AfterDump)), strconv.FormatBool(h.AtFreeze), strconv.FormatBool(h.ThawedAtDump))
+		} else {
+			row = append(row, "", "", "", "", "", "", "")
 		}
 		row = append(row, strconv.Itoa(r.Produced), strconv.Itoa(r.Count), strconv.FormatBool(r.HashOK),
 			strconv.FormatBool(r.ProducerOutlasted), f(r.WallMs), r.Error)
@@ -377,7 +386,7 @@ func writeFigures(dir string, res *paperResults) ([]string, error) {
 
 // The markers of the section that a paper run writes into BENCHMARKS.md.
 const (
-	paperBegin = "<!-- bench-paper:begin: written by `go run ./hack/bench paper` (make bench-paper); a rerun replaces everything down to the end marker -->"
+	paperBegin = "<!-- bench-paper:begin: written by `go -C hack/bench run . paper` (make bench-paper); a rerun replaces everything down to the end marker -->"
 	paperEnd   = "<!-- bench-paper:end -->"
 )
 
@@ -439,9 +448,9 @@ func paperMarkdown(res paperResults) string {
 	w("| strategy | λ (msg/s) | runs ok | total (s) | downtime: processing gap (ms) | gap vs stop-and-copy (medians) | switch time (ms) | switch vs stop-and-copy (means) | worst latency (ms) | lost / duplicated | replay share of total |\n")
 	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, st := range res.Summary {
-		sc, scOK := statOf(res.Summary, migrate.StopAndCopy, st.Rate)
+		sc, scOK := statOf(res.Summary, contract.StrategyStopAndCopy, st.Rate)
 		vs, gapVs, gap := "–", "–", "–"
-		if scOK && st.Strategy != migrate.StopAndCopy && sc.Switch.Mean > 0 && st.OK > 0 {
+		if scOK && st.Strategy != contract.StrategyStopAndCopy && sc.Switch.Mean > 0 && st.OK > 0 {
 			vs = belowAbove(1 - st.Switch.Mean/sc.Switch.Mean)
 		}
 		if st.GapRuns > 0 {
@@ -449,7 +458,7 @@ func paperMarkdown(res paperResults) string {
 			if st.GapRuns < st.OK {
 				gap += fmt.Sprintf(" (%d runs)", st.GapRuns)
 			}
-			if scOK && st.Strategy != migrate.StopAndCopy && sc.GapRuns > 0 && sc.Gap.Median > 0 {
+			if scOK && st.Strategy != contract.StrategyStopAndCopy && sc.GapRuns > 0 && sc.Gap.Median > 0 {
 				gapVs = belowAbove(1 - st.Gap.Median/sc.Gap.Median)
 			}
 		}
@@ -487,10 +496,10 @@ func paperMarkdown(res paperResults) string {
 // figure, published, ours, command.
 func comparisons(stats []paperStat) [][4]string {
 	na := "not run"
-	get := func(s migrate.Strategy, rate float64) (paperStat, bool) { return statOf(stats, s, rate) }
-	cut := func(s migrate.Strategy, rate float64) string {
+	get := func(s contract.Strategy, rate float64) (paperStat, bool) { return statOf(stats, s, rate) }
+	cut := func(s contract.Strategy, rate float64) string {
 		st, ok1 := get(s, rate)
-		sc, ok2 := get(migrate.StopAndCopy, rate)
+		sc, ok2 := get(contract.StrategyStopAndCopy, rate)
 		if !ok1 || !ok2 || sc.Switch.Mean <= 0 {
 			return na
 		}
@@ -498,9 +507,9 @@ func comparisons(stats []paperStat) [][4]string {
 	}
 	// downCut is the reduction of the downtime: the processing gap's
 	// (medians) when both have it, and the switch time's (means).
-	downCut := func(s migrate.Strategy, rate float64) string {
+	downCut := func(s contract.Strategy, rate float64) string {
 		st, ok1 := get(s, rate)
-		sc, ok2 := get(migrate.StopAndCopy, rate)
+		sc, ok2 := get(contract.StrategyStopAndCopy, rate)
 		if !ok1 || !ok2 || sc.Switch.Mean <= 0 {
 			return na
 		}
@@ -514,7 +523,7 @@ func comparisons(stats []paperStat) [][4]string {
 	// stop-and-copy's migration time, the mean over every rate.
 	var scT []float64
 	for _, st := range stats {
-		if st.Strategy == migrate.StopAndCopy && st.OK > 0 {
+		if st.Strategy == contract.StrategyStopAndCopy && st.OK > 0 {
 			scT = append(scT, st.Total.Mean)
 		}
 	}
@@ -526,49 +535,49 @@ func comparisons(stats []paperStat) [][4]string {
 
 	var m2d []string
 	for _, rate := range paperBarRates {
-		if st, ok := get(migrate.MS2M, rate); ok {
-			line := fmt.Sprintf("%g: switch time %s ms, %s", rate, fmtMs1(st.Switch.Mean), cut(migrate.MS2M, rate))
-			if sc, ok := get(migrate.StopAndCopy, rate); ok && st.GapRuns > 0 && sc.GapRuns > 0 && sc.Gap.Median > 0 {
+		if st, ok := get(contract.StrategyMS2M, rate); ok {
+			line := fmt.Sprintf("%g: switch time %s ms, %s", rate, fmtMs1(st.Switch.Mean), cut(contract.StrategyMS2M, rate))
+			if sc, ok := get(contract.StrategyStopAndCopy, rate); ok && st.GapRuns > 0 && sc.GapRuns > 0 && sc.Gap.Median > 0 {
 				line = fmt.Sprintf("%g: processing gap %s ms median, %s; switch time %s ms mean, %s", rate, fmtMs1(st.Gap.Median),
-					belowAbove(1-st.Gap.Median/sc.Gap.Median), fmtMs1(st.Switch.Mean), cut(migrate.MS2M, rate))
+					belowAbove(1-st.Gap.Median/sc.Gap.Median), fmtMs1(st.Switch.Mean), cut(contract.StrategyMS2M, rate))
 			}
 			m2d = append(m2d, line)
 		}
 	}
-	rows = append(rows, [4]string{"ms2m downtime, and its reduction against stop-and-copy", "1.547 s mean; 96.8–97.2% below (paper, at 4/10/16)", orNA(strings.Join(m2d, "; ")), "go run ./hack/bench paper -strategies ms2m"})
-	rows = append(rows, [4]string{"ms2m-cutoff downtime reduction at 16 msg/s", "36.1% below (paper)", downCut(migrate.MS2MCutoff, 16), "go run ./hack/bench paper -rates 16 -strategies ms2m-cutoff"})
+	rows = append(rows, [4]string{"ms2m downtime, and its reduction against stop-and-copy", "1.547 s mean; 96.8–97.2% below (paper, at 4/10/16)", orNA(strings.Join(m2d, "; ")), "go -C hack/bench run . paper -strategies ms2m"})
+	rows = append(rows, [4]string{"ms2m-cutoff downtime reduction at 16 msg/s", "36.1% below (paper)", downCut(contract.StrategyMS2MCutoff, 16), "go -C hack/bench run . paper -rates 16 -strategies ms2m-cutoff"})
 
 	stsRow := na
-	if st, ok := get(migrate.StatefulSet, 16); ok {
-		if sc, ok := get(migrate.StopAndCopy, 16); ok && sc.Total.Mean > 0 {
-			stsRow = fmt.Sprintf("%s; %+.1f%% migration time", downCut(migrate.StatefulSet, 16), (st.Total.Mean/sc.Total.Mean-1)*100)
+	if st, ok := get(contract.StrategyStatefulSet, 16); ok {
+		if sc, ok := get(contract.StrategyStopAndCopy, 16); ok && sc.Total.Mean > 0 {
+			stsRow = fmt.Sprintf("%s; %+.1f%% migration time", downCut(contract.StrategyStatefulSet, 16), (st.Total.Mean/sc.Total.Mean-1)*100)
 		}
 	}
-	rows = append(rows, [4]string{"statefulset at 16 msg/s: downtime reduction; extra migration time", "0.24% below; +41.5% (paper)", stsRow, "go run ./hack/bench paper -rates 16 -strategies statefulset"})
+	rows = append(rows, [4]string{"statefulset at 16 msg/s: downtime reduction; extra migration time", "0.24% below; +41.5% (paper)", stsRow, "go -C hack/bench run . paper -rates 16 -strategies statefulset"})
 
 	share := na
-	a, ok1 := get(migrate.MS2M, 16)
-	c, ok2 := get(migrate.MS2MCutoff, 16)
+	a, ok1 := get(contract.StrategyMS2M, 16)
+	c, ok2 := get(contract.StrategyMS2MCutoff, 16)
 	if ok1 && ok2 {
 		share = pct1(a.ReplayShare) + " → " + pct1(c.ReplayShare)
 	}
-	rows = append(rows, [4]string{"replay's share of the migration time at 16 msg/s: ms2m → ms2m-cutoff", "80.3% → 56.2% (paper, Figs 12-13)", share, "go run ./hack/bench paper -rates 16 -strategies ms2m,ms2m-cutoff"})
+	rows = append(rows, [4]string{"replay's share of the migration time at 16 msg/s: ms2m → ms2m-cutoff", "80.3% → 56.2% (paper, Figs 12-13)", share, "go -C hack/bench run . paper -rates 16 -strategies ms2m,ms2m-cutoff"})
 
 	shDown, shTotal := na, na
-	if st, ok := get(migrate.StatefulSetShadow, 10); ok {
+	if st, ok := get(contract.StrategyStatefulSetShadow, 10); ok {
 		shDown = "switch time " + fmtMs1(st.Switch.Mean) + " ms (both handoffs)"
 		if st.GapRuns > 0 {
 			shDown = "processing gap " + fmtMs1(st.Gap.Median) + " ms median; " + shDown
 		}
 		shTotal = fmtS(st.Total.Mean) + " s"
 	}
-	rows = append(rows, [4]string{"statefulset-shadow downtime at 10 msg/s", "zero measured downtime for its shadow-pod modes (SHADOW, another system)", shDown, "go run ./hack/bench paper -rates 10 -strategies statefulset-shadow"})
-	rows = append(rows, [4]string{"statefulset-shadow total migration time at 10 msg/s", "12.4–13.8 s (SHADOW)", shTotal, "go run ./hack/bench paper -rates 10 -strategies statefulset-shadow"})
+	rows = append(rows, [4]string{"statefulset-shadow downtime at 10 msg/s", "zero measured downtime for its shadow-pod modes (SHADOW, another system)", shDown, "go -C hack/bench run . paper -rates 10 -strategies statefulset-shadow"})
+	rows = append(rows, [4]string{"statefulset-shadow total migration time at 10 msg/s", "12.4–13.8 s (SHADOW)", shTotal, "go -C hack/bench run . paper -rates 10 -strategies statefulset-shadow"})
 	restore := na
-	if st, ok := get(migrate.MS2M, 10); ok {
+	if st, ok := get(contract.StrategyMS2M, 10); ok {
 		restore = fmtS(st.Groups["restore"]) + " s (ms2m, target create → running)"
 	}
-	rows = append(rows, [4]string{"restore", "about 2.9 s (SHADOW)", restore, "go run ./hack/bench paper -rates 10 -strategies ms2m"})
+	rows = append(rows, [4]string{"restore", "about 2.9 s (SHADOW)", restore, "go -C hack/bench run . paper -rates 10 -strategies ms2m"})
 	return rows
 }
 

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -144,7 +145,7 @@ func (n *nodeLab) strategies(ctx context.Context, b *bench) (*strategiesResult, 
 	pair := 0
 	for r := 1; r <= n.o.strategyRounds; r++ {
 		for i, rate := range n.o.strategyRates {
-			order := []migrate.Strategy{migrate.MS2M, migrate.StopAndCopy}
+			order := []contract.Strategy{contract.StrategyMS2M, contract.StrategyStopAndCopy}
 			if pair%2 == 1 {
 				slices.Reverse(order)
 			}
@@ -166,7 +167,7 @@ func (n *nodeLab) strategies(ctx context.Context, b *bench) (*strategiesResult, 
 				} else {
 					progress("  ERROR", "strategy", s, "rate_msgs_per_s", rate, "round", r, "error", m.Error)
 				}
-				if s == migrate.MS2M {
+				if s == contract.StrategyMS2M {
 					res.Rates[i].MS2M = append(res.Rates[i].MS2M, m)
 				} else {
 					res.Rates[i].StopAndCopy = append(res.Rates[i].StopAndCopy, m)
@@ -216,7 +217,7 @@ func (s *strategyRate) summarise() {
 
 // migration is one migration of the strategies part: a plain pod, the
 // part's warm-up, and the producer for the warm-up and strategyAfter.
-func (n *nodeLab) migration(ctx context.Context, b *bench, l *lab.Lab, producerBin string, s migrate.Strategy, rate float64) (migrationRound, error) {
+func (n *nodeLab) migration(ctx context.Context, b *bench, l *lab.Lab, producerBin string, s contract.Strategy, rate float64) (migrationRound, error) {
 	return n.migrate(ctx, b, l, producerBin, migrationSpec{
 		strategy: s, rate: rate, warmup: n.o.strategyWarmup, producerFor: n.o.strategyWarmup + strategyAfter,
 	})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // exampleName names the example consumer's Deployment and queue.
@@ -100,16 +100,16 @@ Try it:
 
 or by the CLI, with live phases:
 
-  MS2M_AGENT_TOKEN=%s go run ./cmd/migrator migrate %s/<pod> --to %s --image-repo %s
+  MS2M_AGENT_TOKEN=%s MS2M_STATUS_KEY=%s go run ./cmd/migrator migrate %s/<pod> --to %s --image-repo %s
 
 The e2e suite against this cluster:  make e2e KUBECONFIG=%s
 Take it all down:                    go run ./hack/cluster down -state %s
 `,
 		registration, l.Images["sidecar"], l.Images["consumer"], imageOr(l, "consumer-python"), secrets,
 		in.ImageRepo, lab.AgentToken,
-		l.Kubeconfig, example, l.NodeName(1), inject.AnnotationInject, exampleName, exampleName, inject.AnnotationMigrateTo, l.NodeName(2),
+		l.Kubeconfig, example, l.NodeName(1), contract.AnnotationInject, exampleName, exampleName, contract.AnnotationMigrateTo, l.NodeName(2),
 		exampleName, l.NodeName(2),
-		lab.AgentToken, lab.Namespace, l.NodeName(2), in.ImageRepo,
+		lab.AgentToken, lab.SigningKey, lab.Namespace, l.NodeName(2), in.ImageRepo,
 		l.Kubeconfig, l.Cluster.StateDir())
 }
 

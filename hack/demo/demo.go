@@ -13,20 +13,20 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // migrations are the ones the demo runs, in order: each strategy on the
 // kind of workload it is for.
 var migrations = []struct {
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	kind     lab.Kind
 }{
-	{migrate.StopAndCopy, lab.Deployment},
-	{migrate.MS2M, lab.Deployment},
-	{migrate.MS2MCutoff, lab.Deployment},
-	{migrate.StatefulSet, lab.StatefulSet},
-	{migrate.StatefulSetShadow, lab.StatefulSet},
+	{contract.StrategyStopAndCopy, lab.Deployment},
+	{contract.StrategyMS2M, lab.Deployment},
+	{contract.StrategyMS2MCutoff, lab.Deployment},
+	{contract.StrategyStatefulSet, lab.StatefulSet},
+	{contract.StrategyStatefulSetShadow, lab.StatefulSet},
 }
 
 // upTimeout bounds bringing the cluster up, including the wait for another

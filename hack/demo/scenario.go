@@ -14,13 +14,14 @@ import (
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/e2e/lab/journal"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
 // result is one migration as the table shows it.
 type result struct {
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	kind     lab.Kind // the consumer's controller
 	report   migrate.Report
 	want     lab.ProducerResult // what the producer sent
@@ -53,7 +54,7 @@ const (
 // and compares its state at the end with what the producer sent. It
 // deletes the workload, the queue and the replay log afterwards, unless
 // o.keep.
-func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy, kind lab.Kind, bin string, say func(string, ...any)) (res result) {
+func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy, kind lab.Kind, bin string, say func(string, ...any)) (res result) {
 	res.strategy, res.kind = s, kind
 	tag := randomTag()
 	name := "demo-" + string(s) + "-" + tag
@@ -68,7 +69,7 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s migrate.Strategy,
 		return res
 	}
 
-	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer"})
+	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer", ReadOnlyRoot: true})
 	var logName string
 	if src != nil {
 		logName = inject.LogName(src)

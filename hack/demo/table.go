@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // writeTable prints one row per migration: its times (DOWNTIME is the
@@ -47,9 +47,9 @@ func downtimeShare(results []result) string {
 			continue
 		}
 		switch r.strategy {
-		case migrate.MS2M:
+		case contract.StrategyMS2M:
 			m = r
-		case migrate.StopAndCopy:
+		case contract.StrategyStopAndCopy:
 			sc = r
 		}
 	}

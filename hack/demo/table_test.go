@@ -11,28 +11,29 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/e2e/lab/journal"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
 func TestDowntimeShare(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	ok := func(s migrate.Strategy, gap, down time.Duration) result {
+	ok := func(s contract.Strategy, gap, down time.Duration) result {
 		return result{strategy: s, report: migrate.Report{Downtime: down}, gap: journal.Gap{Start: t0, End: t0.Add(gap)},
 			want: lab.ProducerResult{Count: 3, Hash: "h"}, got: lab.AppState{Count: 3, Hash: "h"}}
 	}
-	failed := ok(migrate.StopAndCopy, 2*time.Second, time.Second)
+	failed := ok(contract.StrategyStopAndCopy, 2*time.Second, time.Second)
 	failed.err = errors.New("restore failed")
-	noJournal := ok(migrate.StopAndCopy, 0, time.Second)
+	noJournal := ok(contract.StrategyStopAndCopy, 0, time.Second)
 	noJournal.gapErr = errors.New("no journal was read")
 	tests := map[string]struct {
 		results []result
 		want    string
 	}{
-		"both": {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 10*time.Millisecond), ok(migrate.StopAndCopy, 8*time.Second, 2*time.Second)},
+		"both": {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 10*time.Millisecond), ok(contract.StrategyStopAndCopy, 8*time.Second, 2*time.Second)},
 			want: "ms2m's downtime (processing gap) is 5.0% of stop-and-copy's (400ms against 8s); its switch time 10ms against 2s"},
-		"one failed":     {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond), failed}},
-		"one has no gap": {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond), noJournal}},
-		"only ms2m ran":  {results: []result{ok(migrate.MS2M, 400*time.Millisecond, 50*time.Millisecond)}},
+		"one failed":     {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond), failed}},
+		"one has no gap": {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond), noJournal}},
+		"only ms2m ran":  {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -46,20 +47,20 @@ func TestDowntimeShare(t *testing.T) {
 func TestTableAndVerdict(t *testing.T) {
 	sent := consumed(seq(1, 300)...)
 	t0 := time.Unix(1000, 0)
-	good := result{strategy: migrate.MS2M, report: migrate.Report{Total: 6123456 * time.Microsecond, Downtime: 140 * time.Millisecond, Start: 101, CutoffID: 160},
+	good := result{strategy: contract.StrategyMS2M, report: migrate.Report{Total: 6123456 * time.Microsecond, Downtime: 140 * time.Millisecond, Start: 101, CutoffID: 160},
 		gap:  journal.Gap{Start: t0, End: t0.Add(412345 * time.Microsecond)},
 		want: lab.ProducerResult{Count: 300, Hash: sent.Hash}, got: sent}
 	short := good
-	short.strategy = migrate.StopAndCopy
+	short.strategy = contract.StrategyStopAndCopy
 	short.got = consumed(seq(1, 299)...)
 	twice := good
-	twice.strategy = migrate.StatefulSet
+	twice.strategy = contract.StrategyStatefulSet
 	twice.got = consumed(append(seq(1, 120), seq(101, 300)...)...)
 	skipped := good
-	skipped.strategy = migrate.MS2MCutoff
+	skipped.strategy = contract.StrategyMS2MCutoff
 	skipped.got.Skipped = 1
 	skipped.gapErr = errors.New("no journal was read")
-	failed := result{strategy: migrate.StopAndCopy, err: errors.New("restore failed")}
+	failed := result{strategy: contract.StrategyStopAndCopy, err: errors.New("restore failed")}
 
 	var b bytes.Buffer
 	writeTable(&b, []result{good, short, twice, skipped, failed})

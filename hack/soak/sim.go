@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -250,7 +251,7 @@ func (e errHarness) Unwrap() error { return e.err }
 // draw is what migration i of a run draws from its seed.
 type draw struct {
 	kind     string
-	strategy migrate.Strategy
+	strategy contract.Strategy
 	fault    string
 	delay    time.Duration // api-delay: how long; the windows' length
 	after    time.Duration // api-writes-fail, control-cut: when the window opens
@@ -259,14 +260,14 @@ type draw struct {
 func (s *sim) draw(seed int64, i int) draw {
 	r := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
 	d := draw{kind: "Deployment"}
-	strategies := []migrate.Strategy{migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy}
+	strategies := []contract.Strategy{contract.StrategyMS2M, contract.StrategyMS2MCutoff, contract.StrategyStopAndCopy}
 	if r.IntN(2) == 1 {
 		d.kind = "StatefulSet"
-		strategies = []migrate.Strategy{migrate.StatefulSet, migrate.StatefulSetShadow}
+		strategies = []contract.Strategy{contract.StrategyStatefulSet, contract.StrategyStatefulSetShadow}
 	}
 	d.strategy = strategies[r.IntN(len(strategies))]
 	d.fault = s.faults[r.IntN(len(s.faults))]
-	if d.fault == faultKillSwitch && d.strategy != migrate.MS2M && d.strategy != migrate.MS2MCutoff {
+	if d.fault == faultKillSwitch && d.strategy != contract.StrategyMS2M && d.strategy != contract.StrategyMS2MCutoff {
 		d.fault = faultKillRestore // the switch patch is ms2m's
 	}
 	d.delay = time.Duration(200+r.IntN(2800)) * time.Millisecond
@@ -388,7 +389,7 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 
 	began := time.Now()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"2s"}}}`,
-		inject.AnnotationMigrateTo, to, inject.AnnotationStrategy, d.strategy, inject.AnnotationReplayMax)
+		contract.AnnotationMigrateTo, to, contract.AnnotationStrategy, d.strategy, contract.AnnotationReplayMax)
 	if _, err := pods.Patch(ctx, src.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		r.Error = "request the migration: " + err.Error()
 		return r, nil
@@ -442,7 +443,7 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 		if served.UID == src.UID {
 			r.Result = soak.RolledBack
 		}
-		if want := map[soak.Result]controller.Phase{soak.Completed: controller.PhaseSucceeded}[r.Result]; (want == "") == (st.Phase == controller.PhaseSucceeded) {
+		if want := map[soak.Result]contract.Phase{soak.Completed: contract.PhaseSucceeded}[r.Result]; (want == "") == (st.Phase == contract.PhaseSucceeded) {
 			r.Error = strings.TrimPrefix(fmt.Sprintf("%s; the status says %s but %s serves", r.Error, st.Phase, served.Name), "; ")
 		}
 	}
@@ -483,7 +484,7 @@ func statusNames(ctx context.Context, c *simcluster.Cluster, ns string) map[stri
 		return seen
 	}
 	for _, p := range list.Items {
-		if st, err := controller.DecodeStatus(p.Annotations[inject.AnnotationMigrationStatus]); err == nil {
+		if st, err := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus]); err == nil {
 			seen[st.Name] = true
 		}
 	}
@@ -508,12 +509,12 @@ func endedStatus(ctx context.Context, c *simcluster.Cluster, ns string, seen map
 		return controller.Status{}, false
 	}
 	for _, p := range list.Items {
-		v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+		v, ok := p.Annotations[contract.AnnotationMigrationStatus]
 		if !ok {
 			continue
 		}
 		st, err := controller.DecodeStatus(v)
-		if err == nil && !seen[st.Name] && st.Phase != controller.PhaseRunning && st.Phase != "" {
+		if err == nil && !seen[st.Name] && st.Phase != contract.PhaseRunning && st.Phase != "" {
 			return st, true
 		}
 	}
@@ -617,7 +618,7 @@ func (s *sim) workload(ctx context.Context, kind string) (*simWorkload, error) {
 	one := int32(1)
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "consumer"}}
 	tmpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "consumer"}, Annotations: map[string]string{inject.AnnotationInject: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "consumer"}, Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:                      simNodes[0],
 			TerminationGracePeriodSeconds: new(int64),

@@ -101,9 +101,57 @@ func TestAgentRefusesPushOutsideRepository(t *testing.T) {
 	if _, err := os.Stat(archive); err != nil {
 		t.Errorf("a refused push removed the archive: %v", err)
 	}
-	// Under the repository is allowed (a path per namespace).
-	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/shop/app:1"); err != nil {
-		t.Errorf("push under the repository: %v", err)
+	// Its namespace's repository under the repository is allowed.
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/default:1"); err != nil {
+		t.Errorf("push to the namespace's repository: %v", err)
+	}
+}
+
+// TestAgentRefusesPushToAnotherNamespace: a checkpoint of a pod of
+// namespace default (the kubelet's archive name says so) goes to
+// <repository>/default only: filed under shop's repository, or at the
+// repository's root, or deeper, shop's tenants could pull default's
+// memory. On 58fa1c0 every reference was pushed.
+func TestAgentRefusesPushToAnotherNamespace(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	for _, ref := range []string{
+		reg + "/ckpt/shop:1",           // another namespace's repository
+		reg + "/ckpt:1",                // the shared root
+		reg + "/ckpt/default/deeper:1", // below the namespace's
+		reg + "/ckpt/defaults:1",       // a name that merely starts like it
+	} {
+		_, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", ref)
+		if err == nil || !strings.Contains(err.Error(), "namespace default, whose checkpoints go to "+reg+"/ckpt/default only") {
+			t.Errorf("push to %s: %v, want it refused for another namespace's repository", ref, err)
+		}
+		if _, err := remote.Head(mustRef(t, ref)); err == nil {
+			t.Errorf("%s was pushed all the same", ref)
+		}
+	}
+	// An archive whose name does not say its namespace is pushed nowhere.
+	odd := filepath.Join(filepath.Dir(archive), "checkpoint-odd.tar")
+	if err := os.WriteFile(odd, []byte("criu"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", odd, "app", reg+"/ckpt/default:2"); err == nil || !strings.Contains(err.Error(), "namespace is unknown") {
+		t.Errorf("push of %s: %v, want it refused", odd, err)
+	}
+}
+
+func TestArchiveNamespace(t *testing.T) {
+	for base, want := range map[string]string{
+		"checkpoint-app_default-app-2026-01-02T15:04:05Z.tar":      "default",
+		"checkpoint-orders-0_shop-eu-app-2026-01-02T15:04:05Z.tar": "shop-eu",
+		"checkpoint-app-x_ns-app-app-2026.tar":                     "ns-app",
+		"checkpoint-app_default-other-2026.tar":                    "",
+		"checkpoint-app-default-app-2026.tar":                      "",
+		"checkpoint-app_Bad_NS-app-2026.tar":                       "",
+		"evil-app_default-app-2026.tar":                            "",
+	} {
+		got, ok := archiveNamespace(base, "app")
+		if got != want || ok != (want != "") {
+			t.Errorf("archiveNamespace(%q) = %q, %v; want %q", base, got, ok, want)
+		}
 	}
 }
 
@@ -131,7 +179,7 @@ func TestAgentRefusesDeleteOutsideRepository(t *testing.T) {
 		t.Errorf("the other team's image is gone: %v", err)
 	}
 	// Its own checkpoint images it still deletes.
-	own, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/app:m1")
+	own, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/default:m1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +193,7 @@ func TestAgentRefusesDeleteOutsideRepository(t *testing.T) {
 
 func TestArchiveRemovedAfterPush(t *testing.T) {
 	c, archive, reg, _ := setup(t)
-	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/default:m1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(archive); !errors.Is(err, fs.ErrNotExist) {
@@ -153,7 +201,7 @@ func TestArchiveRemovedAfterPush(t *testing.T) {
 	}
 
 	keep, archive, reg, _ := setup(t, func(c *Config) { c.KeepArchives = true })
-	if _, err := keep.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1"); err != nil {
+	if _, err := keep.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/default:m1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(archive); err != nil {
@@ -163,7 +211,7 @@ func TestArchiveRemovedAfterPush(t *testing.T) {
 
 func TestNoRepositoryPushesNothing(t *testing.T) {
 	c, archive, reg, _ := setup(t, func(c *Config) { c.Repository = "" })
-	_, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/app:m1")
+	_, err := c.BuildCheckpointImage(t.Context(), "node-1", archive, "app", reg+"/ckpt/default:m1")
 	if err == nil || !strings.Contains(err.Error(), "MS2M_AGENT_IMAGE_REPO") {
 		t.Errorf("push with no repository configured: %v, want it refused naming MS2M_AGENT_IMAGE_REPO", err)
 	}

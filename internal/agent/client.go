@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // Client talks to the agents. It implements migrate.NodeAgent and
@@ -66,6 +68,17 @@ func (c Client) PullImage(ctx context.Context, node, ref string) error {
 	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref}, nil)
 }
 
+// NodeCapabilities asks node's agent what the node's runtime can do. An
+// older agent, without GET /v1/node, answers an error.
+func (c Client) NodeCapabilities(ctx context.Context, node string) (contract.NodeCapabilities, error) {
+	var res contract.NodeCapabilities
+	if err := c.do(ctx, node, http.MethodGet, "/v1/node", nil, &res); err != nil {
+		return contract.NodeCapabilities{}, err
+	}
+	res.Node = node
+	return res, nil
+}
+
 // ReadLog returns the end of a log file on node.
 func (c Client) ReadLog(ctx context.Context, node, path string) (string, error) {
 	var out bytes.Buffer
@@ -80,7 +93,40 @@ func (c Client) ReadLog(ctx context.Context, node, path string) (string, error) 
 // returns once the agent's watch is in place; wait blocks until the state
 // is seen (nil), or not in time, or ctx ends (an error).
 func (c Client) WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (wait func() error, err error) {
+	w, err := c.watch(ctx, node, podUID, containerID, state, false, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := w()
+		return err
+	}, nil
+}
+
+// WatchDump watches the container containerID of the pod podUID on node
+// until CRIU has dumped it (Dumped), for at most timeout; with thaw, the
+// agent then has the runtime resume the container if it is still frozen.
+// It returns once the agent's watch is in place; wait blocks until the
+// dump is seen, and says whether the agent thawed the container (and if
+// it was asked to and did not, why not in noThaw) and how long CRIU held
+// the tasks (from the first poll that saw it tracing them to the one that
+// saw them free), or fails when not in time or ctx ends.
+func (c Client) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, criu time.Duration, err error), err error) {
+	w, err := c.watch(ctx, node, podUID, containerID, Dumped, thaw, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return func() (bool, string, time.Duration, error) {
+		res, err := w()
+		return res.ThawedByUs, res.NoThaw, res.CRIU(), err
+	}, nil
+}
+
+func (c Client) watch(ctx context.Context, node, podUID, containerID, state string, thaw bool, timeout time.Duration) (wait func() (FreezeResult, error), err error) {
 	q := url.Values{"pod": {podUID}, "container": {containerID}, "state": {state}, "timeout": {timeout.String()}}
+	if thaw {
+		q.Set("thaw", "true")
+	}
 	resp, err := c.send(ctx, node, http.MethodGet, "/v1/freeze?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
@@ -91,19 +137,19 @@ func (c Client) WatchFreeze(ctx context.Context, node, podUID, containerID, stat
 		resp.Body.Close()
 		return nil, fmt.Errorf("the agent on node %s: its freeze watch did not start (%v)", node, err)
 	}
-	return func() error {
+	return func() (FreezeResult, error) {
 		defer resp.Body.Close()
 		var res struct {
 			FreezeResult
 			Error string `json:"error"`
 		}
 		if err := dec.Decode(&res); err != nil {
-			return fmt.Errorf("the agent on node %s: freeze watch of %s: %w", node, watching.Watching, err)
+			return FreezeResult{}, fmt.Errorf("the agent on node %s: freeze watch of %s: %w", node, watching.Watching, err)
 		}
 		if res.Error != "" || res.State != state {
-			return fmt.Errorf("the agent on node %s: freeze watch: %s", node, res.Error)
+			return FreezeResult{}, fmt.Errorf("the agent on node %s: freeze watch: %s", node, res.Error)
 		}
-		return nil
+		return res.FreezeResult, nil
 	}, nil
 }
 

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/ociimage"
 )
 
@@ -50,12 +52,20 @@ type Config struct {
 	// Freeze finds containers' cgroups and tasks (GET /v1/freeze).
 	// Default: /sys/fs/cgroup and /proc.
 	Freeze FreezeWatch
+	// Node reports what the node's runtime can do (GET /v1/node); nil
+	// answers 501.
+	Node   NodeProber
 	Logger *slog.Logger
 }
 
 // Puller pulls an image onto the node.
 type Puller interface {
 	Pull(ctx context.Context, ref string) error
+}
+
+// NodeProber reports the node's capabilities (NodeProbe).
+type NodeProber interface {
+	Probe(ctx context.Context) contract.NodeCapabilities
 }
 
 // Server is the agent's HTTP API.
@@ -115,6 +125,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))
 	mux.Handle("GET /v1/logs", s.auth(s.readLog))
 	mux.Handle("GET /v1/freeze", s.auth(s.waitFreeze))
+	mux.Handle("GET /v1/node", s.auth(s.nodeInfo))
 	return mux
 }
 
@@ -152,6 +163,10 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.inRepository(tag); err != nil {
+		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
+		return
+	}
+	if err := s.inNamespaceRepository(tag, archive, req.Container); err != nil {
 		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
@@ -272,12 +287,14 @@ type FreezeWatching struct {
 }
 
 // waitFreeze watches the container (?pod=<pod UID>&container=<container
-// ID>) until it is in ?state=frozen or thawed, for at most ?timeout= (a Go
-// duration, at most 2 minutes). It answers 404 at once if the container
-// has no cgroup on this node; else 200 and two JSON lines: a
-// FreezeWatching as soon as the watch is in place (so that a caller can
-// start what freezes the container only then), and, once seen, a
-// FreezeResult, or {"error": ...} if the state was not seen in time.
+// ID>) until it is in ?state=frozen, thawed or dumped, for at most
+// ?timeout= (a Go duration, at most 2 minutes); with state=dumped,
+// ?thaw=true also thaws the container once CRIU let it go
+// (FreezeWatch.WaitDump). It answers 404 at once if the container has no
+// cgroup on this node; else 200 and two JSON lines: a FreezeWatching as
+// soon as the watch is in place (so that a caller can start what freezes
+// the container only then), and, once seen, a FreezeResult, or
+// {"error": ...} if the state was not seen in time.
 func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	timeout, err := time.ParseDuration(q.Get("timeout"))
@@ -286,8 +303,21 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state := q.Get("state")
-	if state != Frozen && state != Thawed {
-		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s or %s", state, Frozen, Thawed))
+	if state != Frozen && state != Thawed && state != Dumped {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("state %q: want %s, %s or %s", state, Frozen, Thawed, Dumped))
+		return
+	}
+	thawIt := false
+	switch q.Get("thaw") {
+	case "", "false":
+	case "true":
+		thawIt = true
+	default:
+		httpError(w, http.StatusBadRequest, fmt.Errorf("thaw %q: want true or false", q.Get("thaw")))
+		return
+	}
+	if thawIt && state != Dumped {
+		httpError(w, http.StatusBadRequest, fmt.Errorf("thaw=true goes with state=%s only", Dumped))
 		return
 	}
 	dir, err := s.cfg.Freeze.FindCgroup(q.Get("pod"), q.Get("container"))
@@ -307,7 +337,15 @@ func (s *Server) waitFreeze(w http.ResponseWriter, r *http.Request) {
 	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		return // as above
 	}
-	res, err := s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	var res FreezeResult
+	if state == Dumped {
+		res, err = s.cfg.Freeze.WaitDump(r.Context(), dir, q.Get("container"), thawIt, timeout)
+		if res.ThawedByUs {
+			s.log.Info("thawed a container after CRIU's dump", "cgroup", dir, "seized", res.Seized, "dumped", res.At)
+		}
+	} else {
+		res, err = s.cfg.Freeze.Wait(r.Context(), dir, state, timeout)
+	}
 	if err != nil {
 		_ = enc.Encode(map[string]string{"error": err.Error()}) // see httpError
 		return
@@ -420,6 +458,47 @@ func (s *Server) inRepository(ref name.Reference) error {
 		return nil
 	}
 	return fmt.Errorf("%s is outside the checkpoint repository %s, the only one this agent pushes to and deletes from (MS2M_AGENT_IMAGE_REPO)", got, s.repo)
+}
+
+// inNamespaceRepository checks that ref is in the repository of the
+// namespace whose pod archive is a checkpoint of: <repository>/<namespace>.
+// The kubelet names an archive checkpoint-<pod>_<namespace>-<container>-
+// <time>.tar; an archive not named so is pushed nowhere. Each namespace's
+// memory goes to its own repository, where pulls can be granted to it
+// alone, and a caller cannot file one namespace's checkpoint under
+// another's.
+func (s *Server) inNamespaceRepository(ref name.Reference, archive, container string) error {
+	ns, ok := archiveNamespace(filepath.Base(archive), container)
+	if !ok {
+		return fmt.Errorf("archive %s is not named as the kubelet names a checkpoint of container %s (checkpoint-<pod>_<namespace>-<container>-<time>.tar), so its namespace is unknown", filepath.Base(archive), container)
+	}
+	want := s.repo.RepositoryStr() + "/" + ns
+	if got := ref.Context().RepositoryStr(); got != want {
+		return fmt.Errorf("the archive is of a pod in namespace %s, whose checkpoints go to %s/%s only, not %s", ns, s.repo.RegistryStr(), want, got)
+	}
+	return nil
+}
+
+// archiveNamespace is the namespace in a kubelet checkpoint archive's name
+// base, for container.
+func archiveNamespace(base, container string) (string, bool) {
+	rest, ok := strings.CutPrefix(base, "checkpoint-")
+	if !ok || container == "" {
+		return "", false
+	}
+	_, rest, ok = strings.Cut(rest, "_")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(rest, "-"+container+"-")
+	if i <= 0 {
+		return "", false
+	}
+	ns := rest[:i]
+	if len(validation.IsDNS1123Label(ns)) > 0 {
+		return "", false
+	}
+	return ns, true
 }
 
 // removeArchive deletes the archive once its image is pushed: it holds the

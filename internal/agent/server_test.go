@@ -79,12 +79,12 @@ func setup(t *testing.T, opts ...func(*Config)) (Client, string, string, *record
 func TestBuildCheckpointImage(t *testing.T) {
 	c, archive, reg, _ := setup(t)
 	ctx := t.Context()
-	img, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/app:m1")
+	img, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/default:m1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(img, reg+"/ckpt/app@sha256:") {
-		t.Fatalf("image %q, want it by digest in %s/ckpt/app", img, reg)
+	if !strings.HasPrefix(img, reg+"/ckpt/default@sha256:") {
+		t.Fatalf("image %q, want it by digest in %s/ckpt/default", img, reg)
 	}
 	ref, _ := name.ParseReference(img)
 	pulled, err := remote.Image(ref)
@@ -103,7 +103,7 @@ func TestBuildCheckpointImage(t *testing.T) {
 	if err := os.WriteFile(archive, []byte("criu images again\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.BuildCheckpointImage(ctx, "node-1", filepath.Base(archive), "app", reg+"/ckpt/app:m2"); err != nil {
+	if _, err := c.BuildCheckpointImage(ctx, "node-1", filepath.Base(archive), "app", reg+"/ckpt/default:m2"); err != nil {
 		t.Errorf("relative archive path: %v", err)
 	}
 }

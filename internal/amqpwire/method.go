@@ -104,6 +104,10 @@ func MethodName(class, method uint16) string {
 
 func newMethod(class, method uint16) (methodCodec, string) {
 	switch uint32(class)<<16 | uint32(method) {
+	case 10<<16 | 11:
+		return new(ConnectionStartOk), "connection.start-ok"
+	case 10<<16 | 40:
+		return new(ConnectionOpen), "connection.open"
 	case 10<<16 | 30:
 		return new(ConnectionTune), "connection.tune"
 	case 10<<16 | 31:
@@ -130,6 +134,10 @@ func newMethod(class, method uint16) (methodCodec, string) {
 	case 20<<16 | 41:
 		return new(ChannelCloseOk), "channel.close-ok"
 
+	case 50<<16 | 10:
+		return new(QueueDeclare), "queue.declare"
+	case 50<<16 | 11:
+		return new(QueueDeclareOk), "queue.declare-ok"
 	case 60<<16 | 10:
 		return new(BasicQos), "basic.qos"
 	case 60<<16 | 11:

@@ -21,6 +21,26 @@ type methodCase struct {
 // patterns so that a wrong bit position shows.
 func methodCases() map[string]methodCase {
 	return map[string]methodCase{
+		"connection.start-ok": {
+			&ConnectionStartOk{ClientProperties: cat(ss("product"), []byte{'S'}, ls("go")), Mechanism: "PLAIN", Response: []byte("\x00u\x00p"), Locale: "en_US"},
+			10, 11, cat(ls(string(cat(ss("product"), []byte{'S'}, ls("go")))), ss("PLAIN"), ls("\x00u\x00p"), ss("en_US")),
+		},
+		"connection.open": {
+			&ConnectionOpen{VirtualHost: "/prod"},
+			10, 40, cat(ss("/prod"), ss(""), u8(0)),
+		},
+		"queue.declare": {
+			&QueueDeclare{Queue: "", Durable: true, AutoDelete: true, Arguments: Table{"x-queue-type": "classic"}},
+			50, 10, cat(u16(0), ss(""), u8(2|8), u32(uint32(len(cat(ss("x-queue-type"), []byte{'S'}, ls("classic"))))), ss("x-queue-type"), []byte{'S'}, ls("classic")),
+		},
+		"queue.declare exclusive": {
+			&QueueDeclare{Queue: "q", Passive: true, Exclusive: true, NoWait: true},
+			50, 10, cat(u16(0), ss("q"), u8(1|4|16), u32(0)),
+		},
+		"queue.declare-ok": {
+			&QueueDeclareOk{Queue: "amq.gen-x", MessageCount: 7, ConsumerCount: 1},
+			50, 11, cat(ss("amq.gen-x"), u32(7), u32(1)),
+		},
 		"connection.tune": {
 			&ConnectionTune{ChannelMax: 2047, FrameMax: 131072, Heartbeat: 60},
 			10, 30, cat(u16(2047), u32(131072), u16(60)),
@@ -253,8 +273,8 @@ func TestDecodeMethodErrors(t *testing.T) {
 			payload:  nil,
 			wantCode: FrameError,
 		},
-		"queue.declare is passed through": {
-			payload:         cat(u16(50), u16(10), u16(0), ss("q"), u8(0), u32(0)),
+		"queue.bind is passed through": {
+			payload:         cat(u16(50), u16(20), u16(0), ss("q"), ss("x"), ss("k"), u8(0), u32(0)),
 			wantUnsupported: true,
 		},
 		"connection.start is passed through": {

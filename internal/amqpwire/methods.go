@@ -4,6 +4,66 @@ package amqpwire
 // "reserved" arguments are skipped on decode and written as zero or empty on
 // encode. Unused bits of a bit octet are ignored on decode and written as 0.
 
+// ConnectionStartOk is connection.start-ok (10, 11), the client's choice of
+// mechanism and its credentials.
+//
+//	client-properties table, mechanism shortstr, response longstr,
+//	locale shortstr
+//
+// ClientProperties is the table's encoded body (without its length), kept
+// as the client sent it so that a rewrite of the credentials leaves the
+// rest byte for byte; on decode it aliases the payload.
+type ConnectionStartOk struct {
+	ClientProperties []byte // client-properties, encoded
+	Mechanism        string // mechanism
+	Response         []byte // response; for PLAIN "\x00user\x00password"
+	Locale           string // locale
+}
+
+func (*ConnectionStartOk) ID() (class, method uint16) { return ClassConnection, 11 }
+
+func (m *ConnectionStartOk) AppendArgs(dst []byte) []byte {
+	dst = appendLongstr(dst, m.ClientProperties)
+	dst = appendShortstr(dst, m.Mechanism)
+	dst = appendLongstr(dst, m.Response)
+	return appendShortstr(dst, m.Locale)
+}
+
+func (m *ConnectionStartOk) decodeArgs(d *decoder) {
+	props := d.bytes(uint64(d.u32("client-properties")), "client-properties")
+	if d.err == nil {
+		if _, err := readTable(props, 1); err != nil {
+			d.fail(err.Code, "client-properties", "%s", err.Text)
+			return
+		}
+	}
+	m.ClientProperties = props
+	m.Mechanism = d.shortstr("mechanism")
+	m.Response = d.bytes(uint64(d.u32("response")), "response")
+	m.Locale = d.shortstr("locale")
+}
+
+// ConnectionOpen is connection.open (10, 40), the client's choice of
+// virtual host.
+//
+//	virtual-host shortstr, reserved-1 shortstr, reserved-2 bit
+type ConnectionOpen struct {
+	VirtualHost string // virtual-host
+}
+
+func (*ConnectionOpen) ID() (class, method uint16) { return ClassConnection, 40 }
+
+func (m *ConnectionOpen) AppendArgs(dst []byte) []byte {
+	dst = appendShortstr(dst, m.VirtualHost)
+	return append(dst, 0, 0) // reserved-1 "", reserved-2 false
+}
+
+func (m *ConnectionOpen) decodeArgs(d *decoder) {
+	m.VirtualHost = d.shortstr("virtual-host")
+	d.shortstr("reserved-1")
+	d.u8("reserved-2")
+}
+
 // ConnectionTune is connection.tune (10, 30), the server's proposed limits.
 //
 //	channel-max short, frame-max long, heartbeat short
@@ -177,6 +237,64 @@ type ChannelCloseOk struct{}
 func (*ChannelCloseOk) ID() (class, method uint16)   { return ClassChannel, 41 }
 func (*ChannelCloseOk) AppendArgs(dst []byte) []byte { return dst }
 func (*ChannelCloseOk) decodeArgs(*decoder)          {}
+
+// QueueDeclare is queue.declare (50, 10).
+//
+//	reserved-1 short, queue shortstr, passive bit, durable bit,
+//	exclusive bit, auto-delete bit, no-wait bit, arguments table
+type QueueDeclare struct {
+	Queue      string // queue; "" asks the server to name it
+	Passive    bool   // passive
+	Durable    bool   // durable
+	Exclusive  bool   // exclusive
+	AutoDelete bool   // auto-delete
+	NoWait     bool   // no-wait
+	Arguments  Table  // arguments
+}
+
+func (*QueueDeclare) ID() (class, method uint16) { return ClassQueue, 10 }
+
+func (m *QueueDeclare) AppendArgs(dst []byte) []byte {
+	dst = append(dst, 0, 0) // reserved-1
+	dst = appendShortstr(dst, m.Queue)
+	dst = append(dst, bit(m.Passive, 0)|bit(m.Durable, 1)|bit(m.Exclusive, 2)|bit(m.AutoDelete, 3)|bit(m.NoWait, 4))
+	return appendTable(dst, m.Arguments, 1)
+}
+
+func (m *QueueDeclare) decodeArgs(d *decoder) {
+	d.u16("reserved-1")
+	m.Queue = d.shortstr("queue")
+	bits := d.u8("passive/durable/exclusive/auto-delete/no-wait")
+	m.Passive = bits&1 != 0
+	m.Durable = bits&2 != 0
+	m.Exclusive = bits&4 != 0
+	m.AutoDelete = bits&8 != 0
+	m.NoWait = bits&16 != 0
+	m.Arguments = d.table("arguments")
+}
+
+// QueueDeclareOk is queue.declare-ok (50, 11).
+//
+//	queue shortstr, message-count long, consumer-count long
+type QueueDeclareOk struct {
+	Queue         string // queue
+	MessageCount  uint32 // message-count
+	ConsumerCount uint32 // consumer-count
+}
+
+func (*QueueDeclareOk) ID() (class, method uint16) { return ClassQueue, 11 }
+
+func (m *QueueDeclareOk) AppendArgs(dst []byte) []byte {
+	dst = appendShortstr(dst, m.Queue)
+	dst = appendU32(dst, m.MessageCount)
+	return appendU32(dst, m.ConsumerCount)
+}
+
+func (m *QueueDeclareOk) decodeArgs(d *decoder) {
+	m.Queue = d.shortstr("queue")
+	m.MessageCount = d.u32("message-count")
+	m.ConsumerCount = d.u32("consumer-count")
+}
 
 // BasicQos is basic.qos (60, 10).
 //

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ms2m/ms2m/internal/proxy"
 )
 
 // Client is the migrator's end of one sidecar's control API.
@@ -143,6 +145,9 @@ type SidecarState struct {
 	Ready bool   // its replay log is open
 	// Replaying: it is a migration's target that has not taken over yet.
 	Replaying bool
+	// Unreplayable lists the queues the app consumes that a migration
+	// cannot carry over (exclusive, auto-delete, server-named).
+	Unreplayable []proxy.UnreplayableQueue
 }
 
 // Inspect reads a sidecar's state.
@@ -151,7 +156,7 @@ func (c Client) Inspect(ctx context.Context) (SidecarState, error) {
 	if err != nil {
 		return SidecarState{}, fmt.Errorf("read the state of the sidecar at %s: %w", c.URL, err)
 	}
-	out := SidecarState{Mode: st.Mode, Ready: st.Ready}
+	out := SidecarState{Mode: st.Mode, Ready: st.Ready, Unreplayable: st.Unreplayable}
 	if r := st.Replay; r != nil && (r.SwitchedAt == nil || r.Replaying > 0) {
 		out.Replaying = true
 	}

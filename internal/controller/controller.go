@@ -2,7 +2,7 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,12 +22,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // EventSource names the controller in Events.
@@ -48,17 +51,31 @@ type Config struct {
 	Admit func(*corev1.Pod) (*corev1.Pod, error)
 	// Timeout bounds each wait of a migration. Default 5 minutes.
 	Timeout time.Duration
+	// ThawAfterDump is every migration's migrate.Plan.ThawAfterDump.
+	ThawAfterDump migrate.ThawPolicy
 	// Concurrent is how many migrations run at once. Default 4.
 	Concurrent int
 	// Metrics counts and times migrations. Default: DefaultMetrics, in
 	// controller-runtime's registry.
 	Metrics *Metrics
-	// StatusKey signs the migration statuses this controller writes; it
-	// trusts no other. Replicas and restarts must share it (the migrator
-	// keeps it in a Secret). Default: a random key for this process alone,
-	// with which a restarted controller cannot roll back what it left.
+	// StatusKey signs the migration statuses this controller writes (it
+	// trusts no other) and the restore instructions it gives (the webhook
+	// restores no other). Replicas, restarts and the webhook must share it
+	// (the migrator keeps it in a Secret). Default: a random key for this
+	// process alone, with which a restarted controller cannot roll back
+	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
+	// Clock names and times the migrations (and is handed to them).
+	// Default: the system's clock.
+	Clock migrate.Clock
+	// KeepImages keeps checkpoint images once a migration's target serves
+	// (for debugging); by default they are deleted then.
+	KeepImages bool
 }
+
+// requeueAfter is how soon a pod that has to wait (its target's migration
+// runs, or one runs elsewhere) is looked at again.
+const requeueAfter = 10 * time.Second
 
 // Reconciler runs requested migrations.
 type Reconciler struct {
@@ -79,14 +96,22 @@ func New(cfg Config) *Reconciler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = DefaultMetrics()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
 	if len(cfg.StatusKey) == 0 {
-		cfg.StatusKey = make([]byte, 32)
-		if _, err := rand.Read(cfg.StatusKey); err != nil {
+		key, err := sign.NewKey()
+		if err != nil {
 			panic("no randomness for the status key: " + err.Error())
 		}
+		cfg.StatusKey = key
 	}
-	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}}
+	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: migrate.DefaultTimeouts.Sidecar}}
 }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
 
 // SetupWithManager registers the controller: it sees only pods that carry
 // a migration request.
@@ -97,7 +122,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("migration").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetAnnotations()[inject.AnnotationMigrateTo]
+			_, ok := o.GetAnnotations()[contract.AnnotationMigrateTo]
 			return ok
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
@@ -107,8 +132,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pending-migration").
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetLabels()[inject.LabelMigration]
-			return ok && strings.HasPrefix(o.GetName(), inject.PendingConfigMapPrefix)
+			_, ok := o.GetLabels()[contract.LabelMigration]
+			return ok && strings.HasPrefix(o.GetName(), contract.PendingConfigMapPrefix)
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
 		Complete(reconcile.Func(r.reconcilePending))
@@ -117,7 +142,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // PendingSelector selects the pending-migration ConfigMaps, the only ones
 // the controller watches: a manager's cache can be narrowed to them.
 func PendingSelector() labels.Selector {
-	sel, _ := labels.Parse(inject.LabelMigration)
+	sel, _ := labels.Parse(contract.LabelMigration)
 	return sel
 }
 
@@ -138,28 +163,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.forged(pod)
 		prev, has = Status{}, false
 	}
-	migrateTo, asked := pod.Annotations[inject.AnnotationMigrateTo]
+	migrateTo, asked := pod.Annotations[contract.AnnotationMigrateTo]
 	act := decide(situation{
 		node: pod.Spec.NodeName, asked: asked, migrateTo: migrateTo,
 		hasStatus: has, statusBad: stErr != nil, status: prev,
-		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[inject.AnnotationMigrationName]),
+		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[contract.AnnotationMigrationName]),
 	})
 	switch act {
 	case ActNone:
 		return reconcile.Result{}, nil
 	case ActBadStatus:
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, inject.AnnotationMigrationStatus)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRejected, "Migrate", "%v; remove it (kubectl annotate pod %s %s-) to ask again", stErr, pod.Name, contract.AnnotationMigrationStatus)
 		return reconcile.Result{}, nil
 	case ActWait:
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActRollBack:
 		return reconcile.Result{}, r.rollBack(ctx, pod, prev)
 	case ActBusy:
 		r.refuseBusy(pod, prev, migrateTo)
-		return reconcile.Result{RequeueAfter: 10 * time.Second}, nil
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	case ActSameNode:
-		err := fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, migrateTo)
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: time.Now(), History: prev.History}, err)
+		err := fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, migrateTo)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: migrateTo, Source: pod.Spec.NodeName, Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
 	rq, err := parseRequest(pod)
@@ -167,13 +192,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = r.checkTarget(ctx, pod, rq)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: time.Now(), History: prev.History}, err)
+		return reconcile.Result{}, r.reject(ctx, pod, Status{Target: rq.node, Source: pod.Spec.NodeName, Strategy: string(rq.strategy), Started: r.cfg.Clock.Now(), History: prev.History}, err)
 	}
 
-	name, targetPod := migrate.MigrationName(pod.Name, time.Now()), migrate.NextPodName(pod)
-	st := Status{Name: name, Phase: PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: time.Now(), History: prev.History}
+	return reconcile.Result{}, r.start(ctx, pod, rq, prev)
+}
+
+// start records a migration of pod by rq as Running (guarded by the pod's
+// resourceVersion: a conflict means another reconcile or controller got
+// there first) and drives it to its end, which it records.
+func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, prev Status) error {
+	now := r.cfg.Clock.Now()
+	name, targetPod := migrate.MigrationName(pod.Name, now), migrate.NextPodName(pod)
+	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: now, History: prev.History}
 	if err := r.setStatus(ctx, pod, st); err != nil {
-		return reconcile.Result{}, err // a conflict: try again with the new pod
+		return err // a conflict: try again with the new pod
 	}
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
@@ -185,34 +218,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	go r.watchRequests(watchCtx, pod, st)
 	r.cfg.Metrics.started()
 	defer r.cfg.Metrics.stopped()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
+	log.FromContext(ctx).Info("migration started", "migration", name, "targetNode", rq.node, "strategy", rq.strategy)
 
-	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
-	rep, err := migrate.Run(ctx, r.env(pod, name, port, token), migrate.Plan{
+	rep, err := migrate.Run(ctx, r.env(ctx, pod, name, port, token), migrate.Plan{
 		Name: name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
 		TargetNode: rq.node, TargetPod: targetPod, Strategy: rq.strategy, ReplayMax: rq.replayMax, Cutoff: rq.cutoff, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	st.Report = &rep
 	var refused *migrate.Refused
 	if errors.As(err, &refused) {
 		st.Report = nil
-		return reconcile.Result{}, r.reject(ctx, pod, st, err)
+		return r.reject(ctx, pod, st, err)
 	}
 	var after *migrate.AfterTakeover
 	if errors.As(err, &after) {
-		return reconcile.Result{}, r.servesAfterAll(ctx, pod, st, after)
+		st.TargetPod = targetPod
+		return r.servesAfterAll(ctx, pod, st, after)
 	}
 	if err != nil {
-		return reconcile.Result{}, r.fail(ctx, pod, st, err)
+		return r.fail(ctx, pod, st, err)
 	}
-	st.Phase = PhaseSucceeded
+	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("total %s, downtime %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond))
 	st.TargetPod = rep.TargetPod
 	r.cfg.Metrics.record(ResultSucceeded, st)
-	return reconcile.Result{}, r.recordOnTarget(ctx, pod, st)
+	log.FromContext(ctx).Info("migration succeeded", "migration", name, "target", st.TargetPod, "total", rep.Total, "downtime", rep.Downtime)
+	return r.recordOnTarget(ctx, pod, st)
 }
 
 // recordOnTarget writes st, the outcome of a migration of pod whose target
@@ -227,7 +264,7 @@ func (r *Reconciler) recordOnTarget(ctx context.Context, pod *corev1.Pod, st Sta
 		target, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
 		if err == nil {
 			if err = r.setStatus(ctx, target, st); err == nil {
-				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 				return nil
 			}
 		}
@@ -242,13 +279,58 @@ func (r *Reconciler) recordOnTarget(ctx context.Context, pod *corev1.Pod, st Sta
 	}
 }
 
-// env is what migration name of pod needs; its phases become Events on pod.
-func (r *Reconciler) env(pod *corev1.Pod, name string, port int, token string) migrate.Env {
+// servesAfterAll ends migration st of pod, the source, whose target took
+// over but whose last steps failed (after): it is recorded on the target,
+// which serves, as Succeeded with what failed among its warnings. The
+// failed steps (Finish: the target to the workload's controller, the
+// source deleted) are tried again meanwhile, for up to the migration
+// timeout, and so is the record: a source its ReplicaSet deletes first
+// (it is marked to go first) takes no request annotation with it that a
+// later reconcile could act on, so this is the one chance to write the
+// outcome.
+func (r *Reconciler) servesAfterAll(ctx context.Context, pod *corev1.Pod, st Status, after *migrate.AfterTakeover) error {
+	st.Phase = contract.PhaseSucceeded
+	st.Report.Warnings = append(st.Report.Warnings, after.Error())
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: %v; trying again", st.Name, after)
+	log.FromContext(ctx).Info("migration's target serves, its last steps failed; trying them again", "migration", st.Name, "target", st.TargetPod, "error", after.Error())
+	deadline := time.Now().Add(r.cfg.Timeout)
+	wait := 200 * time.Millisecond
+	finished := false
+	for !finished {
+		err := migrate.Finish(ctx, r.cfg.Client, pod, st.TargetPod, r.cfg.Timeout)
+		if err == nil {
+			finished = true
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			rerr := fmt.Errorf("migration %s: finish after the takeover: %w", st.Name, err)
+			st.Report.Warnings = append(st.Report.Warnings, rerr.Error())
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "%v; the target serves: delete the source %s by hand", rerr, pod.Name)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+	st.Message = fmt.Sprintf("total %s, downtime %s; after the takeover: %v", st.Report.Total.Round(time.Millisecond), st.Report.Downtime.Round(time.Millisecond), after)
+	if finished {
+		st.Message += " (done again: the source is gone)"
+	}
+	r.cfg.Metrics.record(ResultSucceeded, st)
+	return r.recordOnTarget(ctx, pod, st)
+}
+
+// env is what migration name of pod needs; its phases become Events on pod
+// and log lines on ctx's logger.
+func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port int, token string) migrate.Env {
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
-		ControlToken: token, ControlPort: port, HTTP: r.http,
+		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
+		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages,
 		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
 	}
 }
@@ -261,14 +343,14 @@ func (r *Reconciler) isRunning(name string) bool {
 // checkTarget checks the request against the cluster before anything is
 // touched.
 func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq request) error {
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; !ok {
-		return fmt.Errorf("the pod has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", inject.AnnotationInject)
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; !ok {
+		return fmt.Errorf("the pod has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", contract.AnnotationInject)
 	}
 	if pod.Spec.NodeName == rq.node {
-		return fmt.Errorf("annotation %s: the pod already runs on %s", inject.AnnotationMigrateTo, rq.node)
+		return fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, rq.node)
 	}
 	if _, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, rq.node, metav1.GetOptions{}); err != nil {
-		return fmt.Errorf("annotation %s: node %s: %w", inject.AnnotationMigrateTo, rq.node, err)
+		return fmt.Errorf("annotation %s: node %s: %w", contract.AnnotationMigrateTo, rq.node, err)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("the pod is %s, not Running", pod.Status.Phase)
@@ -279,11 +361,15 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 // reject answers a request that was refused before anything was touched:
 // a Warning Event, and st, Failed, as the pod's status.
 func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
-	st.Phase, st.Message = PhaseFailed, err.Error()+"; nothing was touched"
-	reason := ReasonRejected
+	st.Phase, st.Message = contract.PhaseFailed, err.Error()+"; nothing was touched"
+	reason := contract.ReasonMigrationRejected
 	var np *migrate.NotPlaceable
 	if errors.As(err, &np) {
-		reason = ReasonTargetNotAllowed
+		reason = contract.ReasonMigrationTargetNotAllowed
+	}
+	var nc *migrate.NotCapable
+	if errors.As(err, &nc) {
+		reason = nc.Reason
 	}
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, reason, "Migrate", "%v", err)
 	r.cfg.Metrics.record(ResultRejected, st)
@@ -296,29 +382,29 @@ func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err
 // request annotation.
 func (r *Reconciler) refuseBusy(pod *corev1.Pod, st Status, node string) {
 	running := st.Name
-	if running == "" || st.Phase != PhaseRunning {
-		running = pod.Annotations[inject.AnnotationMigrationName]
+	if running == "" || st.Phase != contract.PhaseRunning {
+		running = pod.Annotations[contract.AnnotationMigrationName]
 	}
 	key := string(pod.UID) + "\x00" + running + "\x00" + node
 	if _, seen := r.refused.LoadOrStore(key, true); seen {
 		return
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInProgress, "Migrate",
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationInProgress, "Migrate",
 		"migration %s of this pod is under way; the request %s=%s is refused: ask again once it has ended (migrator status %s/%s)",
-		running, inject.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
+		running, contract.AnnotationMigrateTo, node, pod.Namespace, pod.Name)
 }
 
 // forged answers a pod whose migration status this controller did not
 // sign, with one Warning Event per status value.
 func (r *Reconciler) forged(pod *corev1.Pod) {
-	raw := pod.Annotations[inject.AnnotationMigrationStatus]
+	raw := pod.Annotations[contract.AnnotationMigrationStatus]
 	key := "forged\x00" + string(pod.UID) + "\x00" + raw
 	if _, seen := r.refused.LoadOrStore(key, true); seen {
 		return
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonForgedStatus, "Migrate",
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonForgedMigrationStatus, "Migrate",
 		"annotation %s is not signed by this migrator (%s missing or wrong): it was not written by ms2m's controller, or before statuses were signed; it is ignored: nothing is rolled back or deleted by it, and the request is handled as the pod's first",
-		inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature)
+		contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature)
 }
 
 // watchRequests refuses, with an Event each, the requests made on pod
@@ -336,7 +422,7 @@ func (r *Reconciler) watchRequests(ctx context.Context, pod *corev1.Pod, st Stat
 		if !ok || p.UID != pod.UID {
 			continue
 		}
-		if node, asked := p.Annotations[inject.AnnotationMigrateTo]; asked && node != st.Target {
+		if node, asked := p.Annotations[contract.AnnotationMigrateTo]; asked && node != st.Target {
 			r.refuseBusy(p, st, node)
 		}
 	}
@@ -353,58 +439,11 @@ func (r *Reconciler) forgetRefused(name string) {
 	})
 }
 
-// servesAfterAll ends migration st of pod, the source, whose target took
-// over but whose last steps failed (after): it is recorded on the target,
-// which serves, as Succeeded with what failed among its warnings. The
-// failed steps (Finish: the target to the workload's controller, the
-// source deleted) are tried again meanwhile, for up to the migration
-// timeout, and so is the record: a source its ReplicaSet deletes first
-// (it is marked to go first) takes no request annotation with it that a
-// later reconcile could act on, so this is the one chance to write the
-// outcome.
-func (r *Reconciler) servesAfterAll(ctx context.Context, pod *corev1.Pod, st Status, after *migrate.AfterTakeover) error {
-	cs := r.cfg.Client
-	st.Phase = PhaseSucceeded
-	st.Report.Warnings = append(st.Report.Warnings, after.Error())
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: %v; trying again", st.Name, after)
-	deadline := time.Now().Add(r.cfg.Timeout)
-	wait := 200 * time.Millisecond
-	retry := func(what string, err error) error {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("migration %s: %s: %w", st.Name, what, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-		return nil
-	}
-	finished := false
-	for !finished {
-		err := migrate.Finish(ctx, cs, pod, st.TargetPod, r.cfg.Timeout)
-		if err == nil {
-			finished = true
-			continue
-		}
-		if rerr := retry("finish after the takeover", err); rerr != nil {
-			st.Report.Warnings = append(st.Report.Warnings, rerr.Error())
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "%v; the target serves: delete the source %s by hand", rerr, pod.Name)
-			break
-		}
-	}
-	st.Message = fmt.Sprintf("total %s, downtime %s; after the takeover: %v", st.Report.Total.Round(time.Millisecond), st.Report.Downtime.Round(time.Millisecond), after)
-	if finished {
-		st.Message += " (done again: the source is gone)"
-	}
-	r.cfg.Metrics.record(ResultSucceeded, st)
-	return r.recordOnTarget(ctx, pod, st)
-}
-
 // fail records a failed migration on the source.
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
-	st.Phase, st.Message = PhaseFailed, err.Error()
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonFailed, "Migrate", "migration %s: %v", st.Name, err)
+	st.Phase, st.Message = contract.PhaseFailed, err.Error()
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationFailed, "Migrate", "migration %s: %v", st.Name, err)
+	log.FromContext(ctx).Error(err, "migration failed", "migration", st.Name)
 	r.cfg.Metrics.record(ResultFailed, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -416,7 +455,7 @@ func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err e
 // Otherwise the source serves again and the half-made target goes: a
 // target that has not switched has taken nothing from the primary queue.
 func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) error {
-	if s := migrate.Strategy(st.Strategy); s == migrate.StatefulSet || s == migrate.StatefulSetShadow {
+	if s := contract.Strategy(st.Strategy); s == contract.StrategyStatefulSet || s == contract.StrategyStatefulSetShadow {
 		return r.rollBackStatefulSet(ctx, pod, st)
 	}
 	cs := r.cfg.Client
@@ -438,34 +477,30 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 			return r.rollForward(ctx, pod, target, st)
 		}
 	}
-	var errs []error
-	if target != nil {
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, st.TargetPod, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the target %s: %w", st.TargetPod, err))
-		}
-	}
-	err = ctlErr
-	if err == nil {
-		err = control.ClientAt(pod.Status.PodIP, port, token, r.http).Resume(ctx)
-	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	return r.rolledBack(ctx, pod, st, errs, "the target and its checkpoint image were deleted")
+	// The same undo steps as a migration that fails (migrate.RollBack).
+	err = migrate.RollBack(ctx, r.env(ctx, pod, st.Name, port, token), rollbackPlan(pod, st), pod)
+	return r.rolledBack(ctx, pod, st, errors.Join(ctlErr, err), "the target and its checkpoint image were deleted")
 }
 
-// rolledBack ends a rollback of st on pod, the source, once errs (of its
-// steps so far) are none: the checkpoint images go, and the status says
-// the source serves and what else was undone.
-func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, errs []error, undone string) error {
-	errs = append(errs, r.dropImages(ctx, pod, st))
-	if err := errors.Join(errs...); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
+// rollbackPlan is what migrate.RollBack needs to know of migration st of
+// pod.
+func rollbackPlan(pod *corev1.Pod, st Status) migrate.Plan {
+	return migrate.Plan{Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, TargetNode: st.Target, TargetPod: st.TargetPod, Strategy: contract.Strategy(st.Strategy)}
+}
+
+// rolledBack ends a rollback of st on pod, the source, once err (of its
+// steps) is nil: the status says the source serves and what else was
+// undone. Otherwise the rollback is retried.
+func (r *Reconciler) rolledBack(ctx context.Context, pod *corev1.Pod, st Status, err error, undone string) error {
+	if err != nil {
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollbackFailed, "Migrate", "migration %s: %v", st.Name, err)
+		log.FromContext(ctx).Error(err, "rollback failed; retried", "migration", st.Name)
 		return err // retried
 	}
-	st.Phase = PhaseRolledBack
-	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + inject.AnnotationMigrateTo + " again to ask again"
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	st.Phase = contract.PhaseRolledBack
+	st.Message = "the migrator stopped in the middle of this migration; the source was resumed and serves, " + undone + "; set " + contract.AnnotationMigrateTo + " again to ask again"
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	log.FromContext(ctx).Info("rolled back", "migration", st.Name)
 	r.cfg.Metrics.record(ResultRolledBack, st)
 	return r.setStatus(ctx, pod, st)
 }
@@ -480,7 +515,7 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	}
 	var errs []error
 	for _, tag := range []string{st.Name, migrate.ShadowName(st.Name)} {
-		ref := r.cfg.ImageRepo + ":" + migrate.ImageTag(tag)
+		ref := migrate.CheckpointRef(r.cfg.ImageRepo, pod.Namespace, tag, r.cfg.StatusKey)
 		if err := del.DeleteCheckpointImage(ctx, pod.Spec.NodeName, ref); err != nil {
 			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}
@@ -488,16 +523,30 @@ func (r *Reconciler) dropImages(ctx context.Context, pod *corev1.Pod, st Status)
 	return errors.Join(errs...)
 }
 
+// dropServedImages deletes the checkpoint images of migration st, which a
+// restarted controller completed, as Run does once a target serves; what
+// it could not delete is said in the returned text, for the status.
+func (r *Reconciler) dropServedImages(ctx context.Context, pod *corev1.Pod, st Status) string {
+	if r.cfg.KeepImages {
+		return ""
+	}
+	if err := r.dropImages(ctx, pod, st); err != nil {
+		return "; its checkpoint images could not all be deleted (" + err.Error() + "): delete them by hand, each holds the process's memory"
+	}
+	return ""
+}
+
 // rollForward completes a migration whose target had taken over when the
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
 	if err := migrate.Finish(ctx, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
 		return err // retried
 	}
-	st.Phase = PhaseSucceeded
+	st.Phase = contract.PhaseSucceeded
 	st.Message = fmt.Sprintf("the migrator stopped after the target %s had taken over; a restarted migrator completed the migration (the source was deleted); the timings of the handover were lost with it", target.Name)
-	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
+	st.Message += r.dropServedImages(ctx, pod, st)
+	r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, target, st)
 }
@@ -505,22 +554,15 @@ func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, s
 // setStatus writes st to pod's status annotation; once st has ended, it
 // goes into st's History, and the pod's request annotation is removed: it
 // is answered, and the next one is new. Starting a migration
-// (PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
+// (contract.PhaseRunning) is guarded by the pod's resourceVersion: a pod changed
 // meanwhile gives a conflict, and the caller starts over with the new one,
 // so that two controllers never both start it. Later writes are not.
 func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) error {
-	rv, answered := "", ""
-	if st.Phase == PhaseRunning {
-		rv = fmt.Sprintf(`"resourceVersion":%q,`, pod.ResourceVersion)
-	} else {
-		// The request is answered: it goes with the same write, and so
-		// does its override, which holds for one request only.
-		answered = fmt.Sprintf(`,%q:null,%q:null`, inject.AnnotationMigrateTo, inject.AnnotationMigrateForce)
+	body, err := statusPatch(pod, st, r.cfg.StatusKey)
+	if err != nil {
+		return fmt.Errorf("record the migration's status on %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	raw := st.ended().encode()
-	patch := fmt.Sprintf(`{"metadata":{%s"annotations":{%q:%q,%q:%q%s}}}`, rv, inject.AnnotationMigrationStatus, raw,
-		inject.AnnotationMigrationStatusSignature, statusSignature(r.cfg.StatusKey, pod.Namespace, raw), answered)
-	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	got, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, body, metav1.PatchOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -530,4 +572,36 @@ func (r *Reconciler) setStatus(ctx context.Context, pod *corev1.Pod, st Status) 
 	pod.ResourceVersion = got.ResourceVersion
 	pod.Annotations = got.Annotations
 	return nil
+}
+
+// statusPatch is the merge patch that writes st, signed with key, to pod
+// (see setStatus).
+func statusPatch(pod *corev1.Pod, st Status, key []byte) ([]byte, error) {
+	raw := st.ended().encode()
+	sig := statusSignature(key, pod.Namespace, raw)
+	patch := mergePatch{Metadata: patchMeta{Annotations: map[string]*string{
+		contract.AnnotationMigrationStatus:          &raw,
+		contract.AnnotationMigrationStatusSignature: &sig,
+	}}}
+	if st.Phase == contract.PhaseRunning {
+		patch.Metadata.ResourceVersion = pod.ResourceVersion
+	} else {
+		// The request is answered: it goes with the same write, and so
+		// does its override, which holds for one request only.
+		patch.Metadata.Annotations[contract.AnnotationMigrateTo] = nil
+		patch.Metadata.Annotations[contract.AnnotationMigrateForce] = nil
+	}
+	return json.Marshal(patch)
+}
+
+// mergePatch is a JSON merge patch (RFC 7386) of a pod's metadata: an
+// annotation set to nil is removed, and a resourceVersion makes the patch
+// fail with a conflict if the pod changed since it was read.
+type mergePatch struct {
+	Metadata patchMeta `json:"metadata"`
+}
+
+type patchMeta struct {
+	ResourceVersion string             `json:"resourceVersion,omitempty"`
+	Annotations     map[string]*string `json:"annotations,omitempty"`
 }

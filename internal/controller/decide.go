@@ -1,27 +1,6 @@
 package controller
 
-// Event reasons, Normal and Warning alike.
-const (
-	ReasonStarted   = "MigrationStarted"
-	ReasonPhase     = "MigrationPhase"
-	ReasonSucceeded = "MigrationSucceeded"
-	ReasonFailed    = "MigrationFailed"
-	ReasonRejected  = "MigrationRejected"
-	// ReasonTargetNotAllowed: a request refused because the pod's node
-	// selector, required node affinity or the target's taints keep it off
-	// the target (migrate.NotPlaceable).
-	ReasonTargetNotAllowed  = "MigrationTargetNotAllowed"
-	ReasonInProgress        = "MigrationInProgress" // a request refused because one runs
-	ReasonRolledBack        = "MigrationRolledBack"
-	ReasonRollbackFailed    = "MigrationRollbackFailed"
-	ReasonRollForwardFailed = "MigrationRollForwardFailed"
-	ReasonContinued         = "MigrationContinued"
-	ReasonPending           = "MigrationPending"
-	// ReasonForgedStatus: the pod's migration status is not signed by
-	// this controller's key; it is ignored (no rollback, no image
-	// deletion).
-	ReasonForgedStatus = "ForgedMigrationStatus"
-)
+import "github.com/ms2m/ms2m/internal/contract"
 
 // A request is the pod's ms2m.io/migrate-to annotation. The controller
 // answers each request once, and removes the annotation with the same
@@ -76,11 +55,11 @@ func decide(s situation) Action {
 		return ActNone
 	case s.hasStatus && s.statusBad:
 		return ActBadStatus
-	case s.hasStatus && s.status.Phase == PhaseRunning && s.ours && s.migrateTo != s.status.Target:
+	case s.hasStatus && s.status.Phase == contract.PhaseRunning && s.ours && s.migrateTo != s.status.Target:
 		return ActBusy
-	case s.hasStatus && s.status.Phase == PhaseRunning && s.ours:
+	case s.hasStatus && s.status.Phase == contract.PhaseRunning && s.ours:
 		return ActWait
-	case s.hasStatus && s.status.Phase == PhaseRunning:
+	case s.hasStatus && s.status.Phase == contract.PhaseRunning:
 		return ActRollBack
 	case s.targetOfOurs:
 		return ActBusy

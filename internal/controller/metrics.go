@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // Result is how a requested migration ended, as the result label of
@@ -134,8 +134,8 @@ func (m *Metrics) record(result Result, st Status) {
 // strategyLabel bounds the strategy label to the strategies there are: a
 // status read back from an annotation may hold anything.
 func strategyLabel(s string) string {
-	switch migrate.Strategy(s) {
-	case migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy, migrate.CRIUAlone:
+	switch contract.Strategy(s) {
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff, contract.StrategyStopAndCopy, contract.StrategyCRIUAlone:
 		return s
 	}
 	return "unknown"

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -31,7 +31,7 @@ func newTestMetrics(t *testing.T) (*Metrics, *prometheus.Registry) {
 func TestMetricsRecord(t *testing.T) {
 	m, reg := newTestMetrics(t)
 	ok := Status{Strategy: "ms2m", Report: &migrate.Report{
-		Strategy: migrate.MS2M, Total: 6 * time.Second, Downtime: 40 * time.Millisecond,
+		Strategy: contract.StrategyMS2M, Total: 6 * time.Second, Downtime: 40 * time.Millisecond,
 		Phases: []migrate.Phase{{Name: "checkpoint", Took: 300 * time.Millisecond}, {Name: "restore", Took: 3 * time.Second}},
 	}}
 	failed := Status{Strategy: "stop-and-copy", Report: &migrate.Report{
@@ -150,7 +150,7 @@ func TestNewMetricsShares(t *testing.T) {
 func TestReconcileCountsRejections(t *testing.T) {
 	m, _ := newTestMetrics(t)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "consumer-0",
-		Annotations: map[string]string{inject.AnnotationMigrateTo: "n2", inject.AnnotationStrategy: "stop-and-copy"}}}
+		Annotations: map[string]string{contract.AnnotationMigrateTo: "n2", contract.AnnotationStrategy: "stop-and-copy"}}}
 	cs := fake.NewClientset(pod)
 	r := New(Config{Client: cs, Events: discard{}, Metrics: m})
 	if _, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: "consumer-0"}}); err != nil {
@@ -167,7 +167,7 @@ func TestReconcileCountsRejections(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, ok, err := statusOf(got)
-	if err != nil || !ok || st.Phase != PhaseFailed || !strings.Contains(st.Message, "no ms2m sidecar") {
+	if err != nil || !ok || st.Phase != contract.PhaseFailed || !strings.Contains(st.Message, "no ms2m sidecar") {
 		t.Errorf("status %+v %v %v, want Failed for the missing sidecar", st, ok, err)
 	}
 }

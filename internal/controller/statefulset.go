@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -50,27 +51,9 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 			return r.continueShadow(ctx, pod, st, port, token)
 		}
 	}
-	var errs []error
-	if shadow != nil {
-		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, shadow.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadow.Name, err))
-		}
-	}
-	// The record is unused while the source exists; left, it would turn
-	// the pod's next recreation into a stale restore.
-	cms := cs.CoreV1().ConfigMaps(pod.Namespace)
-	name := inject.PendingConfigMapName(pod.Name)
-	if cm, err := cms.Get(ctx, name, metav1.GetOptions{}); err == nil && cm.Labels[inject.LabelMigration] == migrate.MigrationLabel(st.Name) {
-		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err))
-		}
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		errs = append(errs, fmt.Errorf("the pending-migration ConfigMap %s: %w", name, err))
-	}
-	if err := endpoint(pod).Resume(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	return r.rolledBack(ctx, pod, st, errs, "the shadow, the pending-migration record and the checkpoint images were deleted")
+	// The same undo steps as a migration that fails (migrate.RollBack).
+	err = migrate.RollBack(ctx, r.env(ctx, pod, st.Name, port, token), rollbackPlan(pod, st), pod)
+	return r.rolledBack(ctx, pod, st, err, "the shadow, the pending-migration record and the checkpoint images were deleted")
 }
 
 // continueShadow completes statefulset-shadow migration st, whose shadow
@@ -78,16 +61,17 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Status, port int, token string) error {
 	r.running.Store(st.Name, true)
 	defer r.running.Delete(st.Name)
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonContinued, "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
-	rep, err := migrate.ContinueShadow(ctx, r.env(pod, st.Name, port, token), migrate.Plan{
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationContinued, "Migrate", "migration %s: the shadow %s had taken over when the migrator stopped; continuing from it", st.Name, migrate.ShadowName(st.Name))
+	rep, err := migrate.ContinueShadow(ctx, r.env(ctx, pod, st.Name, port, token), migrate.Plan{
 		Name: st.Name, Namespace: pod.Namespace, Pod: pod.Name, Container: inject.AppContainer(pod),
-		TargetNode: st.Target, TargetPod: pod.Name, Strategy: migrate.StatefulSetShadow, Timeout: r.cfg.Timeout,
+		TargetNode: st.Target, TargetPod: pod.Name, Strategy: contract.StrategyStatefulSetShadow, Timeout: r.cfg.Timeout,
+		ThawAfterDump: r.cfg.ThawAfterDump,
 	})
 	if err != nil {
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonRollForwardFailed, "Migrate", "migration %s: %v", st.Name, err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: %v", st.Name, err)
 		return err // retried; once the source is gone, reconcilePending goes on
 	}
-	st.Phase, st.Report, st.TargetPod = PhaseSucceeded, &rep, pod.Name
+	st.Phase, st.Report, st.TargetPod = contract.PhaseSucceeded, &rep, pod.Name
 	st.Message = "the migrator stopped after the shadow had taken over; a restarted migrator completed the migration from the shadow; the first handover's timings were lost with it"
 	return r.succeeded(ctx, pod.Namespace, pod.Name, st)
 }
@@ -97,7 +81,7 @@ func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Sta
 // gone, it completes it (migrate.FinishPending).
 func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cs := r.cfg.Client
-	podName := strings.TrimPrefix(req.Name, inject.PendingConfigMapPrefix)
+	podName := strings.TrimPrefix(req.Name, contract.PendingConfigMapPrefix)
 	cm, err := cs.CoreV1().ConfigMaps(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil
@@ -105,7 +89,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	migration := cm.Labels[inject.LabelMigration]
+	migration := cm.Labels[contract.LabelMigration]
 	if r.isRunning(migration) {
 		return reconcile.Result{RequeueAfter: time.Minute}, nil // ours, under way
 	}
@@ -124,20 +108,24 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	}
 	r.running.Store(migration, true)
 	defer r.running.Delete(migration)
-	out, err := migrate.FinishPending(ctx, r.env(pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
+	out, err := migrate.FinishPending(ctx, r.env(ctx, pod, migration, port, token), req.Namespace, podName, r.cfg.Timeout)
 	switch {
 	case err != nil && out.Ours:
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPending, "Migrate", "%v", err)
+		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationPending, "Migrate", "%v", err)
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	case err != nil:
 		return reconcile.Result{}, err
 	case !out.Ours:
 		return reconcile.Result{}, nil // the source still runs: its own status drives it
 	case !out.Done:
+		if out.Redone != "" {
+			r.cfg.Events.Eventf(cm, nil, corev1.EventTypeWarning, contract.ReasonMigrationRestoreRedone, "Migrate", "migration %s: %s; the restored pod %s was deleted, for its StatefulSet to make it again as a restore", migration, out.Redone, podName)
+		}
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
 	}
-	st := Status{Name: migration, Phase: PhaseSucceeded, Strategy: string(out.Strategy), Target: out.Node, TargetPod: podName, Started: cm.CreationTimestamp.Time,
+	st := Status{Name: migration, Phase: contract.PhaseSucceeded, Strategy: string(out.Strategy), Target: out.Node, TargetPod: podName, Started: cm.CreationTimestamp.Time,
 		Message: "the migrator stopped after it had deleted the source; a restarted migrator completed the migration from its pending-migration record; its timings were lost with it"}
+	st.Message += r.dropServedImages(ctx, pod, st)
 	return reconcile.Result{}, r.succeeded(ctx, req.Namespace, podName, st)
 }
 
@@ -148,7 +136,7 @@ func (r *Reconciler) succeeded(ctx context.Context, ns, name string, st Status) 
 	if err != nil {
 		return fmt.Errorf("migration %s succeeded, but its pod: %w", st.Name, err)
 	}
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, ReasonSucceeded, "Migrate", "migration %s: %s", st.Name, st.Message)
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s: %s", st.Name, st.Message)
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	return r.setStatus(ctx, pod, st)
 }

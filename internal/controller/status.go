@@ -1,35 +1,22 @@
 package controller
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
-// Phase is where a requested migration is.
-type Phase string
-
-const (
-	PhaseRunning    Phase = "Running"
-	PhaseSucceeded  Phase = "Succeeded"
-	PhaseFailed     Phase = "Failed"
-	PhaseRolledBack Phase = "RolledBack"
-)
-
-// Status is the JSON in inject.AnnotationMigrationStatus: the pod's last
+// Status is the JSON in contract.AnnotationMigrationStatus: the pod's last
 // request and what became of it, and the ones before.
 type Status struct {
 	Name      string          `json:"name"`
-	Phase     Phase           `json:"phase"`
+	Phase     contract.Phase  `json:"phase"`
 	Strategy  string          `json:"strategy"`
 	Source    string          `json:"source,omitempty"` // node the pod ran on
 	Target    string          `json:"target"`           // node
@@ -48,19 +35,19 @@ const HistoryLen = 5
 
 // Entry is one ended request in a Status's History.
 type Entry struct {
-	Name     string        `json:"name,omitempty"` // "" for a request refused before it was named
-	Outcome  Phase         `json:"outcome"`
-	From     string        `json:"from,omitempty"` // node
-	To       string        `json:"to"`             // node
-	Started  time.Time     `json:"started"`
-	Total    time.Duration `json:"total,omitempty"`
-	Downtime time.Duration `json:"downtime,omitempty"`
+	Name     string         `json:"name,omitempty"` // "" for a request refused before it was named
+	Outcome  contract.Phase `json:"outcome"`
+	From     string         `json:"from,omitempty"` // node
+	To       string         `json:"to"`             // node
+	Started  time.Time      `json:"started"`
+	Total    time.Duration  `json:"total,omitempty"`
+	Downtime time.Duration  `json:"downtime,omitempty"`
 }
 
 // ended returns st with its own Entry first in its History, once st has
 // ended; st itself is not changed.
 func (st Status) ended() Status {
-	if st.Phase == PhaseRunning || st.Phase == "" {
+	if st.Phase == contract.PhaseRunning || st.Phase == "" {
 		return st
 	}
 	e := Entry{Name: st.Name, Outcome: st.Phase, From: st.Source, To: st.Target, Started: st.Started}
@@ -84,13 +71,13 @@ func (st Status) ended() Status {
 
 // statusOf reads a pod's migration status, if it has one.
 func statusOf(p *corev1.Pod) (Status, bool, error) {
-	v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+	v, ok := p.Annotations[contract.AnnotationMigrationStatus]
 	if !ok {
 		return Status{}, false, nil
 	}
 	st, err := DecodeStatus(v)
 	if err != nil {
-		return Status{}, true, fmt.Errorf("annotation %s is not the migrator's JSON: %w", inject.AnnotationMigrationStatus, err)
+		return Status{}, true, fmt.Errorf("annotation %s is not the migrator's JSON: %w", contract.AnnotationMigrationStatus, err)
 	}
 	return st, true, nil
 }
@@ -110,50 +97,42 @@ func (st Status) encode() string {
 // request is a validated migration request.
 type request struct {
 	node      string
-	strategy  migrate.Strategy
+	strategy  contract.Strategy
 	replayMax time.Duration
-	cutoff    migrate.CutoffRule
+	cutoff    contract.CutoffRule
 }
 
 // parseRequest reads and checks the request annotations. The webhook
 // checked their syntax when the pod was admitted; annotations added later
 // are checked here, with messages that name the annotation.
 func parseRequest(p *corev1.Pod) (request, error) {
-	r := request{node: p.Annotations[inject.AnnotationMigrateTo], strategy: migrate.MS2M}
+	r := request{node: p.Annotations[contract.AnnotationMigrateTo], strategy: contract.StrategyMS2M}
 	if r.node == "" {
-		return r, fmt.Errorf("annotation %s is empty: name the target node", inject.AnnotationMigrateTo)
+		return r, fmt.Errorf("annotation %s is empty: name the target node", contract.AnnotationMigrateTo)
 	}
-	switch s := migrate.Strategy(p.Annotations[inject.AnnotationStrategy]); s {
-	case "", migrate.Auto:
+	s, err := contract.ParseStrategy(p.Annotations[contract.AnnotationStrategy])
+	if err != nil {
+		return r, fmt.Errorf("annotation %s: %w", contract.AnnotationStrategy, err)
+	}
+	r.strategy = s
+	if s == contract.StrategyAuto {
 		r.strategy = migrate.ByOwner(p)
-	case migrate.MS2M, migrate.MS2MCutoff, migrate.StopAndCopy, migrate.CRIUAlone, migrate.StatefulSet, migrate.StatefulSetShadow:
-		r.strategy = s
-	default:
-		return r, fmt.Errorf("annotation %s: %q is not a strategy; want one of %s", inject.AnnotationStrategy, s, strategyList())
 	}
-	if v, ok := p.Annotations[inject.AnnotationCutoff]; ok {
-		rule, err := migrate.ParseCutoffRule(v)
+	if v, ok := p.Annotations[contract.AnnotationCutoff]; ok {
+		rule, err := contract.ParseCutoffRule(v)
 		if err != nil {
-			return r, fmt.Errorf("annotation %s: %w", inject.AnnotationCutoff, err)
+			return r, fmt.Errorf("annotation %s: %w", contract.AnnotationCutoff, err)
 		}
 		r.cutoff = rule
 	}
-	if v := p.Annotations[inject.AnnotationReplayMax]; v != "" {
+	if v := p.Annotations[contract.AnnotationReplayMax]; v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return r, fmt.Errorf("annotation %s: %q is not a positive Go duration like 5s", inject.AnnotationReplayMax, v)
+			return r, fmt.Errorf("annotation %s: %q is not a positive Go duration like 5s", contract.AnnotationReplayMax, v)
 		}
 		r.replayMax = d
 	}
 	return r, nil
-}
-
-func strategyList() string {
-	var names []string
-	for _, s := range migrate.Strategies {
-		names = append(names, string(s))
-	}
-	return strings.Join(names, ", ")
 }
 
 // A status is trusted only if the controller signed it: an HMAC-SHA256,
@@ -167,21 +146,19 @@ const statusSigContext = "ms2m.io/migration-status/v1"
 
 // statusSignature signs raw, the status JSON, for namespace.
 func statusSignature(key []byte, namespace, raw string) string {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(statusSigContext + "\x00" + namespace + "\x00" + raw))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	return sign.MAC(key, statusSigContext, namespace, raw)
 }
 
 // signedByUs says whether p's status carries a valid signature by key.
 // A status without one (forged, or written before statuses were signed)
 // is not.
 func signedByUs(key []byte, p *corev1.Pod) bool {
-	raw, ok := p.Annotations[inject.AnnotationMigrationStatus]
-	sig := p.Annotations[inject.AnnotationMigrationStatusSignature]
+	raw, ok := p.Annotations[contract.AnnotationMigrationStatus]
+	sig := p.Annotations[contract.AnnotationMigrationStatusSignature]
 	if !ok || sig == "" {
 		return false
 	}
-	return hmac.Equal([]byte(sig), []byte(statusSignature(key, p.Namespace, raw)))
+	return sign.Valid(key, sig, statusSigContext, p.Namespace, raw)
 }
 
 // SignedAnnotations are the annotations that record st on a pod of
@@ -191,7 +168,7 @@ func signedByUs(key []byte, p *corev1.Pod) bool {
 func SignedAnnotations(key []byte, namespace string, st Status) map[string]string {
 	raw := st.encode()
 	return map[string]string{
-		inject.AnnotationMigrationStatus:          raw,
-		inject.AnnotationMigrationStatusSignature: statusSignature(key, namespace, raw),
+		contract.AnnotationMigrationStatus:          raw,
+		contract.AnnotationMigrationStatusSignature: statusSignature(key, namespace, raw),
 	}
 }

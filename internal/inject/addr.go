@@ -1,7 +1,6 @@
 package inject
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -32,22 +31,16 @@ type brokerAddr struct {
 	rest     string // "/vhost?query#fragment" as written, or ""
 }
 
-// errTLS says that an address asks for TLS, which the sidecar cannot proxy.
-var errTLS = errors.New("TLS to the broker is not supported by the sidecar yet")
-
-// parseBrokerAddr parses s. A scheme other than amqp is an error; amqps is
-// errTLS.
+// parseBrokerAddr parses s. A scheme other than amqp or amqps is an error.
 func parseBrokerAddr(s string) (brokerAddr, error) {
 	var a brokerAddr
 	rest := s
 	if i := strings.Index(s, "://"); i >= 0 {
 		a.scheme, rest = s[:i], s[i+3:]
 		switch strings.ToLower(a.scheme) {
-		case "amqp":
-		case "amqps":
-			return a, errTLS
+		case "amqp", "amqps":
 		default:
-			return a, fmt.Errorf("the scheme %q is not amqp://", a.scheme)
+			return a, fmt.Errorf("the scheme %q is neither amqp:// nor amqps://", a.scheme)
 		}
 	}
 	authority := rest
@@ -113,14 +106,37 @@ func parsePort(s string) (int32, error) {
 	return int32(n), nil
 }
 
+// defaultAMQPSPort is the broker port of an amqps:// URL that names none.
+const defaultAMQPSPort = 5671
+
+// isTLS says whether the address is amqps://.
+func (a brokerAddr) isTLS() bool { return strings.EqualFold(a.scheme, "amqps") }
+
 // upstream is the address's broker as host:port, the host in lower case,
-// the port defaulted: what the sidecar dials.
-func (a brokerAddr) upstream() string {
+// the port defaulted (5671 for amqps): what the sidecar dials.
+func (a brokerAddr) upstream() string { return a.upstreamWithDefault(a.isTLS()) }
+
+// upstreamWithDefault is upstream with the default port of TLS or not.
+func (a brokerAddr) upstreamWithDefault(tls bool) string {
 	port := a.port
 	if port == "" {
 		port = strconv.Itoa(defaultAMQPPort)
+		if tls {
+			port = strconv.Itoa(defaultAMQPSPort)
+		}
 	}
 	return net.JoinHostPort(strings.ToLower(a.host), port)
+}
+
+// plain is the address as the app writes it to reach the sidecar: its
+// host and port replaced, amqps:// turned into amqp:// (TLS is the
+// sidecar's now), every other part as written.
+func (a brokerAddr) plain(host string, port int32) brokerAddr {
+	a = a.withHostPort(host, port)
+	if a.isTLS() {
+		a.scheme = a.scheme[:4]
+	}
+	return a
 }
 
 // isLoopback says whether the address is the pod itself.

@@ -1,7 +1,7 @@
 package inject
 
 import (
-	"errors"
+	"strings"
 	"testing"
 )
 
@@ -74,7 +74,12 @@ func TestParseBrokerAddr(t *testing.T) {
 			wantLocal:    "user:pw@127.0.0.1:15672/orders",
 			wantMasked:   "user:xxxxx@rabbit:5672/orders",
 		},
-		"amqps":              {in: "amqps://u:p@rabbit:5671/", wantErr: true, wantTLS: true},
+		"amqps": {
+			in: "amqps://u:p@rabbit/", wantTLS: true,
+			wantUpstream: "rabbit:5671",
+			wantLocal:    "amqps://u:p@127.0.0.1:15672/",
+			wantMasked:   "amqps://u:xxxxx@rabbit/",
+		},
 		"http":               {in: "http://rabbit:15672/", wantErr: true},
 		"no host":            {in: "amqp://", wantErr: true},
 		"no host, user only": {in: "amqp://u:p@/vhost", wantErr: true},
@@ -91,17 +96,20 @@ func TestParseBrokerAddr(t *testing.T) {
 			if gotErr := err != nil; gotErr != tt.wantErr {
 				t.Fatalf("parseBrokerAddr(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
 			}
-			if errors.Is(err, errTLS) != tt.wantTLS {
-				t.Errorf("parseBrokerAddr(%q) error = %v, want errTLS %v", tt.in, err, tt.wantTLS)
-			}
 			if err != nil {
 				return
+			}
+			if a.isTLS() != tt.wantTLS {
+				t.Errorf("parseBrokerAddr(%q).isTLS() = %v, want %v", tt.in, a.isTLS(), tt.wantTLS)
 			}
 			if got := a.upstream(); got != tt.wantUpstream {
 				t.Errorf("upstream() = %q, want %q", got, tt.wantUpstream)
 			}
 			if got := a.withHostPort(localhost, 15672).String(); got != tt.wantLocal {
 				t.Errorf("rewritten = %q, want %q", got, tt.wantLocal)
+			}
+			if got, want := a.plain(localhost, 15672).String(), strings.Replace(tt.wantLocal, "amqps://", "amqp://", 1); got != want {
+				t.Errorf("plain() = %q, want %q", got, want)
 			}
 			if got := a.masked(); got != tt.wantMasked {
 				t.Errorf("masked() = %q, want %q", got, tt.wantMasked)

@@ -10,9 +10,11 @@ import (
 
 // Defaults for the Config fields left zero.
 const (
-	DefaultListenPort  int32 = 5672
-	DefaultControlPort int32 = 8089
-	DefaultRunAsUser   int64 = 65532
+	DefaultListenPort int32 = 5672
+	// DefaultNATSListenPort is the listen port of a NATS app's sidecar.
+	DefaultNATSListenPort int32 = 4222
+	DefaultControlPort    int32 = 8089
+	DefaultRunAsUser      int64 = 65532
 )
 
 // ControlPortName names the sidecar's control API port in its container
@@ -26,6 +28,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ControlPort == 0 {
 		c.ControlPort = DefaultControlPort
+	}
+	if c.NATSListenPort == 0 {
+		c.NATSListenPort = DefaultNATSListenPort
 	}
 	if c.RunAsUser == 0 {
 		c.RunAsUser = DefaultRunAsUser
@@ -55,13 +60,19 @@ func (c Config) Validate() error {
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"listenPort", c.ListenPort}, {"controlPort", c.ControlPort}} {
+	}{{"listenPort", c.ListenPort}, {"controlPort", c.ControlPort}, {"natsListenPort", c.NATSListenPort}} {
 		if p.port < 1 || p.port > 65535 {
 			errs = append(errs, fmt.Errorf("%s %d: use a port from 1 to 65535", p.name, p.port))
 		}
 	}
 	if c.ListenPort == c.ControlPort {
 		errs = append(errs, fmt.Errorf("listenPort and controlPort are both %d: the sidecar needs two ports", c.ListenPort))
+	}
+	if c.NATSListenPort == c.ControlPort {
+		errs = append(errs, fmt.Errorf("natsListenPort and controlPort are both %d: the sidecar needs two ports", c.NATSListenPort))
+	}
+	if (c.NATSURL.Name == "") != (c.NATSURL.Key == "") {
+		errs = append(errs, errors.New("natsURL: set both the name and the key of the Secret that holds the NATS URL, or neither"))
 	}
 	if c.LogMaxAge != "" {
 		if d, err := time.ParseDuration(c.LogMaxAge); err != nil || d < 0 {

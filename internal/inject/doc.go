@@ -45,7 +45,10 @@
 // written. The original broker becomes the sidecar's MS2M_UPSTREAM. A var
 // that cannot be rewritten (valueFrom, amqps://, malformed, localhost) is
 // listed in Result.Skipped and the rest is still injected; if none can be,
-// the pod is left alone. Passwords appear as xxxxx in everything this
+// the pod is left alone. A container that sets none of them but NATS_URL or
+// NATS_SERVERS speaks NATS: its first server is pointed at
+// 127.0.0.1:NATSListenPort and the sidecar runs with MS2M_BROKER=nats
+// (only when Config.NATSURL names the replay log's server). Passwords appear as xxxxx in everything this
 // package writes or says.
 //
 // # Restores

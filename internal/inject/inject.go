@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // StatusVersion is Status.Version as this package writes it.
@@ -79,15 +81,15 @@ func Inject(in Input, cfg Config) (Result, error) {
 		if !asked {
 			return Result{Skipped: []string{ReasonNotOptedIn + reason}}, nil
 		}
-		if pod.Annotations[AnnotationInject] == "false" || pod.Labels[LabelInject] == "false" {
-			warnings = append(warnings, fmt.Sprintf("%s is \"false\", but the pod is a restore target: injected all the same", AnnotationInject))
+		if pod.Annotations[contract.AnnotationInject] == "false" || pod.Labels[contract.LabelInject] == "false" {
+			warnings = append(warnings, fmt.Sprintf("%s is \"false\", but the pod is a restore target: injected all the same", contract.AnnotationInject))
 		}
 	}
 
 	if !injected {
 		if name, ok := foreignSidecar(pod); ok {
 			return Result{Warnings: warnings}, denyf("%s named %s exists but was not injected by ms2m (the pod has no %s annotation); rename it",
-				name, SidecarName, AnnotationStatus)
+				name, SidecarName, contract.AnnotationStatus)
 		}
 	}
 
@@ -96,7 +98,7 @@ func Inject(in Input, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{Warnings: warnings}, err
 	}
-	restore, w, err := restoreRequest(pod, in.Pending)
+	restore, w, err := restoreRequest(pod, in.Pending, cfg)
 	warnings = append(warnings, w...)
 	if err != nil {
 		return Result{Warnings: warnings}, err
@@ -125,6 +127,9 @@ func Inject(in Input, cfg Config) (Result, error) {
 		// A copy of an injected pod: the app's settings point at the
 		// sidecar already; make that sidecar replay.
 		sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
+		if restore != nil && isNATSSidecar(sidecar) {
+			return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
+		}
 		lines := applyRestore(out, app, sidecar, restore)
 		var kept []string
 		for _, l := range status.Rewritten {
@@ -139,7 +144,34 @@ func Inject(in Input, cfg Config) (Result, error) {
 		return Result{Pod: out, Rewritten: lines, Warnings: warnings, Restore: restore}, nil
 	}
 
-	br := rewriteBroker(app, pod.Annotations[AnnotationBrokerEnv], cfg.ListenPort)
+	br := rewriteBroker(app, pod.Annotations[contract.AnnotationBrokerEnv], cfg.ListenPort)
+	nats := false
+	if br.fatal != "" && br.considered == 0 {
+		// No AMQP setting at all: a NATS app, perhaps.
+		nb, considered := rewriteNATS(app, cfg.NATSListenPort)
+		switch {
+		case considered == 0:
+		case nb.fatal != "":
+			return leaveAlone(append(nb.skipped, nb.fatal))
+		case cfg.NATSURL.Name == "":
+			return leaveAlone(append(nb.skipped, fmt.Sprintf("container %q speaks NATS (%s), but the webhook has no natsURL configured for the replay log",
+				app.Name, strings.Join(wellKnownNATSEnv, ", "))))
+		default:
+			br, nats = nb, true
+		}
+	}
+	if !nats && br.fatal != "" && br.noneSet && pod.Annotations[contract.AnnotationBrokerEnv] == "" {
+		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
+			br = fa
+		}
+	}
+	if !nats {
+		if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
+			br.fatal = fatal
+		} else if warning != "" {
+			br.skipped = append(br.skipped, warning)
+		}
+	}
 	if br.fatal != "" {
 		return leaveAlone(append(br.skipped, br.fatal))
 	}
@@ -152,23 +184,33 @@ func Inject(in Input, cfg Config) (Result, error) {
 		skipped = append(skipped, reason)
 	}
 
-	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue}
-	if v, ok := pod.Annotations[AnnotationLogName]; ok {
+	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue, nats: nats}
+	if v, ok := pod.Annotations[contract.AnnotationLogName]; ok {
 		spec.logName = v
 	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
 		return Result{Warnings: warnings}, denyf("%s", msg)
 	}
 	spec.logMaxAge = cfg.LogMaxAge
-	if v, ok := pod.Annotations[AnnotationLogMaxAge]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationLogMaxAge]; ok {
 		spec.logMaxAge = v
 	}
 	if cfg.LogMaxBytes > 0 {
 		spec.logMaxBytes = fmt.Sprint(cfg.LogMaxBytes)
 	}
-	if v, ok := pod.Annotations[AnnotationLogMaxBytes]; ok {
+	if v, ok := pod.Annotations[contract.AnnotationLogMaxBytes]; ok {
 		spec.logMaxBytes = v
 	}
-	out.Spec.InitContainers = append(out.Spec.InitContainers, sidecarContainer(cfg, spec))
+	if nats && restore != nil {
+		return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
+	}
+	sc := sidecarContainer(cfg, spec)
+	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts
+	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
+	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
+	if err != nil {
+		return Result{Warnings: warnings}, err
+	}
+	rewritten = append(rewritten, tlsLines...)
 
 	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
 	if restore != nil {
@@ -184,31 +226,31 @@ func Inject(in Input, cfg Config) (Result, error) {
 }
 
 // optedIn says whether the pod opted in, and if not, why not.
-// AnnotationInject and LabelInject have been checked to be "true", "false"
+// contract.AnnotationInject and contract.LabelInject have been checked to be "true", "false"
 // or absent. A "false" in either opts out; else a "true" in either opts
 // in; else the namespace's label decides.
 func optedIn(pod *corev1.Pod, nsLabels map[string]string) (string, bool) {
-	label, hasLabel := nsLabels[LabelNamespaceInject]
-	ann, hasAnn := pod.Annotations[AnnotationInject]
-	podLabel, hasPodLabel := pod.Labels[LabelInject]
+	label, hasLabel := nsLabels[contract.LabelNamespaceInject]
+	ann, hasAnn := pod.Annotations[contract.AnnotationInject]
+	podLabel, hasPodLabel := pod.Labels[contract.LabelInject]
 	var out string
 	switch {
 	case hasAnn && ann == "false":
-		out = fmt.Sprintf("annotation %s is \"false\"", AnnotationInject)
+		out = fmt.Sprintf("annotation %s is \"false\"", contract.AnnotationInject)
 	case hasPodLabel && podLabel == "false":
-		out = fmt.Sprintf("label %s is \"false\"", LabelInject)
+		out = fmt.Sprintf("label %s is \"false\"", contract.LabelInject)
 	case ann == "true" || podLabel == "true":
 		return "", true
 	case label == "enabled":
 		return "", true
 	case hasLabel:
 		return fmt.Sprintf("the pod has neither the annotation nor the label %s: \"true\", and its namespace's label %s is %s, not \"enabled\"",
-			AnnotationInject, LabelNamespaceInject, quote(label)), false
+			contract.AnnotationInject, contract.LabelNamespaceInject, quote(label)), false
 	default:
-		return fmt.Sprintf("the pod has neither the annotation nor the label %s: \"true\", nor its namespace the label %s=enabled", AnnotationInject, LabelNamespaceInject), false
+		return fmt.Sprintf("the pod has neither the annotation nor the label %s: \"true\", nor its namespace the label %s=enabled", contract.AnnotationInject, contract.LabelNamespaceInject), false
 	}
 	if label == "enabled" {
-		out += fmt.Sprintf(" (it overrides the namespace's label %s=enabled)", LabelNamespaceInject)
+		out += fmt.Sprintf(" (it overrides the namespace's label %s=enabled)", contract.LabelNamespaceInject)
 	}
 	return out, false
 }
@@ -217,7 +259,7 @@ func optedIn(pod *corev1.Pod, nsLabels map[string]string) (string, bool) {
 // as injected when it has both the sidecar init container and the status
 // annotation; a status that does not parse reads as empty.
 func injectedStatus(pod *corev1.Pod) (Status, bool) {
-	raw, ok := pod.Annotations[AnnotationStatus]
+	raw, ok := pod.Annotations[contract.AnnotationStatus]
 	if !ok || sidecarIndex(pod.Spec.InitContainers) < 0 {
 		return Status{}, false
 	}
@@ -253,13 +295,13 @@ func sidecarIndex(cs []corev1.Container) int {
 }
 
 // appContainer is the container whose broker settings are rewritten and
-// whose image a restore replaces: the one AnnotationContainer names
+// whose image a restore replaces: the one contract.AnnotationContainer names
 // (checked to exist), else the first.
 func appContainer(pod *corev1.Pod) *corev1.Container {
 	if len(pod.Spec.Containers) == 0 {
 		return nil
 	}
-	if name, ok := pod.Annotations[AnnotationContainer]; ok {
+	if name, ok := pod.Annotations[contract.AnnotationContainer]; ok {
 		for i := range pod.Spec.Containers {
 			if pod.Spec.Containers[i].Name == name {
 				return &pod.Spec.Containers[i]
@@ -296,15 +338,15 @@ func podProblems(pod *corev1.Pod, cfg Config) []string {
 	return reasons
 }
 
-// setStatus writes st as the pod's AnnotationStatus.
+// setStatus writes st as the pod's contract.AnnotationStatus.
 func setStatus(pod *corev1.Pod, st Status) error {
 	raw, err := json.Marshal(st)
 	if err != nil {
-		return fmt.Errorf("inject: encode the %s annotation: %w", AnnotationStatus, err)
+		return fmt.Errorf("inject: encode the %s annotation: %w", contract.AnnotationStatus, err)
 	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationStatus] = string(raw)
+	pod.Annotations[contract.AnnotationStatus] = string(raw)
 	return nil
 }

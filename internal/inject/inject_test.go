@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -16,6 +17,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current output")
@@ -26,6 +29,7 @@ var testConfig = Config{
 	SidecarImage:    "ghcr.io/ms2m/sidecar:v0.1.0",
 	ImagePullPolicy: corev1.PullIfNotPresent,
 	StreamURI:       SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
+	NATSURL:         SecretKey{Name: "ms2m-nats", Key: "url"},
 	ControlToken:    SecretKey{Name: "ms2m-control", Key: "token"},
 	LogMaxAge:       "24h",
 	Resources: corev1.ResourceRequirements{
@@ -37,7 +41,12 @@ var testConfig = Config{
 			corev1.ResourceMemory: resource.MustParse("128Mi"),
 		},
 	},
+	RestoreKey: []byte("golden-signing-key-0123456789"),
+	Now:        func() time.Time { return goldenNow },
 }
+
+// goldenNow is the clock of every golden case.
+var goldenNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // goldenCase is the envelope of testdata/<case>.yaml: the Input, written
 // as YAML. Comments at its top say what the case is about.
@@ -45,6 +54,60 @@ type goldenCase struct {
 	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
 	Pending         *Migration        `json:"pending,omitempty"`
 	Pod             *corev1.Pod       `json:"pod"`
+	// Sign has the test sign the case's restore instruction (the pod's
+	// restore annotations and the pending migration) with testConfig's
+	// key, as the controller does.
+	Sign *goldenSign `json:"sign,omitempty"`
+}
+
+// goldenSign says how a case's instruction is signed: for the pod's own
+// namespace and name unless Namespace or Pod say another, valid for
+// ExpiresIn (a Go duration, default 1h) after goldenNow.
+type goldenSign struct {
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	ExpiresIn string `json:"expiresIn,omitempty"`
+	// Image, if set, is the image the controller signed, before the case
+	// changed it.
+	Image string `json:"image,omitempty"`
+}
+
+// sign signs c's restore instruction as c.Sign says.
+func (c *goldenCase) sign(t *testing.T) {
+	t.Helper()
+	if c.Sign == nil {
+		return
+	}
+	ns, pod, in := c.Pod.Namespace, c.Pod.Name, time.Hour
+	if c.Sign.Namespace != "" {
+		ns = c.Sign.Namespace
+	}
+	if c.Sign.Pod != "" {
+		pod = c.Sign.Pod
+	}
+	if c.Sign.ExpiresIn != "" {
+		d, err := time.ParseDuration(c.Sign.ExpiresIn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = d
+	}
+	if c.Pending != nil {
+		signed := *c.Pending
+		if c.Sign.Image != "" {
+			signed.Image = c.Sign.Image
+		}
+		c.Pending.Signature = SignRestore(testConfig.RestoreKey, ns, pod, signed, goldenNow.Add(in))
+	}
+	ann := c.Pod.Annotations
+	if _, ok := ann[contract.AnnotationRestoreImage]; ok {
+		m := Migration{Name: ann[contract.AnnotationMigrationName], Image: ann[contract.AnnotationRestoreImage], Node: ann[contract.AnnotationRestoreNode], LogName: ann[contract.AnnotationLogName],
+			ReplayStart: ann[contract.AnnotationReplayStart], ReplayCutoff: ann[contract.AnnotationReplayCutoff], ReplayEpoch: ann[contract.AnnotationReplayEpoch]}
+		if c.Sign.Image != "" {
+			m.Image = c.Sign.Image
+		}
+		ann[contract.AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, ns, pod, m, goldenNow.Add(in))
+	}
 }
 
 // goldenResult is what testdata/<case>.golden.yaml holds, less the pod,
@@ -72,6 +135,7 @@ func readCase(t *testing.T, path string) goldenCase {
 	if c.Pod == nil {
 		t.Fatalf("%s: no pod", path)
 	}
+	c.sign(t)
 	return c
 }
 

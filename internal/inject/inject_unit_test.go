@@ -4,16 +4,19 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // testPod is an opted-in pod whose one container has env.
 func testPod(annotations map[string]string, env ...corev1.EnvVar) *corev1.Pod {
-	ann := map[string]string{AnnotationInject: "true"}
+	ann := map[string]string{contract.AnnotationInject: "true"}
 	for k, v := range annotations {
 		ann[k] = v
 	}
@@ -25,6 +28,23 @@ func testPod(annotations map[string]string, env ...corev1.EnvVar) *corev1.Pod {
 			Env:   env,
 		}}},
 	}
+}
+
+// restoreInput is a restore of p (named app-0: a restore target has a
+// name), by its annotations or by pending, signed as the controller signs
+// them, for testConfig. It changes p and pending.
+func restoreInput(p *corev1.Pod, pending *Migration) Input {
+	p.GenerateName, p.Name = "", "app-0"
+	exp := goldenNow.Add(time.Hour)
+	if pending != nil {
+		pending.Signature = SignRestore(testConfig.RestoreKey, p.Namespace, p.Name, *pending, exp)
+	}
+	if a := p.Annotations; a[contract.AnnotationRestoreImage] != "" {
+		m := Migration{Name: a[contract.AnnotationMigrationName], Image: a[contract.AnnotationRestoreImage], Node: a[contract.AnnotationRestoreNode], LogName: a[contract.AnnotationLogName],
+			ReplayStart: a[contract.AnnotationReplayStart], ReplayCutoff: a[contract.AnnotationReplayCutoff], ReplayEpoch: a[contract.AnnotationReplayEpoch]}
+		a[contract.AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, p.Namespace, p.Name, m, exp)
+	}
+	return Input{Pod: p, Pending: pending}
 }
 
 func lit(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
@@ -46,13 +66,13 @@ func TestInjectLeavesInputAlone(t *testing.T) {
 			wantPod: true,
 		},
 		"restore from pending": {
-			in:      Input{Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit")), Pending: pending},
+			in:      restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")), pending),
 			wantPod: true,
 		},
 		"pod without annotations, namespace opted in": {
 			in: Input{
 				Pod:             &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{lit(envAMQPURL, "amqp://rabbit")}}}}},
-				NamespaceLabels: map[string]string{LabelNamespaceInject: "enabled"},
+				NamespaceLabels: map[string]string{contract.LabelNamespaceInject: "enabled"},
 			},
 			wantPod: true,
 		},
@@ -60,11 +80,15 @@ func TestInjectLeavesInputAlone(t *testing.T) {
 			in:      Input{Pod: testPod(nil, fromSecret(envAMQPURL), lit(envRabbitMQURL, "amqp://rabbit"))},
 			wantPod: true,
 		},
+		"from a Secret, by reference": {
+			in:      Input{Pod: testPod(nil, fromSecret(envAMQPURL))},
+			wantPod: true,
+		},
 		"total skip": {
-			in: Input{Pod: testPod(nil, fromSecret(envAMQPURL))},
+			in: Input{Pod: testPod(nil, corev1.EnvVar{Name: envAMQPURL, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})},
 		},
 		"deny": {
-			in: Input{Pod: testPod(map[string]string{AnnotationStrategy: "x"}, lit(envAMQPURL, "amqp://rabbit"))},
+			in: Input{Pod: testPod(map[string]string{contract.AnnotationStrategy: "x"}, lit(envAMQPURL, "amqp://rabbit"))},
 		},
 	}
 	for name, tt := range tests {
@@ -88,7 +112,7 @@ func TestInjectTwice(t *testing.T) {
 	pending := &Migration{Name: "m", Image: "example.com/ckpt:m", Node: "node-b", LogName: "default.app-0", ReplayStart: "1", ReplayCutoff: "9"}
 	tests := map[string]Input{
 		"injection": {Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit"))},
-		"restore":   {Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit")), Pending: pending},
+		"restore":   restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")), pending),
 	}
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -119,7 +143,7 @@ func TestInjectErrors(t *testing.T) {
 	}{
 		"nil pod":          {in: Input{}, cfg: testConfig, wantMsg: "Input.Pod is nil"},
 		"bad config":       {in: Input{Pod: testPod(nil)}, cfg: bad, wantMsg: "sidecarImage is empty"},
-		"bad inject value": {in: Input{Pod: testPod(map[string]string{AnnotationInject: "True"})}, cfg: testConfig, wantDeny: true, wantMsg: `annotation ms2m.io/inject is "True"`},
+		"bad inject value": {in: Input{Pod: testPod(map[string]string{contract.AnnotationInject: "True"})}, cfg: testConfig, wantDeny: true, wantMsg: `annotation ms2m.io/inject is "True"`},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -167,13 +191,15 @@ func TestInjectPortsAndUser(t *testing.T) {
 
 func TestRewriteBroker(t *testing.T) {
 	tests := map[string]struct {
-		env           []corev1.EnvVar
-		brokerEnv     string
-		wantEnv       []corev1.EnvVar
-		wantUpstream  string
-		wantRewritten []string
-		wantSkipped   []string
-		wantFatal     string // a substring
+		env             []corev1.EnvVar
+		brokerEnv       string
+		wantEnv         []corev1.EnvVar
+		wantUpstream    string
+		wantUpstreamRef string
+		wantTLS         bool
+		wantRewritten   []string
+		wantSkipped     []string
+		wantFatal       string // a substring
 	}{
 		"Spring port from a Secret: neither is rewritten": {
 			env:         []corev1.EnvVar{lit(envSpringHost, "rabbit"), fromSecret(envSpringPort)},
@@ -186,9 +212,12 @@ func TestRewriteBroker(t *testing.T) {
 			wantFatal:   "no broker setting",
 		},
 		"Spring with TLS": {
-			env:         []corev1.EnvVar{lit(envSpringSSL, "true"), lit(envSpringHost, "rabbit")},
-			wantSkipped: []string{"SPRING_RABBITMQ_HOST: TLS to the broker is not supported by the sidecar yet (SPRING_RABBITMQ_SSL_ENABLED=true)"},
-			wantFatal:   "no broker setting",
+			env:          []corev1.EnvVar{lit(envSpringSSL, "true"), lit(envSpringHost, "rabbit")},
+			wantEnv:      []corev1.EnvVar{lit(envSpringSSL, "false"), lit(envSpringHost, "127.0.0.1"), lit(envSpringPort, "5672")},
+			wantUpstream: "rabbit:5671",
+			wantTLS:      true,
+			wantRewritten: []string{"SPRING_RABBITMQ_HOST: rabbit → 127.0.0.1", "SPRING_RABBITMQ_PORT: (unset) → 5672",
+				"SPRING_RABBITMQ_SSL_ENABLED: true → false (TLS to the broker moves to the sidecar)"},
 		},
 		"Spring host with a port in it": {
 			env:         []corev1.EnvVar{lit(envSpringHost, "rabbit:5672")},
@@ -204,8 +233,8 @@ func TestRewriteBroker(t *testing.T) {
 		"Spring addresses as URLs keep the first's vhost": {
 			env:           []corev1.EnvVar{lit(envSpringAddresses, "amqp://u:p@r0:5672/v,amqp://u:p@r1:5672/v")},
 			wantEnv:       []corev1.EnvVar{lit(envSpringAddresses, "amqp://u:p@127.0.0.1:5672/v")},
-			wantUpstream:  "r0:5672",
-			wantRewritten: []string{"SPRING_RABBITMQ_ADDRESSES: amqp://u:xxxxx@r0:5672/v,amqp://u:xxxxx@r1:5672/v → amqp://u:xxxxx@127.0.0.1:5672/v (it listed 2 brokers; the sidecar proxies to the first, r0:5672)"},
+			wantUpstream:  "r0:5672,r1:5672",
+			wantRewritten: []string{"SPRING_RABBITMQ_ADDRESSES: amqp://u:xxxxx@r0:5672/v,amqp://u:xxxxx@r1:5672/v → amqp://u:xxxxx@127.0.0.1:5672/v (the sidecar keeps all 2 brokers and fails over among them in this order)"},
 		},
 		"Spring addresses, one broker twice": {
 			env:           []corev1.EnvVar{lit(envSpringAddresses, "r0,r0:5672")},
@@ -213,9 +242,16 @@ func TestRewriteBroker(t *testing.T) {
 			wantUpstream:  "r0:5672",
 			wantRewritten: []string{"SPRING_RABBITMQ_ADDRESSES: r0,r0:5672 → 127.0.0.1:5672"},
 		},
+		"Spring addresses, all amqps": {
+			env:           []corev1.EnvVar{lit(envSpringAddresses, "amqps://u:p@r0,amqps://u:p@r1:6671")},
+			wantEnv:       []corev1.EnvVar{lit(envSpringAddresses, "amqp://u:p@127.0.0.1:5672")},
+			wantUpstream:  "r0:5671,r1:6671",
+			wantTLS:       true,
+			wantRewritten: []string{"SPRING_RABBITMQ_ADDRESSES: amqps://u:xxxxx@r0,amqps://u:xxxxx@r1:6671 → amqp://u:xxxxx@127.0.0.1:5672 (the sidecar keeps all 2 brokers and fails over among them in this order)"},
+		},
 		"Spring addresses with an amqps entry": {
 			env:         []corev1.EnvVar{lit(envSpringAddresses, "r0:5672,amqps://u:p@r1:5671")},
-			wantSkipped: []string{"SPRING_RABBITMQ_ADDRESSES: TLS to the broker is not supported by the sidecar yet (r0:5672,amqps://u:xxxxx@r1:5671)"},
+			wantSkipped: []string{"SPRING_RABBITMQ_ADDRESSES lists brokers with and without amqps:// (r0:5672,amqps://u:xxxxx@r1:5671): the sidecar uses TLS for all or none; use one"},
 			wantFatal:   "no broker setting",
 		},
 		"already localhost": {
@@ -225,7 +261,7 @@ func TestRewriteBroker(t *testing.T) {
 		},
 		"AMQP_URL as host:port is not a URL": {
 			env:         []corev1.EnvVar{lit(envAMQPURL, "rabbit:5672")},
-			wantSkipped: []string{`AMQP_URL is "rabbit:5672": not an amqp:// URL; cannot rewrite`},
+			wantSkipped: []string{`AMQP_URL is "rabbit:5672": not an amqp:// or amqps:// URL; cannot rewrite`},
 			wantFatal:   "no broker setting",
 		},
 		"broker-env host without port": {
@@ -248,8 +284,14 @@ func TestRewriteBroker(t *testing.T) {
 			wantRewritten: []string{"AMQP_URL: amqp://rabbit → amqp://127.0.0.1:5672", "SPRING_RABBITMQ_HOST: Rabbit → 127.0.0.1", "SPRING_RABBITMQ_PORT: (unset) → 5672"},
 		},
 		"a ConfigMap var and nothing else": {
-			env:         []corev1.EnvVar{{Name: envRabbitMQURL, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{Key: "url"}}}},
-			wantSkipped: []string{"RABBITMQ_URL comes from a ConfigMap: cannot rewrite; set it as a literal or list a literal var in ms2m.io/broker-env"},
+			env:             []corev1.EnvVar{{Name: envRabbitMQURL, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "rabbit"}, Key: "url"}}}},
+			wantEnv:         []corev1.EnvVar{lit(envRabbitMQURL, "amqp://ms2m-placeholder:ms2m-placeholder@127.0.0.1:5672/")},
+			wantUpstreamRef: "ConfigMap rabbit key url",
+			wantRewritten:   []string{"RABBITMQ_URL: from ConfigMap rabbit key url → amqp://ms2m-placeholder:xxxxx@127.0.0.1:5672/ (the sidecar reads the URL from the same reference and puts its credentials, virtual host and TLS into the connection)"},
+		},
+		"a field reference": {
+			env:         []corev1.EnvVar{{Name: envRabbitMQURL, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+			wantSkipped: []string{"RABBITMQ_URL comes from a field reference: cannot rewrite; set it as a literal or list a literal var in ms2m.io/broker-env"},
 			wantFatal:   "no broker setting",
 		},
 		"no broker var at all": {
@@ -281,8 +323,20 @@ func TestRewriteBroker(t *testing.T) {
 			if diff := cmp.Diff(tt.wantEnv, r.env); diff != "" {
 				t.Errorf("env (-want +got):\n%s", diff)
 			}
-			if r.upstream != tt.wantUpstream {
-				t.Errorf("upstream = %q, want %q", r.upstream, tt.wantUpstream)
+			var gotUp, gotRef string
+			gotTLS := false
+			for _, e := range r.upstream {
+				switch {
+				case e.Name == envUpstream && e.ValueFrom == nil:
+					gotUp = e.Value
+				case e.Name == envUpstream:
+					gotRef = refName(e.ValueFrom)
+				case e.Name == envUpstreamTLS:
+					gotTLS = e.Value == "true"
+				}
+			}
+			if gotUp != tt.wantUpstream || gotRef != tt.wantUpstreamRef || gotTLS != tt.wantTLS {
+				t.Errorf("upstream = %q, by reference %q, TLS %v; want %q, %q, %v", gotUp, gotRef, gotTLS, tt.wantUpstream, tt.wantUpstreamRef, tt.wantTLS)
 			}
 			if diff := cmp.Diff(tt.wantRewritten, r.rewritten); diff != "" {
 				t.Errorf("rewritten (-want +got):\n%s", diff)
@@ -319,5 +373,23 @@ func TestCheckpointable(t *testing.T) {
 				t.Errorf("reason = %q, want it to start with %q", reason, tc.wantReason)
 			}
 		})
+	}
+}
+
+// TestNATSAppNeedsNATSURL: a NATS app is left alone, with the reason, when
+// the webhook has no natsURL for the replay log; a natsURL with only one of
+// name and key is a bad Config.
+func TestNATSAppNeedsNATSURL(t *testing.T) {
+	cfg := testConfig
+	cfg.NATSURL = SecretKey{}
+	pod := testPod(map[string]string{contract.AnnotationInject: "true"})
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NATS_URL", Value: "nats://nats.messaging:4222"}}
+	res, err := Inject(Input{Pod: pod}, cfg)
+	if err != nil || res.Pod != nil || len(res.Skipped) == 0 || !strings.Contains(res.Skipped[len(res.Skipped)-1], "no natsURL configured") {
+		t.Errorf("Inject = %+v, %v; want the pod left alone for want of natsURL", res, err)
+	}
+	cfg.NATSURL = SecretKey{Name: "ms2m-nats"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "natsURL") {
+		t.Errorf("Validate of a natsURL without key = %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // Replay log names. Every replay log of a pod in namespace N is named
@@ -80,7 +82,7 @@ func checkLogNameIn(namespace, v string) string {
 		prefix, quote(prefix+suggest))
 }
 
-// checkLogNameAnnotation checks the value of AnnotationLogName on pod.
+// checkLogNameAnnotation checks the value of contract.AnnotationLogName on pod.
 func checkLogNameAnnotation(pod *corev1.Pod, v string) string {
 	allowed := checkLogNameIn(pod.Namespace, v)
 	if allowed != "" && checkLogName(v) == "" {
@@ -98,11 +100,11 @@ func checkInjectedLogName(pod *corev1.Pod) string {
 	name, known := sidecarLogName(pod)
 	if !known {
 		return fmt.Sprintf("the pod carries the %s container and the %s annotation, but its %s cannot be read here (it comes from a Secret, a ConfigMap or envFrom, or is missing): set it as a literal or $(%s).$(%s), or create the pod without the sidecar and let the webhook inject it",
-			SidecarName, AnnotationStatus, envLogName, envPodNamespace, envPodName)
+			SidecarName, contract.AnnotationStatus, envLogName, envPodNamespace, envPodName)
 	}
 	if allowed := checkLogNameIn(pod.Namespace, name); allowed != "" {
 		return fmt.Sprintf("the pod carries the %s container and the %s annotation, and its %s is %s: %s; or create the pod without the sidecar and let the webhook inject it",
-			SidecarName, AnnotationStatus, envLogName, quote(name), allowed)
+			SidecarName, contract.AnnotationStatus, envLogName, quote(name), allowed)
 	}
 	return ""
 }
@@ -122,5 +124,5 @@ func checkDefaultLogName(pod *corev1.Pod) string {
 		return ""
 	}
 	return fmt.Sprintf("the pod's default replay log name %s is %d bytes, over RabbitMQ's %d for a stream name: set annotation %s to a shorter name that starts with %q",
-		quote(n), len(n), maxLogNameLen, AnnotationLogName, LogNamePrefix(pod.Namespace))
+		quote(n), len(n), maxLogNameLen, contract.AnnotationLogName, LogNamePrefix(pod.Namespace))
 }

@@ -6,27 +6,29 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // restoreAnnotations are set together by the migrator on a target pod.
 var restoreAnnotations = []string{
-	AnnotationRestoreImage,
-	AnnotationRestoreNode,
-	AnnotationReplayStart,
-	AnnotationReplayCutoff,
-	AnnotationLogName,
-	AnnotationMigrationName,
+	contract.AnnotationRestoreImage,
+	contract.AnnotationRestoreNode,
+	contract.AnnotationReplayStart,
+	contract.AnnotationReplayCutoff,
+	contract.AnnotationLogName,
+	contract.AnnotationMigrationName,
 }
 
 // restoreOnly are the restore annotations that mean nothing without
-// AnnotationRestoreImage (AnnotationLogName does: it names the log).
-var restoreOnly = []string{AnnotationRestoreNode, AnnotationReplayStart, AnnotationReplayCutoff, AnnotationReplayEpoch, AnnotationMigrationName}
+// contract.AnnotationRestoreImage (contract.AnnotationLogName does: it names the log).
+var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
 
 // restoreAsked says whether the pod asks to be a restore, and the
 // migration's name as far as it is known ("" when it is not).
 func restoreAsked(pod *corev1.Pod, pending *Migration) (bool, string) {
-	if _, ok := pod.Annotations[AnnotationRestoreImage]; ok {
-		return true, pod.Annotations[AnnotationMigrationName]
+	if _, ok := pod.Annotations[contract.AnnotationRestoreImage]; ok {
+		return true, pod.Annotations[contract.AnnotationMigrationName]
 	}
 	if pending != nil {
 		return true, pending.Name
@@ -37,11 +39,12 @@ func restoreAsked(pod *corev1.Pod, pending *Migration) (bool, string) {
 // restoreRequest is the restore the pod is the target of: from its
 // annotations (the migrator created it), else from the pending migration
 // (a StatefulSet controller created it). The annotations' values have been
-// checked already; here their presence is.
-func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, error) {
+// checked already; here their presence is, and the controller's signature
+// (checkRestoreSignature).
+func restoreRequest(pod *corev1.Pod, pending *Migration, cfg Config) (*Migration, []string, error) {
 	ann := pod.Annotations
 	var warnings []string
-	if _, ok := ann[AnnotationRestoreImage]; ok {
+	if _, ok := ann[contract.AnnotationRestoreImage]; ok {
 		var missing []string
 		for _, k := range restoreAnnotations {
 			if _, ok := ann[k]; !ok {
@@ -54,16 +57,21 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 				verb = "is"
 			}
 			return nil, nil, denyf("annotation %s makes the pod a restore target, but %s %s missing: the migrator sets %s together",
-				AnnotationRestoreImage, strings.Join(missing, ", "), verb, strings.Join(restoreAnnotations, ", "))
+				contract.AnnotationRestoreImage, strings.Join(missing, ", "), verb, strings.Join(restoreAnnotations, ", "))
 		}
 		m := &Migration{
-			Name:         ann[AnnotationMigrationName],
-			Image:        ann[AnnotationRestoreImage],
-			Node:         ann[AnnotationRestoreNode],
-			LogName:      ann[AnnotationLogName],
-			ReplayStart:  ann[AnnotationReplayStart],
-			ReplayCutoff: ann[AnnotationReplayCutoff],
-			ReplayEpoch:  ann[AnnotationReplayEpoch],
+			Name:         ann[contract.AnnotationMigrationName],
+			Image:        ann[contract.AnnotationRestoreImage],
+			Node:         ann[contract.AnnotationRestoreNode],
+			LogName:      ann[contract.AnnotationLogName],
+			ReplayStart:  ann[contract.AnnotationReplayStart],
+			ReplayCutoff: ann[contract.AnnotationReplayCutoff],
+			ReplayEpoch:  ann[contract.AnnotationReplayEpoch],
+			Signature:    ann[contract.AnnotationRestoreSignature],
+		}
+		if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, "annotation "+contract.AnnotationRestoreImage,
+			"remove the restore annotations, which ms2m did not write (the controller signs them in "+contract.AnnotationRestoreSignature+")", m); msg != "" {
+			return nil, nil, denyf("%s", msg)
 		}
 		if pending != nil {
 			warnings = append(warnings, fmt.Sprintf("pending migration %q ignored: the pod's restore annotations (migration %q) win", pending.Name, m.Name))
@@ -72,7 +80,7 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 	}
 	for _, k := range restoreOnly {
 		if _, ok := ann[k]; ok {
-			warnings = append(warnings, fmt.Sprintf("annotation %s ignored without %s", k, AnnotationRestoreImage))
+			warnings = append(warnings, fmt.Sprintf("annotation %s ignored without %s", k, contract.AnnotationRestoreImage))
 		}
 	}
 	if pending == nil {
@@ -80,6 +88,11 @@ func restoreRequest(pod *corev1.Pod, pending *Migration) (*Migration, []string, 
 	}
 	if err := checkPending(pod.Namespace, pending); err != nil {
 		return nil, warnings, err
+	}
+	where := fmt.Sprintf("pending migration %q (ConfigMap %s)", pending.Name, contract.PendingConfigMapName(pod.Name))
+	if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, where,
+		"delete the ConfigMap, which ms2m did not write (the controller signs its key \"signature\")", pending); msg != "" {
+		return nil, warnings, denyf("%s", msg)
 	}
 	m := *pending
 	return &m, warnings, nil
@@ -151,7 +164,11 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 	if epoch != "0" {
 		cutoff += " of an epoch after " + epoch
 	}
-	if m.ReplayCutoff != "marker" {
+	switch m.ReplayCutoff {
+	case "marker":
+	case "end":
+		cutoff = "the log's end when it starts"
+	default:
 		cutoff = "ID " + m.ReplayCutoff
 	}
 	lines = append(lines, fmt.Sprintf("%sreplays log %s after ID %s up to %s (migration %s)", restoreLineSidecar, m.LogName, m.ReplayStart, cutoff, m.Name))
@@ -167,17 +184,18 @@ func orUnset(s string) string {
 
 // RestoreRequestAnnotations are the annotations that ask for a restore. A
 // restored pod that has taken over needs none of them: the migrator
-// removes them, and records what they said in AnnotationRestoredFrom.
+// removes them, and records what they said in contract.AnnotationRestoredFrom.
 var RestoreRequestAnnotations = []string{
-	AnnotationRestoreImage,
-	AnnotationRestoreNode,
-	AnnotationReplayStart,
-	AnnotationReplayCutoff,
-	AnnotationReplayEpoch,
-	AnnotationMigrationName,
+	contract.AnnotationRestoreImage,
+	contract.AnnotationRestoreNode,
+	contract.AnnotationReplayStart,
+	contract.AnnotationReplayCutoff,
+	contract.AnnotationReplayEpoch,
+	contract.AnnotationMigrationName,
+	contract.AnnotationRestoreSignature,
 }
 
-// RestoredFrom is the JSON in AnnotationRestoredFrom: the restore a pod
+// RestoredFrom is the JSON in contract.AnnotationRestoredFrom: the restore a pod
 // was made as, from its sidecar's settings (what it replayed).
 type RestoredFrom struct {
 	Migration string `json:"migration"`
@@ -217,7 +235,7 @@ func RestoredFromPod(pod *corev1.Pod) (RestoredFrom, bool) {
 	return out, true
 }
 
-// Encode is r as AnnotationRestoredFrom's value.
+// Encode is r as contract.AnnotationRestoredFrom's value.
 func (r RestoredFrom) Encode() string {
 	b, _ := json.Marshal(r)
 	return string(b)

@@ -1,28 +1,43 @@
 package inject
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // The sidecar's environment (docs/sidecar.md lists what each one means).
 const (
-	envPodName       = "POD_NAME"
-	envPodNamespace  = "POD_NAMESPACE"
-	envListen        = "MS2M_LISTEN"
-	envUpstream      = "MS2M_UPSTREAM"
-	envStreamURI     = "MS2M_STREAM_URI"
-	envLogName       = "MS2M_LOG_NAME"
-	envLogMaxAge     = "MS2M_LOG_MAX_AGE"
-	envLogMaxBytes   = "MS2M_LOG_MAX_BYTES"
-	envControlListen = "MS2M_CONTROL_LISTEN"
-	envControlToken  = "MS2M_CONTROL_TOKEN"
-	envReplayStart   = "MS2M_REPLAY_START"
-	envReplayCutoff  = "MS2M_REPLAY_CUTOFF"
-	envReplayEpoch   = "MS2M_REPLAY_EPOCH"
+	envPodName          = "POD_NAME"
+	envPodNamespace     = "POD_NAMESPACE"
+	envListen           = "MS2M_LISTEN"
+	envUpstream         = "MS2M_UPSTREAM"
+	envUpstreamTLS      = "MS2M_UPSTREAM_TLS"
+	envUpstreamCA       = "MS2M_UPSTREAM_TLS_CA_FILE"
+	envUpstreamCert     = "MS2M_UPSTREAM_TLS_CERT_FILE"
+	envUpstreamKey      = "MS2M_UPSTREAM_TLS_KEY_FILE"
+	envUpstreamSNI      = "MS2M_UPSTREAM_TLS_SERVER_NAME"
+	envUpstreamAuth     = "MS2M_UPSTREAM_AUTH"
+	envUpstreamUsername = "MS2M_UPSTREAM_USERNAME"
+	envUpstreamPassword = "MS2M_UPSTREAM_PASSWORD"
+	envUpstreamVHost    = "MS2M_UPSTREAM_VHOST"
+	envAppConfigFiles   = "MS2M_APP_CONFIG_FILES"
+	envStreamURI        = "MS2M_STREAM_URI"
+	envLogName          = "MS2M_LOG_NAME"
+	envLogMaxAge        = "MS2M_LOG_MAX_AGE"
+	envLogMaxBytes      = "MS2M_LOG_MAX_BYTES"
+	envControlListen    = "MS2M_CONTROL_LISTEN"
+	envControlToken     = "MS2M_CONTROL_TOKEN"
+	envReplayStart      = "MS2M_REPLAY_START"
+	envReplayCutoff     = "MS2M_REPLAY_CUTOFF"
+	envReplayEpoch      = "MS2M_REPLAY_EPOCH"
+	envBroker           = "MS2M_BROKER"
+	envNATSLogURL       = "MS2M_NATS_URL"
 )
 
 // defaultLogNameValue is the injected MS2M_LOG_NAME when ms2m.io/log-name
@@ -31,10 +46,64 @@ var defaultLogNameValue = DefaultLogName("$("+envPodNamespace+")", "$("+envPodNa
 
 // sidecarSpec is what varies between injections.
 type sidecarSpec struct {
-	upstream    string // the broker's host:port
+	upstream    []corev1.EnvVar // MS2M_UPSTREAM and what goes with it
 	logName     string
 	logMaxAge   string // "" leaves the sidecar's default
 	logMaxBytes string // "" leaves the sidecar's default
+	nats        bool   // the app speaks NATS: a NATS sidecar with its log on JetStream
+}
+
+// The Secret of contract.AnnotationUpstreamTLSSecret, as the sidecar mounts it.
+const (
+	upstreamTLSVolume = "ms2m-upstream-tls"
+	upstreamTLSDir    = "/etc/ms2m/upstream-tls"
+)
+
+// applyUpstreamTLS mounts the Secret of contract.AnnotationUpstreamTLSSecret into
+// the sidecar and points its TLS settings at it, and applies the server
+// name and auth annotations. It returns what it did, for the status; an
+// error when the pod already has a volume of the name it needs.
+func applyUpstreamTLS(pod *corev1.Pod, sidecar *corev1.Container) ([]string, error) {
+	ann := pod.Annotations
+	var lines []string
+	if secret := ann[contract.AnnotationUpstreamTLSSecret]; secret != "" {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == upstreamTLSVolume {
+				return nil, denyf("the pod has a volume named %s, which ms2m needs for %s; rename it", upstreamTLSVolume, contract.AnnotationUpstreamTLSSecret)
+			}
+		}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: upstreamTLSVolume,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}})
+		sidecar.VolumeMounts = append(sidecar.VolumeMounts, corev1.VolumeMount{Name: upstreamTLSVolume, MountPath: upstreamTLSDir, ReadOnly: true})
+		if !hasEnv(sidecar, envUpstreamTLS) {
+			sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamTLS, Value: "true"})
+		}
+		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamCA, Value: upstreamTLSDir + "/ca.crt"})
+		line := fmt.Sprintf("TLS to the broker: the sidecar verifies it with ca.crt of Secret %s", secret)
+		if ann[contract.AnnotationUpstreamAuth] == "EXTERNAL" {
+			sidecar.Env = append(sidecar.Env,
+				corev1.EnvVar{Name: envUpstreamCert, Value: upstreamTLSDir + "/tls.crt"},
+				corev1.EnvVar{Name: envUpstreamKey, Value: upstreamTLSDir + "/tls.key"})
+			line += " and logs in by EXTERNAL with its tls.crt and tls.key"
+		}
+		lines = append(lines, line)
+	}
+	if v := ann[contract.AnnotationUpstreamTLSServerName]; v != "" {
+		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamSNI, Value: v})
+	}
+	if v := ann[contract.AnnotationUpstreamAuth]; v != "" {
+		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamAuth, Value: v})
+	}
+	return lines, nil
+}
+
+func hasEnv(c *corev1.Container, name string) bool {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // sidecarContainer is the ms2m sidecar as a native sidecar: an init
@@ -47,14 +116,23 @@ type sidecarSpec struct {
 // The name comes from the downward API, because a pod that a controller
 // creates has no name yet at admission.
 func sidecarContainer(cfg Config, s sidecarSpec) corev1.Container {
+	listen := cfg.ListenPort
+	logURL := corev1.EnvVar{Name: envStreamURI, ValueFrom: secretRef(cfg.StreamURI)}
 	env := []corev1.EnvVar{
 		{Name: envPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 		{Name: envPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
-		{Name: envListen, Value: localhost + ":" + strconv.Itoa(int(cfg.ListenPort))},
-		{Name: envUpstream, Value: s.upstream},
-		{Name: envStreamURI, ValueFrom: secretRef(cfg.StreamURI)},
-		{Name: envLogName, Value: s.logName},
 	}
+	if s.nats {
+		listen = cfg.NATSListenPort
+		logURL = corev1.EnvVar{Name: envNATSLogURL, ValueFrom: secretRef(cfg.NATSURL)}
+		env = append(env, corev1.EnvVar{Name: envBroker, Value: "nats"})
+	}
+	env = append(env, corev1.EnvVar{Name: envListen, Value: localhost + ":" + strconv.Itoa(int(listen))})
+	env = append(env, s.upstream...)
+	env = append(env,
+		logURL,
+		corev1.EnvVar{Name: envLogName, Value: s.logName},
+	)
 	if s.logMaxAge != "" {
 		env = append(env, corev1.EnvVar{Name: envLogMaxAge, Value: s.logMaxAge})
 	}

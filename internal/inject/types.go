@@ -1,6 +1,8 @@
 package inject
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -22,6 +24,14 @@ type Config struct {
 	// credentials (rabbitmq-stream://user:password@host:5552/vhost): the
 	// sidecar's MS2M_STREAM_URI.
 	StreamURI SecretKey `json:"streamURI"`
+	// NATSURL is the Secret key holding the NATS URL with credentials
+	// (nats://user:password@host:4222) of the server that keeps the replay
+	// logs of NATS apps as JetStream streams: the sidecar's MS2M_NATS_URL.
+	// Without it, pods whose app speaks NATS are left alone.
+	NATSURL SecretKey `json:"natsURL,omitempty"`
+	// NATSListenPort is where a NATS app's sidecar listens, on 127.0.0.1.
+	// Default 4222.
+	NATSListenPort int32 `json:"natsListenPort,omitempty"`
 	// ControlToken is the Secret key holding the sidecar's control token.
 	ControlToken SecretKey `json:"controlToken"`
 	// ListenPort is where the sidecar listens for the app, on 127.0.0.1.
@@ -36,6 +46,11 @@ type Config struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// RunAsUser is the sidecar's non-root user. Default 65532.
 	RunAsUser int64 `json:"runAsUser,omitempty"`
+	// RestoreKey checks the controller's signature on every restore
+	// instruction (SignRestore); without it no pod is made a restore.
+	RestoreKey []byte `json:"-"`
+	// Now is the clock that signatures expire by. Default time.Now.
+	Now func() time.Time `json:"-"`
 }
 
 // Migration is a pending migration of a pod's identity, as the migrator
@@ -47,10 +62,13 @@ type Migration struct {
 	Node         string `json:"node"`         // target node
 	LogName      string `json:"logName"`      // the source's replay log
 	ReplayStart  string `json:"replayStart"`  // checkpoint ID
-	ReplayCutoff string `json:"replayCutoff"` // "marker" or an ID
+	ReplayCutoff string `json:"replayCutoff"` // "marker", "end" (the log's end when the sidecar starts) or an ID
 	// ReplayEpoch is the log's epoch at the checkpoint: a "marker" cutoff
 	// is only taken from a marker of a later epoch. Empty means 0.
 	ReplayEpoch string `json:"replayEpoch,omitempty"`
+	// Signature is the controller's (SignRestore) for the pod of the
+	// pending record's name, in its namespace.
+	Signature string `json:"signature,omitempty"`
 }
 
 // Input is what Inject decides on.
@@ -78,7 +96,7 @@ type Result struct {
 	Restore *Migration
 }
 
-// Status is the JSON in AnnotationStatus.
+// Status is the JSON in contract.AnnotationStatus.
 type Status struct {
 	Version   string   `json:"version"`
 	Sidecar   string   `json:"sidecar"`

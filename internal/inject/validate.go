@@ -2,7 +2,6 @@ package inject
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // annotationCheck checks one annotation's value. It returns "" when the
@@ -22,67 +23,88 @@ type annotationCheck struct {
 }
 
 // annotationChecks are the value checks, in the order their messages are
-// joined. AnnotationInject is checked before the rest (it decides whether
-// the rest matter) and AnnotationStatus is ms2m's own.
+// joined. contract.AnnotationInject is checked before the rest (it decides whether
+// the rest matter) and contract.AnnotationStatus is ms2m's own.
 var annotationChecks = []annotationCheck{
-	{AnnotationContainer, checkContainer},
-	{AnnotationBrokerEnv, checkBrokerEnv},
-	{AnnotationLogName, checkLogNameAnnotation},
-	{AnnotationLogMaxAge, checkPositiveDuration},
-	{AnnotationLogMaxBytes, func(_ *corev1.Pod, v string) string {
+	{contract.AnnotationContainer, checkContainer},
+	{contract.AnnotationBrokerEnv, checkBrokerEnv},
+	{contract.AnnotationLogName, checkLogNameAnnotation},
+	{contract.AnnotationLogMaxAge, checkPositiveDuration},
+	{contract.AnnotationUpstreamTLSSecret, func(_ *corev1.Pod, v string) string {
+		if len(validation.IsDNS1123Subdomain(v)) > 0 {
+			return "use the name of a Secret in the pod's namespace"
+		}
+		return ""
+	}},
+	{contract.AnnotationUpstreamTLSServerName, func(_ *corev1.Pod, v string) string {
+		if len(validation.IsDNS1123Subdomain(strings.ToLower(v))) > 0 {
+			return "use the DNS name in the broker's certificate"
+		}
+		return ""
+	}},
+	{contract.AnnotationUpstreamAuth, func(pod *corev1.Pod, v string) string {
+		switch {
+		case v != "PLAIN" && v != "EXTERNAL":
+			return "use PLAIN or EXTERNAL"
+		case v == "EXTERNAL" && pod.Annotations[contract.AnnotationUpstreamTLSSecret] == "":
+			return "EXTERNAL needs the client certificate: set " + contract.AnnotationUpstreamTLSSecret + " to a Secret with tls.crt and tls.key"
+		}
+		return ""
+	}},
+	{contract.AnnotationLogMaxBytes, func(_ *corev1.Pod, v string) string {
 		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
 			return "use a byte count, an integer of 0 or more (0: no limit)"
 		}
 		return ""
 	}},
-	{AnnotationMigrateTo, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
-	{AnnotationStrategy, func(_ *corev1.Pod, v string) string {
-		if !slices.Contains(Strategies, v) {
-			return "use one of " + strings.Join(Strategies, ", ")
+	{contract.AnnotationMigrateTo, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
+	{contract.AnnotationStrategy, func(_ *corev1.Pod, v string) string {
+		if !contract.Strategy(v).Valid() {
+			return "use one of " + strings.Join(contract.StrategyNames(), ", ")
 		}
 		return ""
 	}},
-	{AnnotationMigrateForce, func(_ *corev1.Pod, v string) string {
+	{contract.AnnotationMigrateForce, func(_ *corev1.Pod, v string) string {
 		if v != "true" && v != "false" {
 			return "use \"true\" to migrate past the pod's node selector, affinity and the node's taints, or \"false\""
 		}
 		return ""
 	}},
-	{AnnotationReplayMax, checkPositiveDuration},
-	{AnnotationCutoff, func(_ *corev1.Pod, v string) string {
-		if !slices.Contains(CutoffRules, v) {
-			return "use one of " + strings.Join(CutoffRules, ", ")
+	{contract.AnnotationReplayMax, checkPositiveDuration},
+	{contract.AnnotationCutoff, func(_ *corev1.Pod, v string) string {
+		if !contract.CutoffRule(v).Valid() {
+			return "use one of " + strings.Join(contract.CutoffRuleNames(), ", ")
 		}
 		return ""
 	}},
-	{AnnotationRestoreImage, func(_ *corev1.Pod, v string) string {
+	{contract.AnnotationRestoreImage, func(_ *corev1.Pod, v string) string {
 		if v == "" || strings.IndexFunc(v, unicode.IsSpace) >= 0 {
 			return "use an image reference (the checkpoint image), without spaces"
 		}
 		return ""
 	}},
-	{AnnotationRestoreNode, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
-	{AnnotationReplayStart, func(_ *corev1.Pod, v string) string { return checkReplayStart(v) }},
-	{AnnotationReplayCutoff, func(_ *corev1.Pod, v string) string { return checkReplayCutoff(v) }},
-	{AnnotationReplayEpoch, func(_ *corev1.Pod, v string) string { return checkReplayEpoch(v) }},
-	{AnnotationMigrationName, func(_ *corev1.Pod, v string) string { return checkMigrationName(v) }},
+	{contract.AnnotationRestoreNode, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
+	{contract.AnnotationReplayStart, func(_ *corev1.Pod, v string) string { return checkReplayStart(v) }},
+	{contract.AnnotationReplayCutoff, func(_ *corev1.Pod, v string) string { return checkReplayCutoff(v) }},
+	{contract.AnnotationReplayEpoch, func(_ *corev1.Pod, v string) string { return checkReplayEpoch(v) }},
+	{contract.AnnotationMigrationName, func(_ *corev1.Pod, v string) string { return checkMigrationName(v) }},
 }
 
-// checkInjectAnnotation checks AnnotationInject alone, before anything
+// checkInjectAnnotation checks contract.AnnotationInject alone, before anything
 // else: an opt-in with a bad value must not pass as "not opted in".
-// The pod label LabelInject is held to the same two values.
+// The pod label contract.LabelInject is held to the same two values.
 func checkInjectAnnotation(pod *corev1.Pod) error {
-	if v, ok := pod.Annotations[AnnotationInject]; ok && v != "true" && v != "false" {
-		return denyf("annotation %s is %s: use \"true\" to inject the ms2m sidecar or \"false\" to opt out", AnnotationInject, quote(v))
+	if v, ok := pod.Annotations[contract.AnnotationInject]; ok && v != "true" && v != "false" {
+		return denyf("annotation %s is %s: use \"true\" to inject the ms2m sidecar or \"false\" to opt out", contract.AnnotationInject, quote(v))
 	}
-	if v, ok := pod.Labels[LabelInject]; ok && v != "true" && v != "false" {
-		return denyf("label %s is %s: use \"true\" to inject the ms2m sidecar (and have pod creation wait for the webhook) or \"false\" to opt out", LabelInject, quote(v))
+	if v, ok := pod.Labels[contract.LabelInject]; ok && v != "true" && v != "false" {
+		return denyf("label %s is %s: use \"true\" to inject the ms2m sidecar (and have pod creation wait for the webhook) or \"false\" to opt out", contract.LabelInject, quote(v))
 	}
 	return nil
 }
 
 // checkAnnotations checks every ms2m annotation's value. It returns a
-// *DenyError naming each bad one, and a warning for each key under Prefix
+// *DenyError naming each bad one, and a warning for each key under contract.Prefix
 // that ms2m does not know.
 func checkAnnotations(pod *corev1.Pod) (warnings []string, err error) {
 	var bad []string
@@ -95,12 +117,12 @@ func checkAnnotations(pod *corev1.Pod) (warnings []string, err error) {
 			bad = append(bad, fmt.Sprintf("annotation %s is %s: %s", c.key, quote(v), allowed))
 		}
 	}
-	if msg := checkReplayRange(pod.Annotations[AnnotationReplayStart], pod.Annotations[AnnotationReplayCutoff]); msg != "" {
-		bad = append(bad, fmt.Sprintf("annotations %s and %s: %s", AnnotationReplayStart, AnnotationReplayCutoff, msg))
+	if msg := checkReplayRange(pod.Annotations[contract.AnnotationReplayStart], pod.Annotations[contract.AnnotationReplayCutoff]); msg != "" {
+		bad = append(bad, fmt.Sprintf("annotations %s and %s: %s", contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, msg))
 	}
 	var unknown []string
 	for k := range pod.Annotations {
-		if strings.HasPrefix(k, Prefix) && !knownAnnotations[k] {
+		if strings.HasPrefix(k, contract.Prefix) && !contract.KnownAnnotations[k] {
 			unknown = append(unknown, k)
 		}
 	}
@@ -183,11 +205,11 @@ func checkReplayEpoch(v string) string {
 }
 
 func checkReplayCutoff(v string) string {
-	if v == "marker" {
+	if v == "marker" || v == "end" {
 		return ""
 	}
 	if n, err := strconv.ParseUint(v, 10, 64); err != nil || n == 0 {
-		return "use \"marker\" or the last ID to replay, an integer above 0"
+		return "use \"marker\", \"end\" or the last ID to replay, an integer above 0"
 	}
 	return ""
 }
@@ -239,7 +261,7 @@ func quote(v string) string {
 // closestKnown is the known key within two edits of k, if there is one.
 func closestKnown(k string) string {
 	best, bestD := "", 3
-	for known := range knownAnnotations {
+	for known := range contract.KnownAnnotations {
 		if d := editDistance(k, known); d < bestD || (d == bestD && known < best) {
 			best, bestD = known, d
 		}

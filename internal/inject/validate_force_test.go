@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // TestMigrateForceAnnotation: the override of migrate-to's placement
@@ -23,7 +25,7 @@ func TestMigrateForceAnnotation(t *testing.T) {
 	} {
 		t.Run(tc.value, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-				AnnotationMigrateTo: "node-b", AnnotationMigrateForce: tc.value,
+				contract.AnnotationMigrateTo: "node-b", contract.AnnotationMigrateForce: tc.value,
 			}}}
 			warnings, err := checkAnnotations(pod)
 			if diff := cmp.Diff([]string(nil), warnings); diff != "" {
@@ -32,8 +34,8 @@ func TestMigrateForceAnnotation(t *testing.T) {
 			if got := err != nil; got != tc.wantBad {
 				t.Fatalf("checkAnnotations: %v, want denied %v", err, tc.wantBad)
 			}
-			if err != nil && !strings.Contains(err.Error(), AnnotationMigrateForce) {
-				t.Errorf("denial %q does not name %s", err, AnnotationMigrateForce)
+			if err != nil && !strings.Contains(err.Error(), contract.AnnotationMigrateForce) {
+				t.Errorf("denial %q does not name %s", err, contract.AnnotationMigrateForce)
 			}
 		})
 	}

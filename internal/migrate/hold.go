@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // FreezeWatcher is an optional NodeAgent method: it watches a container on
@@ -13,6 +15,70 @@ import (
 // timeout, or ctx ends.
 type FreezeWatcher interface {
 	WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (wait func() error, err error)
+}
+
+// DumpWatcher is an optional NodeAgent method: it watches a container on
+// node until CRIU has dumped it (its tasks were seen traced by CRIU and
+// then let go); with thaw, the agent then thaws the container's freezer
+// cgroup if the runtime still holds it frozen. It returns once the watch
+// is in place; wait blocks until the dump is seen and says whether the
+// agent thawed the container (if not, noThaw says why) and how long CRIU
+// held its tasks (seized until let go, as the agent's polls saw it), or
+// fails when no dump is seen within timeout or ctx ends.
+type DumpWatcher interface {
+	WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (wait func() (thawed bool, noThaw string, criu time.Duration, err error), err error)
+}
+
+// ThawPolicy says when a live checkpoint has the node's agent thaw the
+// app as soon as CRIU's dump is done, instead of when the runtime
+// resumes it after archiving the root filesystem's changes (see
+// ARCHITECTURE.md, "Thaw after the dump").
+type ThawPolicy string
+
+const (
+	// ThawAuto (the default, also ""): only an app container whose root
+	// filesystem is read-only (securityContext.readOnlyRootFilesystem),
+	// so that nothing it does after the dump can reach the archive.
+	ThawAuto ThawPolicy = "auto"
+	// ThawAlways: every app container; the user vouches that the app
+	// does not write to its root filesystem during a checkpoint.
+	ThawAlways ThawPolicy = "always"
+	// ThawNever: the app stays frozen until the runtime resumes it.
+	ThawNever ThawPolicy = "never"
+)
+
+// ParseThawPolicy reads a ThawPolicy ("" is auto).
+func ParseThawPolicy(s string) (ThawPolicy, error) {
+	switch p := ThawPolicy(s); p {
+	case "":
+		return ThawAuto, nil
+	case ThawAuto, ThawAlways, ThawNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("thaw-after-dump policy %q: want auto, always or never", s)
+}
+
+// thaws says whether a live checkpoint of container in pod thaws it
+// after the dump under p; if not, why not.
+func (p ThawPolicy) thaws(pod *corev1.Pod, container string) (bool, string) {
+	switch p {
+	case ThawAlways:
+		return true, ""
+	case ThawNever:
+		return false, "thawing after the dump is off (policy never)"
+	case "", ThawAuto:
+		for _, c := range pod.Spec.Containers {
+			if c.Name != container {
+				continue
+			}
+			if sc := c.SecurityContext; sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+				return true, ""
+			}
+			return false, "the app's root filesystem is writable (no readOnlyRootFilesystem): what the app writes after the dump could reach the checkpoint's archive of it"
+		}
+		return false, fmt.Sprintf("pod %s has no container %s", pod.Name, container)
+	}
+	return false, fmt.Sprintf("unknown thaw-after-dump policy %q", p)
 }
 
 // HoldTimings breaks down a live checkpoint's hold: how long the source's
@@ -36,12 +102,22 @@ type HoldTimings struct {
 	// after the call. Fallback says why not, when it was asked for.
 	AtFreeze bool   `json:"resumedAtFreeze"`
 	Fallback string `json:"fallback,omitempty"`
+	// ThawedAtDump: the node's agent thawed the app as soon as CRIU's
+	// dump was done, while the runtime went on archiving (Dump then ends
+	// at the thaw). ThawFallback says why not.
+	ThawedAtDump bool   `json:"thawedAtDump,omitempty"`
+	ThawFallback string `json:"thawFallback,omitempty"`
+	// CRIU: how long CRIU itself held the app's tasks (from the agent's
+	// first sight of CRIU tracing them until it let them go), the part of
+	// Dump that is CRIU's seize and dump rather than runc's and CRIU's
+	// setup; measured with the dump watch.
+	CRIU time.Duration `json:"criu,omitempty"`
 }
 
 // holdEvents is when each step of a live checkpoint happened. Zero: it did
 // not.
 type holdEvents struct {
-	Quiesce, CallStart, Frozen, Resumed, Thawed, Returned time.Time
+	Quiesce, CallStart, Frozen, Resumed, Dumped, Thawed, Returned time.Time
 }
 
 // releaseErr checks the hold invariant on a timeline: deliveries are
@@ -74,6 +150,9 @@ func (e holdEvents) timings() HoldTimings {
 		Call:    since(e.CallStart, e.Returned),
 		Held:    since(e.Quiesce, e.Resumed),
 	}
+	if !e.Dumped.IsZero() && (e.Thawed.IsZero() || e.Dumped.Before(e.Thawed)) {
+		e.Thawed = e.Dumped // the agent's thaw, heard before its own watch saw it
+	}
 	if !e.Frozen.IsZero() && !e.Thawed.IsZero() {
 		t.ToFreeze, t.Dump, t.AfterDump = since(e.CallStart, e.Frozen), since(e.Frozen, e.Thawed), since(e.Thawed, e.Returned)
 	}
@@ -95,6 +174,13 @@ type holdSteps struct {
 	resume func(ctx context.Context) error
 	// atFreeze: resume as soon as the freeze is seen.
 	atFreeze bool
+	// now tells the time of the events (nil: the system's clock).
+	now func() time.Time
+	// thaw: the agent thaws the app after the dump, on a watch started
+	// before the quiesce (dumped; nil: none, and thawNo says why).
+	thaw   bool
+	dumped func() (thawed bool, noThaw string, criu time.Duration, err error)
+	thawNo string
 }
 
 // holdResult is what checkpointUnderHold did.
@@ -104,6 +190,9 @@ type holdResult struct {
 	resumed   bool  // resume was called during the call
 	resumeErr error // and what it answered
 	fallback  string
+	thawed    bool   // the agent thawed the app at the dump
+	thawNo    string // why not
+	criu      time.Duration
 	events    holdEvents
 }
 
@@ -115,10 +204,31 @@ type holdResult struct {
 // target replays it (it comes after the checkpoint ID). It never releases
 // earlier. If the watch cannot start, fails or sees no freeze before the
 // call returns, nothing is released here: the caller resumes after the
-// call, as without a watch.
+// call, as without a watch. With thaw, a dump watch started before the
+// quiesce has the agent thaw the app once CRIU let it go; the app then
+// runs (and reads what the release handed it) while the call goes on.
 func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) holdResult {
-	res := holdResult{events: holdEvents{Quiesce: quiesced}}
+	res := holdResult{events: holdEvents{Quiesce: quiesced}, thawNo: s.thawNo}
+	now := s.now
+	if now == nil {
+		now = time.Now
+	}
 	var frozen <-chan error
+	type dumpSeen struct {
+		thawed bool
+		noThaw string
+		criu   time.Duration
+		err    error
+	}
+	var dumped <-chan dumpSeen
+	if s.thaw && s.dumped != nil {
+		ch := make(chan dumpSeen, 1)
+		go func() {
+			t, no, c, err := s.dumped()
+			ch <- dumpSeen{t, no, c, err}
+		}()
+		dumped = ch
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	switch {
@@ -137,7 +247,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 		err     error
 	}
 	done := make(chan called, 1)
-	res.events.CallStart = time.Now()
+	res.events.CallStart = now()
 	go func() {
 		a, err := s.checkpoint(ctx)
 		done <- called{a, err}
@@ -152,7 +262,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 				res.fallback = "no freeze seen: " + err.Error()
 				continue
 			}
-			res.events.Frozen = time.Now()
+			res.events.Frozen = now()
 			if s.watch == nil {
 				// no thaw to watch
 			} else if wait, err := s.watch(wctx, "thawed"); err == nil {
@@ -163,10 +273,25 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 			if s.atFreeze {
 				res.resumed = true
 				res.resumeErr = s.resume(ctx)
-				res.events.Resumed = time.Now()
+				res.events.Resumed = now()
+			}
+		case d := <-dumped:
+			dumped = nil
+			res.criu = d.criu
+			switch {
+			case d.err != nil:
+				res.thawNo = "no dump seen: " + d.err.Error()
+			case !d.thawed:
+				res.thawNo = "the agent did not thaw the app: " + d.noThaw
+			default:
+				res.thawed, res.thawNo = true, ""
+				res.events.Dumped = now()
 			}
 		case c := <-done:
-			res.events.Returned = time.Now()
+			res.events.Returned = now()
+			if dumped != nil {
+				res.thawNo = "the call returned before the dump was seen"
+			}
 			res.archive, res.err = c.archive, c.err
 			if thawed != nil {
 				// The dump is over: the watch sees it within a poll.
@@ -175,7 +300,7 @@ func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) h
 					if err == nil {
 						// Heard after the call returned: the dump ended
 						// before it did.
-						res.events.Thawed = time.Now()
+						res.events.Thawed = now()
 						if res.events.Thawed.After(res.events.Returned) {
 							res.events.Thawed = res.events.Returned
 						}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // fakeNode plays a checkpoint: the call freezes the app after a while,
@@ -21,9 +23,12 @@ type fakeNode struct {
 
 	freezeAfter time.Duration // 0: the call never freezes the app
 	dumpFor     time.Duration
+	archiveFor  time.Duration // the runtime keeps the app frozen after the dump
 	callErr     error
-	watchErr    error // the watch does not start
-	blind       bool  // the watch never sees anything
+	watchErr    error  // the watch does not start
+	blind       bool   // the watch never sees anything
+	noThaw      string // the dump watch does not thaw, for this reason
+	dumping     bool
 }
 
 func (n *fakeNode) note(s string) {
@@ -49,7 +54,10 @@ func (n *fakeNode) checkpoint(ctx context.Context) (string, error) {
 	if n.freezeAfter > 0 {
 		time.Sleep(n.freezeAfter) // the kubelet, containerd and runc at work
 		n.setFrozen(true)
+		n.setDumping(true)
 		time.Sleep(n.dumpFor) // CRIU dumps
+		n.setDumping(false)
+		time.Sleep(n.archiveFor) // the runtime archives, the app paused
 		n.setFrozen(false)
 	}
 	n.note("return")
@@ -74,6 +82,44 @@ func (n *fakeNode) watch(ctx context.Context, state string) (func() error, error
 			}
 		}
 	}, nil
+}
+
+func (n *fakeNode) setDumping(d bool) {
+	n.mu.Lock()
+	n.dumping = d
+	n.mu.Unlock()
+}
+
+// dumpWatch is the agent's dump watch with thaw: once CRIU was seen at
+// work and then done, it thaws the app if it is still frozen.
+func (n *fakeNode) dumpWatch(ctx context.Context) func() (bool, string, time.Duration, error) {
+	n.note("watch dumped")
+	return func() (bool, string, time.Duration, error) {
+		seen := false
+		for {
+			n.mu.Lock()
+			dumping, frozen := n.dumping, n.frozen
+			n.mu.Unlock()
+			switch {
+			case n.blind:
+			case dumping:
+				seen = true
+			case seen && n.noThaw != "":
+				n.note("seen dumped")
+				return false, n.noThaw, n.dumpFor, nil
+			case seen && frozen:
+				n.note("seen dumped")
+				n.note("thaw")
+				n.setFrozen(false)
+				return true, "", n.dumpFor, nil
+			}
+			select {
+			case <-ctx.Done():
+				return false, "", 0, ctx.Err()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
 }
 
 // resume fails the test if deliveries are released while the app is not
@@ -101,7 +147,40 @@ func TestCheckpointUnderHold(t *testing.T) {
 		wantLog  []string
 		resumed  bool
 		fallback string
+		// thaw: the policy lets the agent thaw the app after the dump.
+		thaw       bool
+		thawNo     string // what the policy said, when it says no
+		wantThawed bool
+		wantThawNo string
 	}{
+		{
+			name: "thawed at the dump", atFreeze: true, thaw: true,
+			node:       &fakeNode{freezeAfter: 30 * time.Millisecond, dumpFor: 60 * time.Millisecond, archiveFor: 80 * time.Millisecond},
+			wantLog:    []string{"watch frozen", "watch dumped", "call", "seen frozen", "watch thawed", "resume", "seen dumped", "thaw", "seen thawed", "return"},
+			resumed:    true,
+			wantThawed: true,
+		},
+		{
+			name: "not thawed when the policy says no", atFreeze: true, thawNo: "policy never",
+			node:       &fakeNode{freezeAfter: 30 * time.Millisecond, dumpFor: 60 * time.Millisecond, archiveFor: 20 * time.Millisecond},
+			wantLog:    []string{"watch frozen", "call", "seen frozen", "watch thawed", "resume", "seen thawed", "return"},
+			resumed:    true,
+			wantThawNo: "policy never",
+		},
+		{
+			name: "the agent does not thaw", atFreeze: true, thaw: true,
+			node:       &fakeNode{freezeAfter: 30 * time.Millisecond, dumpFor: 60 * time.Millisecond, archiveFor: 20 * time.Millisecond, noThaw: "the cgroup was not frozen after the dump"},
+			wantLog:    []string{"watch frozen", "watch dumped", "call", "seen frozen", "watch thawed", "resume", "seen dumped", "seen thawed", "return"},
+			resumed:    true,
+			wantThawNo: "the agent did not thaw the app: the cgroup was not frozen after the dump",
+		},
+		{
+			name: "the dump watch sees nothing", atFreeze: true, thaw: true,
+			node:       &fakeNode{freezeAfter: 10 * time.Millisecond, dumpFor: 10 * time.Millisecond, blind: true},
+			wantLog:    []string{"watch frozen", "watch dumped", "call", "return"},
+			fallback:   "the call returned before the freeze was seen",
+			wantThawNo: "the call returned before the dump was seen",
+		},
 		{
 			name: "resumed at the freeze", atFreeze: true,
 			node:    &fakeNode{freezeAfter: 30 * time.Millisecond, dumpFor: 60 * time.Millisecond},
@@ -146,6 +225,10 @@ func TestCheckpointUnderHold(t *testing.T) {
 			} else {
 				steps.frozen, steps.frozenErr = n.watch(t.Context(), "frozen")
 			}
+			steps.thaw, steps.thawNo = tc.thaw, tc.thawNo
+			if tc.thaw {
+				steps.dumped = n.dumpWatch(t.Context())
+			}
 			res := checkpointUnderHold(t.Context(), steps, time.Now())
 			// The thaw is seen within a poll of it, before or after the
 			// call's "return": the order of those two is the watch's.
@@ -158,6 +241,12 @@ func TestCheckpointUnderHold(t *testing.T) {
 			}
 			if res.resumed != tc.resumed || res.fallback != tc.fallback {
 				t.Errorf("resumed %v, fallback %q; want %v, %q", res.resumed, res.fallback, tc.resumed, tc.fallback)
+			}
+			if res.thawed != tc.wantThawed || res.thawNo != tc.wantThawNo {
+				t.Errorf("thawed %v (%q); want %v (%q)", res.thawed, res.thawNo, tc.wantThawed, tc.wantThawNo)
+			}
+			if tm := res.events.timings(); tc.wantThawed && (tm.Dump > n.dumpFor+n.archiveFor/2 || tm.AfterDump < n.archiveFor/2) {
+				t.Errorf("timings %+v: the dump should end at the thaw (dump %s, then %s archiving)", tm, n.dumpFor, n.archiveFor)
 			}
 			if (res.err != nil) != (n.callErr != nil) || res.archive != "/ckpt/a.tar" {
 				t.Errorf("archive %q, err %v; want the call's", res.archive, res.err)
@@ -203,5 +292,48 @@ func TestReleaseErr(t *testing.T) {
 				t.Errorf("releaseErr = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestThawPolicy: auto thaws only an app with a read-only root
+// filesystem; always and never override; bad names are refused.
+func TestThawPolicy(t *testing.T) {
+	ro, rw := true, false
+	pod := func(readOnly *bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ms2m-sidecar"}, {Name: "app"}}}}
+		if readOnly != nil {
+			p.Spec.Containers[1].SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: readOnly}
+		}
+		// The sidecar's own read-only root says nothing of the app's.
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: &ro}
+		return p
+	}
+	for _, tc := range []struct {
+		policy string
+		pod    *corev1.Pod
+		want   bool
+		why    string
+	}{
+		{"", pod(&ro), true, ""},
+		{"auto", pod(&ro), true, ""},
+		{"auto", pod(&rw), false, "root filesystem is writable"},
+		{"auto", pod(nil), false, "root filesystem is writable"},
+		{"always", pod(nil), true, ""},
+		{"never", pod(&ro), false, "policy never"},
+	} {
+		p, err := ParseThawPolicy(tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, why := p.thaws(tc.pod, "app")
+		if got != tc.want || !strings.Contains(why, tc.why) || (tc.why == "") != (why == "") {
+			t.Errorf("%q: thaws = %v (%q), want %v (%q)", tc.policy, got, why, tc.want, tc.why)
+		}
+	}
+	if got, why := ThawAuto.thaws(pod(&ro), "other"); got || !strings.Contains(why, "no container other") {
+		t.Errorf("auto on a missing container = %v (%q)", got, why)
+	}
+	if _, err := ParseThawPolicy("sometimes"); err == nil {
+		t.Error("ParseThawPolicy took sometimes")
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -55,9 +57,10 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 		SidecarImage: "ms2m/sidecar:dev",
 		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "token"},
+		RestoreKey:   []byte("migrate-test-key-0123456789"),
 	}
 	app := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{inject.AnnotationInject: "true"},
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer", Namespace: "default", Annotations: map[string]string{contract.AnnotationInject: "true"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "consumer-1", UID: "u"}}},
 		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "app", Image: "ms2m/consumer:dev",
 			Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://u:p@10.77.0.1:5672/"}}}}},
@@ -69,7 +72,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 	source := res.Pod
 	source.UID, source.ResourceVersion, source.Spec.NodeName = "uid-1", "7", "node-1"
 
-	target := TargetPod(source, "consumer-m1", Restore{Migration: "m1", Image: "10.77.0.1:5000/ckpt:m1", Node: "node-2", LogName: "default.consumer", Start: 42})
+	target := TargetPod(source, "consumer-m1", Restore{Migration: "m1", Image: "10.77.0.1:5000/ckpt:m1", Node: "node-2", LogName: "default.consumer", Start: 42}, cfg.RestoreKey, time.Now().Add(time.Minute))
 	if target.UID != "" || target.ResourceVersion != "" || len(target.OwnerReferences) != 0 || target.Spec.NodeName != "" {
 		t.Errorf("target keeps the source's identity: %+v", target.ObjectMeta)
 	}
@@ -92,7 +95,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 	if env["MS2M_REPLAY_START"] != "42" || env["MS2M_REPLAY_CUTOFF"] != "marker" || env["MS2M_LOG_NAME"] != "default.consumer" {
 		t.Errorf("sidecar replay env = %v", env)
 	}
-	if source.Annotations[inject.AnnotationRestoreImage] != "" {
+	if source.Annotations[contract.AnnotationRestoreImage] != "" {
 		t.Error("TargetPod changed the source's annotations")
 	}
 }
@@ -100,7 +103,7 @@ func TestTargetPodBecomesARestore(t *testing.T) {
 func TestLogNameOfTheSource(t *testing.T) {
 	cfg := inject.Config{SidecarImage: "s", StreamURI: inject.SecretKey{Name: "m", Key: "u"}, ControlToken: inject.SecretKey{Name: "m", Key: "t"}}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "consumer-7d9f", Namespace: "shop", Annotations: map[string]string{inject.AnnotationInject: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "consumer-7d9f", Namespace: "shop", Annotations: map[string]string{contract.AnnotationInject: "true"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "AMQP_URL", Value: "amqp://h/"}}}}},
 	}
 	res, err := inject.Inject(inject.Input{Pod: pod}, cfg)
@@ -171,14 +174,6 @@ func TestAdaptive(t *testing.T) {
 			t.Errorf("%d: Adaptive(%d, %g, %s) = %v, want %v", name, tc.lag, tc.mu, tc.replayMax, got, tc.want)
 		}
 	}
-	for in, want := range map[string]CutoffRule{"": CutoffFormula, "formula": CutoffFormula, "adaptive": CutoffAdaptive} {
-		if got, err := ParseCutoffRule(in); err != nil || got != want {
-			t.Errorf("ParseCutoffRule(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := ParseCutoffRule("eq5"); err == nil || !strings.Contains(err.Error(), `unknown cutoff rule "eq5" (want formula or adaptive)`) {
-		t.Errorf("ParseCutoffRule(eq5): %v", err)
-	}
 }
 
 // A kubelet on a loaded node can time out syncing its Secret cache and
@@ -206,5 +201,35 @@ func TestPodProblem(t *testing.T) {
 				t.Errorf("podProblem = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCheckpointRef: a checkpoint image goes to its namespace's repository
+// under a tag that only the key's holder can name: the same migration
+// names another tag with another key, or in another namespace; a long
+// name still makes a valid tag.
+func TestCheckpointRef(t *testing.T) {
+	key, other := []byte("key-one-0123456789abcdef"), []byte("key-two-0123456789abcdef")
+	ref := CheckpointRef("reg.test:5000/ms2m/checkpoints/", "shop", "orders-0-tpj70d", key)
+	if !strings.HasPrefix(ref, "reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-") || len(ref) != len("reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-")+tagSecretLen {
+		t.Errorf("ref %q: want reg.test:5000/ms2m/checkpoints/shop:orders-0-tpj70d-<%d secret characters>", ref, tagSecretLen)
+	}
+	if ref != CheckpointRef("reg.test:5000/ms2m/checkpoints", "shop", "orders-0-tpj70d", key) {
+		t.Error("the ref is not the same for the same key (the controller must find the image again)")
+	}
+	for name, again := range map[string]string{
+		"another key":       CheckpointRef("reg.test:5000/ms2m/checkpoints", "shop", "orders-0-tpj70d", other),
+		"another namespace": CheckpointRef("reg.test:5000/ms2m/checkpoints", "bank", "orders-0-tpj70d", key),
+	} {
+		_, a, _ := strings.Cut(ref, ":5000/")
+		_, b, _ := strings.Cut(again, ":5000/")
+		if a[strings.LastIndex(a, "-"):] == b[strings.LastIndex(b, "-"):] {
+			t.Errorf("%s: the secret part is the same (%s, %s)", name, ref, again)
+		}
+	}
+	long := CheckpointRef("r/x", "shop", strings.Repeat("a", 300), key)
+	tag := long[strings.Index(long, ":")+1:]
+	if _, err := name.NewTag("reg.test/x:"+tag, name.StrictValidation); err != nil || len(tag) > MaxTagLen {
+		t.Errorf("tag of a long name %q (%d bytes): %v", tag, len(tag), err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // Names. A pod is migrated over and over, so nothing a migration names may
@@ -74,6 +76,26 @@ func ShadowName(migration string) string {
 // ImageTag is the tag of the checkpoint image of migration (its shadow's:
 // ShadowName), at most MaxTagLen.
 func ImageTag(migration string) string { return bounded(migration, MaxTagLen) }
+
+// tagSecretLen is the length of the unguessable part of a checkpoint
+// image's tag: 22 base64url characters, 132 bits.
+const tagSecretLen = 22
+
+// imageTagContext separates CheckpointRef's MACs from every other use of
+// the controller's key.
+const imageTagContext = "ms2m.io/checkpoint-tag/v1"
+
+// CheckpointRef is where the checkpoint image tagged tag (a migration's
+// name, or its shadow's) of a pod in namespace goes: the namespace's own
+// repository below repo, so that pulls and deletes can be granted per
+// namespace, under a tag no tenant can guess: ImageTag(tag), cut to fit,
+// and a MAC of namespace and tag with key. Only the holder of the key (the
+// controller) can name the image again, to delete it; a tenant who knows
+// another's migration name cannot pull its memory by name.
+func CheckpointRef(repo, namespace, tag string, key []byte) string {
+	secret := sign.MAC(key, imageTagContext, namespace, tag)[:tagSecretLen]
+	return strings.TrimSuffix(repo, "/") + "/" + namespace + ":" + bounded(ImageTag(tag), MaxTagLen-1-tagSecretLen) + "-" + secret
+}
 
 // MigrationLabel is the value of the ms2m.io/migration label for
 // migration, at most MaxLabelLen.

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -53,7 +54,7 @@ func TestNamesStayBounded(t *testing.T) {
 			return inject.OwnLogName(p, MigrationName(long, now.Add(time.Duration(i)*time.Second)))
 		}, max: MaxLogNameLen},
 		"pending ConfigMap of a StatefulSet's pod": {start: strings.Repeat("s", MaxPodNameLen), next: func(p string, i int) string {
-			return inject.PendingConfigMapName(strings.TrimPrefix(p, inject.PendingConfigMapPrefix))
+			return contract.PendingConfigMapName(strings.TrimPrefix(p, contract.PendingConfigMapPrefix))
 		}, max: MaxObjectNameLen, valid: dnsSubdomain},
 	} {
 		t.Run(name, func(t *testing.T) {

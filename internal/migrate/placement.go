@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // NotPlaceable is the error of a target node the pod may not run on: its
@@ -16,7 +16,7 @@ import (
 // of the node (that none of the pod's tolerations tolerates) keeps it off.
 // The migrator pins the target pod to the node itself, past the scheduler,
 // so it checks what the scheduler would: a tenant cannot use it to place a
-// pod onto a tainted or dedicated node. inject.AnnotationMigrateForce
+// pod onto a tainted or dedicated node. contract.AnnotationMigrateForce
 // ("true") on the pod skips the check.
 type NotPlaceable struct {
 	Node   string
@@ -24,12 +24,12 @@ type NotPlaceable struct {
 }
 
 func (e *NotPlaceable) Error() string {
-	return fmt.Sprintf("target node %s: %s; the scheduler would not place this pod there: pick another node, or set %s: \"true\" on the pod to migrate it anyway", e.Node, e.Reason, inject.AnnotationMigrateForce)
+	return fmt.Sprintf("target node %s: %s; the scheduler would not place this pod there: pick another node, or set %s: \"true\" on the pod to migrate it anyway", e.Node, e.Reason, contract.AnnotationMigrateForce)
 }
 
 // Forced says whether pod asks to skip the placement check.
 func Forced(pod *corev1.Pod) bool {
-	return pod.Annotations[inject.AnnotationMigrateForce] == "true"
+	return pod.Annotations[contract.AnnotationMigrateForce] == "true"
 }
 
 // CheckPlacement says, as a *NotPlaceable, why pod may not run on node,

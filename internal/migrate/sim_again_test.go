@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/simcluster"
@@ -37,7 +38,7 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 	ctx := t.Context()
 	ask := func(pod, node string) {
 		t.Helper()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, node)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationMigrateTo, node)
 		if _, err := pods.Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatalf("ask %s to migrate to %s: %v", pod, node, err)
 		}
@@ -46,10 +47,10 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 	// A typo: refused, and the request is answered.
 	ask(w.pod.Name, "sim-nowhere")
 	st := waitAnswered(t, c, w.ns, w.pod.Name, "")
-	if st.Phase != controller.PhaseFailed || !strings.Contains(st.Message, "sim-nowhere") {
+	if st.Phase != contract.PhaseFailed || !strings.Contains(st.Message, "sim-nowhere") {
 		t.Errorf("the typo's status: %s %q, want Failed naming the node", st.Phase, st.Message)
 	}
-	expectEventOn(t, c, w.ns, w.pod.Name, controller.ReasonRejected, "sim-nowhere")
+	expectEventOn(t, c, w.ns, w.pod.Name, contract.ReasonMigrationRejected, "sim-nowhere")
 
 	// Corrected: it migrates. While it runs (its restore held on node B),
 	// a request for another node is refused with an Event.
@@ -62,17 +63,17 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 		t.Fatal("the corrected request did not start a migration")
 	}
 	ask(w.pod.Name, nodeA)
-	expectEventOn(t, c, w.ns, w.pod.Name, controller.ReasonInProgress, "under way")
+	expectEventOn(t, c, w.ns, w.pod.Name, contract.ReasonMigrationInProgress, "under way")
 	hold.Release()
 	first := waitMigrated(t, c, w.ns, w.pod, nodeB, "")
 
 	// The same node: refused with an Event, nothing touched.
 	ask(first.Name, nodeB)
-	st = waitAnswered(t, c, w.ns, first.Name, first.Annotations[inject.AnnotationMigrationStatus])
-	if st.Phase != controller.PhaseFailed || !strings.Contains(st.Message, "already runs on "+nodeB) {
+	st = waitAnswered(t, c, w.ns, first.Name, first.Annotations[contract.AnnotationMigrationStatus])
+	if st.Phase != contract.PhaseFailed || !strings.Contains(st.Message, "already runs on "+nodeB) {
 		t.Errorf("the same-node request's status: %s %q", st.Phase, st.Message)
 	}
-	expectEventOn(t, c, w.ns, first.Name, controller.ReasonRejected, "already runs on "+nodeB)
+	expectEventOn(t, c, w.ns, first.Name, contract.ReasonMigrationRejected, "already runs on "+nodeB)
 	if got, err := pods.Get(ctx, first.Name, metav1.GetOptions{}); err != nil || got.UID != first.UID {
 		t.Fatalf("the pod on %s after the same-node request: %v", nodeB, err)
 	}
@@ -80,7 +81,7 @@ func TestMigrateAgainByAnnotation(t *testing.T) {
 	// And back: A → B → A.
 	ask(first.Name, nodeA)
 	second := waitMigrated(t, c, w.ns, first, nodeA, st.Name)
-	st, _ = controller.DecodeStatus(second.Annotations[inject.AnnotationMigrationStatus])
+	st, _ = controller.DecodeStatus(second.Annotations[contract.AnnotationMigrationStatus])
 	var hist []string
 	for _, e := range st.History {
 		hist = append(hist, fmt.Sprintf("%s %s→%s", e.Outcome, e.From, e.To))
@@ -108,12 +109,12 @@ func waitAnswered(t *testing.T, c *simcluster.Cluster, ns, pod, was string) cont
 		if err != nil {
 			return false
 		}
-		v := p.Annotations[inject.AnnotationMigrationStatus]
-		if _, asked := p.Annotations[inject.AnnotationMigrateTo]; asked || v == "" || v == was {
+		v := p.Annotations[contract.AnnotationMigrationStatus]
+		if _, asked := p.Annotations[contract.AnnotationMigrateTo]; asked || v == "" || v == was {
 			return false
 		}
 		st, err = controller.DecodeStatus(v)
-		return err == nil && st.Phase != controller.PhaseRunning
+		return err == nil && st.Phase != contract.PhaseRunning
 	})
 	return st
 }
@@ -131,8 +132,8 @@ func waitMigrated(t *testing.T, c *simcluster.Cluster, ns string, src *corev1.Po
 			return false // the source goes once the target serves
 		}
 		p := &list.Items[0]
-		st, err := controller.DecodeStatus(p.Annotations[inject.AnnotationMigrationStatus])
-		if err != nil || p.UID == src.UID || p.Spec.NodeName != node || st.Phase != controller.PhaseSucceeded || st.Name == prev || p.Status.Phase != corev1.PodRunning {
+		st, err := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus])
+		if err != nil || p.UID == src.UID || p.Spec.NodeName != node || st.Phase != contract.PhaseSucceeded || st.Name == prev || p.Status.Phase != corev1.PodRunning {
 			return false
 		}
 		got = p
@@ -150,19 +151,19 @@ func waitMigrated(t *testing.T, c *simcluster.Cluster, ns string, src *corev1.Po
 	if ctrl := metav1.GetControllerOf(got); ctrl == nil || ctrl.Kind != "ReplicaSet" {
 		t.Errorf("%s's controller is %v, want the ReplicaSet", got.Name, ctrl)
 	}
-	if _, ok := got.Annotations[inject.AnnotationMigrateTo]; ok {
+	if _, ok := got.Annotations[contract.AnnotationMigrateTo]; ok {
 		t.Errorf("%s carries a migration request", got.Name)
 	}
 	// Serving, it reads as an ordinary pod of its workload: the restore
 	// annotations are gone, and what it was restored from is recorded.
-	st, _ := controller.DecodeStatus(got.Annotations[inject.AnnotationMigrationStatus])
+	st, _ := controller.DecodeStatus(got.Annotations[contract.AnnotationMigrationStatus])
 	testenv.Eventually(t, 10*time.Second, got.Name+"'s restore annotations are replaced", func() bool {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, got.Name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		got = p
-		return p.Annotations[inject.AnnotationRestoredFrom] != ""
+		return p.Annotations[contract.AnnotationRestoredFrom] != ""
 	})
 	for _, k := range inject.RestoreRequestAnnotations {
 		if v, ok := got.Annotations[k]; ok {
@@ -170,8 +171,8 @@ func waitMigrated(t *testing.T, c *simcluster.Cluster, ns string, src *corev1.Po
 		}
 	}
 	var from inject.RestoredFrom
-	if err := json.Unmarshal([]byte(got.Annotations[inject.AnnotationRestoredFrom]), &from); err != nil || from.Migration != st.Name || from.Image != got.Spec.Containers[0].Image || from.ReplayStart == "" {
-		t.Errorf("%s's %s = %s (%v), want migration %s from its app's image", got.Name, inject.AnnotationRestoredFrom, got.Annotations[inject.AnnotationRestoredFrom], err, st.Name)
+	if err := json.Unmarshal([]byte(got.Annotations[contract.AnnotationRestoredFrom]), &from); err != nil || from.Migration != st.Name || from.Image != got.Spec.Containers[0].Image || from.ReplayStart == "" {
+		t.Errorf("%s's %s = %s (%v), want migration %s from its app's image", got.Name, contract.AnnotationRestoredFrom, got.Annotations[contract.AnnotationRestoredFrom], err, st.Name)
 	}
 	if st.Report == nil || len(st.Report.Warnings) > 0 {
 		t.Errorf("%s's migration report: %+v, want one without warnings", got.Name, st.Report)

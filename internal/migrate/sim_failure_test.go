@@ -16,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -67,7 +69,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	}{
 		{"unknown node", func(p *migrate.Plan) { p.TargetNode = "sim-nowhere" }, `target node sim-nowhere: nodes "sim-nowhere" not found`, nil},
 		{"same node", func(p *migrate.Plan) { p.TargetNode = nodeA }, "already runs on node sim-a: pick another target", nil},
-		{"statefulset strategy on a Deployment's pod", func(p *migrate.Plan) { p.Strategy = migrate.StatefulSet }, "is not a StatefulSet's pod: strategy statefulset needs one; use ms2m (or auto)", nil},
+		{"statefulset strategy on a Deployment's pod", func(p *migrate.Plan) { p.Strategy = contract.StrategyStatefulSet }, "is not a StatefulSet's pod: strategy statefulset needs one; use ms2m (or auto)", nil},
 		{"no such container", func(p *migrate.Plan) { p.Container = "nope" }, `has no container "nope"`, nil},
 		{"unknown strategy", func(p *migrate.Plan) { p.Strategy = "teleport" }, `unknown strategy "teleport"`, nil},
 		{"not injected", func(p *migrate.Plan) { p.Namespace, p.Pod = plain.ns, plain.pod.Name }, `has no ms2m sidecar (annotation ms2m.io/status missing): opt it in with ms2m.io/inject: "true"`, nil},
@@ -76,6 +78,11 @@ func TestBadInputTouchesNothing(t *testing.T) {
 			name, undo := pendingPod()
 			p.Pod = name
 			return undo
+		}},
+		{"a server-named queue", func(*migrate.Plan) {}, `consumes a queue that a migration cannot carry over, so nothing was checkpointed: queue "amq.gen-Xy1" is server-named`, func(*migrate.Plan) func() {
+			sc := c.Nodes[nodeA].Pod(w.ns, w.pod.Name).Sidecar
+			sc.SetUnreplayable([]proxy.UnreplayableQueue{{Queue: "amq.gen-Xy1", Reason: "server-named (amq.gen-*): the restored app declares a new queue with another name, which the replay log knows nothing of"}})
+			return func() { sc.SetUnreplayable(nil) }
 		}},
 		{"already migrating", func(*migrate.Plan) {}, "is already migrating: its sidecar is quiesced, as a migration under way leaves it; wait for that migration to end", func(*migrate.Plan) func() {
 			// another migration's quiesce
@@ -91,7 +98,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
-			p := plan(w, migrate.MS2M)
+			p := plan(w, contract.StrategyMS2M)
 			tc.edit(&p)
 			undo := func() {}
 			if tc.arm != nil {
@@ -127,23 +134,23 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 	w := deploy(t, c, "sim-fail", "Deployment", true)
 	for _, tc := range []struct {
 		name     string
-		strategy migrate.Strategy
+		strategy contract.Strategy
 		arm      func()
 		want     []string
 	}{
-		{"checkpoint forbidden", migrate.MS2M, func() {
+		{"checkpoint forbidden", contract.StrategyMS2M, func() {
 			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusForbidden,
 				Body: "Forbidden (user=kube-apiserver-kubelet-client, verb=create, resource=nodes, subresource=checkpoint)"})
 		}, []string{"checkpoint " + w.ns + "/" + w.pod.Name + " container app on node sim-a", "Forbidden", "the API server's kubelet client identity needs nodes/checkpoint on the kubelet (see docs/install.md)"}},
-		{"checkpoint fails", migrate.MS2M, func() {
+		{"checkpoint fails", contract.StrategyMS2M, func() {
 			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusInternalServerError,
 				Body: "checkpointing of " + w.ns + "/" + w.pod.Name + "/app failed: CRIU: Can't dump ghost file"})
 		}, []string{"on node sim-a", "checkpointing of", "Can't dump ghost file", "the source was resumed and keeps serving"}},
-		{"push fails", migrate.MS2M, func() { c.FailPushes(true) }, []string{"the simulated registry refuses pushes"}},
-		{"restore fails", migrate.MS2M, func() {
+		{"push fails", contract.StrategyMS2M, func() { c.FailPushes(true) }, []string{"the simulated registry refuses pushes"}},
+		{"restore fails", contract.StrategyMS2M, func() {
 			c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
 		}, []string{"the restore failed", "CrashLoopBackOff", "Can't open inventory"}},
-		{"restore fails after a stop", migrate.StopAndCopy, func() {
+		{"restore fails after a stop", contract.StrategyStopAndCopy, func() {
 			c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
 		}, []string{"the restore failed", "Can't open inventory"}},
 	} {
@@ -169,7 +176,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 			if rep.Image != "" {
 				expectNoImage(t, rep.Image)
 			}
-			expectNoImage(t, c.ImageRepo()+":"+p.Name)
+			expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), w.ns, p.Name, c.SigningKey))
 		})
 	}
 }

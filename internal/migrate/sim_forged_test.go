@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
 
@@ -32,16 +32,18 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 	ctx := t.Context()
 	victim := deploy(t, c, "sim-forged-victim", "Deployment", true)
 	tenant := deploy(t, c, "sim-forged-tenant", "Deployment", true)
-	startController(t, c, "the controller", c.Kubeconfig)
+	// It keeps images once the target serves, so that the victim's is there
+	// to be deleted by a forged name.
+	startController(t, c, "the controller", c.Kubeconfig, "MS2M_KEEP_CHECKPOINT_IMAGES=true")
 
 	// The victim's real migration leaves its checkpoint image.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, inject.AnnotationMigrateTo, nodeB)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationMigrateTo, nodeB)
 	if _, err := c.Client.CoreV1().Pods(victim.ns).Patch(ctx, victim.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	moved := waitMigrated(t, c, victim.ns, victim.pod, nodeB, "")
-	vst, _ := controller.DecodeStatus(moved.Annotations[inject.AnnotationMigrationStatus])
-	ref := c.ImageRepo() + ":" + migrate.ImageTag(vst.Name)
+	vst, _ := controller.DecodeStatus(moved.Annotations[contract.AnnotationMigrationStatus])
+	ref := migrate.CheckpointRef(c.ImageRepo(), victim.ns, vst.Name, c.SigningKey)
 	imageThere := func() error {
 		r, err := name.ParseReference(ref, name.Insecure)
 		if err != nil {
@@ -51,23 +53,24 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 		return err
 	}
 	if err := imageThere(); err != nil {
-		t.Fatalf("the victim's checkpoint image %s after its migration: %v", ref, err)
+		t.Fatalf("the victim's checkpoint image %s after its migration (MS2M_KEEP_CHECKPOINT_IMAGES=true): %v", ref, err)
 	}
+	checkImage(t, moved.Spec.Containers[0].Image, "app")
 
 	// The tenant forges a Running record of the victim's migration.
 	forged, _ := json.Marshal(controller.Status{
-		Name: vst.Name, Phase: controller.PhaseRunning, Strategy: string(migrate.MS2M),
+		Name: vst.Name, Phase: contract.PhaseRunning, Strategy: string(contract.StrategyMS2M),
 		Source: tenant.pod.Spec.NodeName, Target: nodeB, TargetPod: moved.Name, Started: time.Now(),
 	})
 	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"forged"}}}`,
-		inject.AnnotationMigrationStatus, string(forged), inject.AnnotationMigrateTo, tenant.pod.Spec.NodeName,
-		inject.AnnotationMigrationStatusSignature)
+		contract.AnnotationMigrationStatus, string(forged), contract.AnnotationMigrateTo, tenant.pod.Spec.NodeName,
+		contract.AnnotationMigrationStatusSignature)
 	if _, err := c.Client.CoreV1().Pods(tenant.ns).Patch(ctx, tenant.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	expectEventOn(t, c, tenant.ns, tenant.pod.Name, controller.ReasonForgedStatus, "not signed")
+	expectEventOn(t, c, tenant.ns, tenant.pod.Name, contract.ReasonForgedMigrationStatus, "not signed")
 	st := waitAnswered(t, c, tenant.ns, tenant.pod.Name, string(forged))
-	if st.Phase != controller.PhaseFailed || st.Name == vst.Name {
+	if st.Phase != contract.PhaseFailed || st.Name == vst.Name {
 		t.Errorf("the tenant's status after the forgery: %s %s %q, want its own request's answer (Failed: already runs there)", st.Name, st.Phase, st.Message)
 	}
 	if len(st.History) != 1 {
@@ -85,7 +88,7 @@ func TestForgedMigrationStatusIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range evs.Items {
-		if e.Reason == controller.ReasonRolledBack || e.Reason == controller.ReasonRollbackFailed {
+		if e.Reason == contract.ReasonMigrationRolledBack || e.Reason == contract.ReasonMigrationRollbackFailed {
 			t.Errorf("Event %s: %s; want no rollback of a forged record", e.Reason, e.Note)
 		}
 	}

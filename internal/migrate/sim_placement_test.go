@@ -9,8 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // TestMigrateToTaintedNodeRefused performs the confused-deputy attack of
@@ -46,7 +45,7 @@ func TestMigrateToTaintedNodeRefused(t *testing.T) {
 
 	ask := func(extra string) {
 		t.Helper()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q%s}}}`, inject.AnnotationMigrateTo, nodeB, extra)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q%s}}}`, contract.AnnotationMigrateTo, nodeB, extra)
 		if _, err := pods.Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatalf("ask %s to migrate to %s: %v", w.pod.Name, nodeB, err)
 		}
@@ -54,13 +53,13 @@ func TestMigrateToTaintedNodeRefused(t *testing.T) {
 
 	ask("")
 	st := waitAnswered(t, c, w.ns, w.pod.Name, "")
-	for _, part := range []string{"target node " + nodeB, "taint dedicated=team-b:NoSchedule", inject.AnnotationMigrateForce, "nothing was touched"} {
-		if st.Phase != controller.PhaseFailed || !strings.Contains(st.Message, part) {
+	for _, part := range []string{"target node " + nodeB, "taint dedicated=team-b:NoSchedule", contract.AnnotationMigrateForce, "nothing was touched"} {
+		if st.Phase != contract.PhaseFailed || !strings.Contains(st.Message, part) {
 			t.Errorf("the status of the request for the tainted node: %s %q, want Failed saying %q", st.Phase, st.Message, part)
 		}
 	}
-	expectEventOn(t, c, w.ns, w.pod.Name, controller.ReasonTargetNotAllowed, "taint dedicated=team-b:NoSchedule")
-	expectEventOn(t, c, w.ns, w.pod.Name, controller.ReasonTargetNotAllowed, inject.AnnotationMigrateForce+`: "true"`)
+	expectEventOn(t, c, w.ns, w.pod.Name, contract.ReasonMigrationTargetNotAllowed, "taint dedicated=team-b:NoSchedule")
+	expectEventOn(t, c, w.ns, w.pod.Name, contract.ReasonMigrationTargetNotAllowed, contract.AnnotationMigrateForce+`: "true"`)
 	expectServing(t, c, w)
 	if got := w.created.names(); len(got) != 1 {
 		t.Fatalf("%d pods were created, want only the source: %v", len(got), got)
@@ -68,9 +67,9 @@ func TestMigrateToTaintedNodeRefused(t *testing.T) {
 
 	// The override: the same request migrates, and the override goes with
 	// the answer (it holds for one request).
-	ask(fmt.Sprintf(`,%q:"true"`, inject.AnnotationMigrateForce))
+	ask(fmt.Sprintf(`,%q:"true"`, contract.AnnotationMigrateForce))
 	got := waitMigrated(t, c, w.ns, w.pod, nodeB, "") // a new pod: the refused request may have had the same name (names go by the second)
-	if v, ok := got.Annotations[inject.AnnotationMigrateForce]; ok {
-		t.Errorf("the migrated pod %s carries %s=%s: the override must not outlive its request", got.Name, inject.AnnotationMigrateForce, v)
+	if v, ok := got.Annotations[contract.AnnotationMigrateForce]; ok {
+		t.Errorf("the migrated pod %s carries %s=%s: the override must not outlive its request", got.Name, contract.AnnotationMigrateForce, v)
 	}
 }

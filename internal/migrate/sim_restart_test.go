@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -61,11 +61,7 @@ type controllerProc struct {
 	done chan struct{}
 }
 
-// simStatusKey signs the migration statuses of the controllers the tests
-// start.
-const simStatusKey = "sim-status-key-0123456789abcdef"
-
-func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig string) *controllerProc {
+func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig string, env ...string) *controllerProc {
 	t.Helper()
 	bin := testenv.Build(t, "cmd/migrator")
 	p := &controllerProc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
@@ -80,8 +76,9 @@ func startController(t *testing.T, c *simcluster.Cluster, name, kubeconfig strin
 		"MS2M_HEALTH_ADDR=0",
 		"MS2M_MIGRATION_TIMEOUT=1m",
 		"MS2M_LOG_LEVEL=debug",
-		"MS2M_STATUS_KEY="+simStatusKey, // shared by every controller a test starts, as a Secret would be
+		"MS2M_STATUS_KEY="+string(c.SigningKey), // shared by every controller a test starts and the webhook, as a Secret would be
 	)
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -108,10 +105,10 @@ func (p *controllerProc) kill() {
 }
 
 // requestMigration annotates the workload's pod the way a user does.
-func requestMigration(t *testing.T, c *simcluster.Cluster, w *workload, strategy migrate.Strategy) {
+func requestMigration(t *testing.T, c *simcluster.Cluster, w *workload, strategy contract.Strategy) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q,%q:"2s"}}}`,
-		inject.AnnotationMigrateTo, nodeB, inject.AnnotationStrategy, strategy, inject.AnnotationReplayMax)
+		contract.AnnotationMigrateTo, nodeB, contract.AnnotationStrategy, strategy, contract.AnnotationReplayMax)
 	if _, err := c.Client.CoreV1().Pods(w.ns).Patch(t.Context(), w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +126,11 @@ func finalStatus(t *testing.T, c *simcluster.Cluster, ns string, timeout time.Du
 			return false
 		}
 		for i := range pods.Items {
-			v, ok := pods.Items[i].Annotations[inject.AnnotationMigrationStatus]
+			v, ok := pods.Items[i].Annotations[contract.AnnotationMigrationStatus]
 			if !ok {
 				continue
 			}
-			if s, err := controller.DecodeStatus(v); err == nil && s.Phase != controller.PhaseRunning {
+			if s, err := controller.DecodeStatus(v); err == nil && s.Phase != contract.PhaseRunning {
 				pod, st = &pods.Items[i], s
 				return true
 			}
@@ -208,27 +205,27 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
 		name     string
-		strategy migrate.Strategy
+		strategy contract.Strategy
 		owner    string
 		at       killPoint
-		want     controller.Phase
+		want     contract.Phase
 		reason   string // the Event the restarted controller records
 	}{
-		{"ms2m in the checkpoint", migrate.MS2M, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the image build", migrate.MS2M, "Deployment", atNodeStep(nodeA, simcluster.StepImage), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the restore", migrate.MS2M, "Deployment", atNodeStep(nodeB, simcluster.StepRestore), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m in the replay", migrate.MS2M, "Deployment", inReplay(0), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"ms2m after the switch", migrate.MS2M, "Deployment", atRequest(func(w *workload, r simcluster.Request) bool {
+		{"ms2m in the checkpoint", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the image build", contract.StrategyMS2M, "Deployment", atNodeStep(nodeA, simcluster.StepImage), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the restore", contract.StrategyMS2M, "Deployment", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m in the replay", contract.StrategyMS2M, "Deployment", inReplay(0), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"ms2m after the switch", contract.StrategyMS2M, "Deployment", atRequest(func(w *workload, r simcluster.Request) bool {
 			return r.Method == "PATCH" && strings.HasSuffix(r.Path, "/pods/"+w.pod.Name) && bytes.Contains(r.Body, []byte(migrate.DeletionCostAnnotation))
-		}), controller.PhaseSucceeded, "MigrationSucceeded"},
-		{"stop-and-copy in the checkpoint", migrate.StopAndCopy, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"statefulset after the stop", migrate.StatefulSet, "StatefulSet", atRequest(func(w *workload, r simcluster.Request) bool {
+		}), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
+		{"stop-and-copy in the checkpoint", contract.StrategyStopAndCopy, "Deployment", atNodeStep(nodeA, simcluster.StepCheckpoint), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"statefulset after the stop", contract.StrategyStatefulSet, "StatefulSet", atRequest(func(w *workload, r simcluster.Request) bool {
 			return r.Method == "POST" && strings.HasSuffix(r.Path, "/configmaps")
-		}), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"statefulset after the source is deleted", migrate.StatefulSet, "StatefulSet", atNodeStep(nodeB, simcluster.StepRestore), controller.PhaseSucceeded, "MigrationSucceeded"},
-		{"statefulset-shadow in the shadow's replay", migrate.StatefulSetShadow, "StatefulSet", inReplay(0), controller.PhaseRolledBack, "MigrationRolledBack"},
-		{"statefulset-shadow once the shadow serves", migrate.StatefulSetShadow, "StatefulSet", atNodeStep(nodeB, simcluster.StepCheckpoint), controller.PhaseSucceeded, "MigrationContinued"},
-		{"statefulset-shadow while the StatefulSet's pod replays", migrate.StatefulSetShadow, "StatefulSet", inReplay(1), controller.PhaseSucceeded, "MigrationSucceeded"},
+		}), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"statefulset after the source is deleted", contract.StrategyStatefulSet, "StatefulSet", atNodeStep(nodeB, simcluster.StepRestore), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
+		{"statefulset-shadow in the shadow's replay", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(0), contract.PhaseRolledBack, contract.ReasonMigrationRolledBack},
+		{"statefulset-shadow once the shadow serves", contract.StrategyStatefulSetShadow, "StatefulSet", atNodeStep(nodeB, simcluster.StepCheckpoint), contract.PhaseSucceeded, contract.ReasonMigrationContinued},
+		{"statefulset-shadow while the StatefulSet's pod replays", contract.StrategyStatefulSetShadow, "StatefulSet", inReplay(1), contract.PhaseSucceeded, contract.ReasonMigrationSucceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := "sim-kill-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))
@@ -259,19 +256,23 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 				t.Fatalf("the migration ended %s (%s), want %s", st.Phase, st.Message, tc.want)
 			}
 			switch tc.want {
-			case controller.PhaseRolledBack:
+			case contract.PhaseRolledBack:
 				if pod.UID != w.pod.UID {
 					t.Errorf("the rollback was recorded on %s, want the source", pod.Name)
 				}
 				expectServing(t, c, w)
-				expectNoImage(t, c.ImageRepo()+":"+st.Name)
-				expectNoImage(t, c.ImageRepo()+":"+migrate.ShadowName(st.Name))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, st.Name, c.SigningKey))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(st.Name), c.SigningKey))
 				testenv.Eventually(t, 15*time.Second, "only the source is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == w.pod.UID
 				})
-			case controller.PhaseSucceeded:
+			case contract.PhaseSucceeded:
 				target := checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
+				// Completed by the restarted controller, its images go as
+				// they would have.
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, st.Name, c.SigningKey))
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(st.Name), c.SigningKey))
 				testenv.Eventually(t, 15*time.Second, "only the target is left", func() bool {
 					pods, err := c.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
 					return err == nil && len(pods.Items) == 1 && pods.Items[0].UID == target.UID
@@ -280,12 +281,12 @@ func TestKilledMigratorResumesOrRollsBack(t *testing.T) {
 					t.Errorf("the target's controller is %v, want the workload's", ctrl)
 				}
 				for _, p := range w.created.all()[1:] {
-					if !strings.Contains(p.Annotations[inject.AnnotationStatus], `"restore"`) {
+					if !strings.Contains(p.Annotations[contract.AnnotationStatus], `"restore"`) {
 						t.Errorf("pod %s was created without a restore: it would start with empty state", p.Name)
 					}
 				}
 			}
-			if _, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), inject.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := c.Client.CoreV1().ConfigMaps(ns).Get(t.Context(), contract.PendingConfigMapName(w.pod.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("the pending-migration ConfigMap is left (err %v): the pod's next recreation would restore a stale checkpoint", err)
 			}
 			expectEvent(t, c, ns, tc.reason)
@@ -352,7 +353,7 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 			defer func() { undo() }()
 			ctx := t.Context()
 			pods := c.Client.CoreV1().Pods(tc.w.ns)
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:null}}}`, inject.AnnotationMigrateTo, tc.node, inject.AnnotationMigrationStatus)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:null}}}`, contract.AnnotationMigrateTo, tc.node, contract.AnnotationMigrationStatus)
 			if _, err := pods.Patch(ctx, tc.w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -362,14 +363,14 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 				if err != nil {
 					return false
 				}
-				s, err := controller.DecodeStatus(p.Annotations[inject.AnnotationMigrationStatus])
+				s, err := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus])
 				st = s
-				return err == nil && s.Phase == controller.PhaseFailed
+				return err == nil && s.Phase == contract.PhaseFailed
 			})
 			if !strings.Contains(st.Message, tc.want) {
 				t.Errorf("status message %q, want it to say %q", st.Message, tc.want)
 			}
-			expectEvent(t, c, tc.w.ns, "MigrationRejected")
+			expectEvent(t, c, tc.w.ns, contract.ReasonMigrationRejected)
 			undo()
 			undo = func() {}
 			expectServing(t, c, tc.w)

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/simcluster"
@@ -102,9 +103,9 @@ func TestFailedReadsAfterTheSwitch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
-			owner, strategy := "Deployment", migrate.MS2M
+			owner, strategy := "Deployment", contract.StrategyMS2M
 			if tc.shadow {
-				owner, strategy = "StatefulSet", migrate.StatefulSetShadow
+				owner, strategy = "StatefulSet", contract.StrategyStatefulSetShadow
 			}
 			w := deploy(t, c, tc.ns+"-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), owner, true)
 			p := plan(w, strategy)
@@ -166,7 +167,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
 	w := deploy(t, c, "sim-lost-hold-"+strconv.Itoa(int(time.Now().UnixNano()%1e6)), "Deployment", true)
-	p := plan(w, migrate.MS2M)
+	p := plan(w, contract.StrategyMS2M)
 	p.Name = "m-lost-hold"
 	h := c.Nodes[nodeA].HoldStep(simcluster.StepCheckpoint)
 	defer h.Release()
@@ -208,5 +209,5 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 		t.Errorf("a target was created (err %v)", err)
 	}
 	expectServing(t, c, w)
-	expectNoImage(t, c.ImageRepo()+":"+p.Name)
+	expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), w.ns, p.Name, c.SigningKey))
 }

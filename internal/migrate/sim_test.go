@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/ociimage"
@@ -150,7 +151,7 @@ type workload struct {
 func podTemplate(inject bool) corev1.PodTemplateSpec {
 	ann := map[string]string{}
 	if inject {
-		ann["ms2m.io/inject"] = "true"
+		ann[contract.AnnotationInject] = "true"
 	}
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "consumer"}, Annotations: ann},
@@ -265,10 +266,11 @@ func env(c *simcluster.Cluster, cs kubernetes.Interface) migrate.Env {
 		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, simcluster.AgentPort), Token: c.AgentToken},
 		ImageRepo:    c.ImageRepo(),
 		ControlToken: c.ControlToken,
+		SigningKey:   c.SigningKey,
 	}
 }
 
-func plan(w *workload, strategy migrate.Strategy) migrate.Plan {
+func plan(w *workload, strategy contract.Strategy) migrate.Plan {
 	target := "target-" + string(strategy)
 	return migrate.Plan{
 		Name: "m-" + string(strategy), Namespace: w.ns, Pod: w.pod.Name, Container: "app",
@@ -279,14 +281,14 @@ func plan(w *workload, strategy migrate.Strategy) migrate.Plan {
 func TestStrategiesOnSimulatedNodes(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
-		strategy migrate.Strategy
+		strategy contract.Strategy
 		owner    string
 	}{
-		{migrate.StopAndCopy, "Deployment"},
-		{migrate.MS2M, "Deployment"},
-		{migrate.MS2MCutoff, "Deployment"},
-		{migrate.StatefulSet, "StatefulSet"},
-		{migrate.StatefulSetShadow, "StatefulSet"},
+		{contract.StrategyStopAndCopy, "Deployment"},
+		{contract.StrategyMS2M, "Deployment"},
+		{contract.StrategyMS2MCutoff, "Deployment"},
+		{contract.StrategyStatefulSet, "StatefulSet"},
+		{contract.StrategyStatefulSetShadow, "StatefulSet"},
 	} {
 		t.Run(string(tc.strategy), func(t *testing.T) {
 			ns := "sim-" + string(tc.strategy)
@@ -302,9 +304,16 @@ func TestStrategiesOnSimulatedNodes(t *testing.T) {
 
 			final := checkServing(t, c, w, rep)
 			checkPods(t, c, w, rep, final)
-			checkImage(t, rep.Image, "app")
+			// The images were in the namespace's repository, and went once
+			// the target served: each is the process's memory.
+			if !strings.HasPrefix(rep.Image, c.ImageRepo()+"/"+ns+"@sha256:") {
+				t.Errorf("checkpoint image %s, want it in %s/%s", rep.Image, c.ImageRepo(), ns)
+			}
+			expectNoImage(t, rep.Image)
+			expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, p.Name, c.SigningKey))
 			if rep.ShadowImage != "" {
-				checkImage(t, rep.ShadowImage, "app")
+				expectNoImage(t, rep.ShadowImage)
+				expectNoImage(t, migrate.CheckpointRef(c.ImageRepo(), ns, migrate.ShadowName(p.Name), c.SigningKey))
 			}
 			repl := strings.NewReplacer(w.pod.Name, "{source}", "/namespaces/"+ns+"/", "/namespaces/{ns}/", "/"+ns+"/", "/{ns}/")
 			golden(t, "calls/"+string(tc.strategy)+".txt", callLog(rec.sequence(repl), c, repl))
@@ -366,8 +375,8 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 		t.Errorf("the target's controller is %v, want a %s", ctrl, wantKind)
 	}
 	var st inject.Status
-	if err := json.Unmarshal([]byte(target.Annotations[inject.AnnotationStatus]), &st); err != nil || st.Restore == "" {
-		t.Errorf("the target's %s does not name a restore: %q", inject.AnnotationStatus, target.Annotations[inject.AnnotationStatus])
+	if err := json.Unmarshal([]byte(target.Annotations[contract.AnnotationStatus]), &st); err != nil || st.Restore == "" {
+		t.Errorf("the target's %s does not name a restore: %q", contract.AnnotationStatus, target.Annotations[contract.AnnotationStatus])
 	}
 	app, image := target.Spec.Containers[0], rep.Image
 	if rep.ShadowImage != "" {
@@ -392,7 +401,7 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 		t.Errorf("the target's MS2M_REPLAY_START is %q, want %d", env["MS2M_REPLAY_START"], start)
 	}
 	wantCutoff := "marker"
-	if rep.Strategy == migrate.StopAndCopy || rep.Strategy == migrate.StatefulSet {
+	if rep.Strategy == contract.StrategyStopAndCopy || rep.Strategy == contract.StrategyStatefulSet {
 		wantCutoff = fmt.Sprint(rep.CutoffID)
 	}
 	if got := env["MS2M_REPLAY_CUTOFF"]; got != wantCutoff && !(wantCutoff == "marker" && got == "") {
@@ -410,7 +419,7 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 		t.Errorf("pods created: %v, want %v", got, want)
 	}
 	for _, p := range w.created.all()[1:] {
-		if _, ok := p.Annotations[inject.AnnotationStatus]; !ok || !strings.Contains(p.Annotations[inject.AnnotationStatus], `"restore"`) {
+		if _, ok := p.Annotations[contract.AnnotationStatus]; !ok || !strings.Contains(p.Annotations[contract.AnnotationStatus], `"restore"`) {
 			t.Errorf("pod %s was created without a restore: it would start with empty state", p.Name)
 		}
 	}
@@ -422,7 +431,7 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 			t.Errorf("ReplicaSet %s has %d replicas, want 1", rs.Name, rs.Status.Replicas)
 		}
 	case "StatefulSet":
-		if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(ctx, inject.PendingConfigMapName(target.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(ctx, contract.PendingConfigMapName(target.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the pending-migration ConfigMap is still there (err %v)", err)
 		}
 	}
@@ -512,8 +521,8 @@ func TestAdaptiveCutoffOnSimulatedNodes(t *testing.T) {
 	c := cluster(t)
 	resetNodes(c)
 	w := deploy(t, c, "sim-adaptive", "Deployment", true)
-	p := plan(w, migrate.MS2MCutoff)
-	p.Cutoff = migrate.CutoffAdaptive
+	p := plan(w, contract.StrategyMS2MCutoff)
+	p.Cutoff = contract.CutoffAdaptive
 	// The target's replay is held until the source stops, so that it
 	// cannot catch up: only the rule can stop the source, with a backlog.
 	c.Nodes[nodeB].HoldReplays(true)
@@ -536,7 +545,7 @@ func TestAdaptiveCutoffOnSimulatedNodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	if rep.Cutoff != migrate.CutoffAdaptive || rep.Handover == nil {
+	if rep.Cutoff != contract.CutoffAdaptive || rep.Handover == nil {
 		t.Fatalf("report: cutoff %q, handover %+v; want the adaptive rule's handover", rep.Cutoff, rep.Handover)
 	}
 	if rep.Handover.LagAtStop == 0 {

@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/controller"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/simcluster"
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -25,7 +25,7 @@ import (
 // Running status is left behind for nobody to finish.
 func TestWritesFailingAfterTheSwitch(t *testing.T) {
 	c := cluster(t)
-	for _, strategy := range []migrate.Strategy{migrate.MS2M, migrate.MS2MCutoff} {
+	for _, strategy := range []contract.Strategy{contract.StrategyMS2M, contract.StrategyMS2MCutoff} {
 		t.Run(string(strategy), func(t *testing.T) {
 			ns := "sim-writes-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))
 			resetNodes(c)
@@ -61,7 +61,7 @@ func TestWritesFailingAfterTheSwitch(t *testing.T) {
 
 			pod, st := finalStatus(t, c, ns, 90*time.Second)
 			t.Logf("%s on %s: %s", st.Phase, pod.Name, st.Message)
-			if st.Phase != controller.PhaseSucceeded {
+			if st.Phase != contract.PhaseSucceeded {
 				t.Errorf("the migration ended %s (%s), want Succeeded: the target had taken over", st.Phase, st.Message)
 			}
 			target := checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})
@@ -102,7 +102,7 @@ func TestSourceGoneBeforeTheFailureIsRecorded(t *testing.T) {
 	h := g.HoldRequest(deleteSource)
 	defer h.Release()
 	ctl := startController(t, c, "the controller", g.Kubeconfig)
-	requestMigration(t, c, w, migrate.MS2M)
+	requestMigration(t, c, w, contract.StrategyMS2M)
 	select {
 	case <-h.Reached:
 	case <-time.After(time.Minute):
@@ -119,7 +119,7 @@ func TestSourceGoneBeforeTheFailureIsRecorded(t *testing.T) {
 	}
 	pod, st := finalStatus(t, c, ns, 30*time.Second)
 	t.Logf("%s on %s: %s", st.Phase, pod.Name, st.Message)
-	if st.Phase != controller.PhaseSucceeded || pod.UID == w.pod.UID {
+	if st.Phase != contract.PhaseSucceeded || pod.UID == w.pod.UID {
 		t.Errorf("the migration ended %s on %s, want Succeeded on the target", st.Phase, pod.Name)
 	}
 	if st.Report == nil || len(st.Report.Warnings) == 0 {
@@ -136,11 +136,11 @@ func TestSourceGoneBeforeTheFailureIsRecorded(t *testing.T) {
 func TestOutcomeWriteFailsOnce(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
-		strategy migrate.Strategy
+		strategy contract.Strategy
 		owner    string
 	}{
-		{migrate.MS2M, "Deployment"},
-		{migrate.StatefulSet, "StatefulSet"},
+		{contract.StrategyMS2M, "Deployment"},
+		{contract.StrategyStatefulSet, "StatefulSet"},
 	} {
 		t.Run(string(tc.strategy), func(t *testing.T) {
 			ns := "sim-outcome-" + strconv.Itoa(int(time.Now().UnixNano()%1e6))
@@ -153,7 +153,7 @@ func TestOutcomeWriteFailsOnce(t *testing.T) {
 			}
 			defer g.Close()
 			outcome := func(r simcluster.Request) bool {
-				return r.Method == http.MethodPatch && strings.Contains(r.Path, "/namespaces/"+ns+"/pods/") && bytes.Contains(r.Body, []byte(string(controller.PhaseSucceeded)))
+				return r.Method == http.MethodPatch && strings.Contains(r.Path, "/namespaces/"+ns+"/pods/") && bytes.Contains(r.Body, []byte(string(contract.PhaseSucceeded)))
 			}
 			stop := g.FailRequests(outcome)
 			h := g.HoldRequest(outcome)
@@ -180,7 +180,7 @@ func TestOutcomeWriteFailsOnce(t *testing.T) {
 			}
 			retry.Release()
 			pod, st := finalStatus(t, c, ns, 30*time.Second)
-			if st.Phase != controller.PhaseSucceeded {
+			if st.Phase != contract.PhaseSucceeded {
 				t.Errorf("the migration ended %s on %s (%s), want Succeeded", st.Phase, pod.Name, st.Message)
 			}
 			checkServing(t, c, w, migrate.Report{TargetPod: pod.Name})

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
@@ -18,7 +19,7 @@ import (
 // A StatefulSet's pod is its identity: only the StatefulSet controller
 // makes a pod of that name, from its template. So the migrator cannot
 // create the target; it records the restore in a pending-migration
-// ConfigMap (inject.PendingConfigMapName), deletes the source, and the
+// ConfigMap (contract.PendingConfigMapName), deletes the source, and the
 // webhook turns the pod that the StatefulSet controller makes next into
 // that restore. The record stays until the restored pod runs; a restore
 // that fails leaves it, so that the pod is never started with empty state
@@ -26,106 +27,231 @@ import (
 
 // statefulSet is the paper's strategy: checkpoint while serving, stop at a
 // cutoff once the image is pushed, delete the source, and let the
-// recreated pod replay to the cutoff.
-func (r *run) statefulSet(ctx context.Context) (err error) {
+// recreated pod replay to the cutoff. The stop is its point of no return:
+// until then a failure deletes the image and resumes the source; after it,
+// the pending-migration ConfigMap keeps the pod from starting without its
+// state (recreate).
+func (r *run) statefulSet(ctx context.Context) error {
 	p, src := r.p, r.source
 	srcEP := r.endpoint(src)
 	r.rep.TargetPod = src.Name
-	cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
-	}
-	r.rep.Start = cut.ID
-	stopped, err := srcEP.Stop(ctx, 60*time.Second)
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, r.dropImages(r.resume(err, srcEP)))
-	}
-	r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.Epoch
-	r.phase("stop")
+	var (
+		stopped control.StopResult
+		running *corev1.Pod
+		// finished: FinishPending completed the migration.
+		finished bool
+	)
+	return r.runPhases(ctx,
+		phase{name: "live checkpoint", do: func(ctx context.Context) error {
+			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+			if err != nil {
+				return err
+			}
+			r.rep.Start = cut.ID
+			return nil
+		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}},
+		phase{name: "stop", do: func(ctx context.Context) (err error) {
+			if stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
+				return err
+			}
+			r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.Epoch
+			r.phase("stop")
+			r.commit()
+			return nil
+		}},
+		phase{name: "restore", do: func(ctx context.Context) (err error) {
+			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
+				Start: r.rep.Start, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
+			if running, err = r.recreate(ctx, restore); err != nil {
+				return err
+			}
+			r.phase("restore")
+			return nil
+		}},
+		phase{name: "switch", do: func(ctx context.Context) error {
+			switched, err := r.waitSwitched(ctx, running)
+			if err != nil {
+				// It died or its replay was interrupted: the recovery a
+				// restarted controller runs (FinishPending) makes it again
+				// from the record, and finalises.
+				if ferr := r.finishPending(ctx); ferr != nil {
+					return fmt.Errorf("the restored pod %s did not take over the queue: %w; %w", src.Name, err, ferr)
+				}
+				r.rep.Note = fmt.Sprintf("the restored pod did not take over as made (%v): it was made again from the pending-migration record, which took over", err)
+				finished = true
+				r.phase("switch")
+				return nil
+			}
+			r.rep.Downtime = switched.Sub(stopped.StartedAt)
+			r.phase("switch")
+			return nil
+		}},
+		phase{name: "finalise", do: func(ctx context.Context) error {
+			if finished {
+				return nil // FinishPending did
+			}
+			r.served(ctx, src.Name)
+			if err := r.deletePending(ctx); err != nil {
+				return fmt.Errorf("the restored pod serves, but: %w", err)
+			}
+			r.phase("finalise")
+			return nil
+		}},
+	)
+}
 
-	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
-		Start: cut.ID, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
-	running, err := r.recreate(ctx, restore)
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
+// waitSwitched waits until pod's sidecar has taken over, for up to the
+// plan's Timeout, and gives up when the pod is deleted or made again
+// meanwhile (FinishPending takes it from there). The pod is looked at
+// from 5 s on, once a second: a replay that ends sooner makes no API call.
+func (r *run) waitSwitched(ctx context.Context, pod *corev1.Pod) (time.Time, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		wait := 5 * time.Second
+		for wctx.Err() == nil {
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = time.Second
+			p, err := r.env.Client.CoreV1().Pods(pod.Namespace).Get(wctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil)) {
+				cancel(fmt.Errorf("the pod %s/%s was deleted", pod.Namespace, pod.Name))
+				return
+			}
+		}
+	}()
+	at, err := r.endpoint(pod).WaitSwitched(wctx, r.p.Timeout)
+	if cause := context.Cause(wctx); err != nil && cause != nil && ctx.Err() == nil {
+		err = cause
 	}
-	r.phase("restore")
-	switched, err := r.endpoint(running).WaitSwitched(ctx, p.Timeout)
-	if err != nil {
-		return fmt.Errorf("migration %s: the restored pod %s did not take over the queue: %w", p.Name, src.Name, err)
+	return at, err
+}
+
+// finishPending drives FinishPending for the source's StatefulSet pod
+// until the restore it records has taken over (and the record, and a
+// shadow, are gone), for up to the plan's Timeout.
+func (r *run) finishPending(ctx context.Context) error {
+	deadline := time.Now().Add(r.p.Timeout)
+	for {
+		out, err := FinishPending(ctx, r.env, r.source.Namespace, r.source.Name, r.p.Timeout)
+		switch {
+		case out.Done:
+			return nil
+		case err == nil && !out.Ours:
+			return fmt.Errorf("pod %s/%s is not the restore its pending-migration record asks for", r.source.Namespace, r.source.Name)
+		case time.Now().After(deadline):
+			if err == nil {
+				err = fmt.Errorf("still waiting for %s after %s", out.Waiting, r.p.Timeout)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	r.rep.Downtime = switched.Sub(stopped.StartedAt)
-	r.phase("switch")
-	r.served(ctx, src.Name)
-	if err := r.deletePending(ctx); err != nil {
-		return fmt.Errorf("migration %s: the restored pod serves, but: %w", p.Name, err)
-	}
-	r.phase("finalise")
-	return nil
 }
 
 // statefulSetShadow moves a StatefulSet's pod with two ms2m handoffs: to a
 // shadow pod on the target node, and from the shadow to the StatefulSet's
 // recreated pod, restored on the same node from a checkpoint of the shadow.
-func (r *run) statefulSetShadow(ctx context.Context) (err error) {
-	p, cs, src := r.p, r.env.Client, r.source
+// Until the shadow has taken over, a failure deletes the shadow and the
+// image and resumes the source.
+func (r *run) statefulSetShadow(ctx context.Context) error {
+	p, src := r.p, r.source
 	srcEP := r.endpoint(src)
 	shadowName := ShadowName(p.Name)
 	r.rep.TargetPod, r.rep.ShadowPod = src.Name, shadowName
-
-	cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
-	}
-	r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
-	// Until the shadow has taken over, a failure resumes the source and
-	// deletes the shadow.
-	shadowServes := false
-	defer func() {
-		if err == nil || shadowServes {
-			return
-		}
-		err = r.dropImages(err)
-		if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), shadowName, metav1.DeleteOptions{}); derr != nil && !apierrors.IsNotFound(derr) {
-			err = errors.Join(err, fmt.Errorf("delete the failed shadow %s: %w", shadowName, derr))
-		}
-		err = r.resume(err, srcEP)
-	}()
-	shadow, err := r.targetPod(src, shadowName, Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut.ID, Epoch: cut.Epoch})
-	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
-	}
-	shadow.Labels[inject.LabelShadowOf] = ShadowOfLabel(src.Name)
-	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("migration %s: create the shadow pod %s: %w", p.Name, shadowName, err)
-	}
-	shadowPod, err := WaitRunning(ctx, cs, p.Namespace, shadowName, p.Timeout)
-	if err != nil {
-		return fmt.Errorf("migration %s: the shadow's restore failed: %w", p.Name, err)
-	}
-	r.phase("shadow restore")
-	shadowEP := r.endpoint(shadowPod)
-	tm, err := r.handover(ctx, srcEP, shadowEP)
-	if err != nil && !errors.Is(err, control.ErrBeforeStop) {
-		// The source was asked to stop: the shadow may have taken over.
-		switch _, v, terr := r.checkTakeover(ctx, shadowName); v {
-		case TookOver:
-			shadowServes = true
-			r.rep.Note = fmt.Sprintf("the first handover reported %q, but the shadow %s had taken over: the migration went on from it; that handover's timings are unknown", err, shadowName)
+	var shadowPod *corev1.Pod
+	err := r.runPhases(ctx,
+		phase{name: "live checkpoint", do: func(ctx context.Context) error {
+			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+			if err != nil {
+				return err
+			}
+			r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
+			return nil
+		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}},
+		phase{name: "shadow restore", do: func(ctx context.Context) error {
+			shadow, err := r.targetPod(src, shadowName, Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch})
+			if err != nil {
+				return err
+			}
+			shadow.Labels[contract.LabelShadowOf] = ShadowOfLabel(src.Name)
+			// A create that failed may still have made the pod.
+			r.push(r.undoShadow(shadowName))
+			if _, err := r.env.Client.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create the shadow pod %s: %w", shadowName, err)
+			}
+			if shadowPod, err = WaitRunning(ctx, r.env.Client, p.Namespace, shadowName, p.Timeout); err != nil {
+				return fmt.Errorf("the shadow's restore failed: %w", err)
+			}
+			r.phase("shadow restore")
+			return nil
+		}},
+		phase{name: "shadow handover", do: func(ctx context.Context) error {
+			tm, err := r.handover(ctx, srcEP, r.endpoint(shadowPod))
+			if err != nil && !errors.Is(err, control.ErrBeforeStop) {
+				// The source was asked to stop: the shadow may have taken over.
+				switch _, v, terr := r.checkTakeover(ctx, shadowName); v {
+				case TookOver:
+					r.rep.Note = fmt.Sprintf("the first handover reported %q, but the shadow %s had taken over: the migration went on from it; that handover's timings are unknown", err, shadowName)
+					return nil
+				case TakeoverUnknown:
+					r.commit() // neither deleted nor resumed
+					return fmt.Errorf("%w; %w, so the shadow is kept and the source %s stays stopped, never both consuming: read the shadow's GET /state, and if replay.switchedAt is set let a restarted migrator controller continue from it, else delete the shadow and POST /resume the source's sidecar", err, terr, src.Name)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			r.rep.Handover, r.rep.Downtime = &tm, tm.Downtime
+			return nil
+		}},
+		phase{name: "shadow took over", do: func(context.Context) error {
+			r.commit()
 			r.phase("shadow handover")
-			return r.fromShadow(ctx, shadowPod)
-		case TakeoverUnknown:
-			shadowServes = true // neither deleted nor resumed
-			return fmt.Errorf("migration %s: %w; %w, so the shadow is kept and the source %s stays stopped, never both consuming: read the shadow's GET /state, and if replay.switchedAt is set let a restarted migrator controller continue from it, else delete the shadow and POST /resume the source's sidecar", p.Name, err, terr, src.Name)
-		}
-	}
+			return nil
+		}},
+	)
 	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
+		return err
 	}
-	shadowServes = true
-	r.rep.Handover, r.rep.Downtime = &tm, tm.Downtime
-	r.phase("shadow handover")
 	return r.fromShadow(ctx, shadowPod)
+}
+
+// undoShadow deletes the shadow pod named name.
+func (r *run) undoShadow(name string) undoStep {
+	return undoStep{name: "delete the shadow", fn: func(ctx context.Context) error {
+		return r.deletePod(ctx, name, "the failed shadow")
+	}}
+}
+
+// undoPending deletes the source's pending-migration ConfigMap if this
+// migration wrote it: while the source exists it is unused, and left, it
+// would turn the pod's next recreation into a stale restore.
+func (r *run) undoPending() undoStep {
+	return undoStep{name: "delete the pending-migration ConfigMap", fn: func(ctx context.Context) error {
+		cms := r.env.Client.CoreV1().ConfigMaps(r.source.Namespace)
+		name := contract.PendingConfigMapName(r.source.Name)
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("the pending-migration ConfigMap %s: %w", name, err)
+		case cm.Labels[contract.LabelMigration] != MigrationLabel(r.p.Name):
+			return nil // another migration's
+		}
+		if err := cms.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cm.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete the pending-migration ConfigMap %s: %w", name, err)
+		}
+		return nil
+	}}
 }
 
 // fromShadow is statefulset-shadow's second half: the shadow serves with
@@ -153,7 +279,15 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	r.phase("restore")
 	tm2, err := control.Handover(ctx, shadowEP, r.endpoint(running), control.HandoverOptions{MaxLag: p.MaxLag, SwitchTimeout: p.Timeout, ReadRetry: r.env.ReadRetry})
 	if err != nil {
-		return serving(err)
+		// The restored pod died, its replay was interrupted, or the shadow
+		// died: the recovery a restarted controller runs (FinishPending)
+		// hands over again, or makes the pod again from the record.
+		if ferr := r.finishPending(ctx); ferr != nil {
+			return serving(errors.Join(err, ferr))
+		}
+		r.rep.Note = fmt.Sprintf("the handover from the shadow failed (%v); the restore was finished from the pending-migration record; its timings are unknown", err)
+		r.phase("handover")
+		return nil
 	}
 	r.rep.ShadowHandover, r.rep.CutoffID = &tm2, tm2.CutoffID
 	r.rep.Downtime += tm2.Downtime
@@ -179,15 +313,15 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 // as that restore. If the source cannot be deleted, the record goes again.
 func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
 	src, cs := r.source, r.env.Client
-	b, err := json.Marshal(restore.Pending())
+	b, err := json.Marshal(restore.Pending(src.Namespace, src.Name, r.env.SigningKey, r.now().Add(r.env.RestoreValidity)))
 	if err != nil {
 		return nil, err
 	}
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: inject.PendingConfigMapName(src.Name), Namespace: src.Namespace,
-			Labels:      map[string]string{inject.LabelMigration: MigrationLabel(restore.Migration)},
-			Annotations: map[string]string{inject.AnnotationStrategy: string(r.p.Strategy)}},
-		Data: map[string]string{inject.PendingConfigMapKey: string(b)},
+		ObjectMeta: metav1.ObjectMeta{Name: contract.PendingConfigMapName(src.Name), Namespace: src.Namespace,
+			Labels:      map[string]string{contract.LabelMigration: MigrationLabel(restore.Migration)},
+			Annotations: map[string]string{contract.AnnotationStrategy: string(r.p.Strategy)}},
+		Data: map[string]string{contract.PendingConfigMapKey: string(b)},
 	}
 	cms := cs.CoreV1().ConfigMaps(src.Namespace)
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
@@ -199,7 +333,9 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 		return nil, fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
 	if err := deleteNow(ctx, cs, src); err != nil {
-		return nil, errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(context.Background()))
+		cctx, cancel := r.cleanupContext(ctx)
+		defer cancel()
+		return nil, errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(cctx))
 	}
 	pod, err := waitRecreated(ctx, r, src, restore.Migration)
 	if err != nil {
@@ -211,32 +347,35 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 
 // waitRecreated waits for the pod that replaces old (same name, another
 // UID) to run, and checks that the webhook made it migration's restore.
+// pollEvery is how often a wait reads a pod again.
+const pollEvery = 100 * time.Millisecond
+
 func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration string) (*corev1.Pod, error) {
 	cs := r.env.Client
-	deadline := time.Now().Add(r.p.Timeout)
+	deadline := r.now().Add(r.p.Timeout)
 	for {
 		p, err := cs.CoreV1().Pods(old.Namespace).Get(ctx, old.Name, metav1.GetOptions{})
 		if err == nil && p.UID != old.UID {
 			var st inject.Status
-			if err := json.Unmarshal([]byte(p.Annotations[inject.AnnotationStatus]), &st); err != nil || st.Restore != migration {
-				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", inject.AnnotationStatus, migration)
+			if err := json.Unmarshal([]byte(p.Annotations[contract.AnnotationStatus]), &st); err != nil || st.Restore != migration {
+				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", contract.AnnotationStatus, migration)
 			}
-			return WaitRunning(ctx, cs, old.Namespace, old.Name, time.Until(deadline))
+			return WaitRunning(ctx, cs, old.Namespace, old.Name, deadline.Sub(r.now()))
 		}
-		if time.Now().After(deadline) {
+		if r.now().After(deadline) {
 			return nil, fmt.Errorf("no new pod %s after %s: is the StatefulSet's controller running?", old.Name, r.p.Timeout)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pollEvery):
 		}
 	}
 }
 
 // deletePending deletes the source's pending-migration record, if any.
 func (r *run) deletePending(ctx context.Context) error {
-	name := inject.PendingConfigMapName(r.source.Name)
+	name := contract.PendingConfigMapName(r.source.Name)
 	err := r.env.Client.CoreV1().ConfigMaps(r.source.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete the pending-migration ConfigMap %s/%s: %w", r.source.Namespace, name, err)

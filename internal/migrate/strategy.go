@@ -6,73 +6,26 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
-// Strategy names a way to migrate.
-type Strategy string
-
-const (
-	// StopAndCopy stops the source at a cutoff, checkpoints it, and
-	// restores the target; nothing consumes in between.
-	StopAndCopy Strategy = "stop-and-copy"
-	// MS2M checkpoints the source while it keeps serving, restores the
-	// target, lets it replay the log, and hands over at a cutoff.
-	MS2M Strategy = "ms2m"
-	// MS2MCutoff is MS2M with the source stopped once T_cutoff has passed
-	// since the target began to replay, T_cutoff = T_replay_max × μ / λ
-	// (the paper's eq. 5, λ and μ measured live by the sidecars), so that
-	// the replay after the stop stays bounded as λ approaches μ.
-	MS2MCutoff Strategy = "ms2m-cutoff"
-	// CRIUAlone checkpoints and restores with no quiesce and no replay: the
-	// baseline that shows what replay is for. It loses what the source
-	// handled after its checkpoint.
-	CRIUAlone Strategy = "criu-alone"
-	// StatefulSet is the paper's strategy for a StatefulSet pod, whose
-	// name is its identity: checkpoint it while it serves, stop it at a
-	// cutoff once the image is pushed, and delete it; the StatefulSet
-	// controller recreates the pod, the webhook turns it into a restore on
-	// the target node (from a pending-migration record), and it replays
-	// to the cutoff. Down from the stop until the new pod consumes.
-	StatefulSet Strategy = "statefulset"
-	// StatefulSetShadow gives a StatefulSet pod ms2m's downtime: a shadow
-	// pod on the target node takes over from the source by the ms2m
-	// handoff; then the source is deleted, the StatefulSet's recreated
-	// pod is restored from a checkpoint of the shadow on the same node,
-	// and takes over from the shadow by the same handoff.
-	StatefulSetShadow Strategy = "statefulset-shadow"
-	// Auto picks by owner: statefulset-shadow for a StatefulSet's pod,
-	// ms2m for any other.
-	Auto Strategy = "auto"
-)
-
-// Strategies lists the strategies Run takes, auto first.
-var Strategies = []Strategy{Auto, MS2M, MS2MCutoff, StopAndCopy, StatefulSet, StatefulSetShadow, CRIUAlone}
-
-func strategyNames() []string {
-	out := make([]string, len(Strategies))
-	for i, s := range Strategies {
-		out[i] = string(s)
-	}
-	return out
-}
-
 // ByOwner is the strategy auto picks for pod.
-func ByOwner(pod *corev1.Pod) Strategy {
+func ByOwner(pod *corev1.Pod) contract.Strategy {
 	if ownedByStatefulSet(pod) {
-		return StatefulSetShadow
+		return contract.StrategyStatefulSetShadow
 	}
-	return MS2M
+	return contract.StrategyMS2M
 }
 
 // NodeAgent does the node-local steps. The migrator's agent does them on
@@ -108,9 +61,14 @@ type Env struct {
 	Client kubernetes.Interface
 	// Agent does the node-local steps.
 	Agent NodeAgent
-	// ImageRepo is the repository checkpoint images go to, as the nodes
-	// pull them (host:port/path); the tag is the migration's name.
+	// ImageRepo is the repository checkpoint images go below, as the nodes
+	// pull them (host:port/path): each namespace's to ImageRepo/<namespace>,
+	// tagged with the migration's name and a secret part (CheckpointRef).
 	ImageRepo string
+	// KeepImages keeps a migration's checkpoint images in the registry
+	// once its target serves (for debugging); by default they are deleted
+	// then, as after a failure.
+	KeepImages bool
 	// Admit, if set, does to a pod what the webhook would, before it is
 	// created: for clusters without the webhook (tests). Nil leaves it to
 	// the webhook.
@@ -119,6 +77,14 @@ type Env struct {
 	// control port (default 8089).
 	ControlToken string
 	ControlPort  int
+	// SigningKey signs each restore instruction (the target pod's restore
+	// annotations, a StatefulSet pod's pending record): the controller's
+	// key, which the webhook checks them with. Without the webhook's key
+	// the webhook refuses the target.
+	SigningKey []byte
+	// RestoreValidity is how long a signed restore instruction stays valid.
+	// Default inject.DefaultRestoreValidity.
+	RestoreValidity time.Duration
 	// HTTP talks to the sidecars. Default: a client with a 10 s timeout.
 	HTTP *http.Client
 	// Progress, if set, hears each phase as it ends.
@@ -128,6 +94,14 @@ type Env struct {
 	// before a failed migration decides whether its target took over.
 	// Default control.DefaultReadRetry.
 	ReadRetry time.Duration
+	// Timeouts bound the steps that do not wait for a pod; zero fields
+	// take DefaultTimeouts.
+	Timeouts Timeouts
+	// Clock tells the time for the report's timings and the deadlines.
+	// Default: the system's clock.
+	Clock Clock
+	// Log hears each phase, with the migration's name. Default: none.
+	Log logr.Logger
 }
 
 // Plan is one migration.
@@ -138,14 +112,14 @@ type Plan struct {
 	Container  string // the app container
 	TargetNode string
 	TargetPod  string // the new pod's name
-	Strategy   Strategy
+	Strategy   contract.Strategy
 	// MaxLag is how far behind the target may be when the source is
 	// stopped (ms2m). Default 0: the target has replayed everything.
 	MaxLag uint64
 	// ReplayMax is T_replay_max for MS2MCutoff. Default 5 s.
 	ReplayMax time.Duration
 	// Cutoff is MS2MCutoff's stop rule. Default CutoffFormula.
-	Cutoff CutoffRule
+	Cutoff contract.CutoffRule
 	// Timeout bounds each wait. Default 3 minutes.
 	Timeout time.Duration
 	// HoldWholeCall keeps a live checkpoint's hold on the source's
@@ -154,26 +128,32 @@ type Plan struct {
 	// (FreezeWatcher; see ARCHITECTURE.md, "Hold until frozen"), and only
 	// without a watch, or if it sees no freeze, at the call's end.
 	HoldWholeCall bool
+	// ThawAfterDump says when the node's agent thaws the app as soon as
+	// CRIU's dump is done rather than when the runtime resumes it, after
+	// archiving the root filesystem's changes. Default ThawAuto: only an
+	// app container with a read-only root filesystem (ARCHITECTURE.md,
+	// "Thaw after the dump").
+	ThawAfterDump ThawPolicy
 }
 
 // Report is what a migration measured.
 type Report struct {
-	Strategy  Strategy         `json:"strategy"`
-	Total     time.Duration    `json:"total"`
-	Downtime  time.Duration    `json:"downtime"`
-	CutoffID  uint64           `json:"cutoffId,omitempty"`
-	Start     uint64           `json:"checkpointId"`
-	Epoch     uint64           `json:"epoch,omitempty"` // the log's epoch at the checkpoint
-	Phases    []Phase          `json:"phases"`
-	Archive   string           `json:"archive"`
-	Image     string           `json:"image"`
-	TargetPod string           `json:"targetPod"`
-	Handover  *control.Timings `json:"handover,omitempty"`
+	Strategy  contract.Strategy `json:"strategy"`
+	Total     time.Duration     `json:"total"`
+	Downtime  time.Duration     `json:"downtime"`
+	CutoffID  uint64            `json:"cutoffId,omitempty"`
+	Start     uint64            `json:"checkpointId"`
+	Epoch     uint64            `json:"epoch,omitempty"` // the log's epoch at the checkpoint
+	Phases    []Phase           `json:"phases"`
+	Archive   string            `json:"archive"`
+	Image     string            `json:"image"`
+	TargetPod string            `json:"targetPod"`
+	Handover  *control.Timings  `json:"handover,omitempty"`
 	// Cutoff strategy: the rates it was sized with, and T_cutoff.
-	Cutoff  CutoffRule    `json:"cutoff,omitempty"`
-	Lambda  float64       `json:"lambda,omitempty"`
-	Mu      float64       `json:"mu,omitempty"`
-	TCutoff time.Duration `json:"tCutoff,omitempty"`
+	Cutoff  contract.CutoffRule `json:"cutoff,omitempty"`
+	Lambda  float64             `json:"lambda,omitempty"`
+	Mu      float64             `json:"mu,omitempty"`
+	TCutoff time.Duration       `json:"tCutoff,omitempty"`
 	// statefulset-shadow: the shadow pod, its checkpoint, and its handoff
 	// to the StatefulSet's recreated pod (Handover is the first one; the
 	// downtime is the sum of both).
@@ -188,6 +168,10 @@ type Report struct {
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
+	// Unchecked says which node the preflight could not check, and why
+	// (its agent did not answer GET /v1/node: an older agent): the
+	// migration went on without it.
+	Unchecked []string `json:"unchecked,omitempty"`
 	// Warnings are what went wrong after the target took over without
 	// failing the migration (its restore annotations left, say).
 	Warnings []string `json:"warnings,omitempty"`
@@ -221,15 +205,25 @@ type Phase struct {
 // was created is deleted.
 func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 	r := newRun(env, p)
+	r.log.Info("migration started", "strategy", p.Strategy, "targetNode", p.TargetNode, "targetPod", p.TargetPod)
 	err := r.do(ctx)
-	r.rep.Total = time.Since(r.began)
+	if err == nil {
+		r.dropServedImages(ctx)
+	}
+	r.rep.Total = r.now().Sub(r.began)
+	if err != nil {
+		r.log.Info("migration failed", "took", r.rep.Total, "err", err.Error())
+	} else {
+		r.log.Info("migration succeeded", "took", r.rep.Total, "downtime", r.rep.Downtime)
+	}
 	return r.rep, err
 }
 
 // newRun fills in env's and p's defaults.
 func newRun(env Env, p Plan) *run {
+	env.Timeouts = env.Timeouts.withDefaults()
 	if env.HTTP == nil {
-		env.HTTP = &http.Client{Timeout: 10 * time.Second}
+		env.HTTP = &http.Client{Timeout: env.Timeouts.Sidecar}
 	}
 	if env.ControlPort == 0 {
 		env.ControlPort = 8089
@@ -237,10 +231,20 @@ func newRun(env Env, p Plan) *run {
 	if env.ReadRetry <= 0 {
 		env.ReadRetry = control.DefaultReadRetry
 	}
-	if p.Timeout == 0 {
-		p.Timeout = 3 * time.Minute
+	if env.Clock == nil {
+		env.Clock = realClock{}
 	}
-	return &run{env: env, p: p, rep: Report{Strategy: p.Strategy, TargetPod: p.TargetPod}, began: time.Now()}
+	if env.RestoreValidity <= 0 {
+		env.RestoreValidity = inject.DefaultRestoreValidity
+	}
+	if env.Log.GetSink() == nil {
+		env.Log = discard
+	}
+	if p.Timeout == 0 {
+		p.Timeout = env.Timeouts.Wait
+	}
+	log := env.Log.WithValues("migration", p.Name, "pod", p.Namespace+"/"+p.Pod)
+	return &run{env: env, p: p, rep: Report{Strategy: p.Strategy, TargetPod: p.TargetPod}, began: env.Clock.Now(), log: log}
 }
 
 type run struct {
@@ -250,16 +254,29 @@ type run struct {
 	began  time.Time
 	last   time.Time
 	source *corev1.Pod
+	log    logr.Logger
+	// undo are the steps that take back what the phases so far did,
+	// oldest first (undo.go).
+	undo []undoStep
+	// stopAsked: the source was asked to stop, so a target may have
+	// taken over even if the migration failed (afterStop).
+	stopAsked bool
+	// pushedBefore: images of this migration may have been pushed by a
+	// migrator that stopped, so dropServedImages tries them all.
+	pushedBefore bool
 }
 
+func (r *run) now() time.Time { return r.env.Clock.Now() }
+
 func (r *run) phase(name string) {
-	now := time.Now()
+	now := r.now()
 	if r.last.IsZero() {
 		r.last = r.began
 	}
 	took := now.Sub(r.last)
 	r.last = now
 	r.rep.Phases = append(r.rep.Phases, Phase{Name: name, Took: took})
+	r.log.Info("phase ended", "phase", name, "took", took)
 	if r.env.Progress != nil {
 		r.env.Progress(name, took)
 	}
@@ -275,7 +292,7 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return &Refused{fmt.Errorf("migration %s: the source pod: %w", p.Name, err)}
 	}
-	if r.p.Strategy == Auto || r.p.Strategy == "" {
+	if r.p.Strategy == contract.StrategyAuto || r.p.Strategy == "" {
 		r.p.Strategy = ByOwner(src)
 		r.rep.Strategy = r.p.Strategy
 	}
@@ -283,6 +300,10 @@ func (r *run) do(ctx context.Context) error {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	if err := r.sidecarServes(ctx, src); err != nil {
+		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
+	}
+	// The nodes are asked last: bad input is refused without calling them.
+	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
 	r.source = src
@@ -298,130 +319,215 @@ func (r *run) do(ctx context.Context) error {
 	r.phase("prepare target")
 
 	switch r.p.Strategy {
-	case StatefulSet:
+	case contract.StrategyStatefulSet:
 		return r.statefulSet(ctx)
-	case StatefulSetShadow:
+	case contract.StrategyStatefulSetShadow:
 		return r.statefulSetShadow(ctx)
 	}
 	return r.podCopy(ctx)
 }
 
 // podCopy migrates by a copy of the source under a new name (ms2m,
-// ms2m-cutoff, stop-and-copy, criu-alone).
-func (r *run) podCopy(ctx context.Context) (err error) {
-	p, cs, src := r.p, r.env.Client, r.source
+// ms2m-cutoff, stop-and-copy, criu-alone), as phases (undo.go). Until the
+// target has taken over, a failure takes back what was done: the half-made
+// target goes, the checkpoint images go, and the source serves again. Once
+// the source was asked to stop, the target may have taken over even if
+// the migration failed (a read of it failed, the migrator's context
+// ended): that is found out first (afterStop), and a target that took
+// over, or that cannot be read, is never deleted.
+func (r *run) podCopy(ctx context.Context) error {
+	p, src := r.p, r.source
 	srcEP := r.endpoint(src)
-
-	// On a failure before the target has taken over, the source serves
-	// again and a half-made target goes. Once the source was asked to
-	// stop, the target may have taken over even if the migration failed
-	// (a read of it failed, the migrator's context ended): that is found
-	// out first (afterStop), and a target that took over, or that cannot
-	// be read, is never deleted.
-	resumeSource := false
-	targetCreated := false
-	stopAsked := false
-	tookOver := false
-	defer func() {
-		if err == nil || tookOver {
-			return
-		}
-		if targetCreated && stopAsked {
-			if handled, out := r.afterStop(ctx, err, p.TargetPod); handled {
-				err = out
-				return
+	// What the phases learn and later ones use.
+	var (
+		stopped control.StopResult
+		running *corev1.Pod
+	)
+	checkpoint, err := r.copyCheckpoint(srcEP, &stopped)
+	if err != nil {
+		return err
+	}
+	phases := append(checkpoint,
+		phase{name: "create target", do: func(ctx context.Context) error {
+			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
+			if p.Strategy == contract.StrategyStopAndCopy {
+				restore.Cutoff = r.rep.CutoffID
 			}
-		}
-		err = r.dropImages(err)
-		if targetCreated {
-			if derr := cs.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.TargetPod, metav1.DeleteOptions{}); derr != nil {
-				err = errors.Join(err, fmt.Errorf("delete the failed target %s: %w", p.TargetPod, derr))
+			return r.createTarget(ctx, src, restore)
+		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
+		phase{name: "restore", do: func(ctx context.Context) (err error) {
+			if running, err = WaitRunning(ctx, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
+				return fmt.Errorf("the restore failed: %w", err)
 			}
-		}
-		if resumeSource {
-			err = r.resume(err, srcEP)
-		}
-	}()
+			r.phase("restore")
+			return nil
+		}},
+		r.copyTakeover(srcEP, &running, &stopped),
+		phase{name: "took over", do: func(context.Context) error { r.commit(); return nil }},
+		phase{name: "finalise", do: func(ctx context.Context) error {
+			if err := handBack(ctx, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
+				return &AfterTakeover{fmt.Errorf("the target serves, but: %w", err)}
+			}
+			r.served(ctx, p.TargetPod)
+			if err := deleteNow(ctx, r.env.Client, src); err != nil {
+				return &AfterTakeover{fmt.Errorf("the target serves, but deleting the source %s failed: %w", p.Pod, err)}
+			}
+			r.phase("finalise")
+			return nil
+		}})
+	return r.runPhases(ctx, phases...)
+}
 
-	var stopped control.StopResult
+// copyCheckpoint are the phases up to the checkpoint image of a copy
+// strategy: a live checkpoint (ms2m, ms2m-cutoff), a stop at a cutoff and a
+// checkpoint (stop-and-copy, which sets stopped), or a checkpoint alone
+// (criu-alone).
+func (r *run) copyCheckpoint(srcEP control.Client, stopped *control.StopResult) ([]phase, error) {
+	p, src := r.p, r.source
 	switch p.Strategy {
-	case MS2M, MS2MCutoff:
-		cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", p.Name, err)
-		}
-		resumeSource = true
-		r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
-	case StopAndCopy, CRIUAlone:
-		if p.Strategy == StopAndCopy {
-			if stopped, err = srcEP.Stop(ctx, 60*time.Second); err != nil {
-				return fmt.Errorf("migration %s: %w", p.Name, err)
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
+		return []phase{{name: "live checkpoint", do: func(ctx context.Context) error {
+			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+			if err != nil {
+				return err
 			}
-			resumeSource, stopAsked = true, true
-			r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
-			r.phase("stop")
-		}
+			r.rep.Start, r.rep.Epoch = cut.ID, cut.Epoch
+			return nil
+		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}}}, nil
+	case contract.StrategyStopAndCopy:
+		return []phase{
+			{name: "stop", do: func(ctx context.Context) (err error) {
+				if *stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
+					return err
+				}
+				r.stopAsked = true
+				r.rep.Start, r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.CutoffID, stopped.Epoch
+				r.phase("stop")
+				return nil
+			}, undo: []undoStep{r.undoResume(srcEP)}},
+			r.checkpointPhase(src), r.imagePhase(src),
+		}, nil
+	case contract.StrategyCRIUAlone:
+		return []phase{r.checkpointPhase(src), r.imagePhase(src)}, nil
+	}
+	return nil, fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(contract.StrategyNames(), ", "))
+}
+
+// copyTakeover is the phase in which a copy strategy's target, once
+// running, takes over: ms2m's replay and handover, stop-and-copy's switch;
+// a criu-alone target consumes at once.
+func (r *run) copyTakeover(srcEP control.Client, running **corev1.Pod, stopped *control.StopResult) phase {
+	switch r.p.Strategy {
+	case contract.StrategyMS2M, contract.StrategyMS2MCutoff:
+		return phase{name: "replay and handover", do: func(ctx context.Context) error {
+			tm, err := r.handover(ctx, srcEP, r.endpoint(*running))
+			if err != nil {
+				r.stopAsked = !errors.Is(err, control.ErrBeforeStop)
+				return err
+			}
+			r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
+			r.phase("replay and handover")
+			return nil
+		}}
+	case contract.StrategyStopAndCopy:
+		return phase{name: "switch", do: func(ctx context.Context) error {
+			switched, err := r.endpoint(*running).WaitSwitched(ctx, r.p.Timeout)
+			if err != nil {
+				return err
+			}
+			r.rep.Downtime = switched.Sub(stopped.StartedAt)
+			r.phase("switch")
+			return nil
+		}}
+	}
+	return phase{name: "no handover", do: func(context.Context) error { return nil }}
+}
+
+// checkpointPhase checkpoints src through the kubelet.
+func (r *run) checkpointPhase(src *corev1.Pod) phase {
+	return phase{name: "checkpoint", do: func(ctx context.Context) (err error) {
 		if r.rep.Archive, err = r.checkpoint(ctx, src); err != nil {
-			return fmt.Errorf("migration %s: %w", p.Name, err)
+			return err
 		}
 		r.phase("checkpoint")
-		if r.rep.Image, err = r.image(ctx, src, r.rep.Archive, p.Name); err != nil {
-			return fmt.Errorf("migration %s: %w", p.Name, err)
+		return nil
+	}}
+}
+
+// imagePhase builds and pushes the checkpoint image of src's archive; its
+// undo deletes it.
+func (r *run) imagePhase(src *corev1.Pod) phase {
+	return phase{name: "image", do: func(ctx context.Context) (err error) {
+		if r.rep.Image, err = r.image(ctx, src, r.rep.Archive, r.p.Name); err != nil {
+			return err
 		}
 		r.phase("image")
-	default:
-		return fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(strategyNames(), ", "))
-	}
+		return nil
+	}, undo: []undoStep{r.undoImages()}}
+}
 
-	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
-	if p.Strategy == StopAndCopy {
-		restore.Cutoff = r.rep.CutoffID
-	}
-	target, err := r.targetPod(src, p.TargetPod, restore)
+// createTarget creates the target pod, restored from restore, held by the
+// source's owner's reference (owner.go).
+func (r *run) createTarget(ctx context.Context, src *corev1.Pod, restore Restore) error {
+	target, err := r.targetPod(src, r.p.TargetPod, restore)
 	if err != nil {
-		return fmt.Errorf("migration %s: %w", p.Name, err)
+		return err
 	}
 	if controllerOf(src) != nil {
 		holdBy(target, src) // see owner.go
 	}
-	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, target, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("migration %s: create the target pod %s: %w", p.Name, p.TargetPod, err)
+	if _, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Create(ctx, target, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the target pod %s: %w", r.p.TargetPod, err)
 	}
-	targetCreated = true
-	running, err := WaitRunning(ctx, cs, p.Namespace, p.TargetPod, p.Timeout)
-	if err != nil {
-		return fmt.Errorf("migration %s: the restore failed: %w", p.Name, err)
-	}
-	r.phase("restore")
-	dstEP := r.endpoint(running)
+	return nil
+}
 
-	switch p.Strategy {
-	case MS2M, MS2MCutoff:
-		tm, err := r.handover(ctx, srcEP, dstEP)
-		if err != nil {
-			stopAsked = !errors.Is(err, control.ErrBeforeStop)
-			return fmt.Errorf("migration %s: %w", p.Name, err)
+// undoResume resumes the source's sidecar at ep.
+func (r *run) undoResume(ep control.Client) undoStep {
+	return undoStep{name: "resume the source", done: "the source was resumed and keeps serving", fn: func(ctx context.Context) error {
+		if err := ep.Resume(ctx); err != nil {
+			return fmt.Errorf("the source could not be resumed: %w", err)
 		}
-		r.rep.Handover, r.rep.CutoffID, r.rep.Downtime = &tm, tm.CutoffID, tm.Downtime
-		r.phase("replay and handover")
-	case StopAndCopy:
-		switched, err := dstEP.WaitSwitched(ctx, p.Timeout)
-		if err != nil {
-			return fmt.Errorf("migration %s: %w", p.Name, err)
-		}
-		r.rep.Downtime = switched.Sub(stopped.StartedAt)
-		r.phase("switch")
-	}
-	resumeSource, targetCreated, tookOver = false, false, true
+		return nil
+	}}
+}
 
-	if err := handBack(ctx, cs, src, p.TargetPod, p.Timeout); err != nil {
-		return &AfterTakeover{fmt.Errorf("migration %s: the target serves, but: %w", p.Name, err)}
+// undoImages deletes the checkpoint images this run pushed (its own, and
+// its shadow's).
+func (r *run) undoImages() undoStep {
+	return undoStep{name: "delete the checkpoint images", fn: func(ctx context.Context) error {
+		var tags []string
+		if r.rep.Image != "" {
+			tags = append(tags, r.p.Name)
+		}
+		if r.rep.ShadowImage != "" {
+			tags = append(tags, ShadowName(r.p.Name))
+		}
+		return r.dropImages(ctx, tags)
+	}}
+}
+
+// undoTarget deletes the target pod named name, unless the source was
+// asked to stop and the target took over or cannot be read (afterStop):
+// then nothing older is undone either.
+func (r *run) undoTarget(name string) undoStep {
+	return undoStep{name: "delete the target",
+		guard: func(ctx context.Context, cause error) (bool, error) {
+			if !r.stopAsked {
+				return false, nil
+			}
+			return r.afterStop(ctx, cause, name)
+		},
+		fn: func(ctx context.Context) error { return r.deletePod(ctx, name, "the failed target") },
 	}
-	r.served(ctx, p.TargetPod)
-	if err := deleteNow(ctx, cs, src); err != nil {
-		return &AfterTakeover{fmt.Errorf("migration %s: the target serves, but deleting the source %s failed: %w", p.Name, p.Pod, err)}
+}
+
+// deletePod deletes the pod named name (what says which); one that is
+// gone is no error.
+func (r *run) deletePod(ctx context.Context, name, what string) error {
+	if err := r.env.Client.CoreV1().Pods(r.p.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s: %w", what, name, err)
 	}
-	r.phase("finalise")
 	return nil
 }
 
@@ -433,32 +539,52 @@ func (r *run) served(ctx context.Context, pod string) {
 	}
 }
 
-// dropImages deletes the checkpoint images this run pushed, after err,
-// when the target that needed them never took over. An agent that cannot
-// delete adds to the error.
-func (r *run) dropImages(err error) error {
+// dropImages deletes the checkpoint images tagged with tags, through the
+// agent on the source's node. An agent that cannot delete images deletes
+// none; an image that was never pushed is no error (the agent's).
+func (r *run) dropImages(ctx context.Context, tags []string) error {
 	del, ok := r.env.Agent.(ImageDeleter)
-	if !ok || r.source == nil {
-		return err
+	if !ok || r.source == nil || r.env.ImageRepo == "" {
+		return nil
 	}
-	for _, img := range []struct{ pushed, tag string }{{r.rep.Image, r.p.Name}, {r.rep.ShadowImage, ShadowName(r.p.Name)}} {
-		if img.pushed == "" {
-			continue
-		}
-		ref := r.env.ImageRepo + ":" + ImageTag(img.tag) // the tag, and the manifest it names
-		if derr := del.DeleteCheckpointImage(context.Background(), r.source.Spec.NodeName, ref); derr != nil {
-			err = errors.Join(err, fmt.Errorf("delete the checkpoint image %s: %w", ref, derr))
+	var errs []error
+	for _, tag := range tags {
+		ref := CheckpointRef(r.env.ImageRepo, r.p.Namespace, tag, r.env.SigningKey) // the tag, and the manifest it names
+		if err := del.DeleteCheckpointImage(ctx, r.source.Spec.NodeName, ref); err != nil {
+			errs = append(errs, fmt.Errorf("delete the checkpoint image %s: %w", ref, err))
 		}
 	}
-	return err
+	return errors.Join(errs...)
+}
+
+// dropServedImages deletes the checkpoint images of a migration that
+// ended well: the restored pod runs, and an image is the process's whole
+// memory, to be kept no longer than needed. What cannot be deleted is a
+// warning. Env.KeepImages keeps them.
+func (r *run) dropServedImages(ctx context.Context) {
+	if r.env.KeepImages {
+		return
+	}
+	var tags []string
+	if r.rep.Image != "" || r.pushedBefore {
+		tags = append(tags, r.p.Name)
+	}
+	if r.rep.ShadowImage != "" || r.pushedBefore {
+		tags = append(tags, ShadowName(r.p.Name))
+	}
+	if err := r.dropImages(ctx, tags); err != nil {
+		r.rep.Warnings = append(r.rep.Warnings, err.Error())
+	}
 }
 
 // resume resumes the sidecar at ep after err, and says so in the error.
-func (r *run) resume(err error, ep control.Client) error {
-	if rerr := ep.Resume(context.Background()); rerr != nil {
-		return errors.Join(err, fmt.Errorf("the source could not be resumed: %w", rerr))
+// ctx is a cleanup's (cleanupContext).
+func (r *run) resume(ctx context.Context, err error, ep control.Client) error {
+	s := r.undoResume(ep)
+	if rerr := s.fn(ctx); rerr != nil {
+		return errors.Join(err, rerr)
 	}
-	return fmt.Errorf("%w (the source was resumed and keeps serving)", err)
+	return fmt.Errorf("%w (%s)", err, s.done)
 }
 
 // liveCheckpoint checkpoints pod while it keeps serving: quiesce its
@@ -470,6 +596,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	steps := holdSteps{
 		checkpoint: func(ctx context.Context) (string, error) { return r.checkpoint(ctx, pod) },
 		atFreeze:   !r.p.HoldWholeCall,
+		now:        r.now,
 	}
 	// The freeze watch starts before the quiesce, so that setting it up
 	// adds nothing to the hold; nothing freezes the app before the
@@ -479,13 +606,31 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	if fw, ok := r.env.Agent.(FreezeWatcher); ok {
 		if id := containerID(pod, r.p.Container); id != "" {
 			steps.watch = func(ctx context.Context, state string) (func() error, error) {
-				return fw.WatchFreeze(ctx, pod.Spec.NodeName, string(pod.UID), id, state, time.Minute)
+				return fw.WatchFreeze(ctx, pod.Spec.NodeName, string(pod.UID), id, state, r.env.Timeouts.FreezeWatch)
 			}
 			steps.frozen, steps.frozenErr = steps.watch(wctx, "frozen")
 		}
 	}
-	quiesced := time.Now()
-	if cut, err = ep.Quiesce(ctx, 30*time.Second); err != nil {
+	// So does the dump watch that thaws the app, when the policy allows.
+	if steps.thaw, steps.thawNo = r.p.ThawAfterDump.thaws(pod, r.p.Container); steps.thaw {
+		dw, ok := r.env.Agent.(DumpWatcher)
+		id := containerID(pod, r.p.Container)
+		switch {
+		case !ok:
+			steps.thawNo = "the node agent cannot watch for the dump"
+		case id == "":
+			steps.thawNo = "the app container has no ID in the pod's status"
+		default:
+			wait, err := dw.WatchDump(wctx, pod.Spec.NodeName, string(pod.UID), id, true, time.Minute)
+			if err != nil {
+				steps.thawNo = "the dump watch did not start: " + err.Error()
+			} else {
+				steps.dumped = wait
+			}
+		}
+	}
+	quiesced := r.now()
+	if cut, err = ep.Quiesce(ctx, r.env.Timeouts.Quiesce); err != nil {
 		return cut, err
 	}
 	r.phase(prefix + "quiesce")
@@ -495,6 +640,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	report := func() {
 		ht := held.events.timings()
 		ht.AtFreeze, ht.Fallback = held.resumed, held.fallback
+		ht.ThawedAtDump, ht.ThawFallback, ht.CRIU = held.thawed, held.thawNo, held.criu
 		if prefix == "" {
 			r.rep.Hold = &ht
 		} else {
@@ -506,12 +652,14 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 		if held.resumed && resumeErr == nil {
 			return cut, fmt.Errorf("%w (the source was resumed at its freeze and keeps serving)", held.err)
 		}
-		return cut, r.resume(held.err, ep)
+		cctx, cancel := r.cleanupContext(ctx)
+		defer cancel()
+		return cut, r.resume(cctx, held.err, ep)
 	}
 	r.phase(prefix + "checkpoint")
 	if !held.resumed {
 		resumeErr = ep.ResumeHold(ctx, cut.Hold)
-		held.events.Resumed = time.Now()
+		held.events.Resumed = r.now()
 	}
 	report()
 	if err := held.events.releaseErr(); err != nil {
@@ -543,7 +691,7 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 
 // checkpoint checkpoints pod's app container through the kubelet.
 func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
-	archive, err := Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, time.Minute)
+	archive, err := Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
 	if err != nil {
 		return "", fmt.Errorf("%w%s", err, r.criuErrors(ctx, pod.Spec.NodeName, err))
 	}
@@ -552,7 +700,7 @@ func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
 
 // image builds and pushes the checkpoint image of archive, on pod's node.
 func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
-	ref := r.env.ImageRepo + ":" + ImageTag(tag)
+	ref := CheckpointRef(r.env.ImageRepo, pod.Namespace, tag, r.env.SigningKey)
 	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
 	if err != nil {
 		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)
@@ -564,7 +712,7 @@ func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (
 // switch; for ms2m-cutoff, the stop comes once T_cutoff has passed.
 func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (control.Timings, error) {
 	ho := control.HandoverOptions{MaxLag: r.p.MaxLag, SwitchTimeout: r.p.Timeout, ReadRetry: r.env.ReadRetry}
-	if r.p.Strategy == MS2MCutoff {
+	if r.p.Strategy == contract.StrategyMS2MCutoff {
 		lambda, mu, err := srcEP.Rates(ctx)
 		if err != nil {
 			return control.Timings{}, err
@@ -574,10 +722,10 @@ func (r *run) handover(ctx context.Context, srcEP, dstEP control.Client) (contro
 		}
 		r.rep.Lambda, r.rep.Mu = lambda, mu
 		r.rep.TCutoff = CutoffAfter(r.p.ReplayMax, lambda, mu, r.p.Timeout)
-		ho.Deadline = time.Now().Add(r.rep.TCutoff)
-		r.rep.Cutoff = CutoffFormula
-		if r.p.Cutoff == CutoffAdaptive {
-			r.rep.Cutoff = CutoffAdaptive
+		ho.Deadline = r.now().Add(r.rep.TCutoff)
+		r.rep.Cutoff = contract.CutoffFormula
+		if r.p.Cutoff == contract.CutoffAdaptive {
+			r.rep.Cutoff = contract.CutoffAdaptive
 			ho.StopAt = r.adaptiveStop(ctx, dstEP, mu)
 		}
 	}
@@ -594,49 +742,29 @@ func deleteNow(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) er
 	return err
 }
 
-// CutoffRule is how ms2m-cutoff decides when to stop the source.
-type CutoffRule string
-
-const (
-	// CutoffFormula stops the source once T_cutoff (CutoffAfter, the
-	// paper's eq. 5, sized by λ and μ when the handover begins) has passed.
-	CutoffFormula CutoffRule = "formula"
-	// CutoffAdaptive stops it as soon as the target's live backlog can be
-	// replayed within T_replay_max at the target's live rate (Adaptive),
-	// and at the latest when T_cutoff passes: the bound on the replay after
-	// the stop holds however the rates move, and the source stops no later
-	// than by the formula.
-	CutoffAdaptive CutoffRule = "adaptive"
-)
-
-// ParseCutoffRule reads a rule by name; "" is CutoffFormula.
-func ParseCutoffRule(s string) (CutoffRule, error) {
-	switch r := CutoffRule(s); r {
-	case "":
-		return CutoffFormula, nil
-	case CutoffFormula, CutoffAdaptive:
-		return r, nil
-	}
-	return "", fmt.Errorf("unknown cutoff rule %q (want %s or %s)", s, CutoffFormula, CutoffAdaptive)
-}
-
 // Adaptive reports whether a backlog of lag deliveries replays within
 // replayMax at mu deliveries per second. Without a measured mu it never
 // stops early.
 func Adaptive(lag uint64, mu float64, replayMax time.Duration) bool {
 	if replayMax <= 0 {
-		replayMax = 5 * time.Second
+		replayMax = DefaultReplayMax
 	}
 	return mu > 0 && float64(lag) <= mu*replayMax.Seconds()
 }
 
 // adaptiveStop is the adaptive rule for a handover to dst: μ is the
 // target's, read again every quarter second while it replays.
+// ratesEvery is how often the adaptive rule reads the target's rate again.
+const ratesEvery = 250 * time.Millisecond
+
+// DefaultReplayMax is T_replay_max when Plan.ReplayMax is not set.
+const DefaultReplayMax = 5 * time.Second
+
 func (r *run) adaptiveStop(ctx context.Context, dst control.Client, mu float64) func(uint64) bool {
 	var read time.Time
 	return func(lag uint64) bool {
-		if time.Since(read) > 250*time.Millisecond {
-			read = time.Now()
+		if now := r.now(); now.Sub(read) > ratesEvery {
+			read = now
 			if _, m, err := dst.Rates(ctx); err == nil && m > 0 {
 				mu = m
 				r.rep.Mu = m
@@ -652,7 +780,7 @@ func (r *run) adaptiveStop(ctx context.Context, dst control.Client, mu float64) 
 // measured λ or μ it is T_replay_max; it never exceeds limit.
 func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duration) time.Duration {
 	if replayMax <= 0 {
-		replayMax = 5 * time.Second
+		replayMax = DefaultReplayMax
 	}
 	t := replayMax
 	if lambda > 0 && mu > 0 {
@@ -667,7 +795,7 @@ func CutoffAfter(replayMax time.Duration, lambda, mu float64, limit time.Duratio
 // targetPod makes the pod to create, admitted as the webhook would when
 // Env.Admit is set.
 func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.Pod, error) {
-	t := TargetPod(src, name, restore)
+	t := TargetPod(src, name, restore, r.env.SigningKey, r.now().Add(r.env.RestoreValidity))
 	if r.env.Admit != nil {
 		admitted, err := r.env.Admit(t)
 		if err != nil {
@@ -675,7 +803,7 @@ func (r *run) targetPod(src *corev1.Pod, name string, restore Restore) (*corev1.
 		}
 		t = admitted
 	}
-	if r.p.Strategy == CRIUAlone {
+	if r.p.Strategy == contract.StrategyCRIUAlone {
 		// No replay: the target's sidecar serves at once, on a log of its
 		// own so that it does not write into the source's.
 		for i := range t.Spec.InitContainers {
@@ -787,17 +915,24 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 		return fmt.Errorf("pod %s/%s is already migrating: it is a migration's target and still replays; wait until it has taken over", src.Namespace, src.Name)
 	case !st.Ready:
 		return fmt.Errorf("pod %s/%s: its sidecar is not ready (its replay log is not open yet): wait, or read the %s container's log", src.Namespace, src.Name, inject.SidecarName)
+	case len(st.Unreplayable) > 0:
+		var qs []string
+		for _, q := range st.Unreplayable {
+			qs = append(qs, fmt.Sprintf("queue %q is %s", q.Queue, q.Reason))
+		}
+		return fmt.Errorf("pod %s/%s consumes a queue that a migration cannot carry over, so nothing was checkpointed: %s; have the app consume a named, durable queue that is neither exclusive nor auto-delete",
+			src.Namespace, src.Name, strings.Join(qs, "; "))
 	}
 	return nil
 }
 
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
-	if !slices.Contains(Strategies, p.Strategy) {
-		return fmt.Errorf("unknown strategy %q (want one of %s)", p.Strategy, strings.Join(strategyNames(), ", "))
+	if !p.Strategy.Valid() {
+		return fmt.Errorf("unknown strategy %q (want one of %s)", p.Strategy, strings.Join(contract.StrategyNames(), ", "))
 	}
-	if _, ok := src.Annotations[inject.AnnotationStatus]; !ok {
-		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, inject.AnnotationStatus, inject.AnnotationInject)
+	if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
+		return fmt.Errorf("pod %s/%s has no ms2m sidecar (annotation %s missing): opt it in with %s: \"true\" and recreate it", src.Namespace, src.Name, contract.AnnotationStatus, contract.AnnotationInject)
 	}
 	if !podReady(src) {
 		return fmt.Errorf("pod %s/%s is not running and ready: %s", src.Namespace, src.Name, describe(src))
@@ -824,10 +959,10 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		}
 	}
 	switch sts := ownedByStatefulSet(src); {
-	case sts && p.Strategy != StatefulSet && p.Strategy != StatefulSetShadow:
-		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, StatefulSetShadow, StatefulSet, Auto)
-	case !sts && (p.Strategy == StatefulSet || p.Strategy == StatefulSetShadow):
-		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, MS2M, Auto)
+	case sts && p.Strategy != contract.StrategyStatefulSet && p.Strategy != contract.StrategyStatefulSetShadow:
+		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, contract.StrategyStatefulSetShadow, contract.StrategyStatefulSet, contract.StrategyAuto)
+	case !sts && (p.Strategy == contract.StrategyStatefulSet || p.Strategy == contract.StrategyStatefulSetShadow):
+		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
 	}
 	found := false
 	for _, c := range src.Spec.Containers {

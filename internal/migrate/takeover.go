@@ -78,10 +78,14 @@ func TargetTakeover(ctx context.Context, target *corev1.Pod, c control.Client, r
 // for up to Env.ReadRetry while that is unknown: a pod that goes
 // meanwhile (deleted, say) took nothing over. It runs on a context of its
 // own, so that a migration whose context ended still finds out.
+// lastReadSlack is how long checkTakeover's last read may take beyond
+// Env.ReadRetry.
+const lastReadSlack = 15 * time.Second
+
 func (r *run) checkTakeover(ctx context.Context, name string) (*corev1.Pod, Takeover, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.ReadRetry+15*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.ReadRetry+lastReadSlack)
 	defer cancel()
-	deadline := time.Now().Add(r.env.ReadRetry)
+	deadline := r.now().Add(r.env.ReadRetry)
 	wait := 100 * time.Millisecond
 	for {
 		pod, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -94,7 +98,7 @@ func (r *run) checkTakeover(ctx context.Context, name string) (*corev1.Pod, Take
 		default:
 			v, err = TargetTakeover(ctx, pod, r.endpoint(pod), 0)
 		}
-		if v != TakeoverUnknown || time.Now().Add(wait).After(deadline) {
+		if v != TakeoverUnknown || r.now().Add(wait).After(deadline) {
 			return pod, v, err
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -30,13 +31,21 @@ type Restore struct {
 	Epoch uint64
 }
 
-// Pending is r as the webhook reads it for a pod it restores without the
-// migrator creating it (the StatefulSet strategies).
-func (r Restore) Pending() inject.Migration {
+// instruction is r as the webhook reads it, unsigned.
+func (r Restore) instruction() inject.Migration {
 	return inject.Migration{
 		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
 		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
 	}
+}
+
+// Pending is r as the webhook reads it for the pod namespace/pod that it
+// restores without the migrator creating it (the StatefulSet strategies),
+// signed with key until expires.
+func (r Restore) Pending(namespace, pod string, key []byte, expires time.Time) inject.Migration {
+	m := r.instruction()
+	m.Signature = inject.SignRestore(key, namespace, pod, m, expires)
+	return m
 }
 
 func (r Restore) cutoff() string {
@@ -48,9 +57,10 @@ func (r Restore) cutoff() string {
 
 // TargetPod returns the pod to create for r: a copy of the injected source
 // pod under a new name, with the restore annotations that the webhook (or
-// inject.Inject) turns into a restore. Owner references are dropped: the
+// inject.Inject) turns into a restore, signed with key until expires (the
+// webhook restores nothing unsigned). Owner references are dropped: the
 // copy is the migrator's until it replaces the source.
-func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
+func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires time.Time) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -63,17 +73,19 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 	p.Spec.NodeName = ""
 	// The target is not asked to migrate again, and what the source was
 	// restored from is not what the target is.
-	for _, k := range []string{inject.AnnotationMigrateTo, inject.AnnotationMigrateForce, inject.AnnotationStrategy, inject.AnnotationReplayMax, inject.AnnotationCutoff, inject.AnnotationMigrationStatus, inject.AnnotationMigrationStatusSignature, inject.AnnotationRestoredFrom} {
+	for _, k := range []string{contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy, contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature, contract.AnnotationRestoredFrom} {
 		delete(p.Annotations, k)
 	}
+	m := r.instruction()
 	for k, v := range map[string]string{
-		inject.AnnotationRestoreImage:  r.Image,
-		inject.AnnotationRestoreNode:   r.Node,
-		inject.AnnotationReplayStart:   fmt.Sprint(r.Start),
-		inject.AnnotationReplayCutoff:  r.cutoff(),
-		inject.AnnotationReplayEpoch:   fmt.Sprint(r.Epoch),
-		inject.AnnotationLogName:       r.LogName,
-		inject.AnnotationMigrationName: r.Migration,
+		contract.AnnotationRestoreImage:     m.Image,
+		contract.AnnotationRestoreNode:      m.Node,
+		contract.AnnotationReplayStart:      m.ReplayStart,
+		contract.AnnotationReplayCutoff:     m.ReplayCutoff,
+		contract.AnnotationReplayEpoch:      m.ReplayEpoch,
+		contract.AnnotationLogName:          m.LogName,
+		contract.AnnotationMigrationName:    m.Name,
+		contract.AnnotationRestoreSignature: inject.SignRestore(key, p.Namespace, name, m, expires),
 	} {
 		p.Annotations[k] = v
 	}
@@ -83,7 +95,7 @@ func TargetPod(source *corev1.Pod, name string, r Restore) *corev1.Pod {
 // Served makes pod ns/name, a restore that has taken over and serves, read
 // as an ordinary pod of its workload: the annotations that asked for the
 // restore go (inject.RestoreRequestAnnotations), and what it was restored
-// from is kept under inject.AnnotationRestoredFrom, for an app that
+// from is kept under contract.AnnotationRestoredFrom, for an app that
 // restarts from the checkpoint. A pod that is not a restore is left alone.
 func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
 	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -94,7 +106,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 	if !ok {
 		return nil
 	}
-	ann := map[string]any{inject.AnnotationRestoredFrom: from.Encode()}
+	ann := map[string]any{contract.AnnotationRestoredFrom: from.Encode()}
 	for _, k := range inject.RestoreRequestAnnotations {
 		if _, ok := pod.Annotations[k]; ok {
 			ann[k] = nil
@@ -105,7 +117,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 		return err
 	}
 	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("mark the restored pod %s/%s as serving (remove its restore annotations, record %s): %w", ns, name, inject.AnnotationRestoredFrom, err)
+		return fmt.Errorf("mark the restored pod %s/%s as serving (remove its restore annotations, record %s): %w", ns, name, contract.AnnotationRestoredFrom, err)
 	}
 	return nil
 }
@@ -246,5 +258,5 @@ func SidecarControl(ctx context.Context, cs kubernetes.Interface, pod *corev1.Po
 		}
 		return port, "", fmt.Errorf("pod %s/%s: its sidecar has no MS2M_CONTROL_TOKEN", pod.Namespace, pod.Name)
 	}
-	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, inject.AnnotationInject)
+	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, contract.AnnotationInject)
 }

@@ -38,8 +38,20 @@ type AgentConfig struct {
 	ImageRepo string `env:"MS2M_AGENT_IMAGE_REPO"`
 	// KeepArchives leaves kubelet checkpoint archives on the node after
 	// their push, for debugging; the default removes them.
-	KeepArchives bool   `env:"MS2M_AGENT_KEEP_ARCHIVES" envDefault:"false"`
-	LogLevel     string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
+	KeepArchives bool `env:"MS2M_AGENT_KEEP_ARCHIVES" envDefault:"false"`
+	// CgroupRoot is where the host's cgroup hierarchies are mounted, for
+	// the freeze watch (which also needs the host's PID namespace).
+	CgroupRoot string `env:"MS2M_AGENT_CGROUP_ROOT" envDefault:"/sys/fs/cgroup"`
+	// RuntimeConfig are the runtime's configuration files as the agent
+	// sees them (mounted from the host), comma-separated, later ones
+	// winning: containerd's config.toml, or CRI-O's crio.conf and its
+	// drop-ins. The preflight reads whether restore is on from them;
+	// empty: not checked.
+	RuntimeConfig []string `env:"MS2M_AGENT_RUNTIME_CONFIG" envSeparator:","`
+	// CRIUPath is the node's criu as the agent sees it (a hostPath
+	// mount); the preflight runs its --version. Empty: not checked.
+	CRIUPath string `env:"MS2M_AGENT_CRIU_PATH"`
+	LogLevel string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
 }
 
 func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -78,8 +90,13 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		return fmt.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s: not a folder (%v); mount the kubelet's checkpoint folder there", cfg.CheckpointDir, err)
 	}
 	var puller agent.Puller
+	freeze := agent.FreezeWatch{CgroupRoot: cfg.CgroupRoot}
 	if cfg.RuntimeEndpoint != "" {
 		puller = agent.CRIPuller{Endpoint: cfg.RuntimeEndpoint}
+		// The thaw after CRIU's dump goes through containerd's task API
+		// on the same socket; another runtime refuses it, and no thaw
+		// happens.
+		freeze.Runtime = agent.ContainerdResumer{Endpoint: cfg.RuntimeEndpoint}
 	}
 	s, err := agent.NewServer(agent.Config{
 		CheckpointDir: cfg.CheckpointDir,
@@ -89,6 +106,8 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		Token:         token,
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
+		Freeze:        freeze,
+		Node:          agent.NodeProbe{RuntimeEndpoint: cfg.RuntimeEndpoint, RuntimeConfig: cfg.RuntimeConfig, CRIUPath: cfg.CRIUPath, CgroupRoot: cfg.CgroupRoot},
 		Logger:        log,
 	})
 	if err != nil {

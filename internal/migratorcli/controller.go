@@ -2,7 +2,6 @@ package migratorcli
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +26,8 @@ import (
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/envconfig"
+	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // ControllerConfig is `migrator controller`'s configuration, from the
@@ -46,15 +47,20 @@ type ControllerConfig struct {
 	Concurrent int `env:"MS2M_CONCURRENT_MIGRATIONS" envDefault:"4"`
 	// Timeout bounds each wait of a migration.
 	Timeout time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
+	// ThawAfterDump: when the node agent thaws the app as soon as CRIU's
+	// dump is done (migrate.ThawPolicy: auto, always, never).
+	ThawAfterDump string `env:"MS2M_THAW_AFTER_DUMP" envDefault:"auto"`
 	// StatusKey or StatusKeyFile is the key that signs migration statuses;
 	// neither: the Secret StatusKeySecret in the controller's namespace
 	// (MS2M_LEADER_ELECTION_NAMESPACE, else its ServiceAccount's), made
 	// if missing.
 	StatusKey     string `env:"MS2M_STATUS_KEY"`
 	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
-	MetricsAddr   string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
-	HealthAddr    string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
-	LogLevel      string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
+	// KeepImages keeps checkpoint images once the target serves.
+	KeepImages  bool   `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	MetricsAddr string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
+	HealthAddr  string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
+	LogLevel    string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
 // LeaderElectionID names the lease the replicas share.
@@ -75,6 +81,11 @@ func controllerCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "migrator controller: %v\n", err)
 		return 2
 	}
+	thaw, err := migrate.ParseThawPolicy(cfg.ThawAfterDump)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator controller: MS2M_THAW_AFTER_DUMP: %v\n", err)
+		return 2
+	}
 	token := cfg.AgentToken
 	if cfg.AgentTokenFile != "" {
 		b, err := os.ReadFile(cfg.AgentTokenFile)
@@ -89,14 +100,14 @@ func controllerCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := runController(ctx, cfg, token, log); err != nil {
+	if err := runController(ctx, cfg, token, thaw, log); err != nil {
 		log.Error("controller stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-func runController(ctx context.Context, cfg ControllerConfig, token string, log *slog.Logger) error {
+func runController(ctx context.Context, cfg ControllerConfig, token string, thaw migrate.ThawPolicy, log *slog.Logger) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -128,13 +139,15 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 		log.Error("no shared status key: using one for this process alone; a restarted controller will not roll back migrations it left running", "err", err)
 	}
 	rec := controller.New(controller.Config{
-		StatusKey:  key,
-		Client:     cs,
-		Events:     mgr.GetEventRecorder(controller.EventSource),
-		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
-		ImageRepo:  cfg.ImageRepo,
-		Timeout:    cfg.Timeout,
-		Concurrent: cfg.Concurrent,
+		StatusKey:     key,
+		Client:        cs,
+		Events:        mgr.GetEventRecorder(controller.EventSource),
+		Agent:         agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
+		ImageRepo:     cfg.ImageRepo,
+		Timeout:       cfg.Timeout,
+		Concurrent:    cfg.Concurrent,
+		ThawAfterDump: thaw,
+		KeepImages:    cfg.KeepImages,
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
@@ -142,7 +155,7 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, log 
 	if err := addProbes(mgr); err != nil {
 		return err
 	}
-	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection)
+	log.Info("controller starting", "imageRepo", cfg.ImageRepo, "leaderElection", cfg.LeaderElection, "thawAfterDump", thaw)
 	return mgr.Start(ctx)
 }
 
@@ -181,11 +194,11 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 	case cfg.StatusKey != "":
 		return []byte(cfg.StatusKey), nil
 	case cfg.StatusKeyFile != "":
-		b, err := os.ReadFile(cfg.StatusKeyFile)
+		k, err := sign.ReadKeyFile(cfg.StatusKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("MS2M_STATUS_KEY_FILE: %w", err)
 		}
-		return []byte(strings.TrimSpace(string(b))), nil
+		return k, nil
 	}
 	ns := cfg.LeaderElectionNamespace
 	if ns == "" {
@@ -207,8 +220,8 @@ func statusKey(ctx context.Context, cs kubernetes.Interface, cfg ControllerConfi
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("get Secret %s/%s (the controller needs get and create on it): %w", ns, StatusKeySecret, err)
 		}
-		k := make([]byte, 32)
-		if _, err := rand.Read(k); err != nil {
+		k, err := sign.NewKey()
+		if err != nil {
 			return nil, err
 		}
 		_, err = secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: StatusKeySecret, Namespace: ns}, Data: map[string][]byte{StatusKeySecretKey: k}}, metav1.CreateOptions{})

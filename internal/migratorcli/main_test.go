@@ -18,8 +18,8 @@ func TestUsageErrors(t *testing.T) {
 		"unknown command": {[]string{"moveit"}, 2, []string{`unknown command "moveit"`}},
 		"no pod":          {[]string{"migrate", "--to", "n2"}, 2, []string{"exactly one <namespace>/<pod>"}},
 		"bad pod":         {[]string{"migrate", "consumer"}, 2, []string{`"consumer" is not <namespace>/<pod>`}},
-		"everything missing": {[]string{"migrate", "shop/consumer-0", "--strategy", "teleport"}, 2, []string{
-			"--to: the target node is required", "--image-repo", `--strategy "teleport"`, "node agents' token"}},
+		"everything missing": {[]string{"migrate", "shop/consumer-0", "--strategy", "teleport", "--thaw-after-dump", "sometimes"}, 2, []string{
+			"--to: the target node is required", "--image-repo", `--strategy "teleport"`, "node agents' token", `--thaw-after-dump: thaw-after-dump policy "sometimes"`}},
 		"flags after the pod": {[]string{"migrate", "shop/consumer-0", "--to", "n2", "--image-repo", "r/x", "--agent-token-file", "/nonexistent"}, 2, []string{"--agent-token-file: open /nonexistent"}},
 		"agent with args":     {[]string{"agent", "now"}, 2, []string{"takes no arguments"}},
 	} {
@@ -61,6 +61,12 @@ func TestControllerConfigErrors(t *testing.T) {
 		t.Errorf("controller without an image repo: exit %d, stderr %s", code, errOut.String())
 	}
 	t.Setenv("MS2M_IMAGE_REPO", "registry.example.com/ckpt")
+	t.Setenv("MS2M_THAW_AFTER_DUMP", "sometimes")
+	errOut.Reset()
+	if code := Main(t.Context(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_THAW_AFTER_DUMP") {
+		t.Errorf("controller with a bad thaw policy: exit %d, stderr %s", code, errOut.String())
+	}
+	t.Setenv("MS2M_THAW_AFTER_DUMP", "never")
 	t.Setenv("MS2M_AGENT_TOKEN", "")
 	errOut.Reset()
 	if code := Main(t.Context(), []string{"controller"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {

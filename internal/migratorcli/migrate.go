@@ -7,22 +7,23 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	to := fs.String("to", "", "target node (required)")
-	strategy := fs.String("strategy", "auto", "auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
+	strategy := fs.String("strategy", string(contract.StrategyAuto), strings.Join(contract.StrategyNames(), ", ")+" (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)")
 	replayMax := fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops")
 	cutoff := fs.String("cutoff", "formula", "ms2m-cutoff: when to stop the source: formula (T_cutoff = T_replay_max × μ / λ, the paper's eq. 5) or adaptive (as soon as the live backlog replays within T_replay_max, at the latest by the formula)")
 	name := fs.String("name", "", "the migration's name (default: <pod>-<time>, at most 56 characters)")
@@ -30,8 +31,12 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
 	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
+	keyFile := fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)")
+	ms2mNamespace := fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret")
+	keepImages := fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)")
 	maxLag := fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each wait")
+	thawAfterDump := fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never")
 	asJSON := fs.Bool("json", false, "print the final report as JSON")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -53,11 +58,15 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *imageRepo == "" {
 		problems = append(problems, "--image-repo (or MS2M_IMAGE_REPO): where checkpoint images go is required, e.g. registry.example.com/ms2m/checkpoints")
 	}
-	st := migrate.Strategy(*strategy)
-	if !slices.Contains(migrate.Strategies, st) {
-		problems = append(problems, fmt.Sprintf("--strategy %q: want one of auto, ms2m, ms2m-cutoff, stop-and-copy, statefulset, statefulset-shadow or criu-alone", *strategy))
+	st := contract.Strategy(*strategy)
+	if !st.Valid() {
+		problems = append(problems, fmt.Sprintf("--strategy %q: want one of %s", *strategy, strings.Join(contract.StrategyNames(), ", ")))
 	}
-	rule, err := migrate.ParseCutoffRule(*cutoff)
+	thaw, err := migrate.ParseThawPolicy(*thawAfterDump)
+	if err != nil {
+		problems = append(problems, "--thaw-after-dump: "+err.Error())
+	}
+	rule, err := contract.ParseCutoffRule(*cutoff)
 	if err != nil {
 		problems = append(problems, "--cutoff: "+err.Error())
 	}
@@ -72,6 +81,18 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if agentToken == "" && *agentTokenFile == "" {
 		problems = append(problems, "the node agents' token: set --agent-token-file or MS2M_AGENT_TOKEN")
 	}
+	var key []byte
+	switch {
+	case *keyFile != "":
+		if key, err = sign.ReadKeyFile(*keyFile); err != nil {
+			problems = append(problems, "--signing-key-file: "+err.Error())
+		}
+	case os.Getenv("MS2M_STATUS_KEY") != "":
+		key = []byte(os.Getenv("MS2M_STATUS_KEY"))
+		if err := sign.Check(key); err != nil {
+			problems = append(problems, "MS2M_STATUS_KEY: "+err.Error())
+		}
+	}
 	if len(problems) > 0 {
 		fmt.Fprintf(stderr, "migrator migrate: %s\n", strings.Join(problems, "\nmigrator migrate: "))
 		return 2
@@ -81,6 +102,14 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
 		return 1
+	}
+	if key == nil {
+		s, err := cs.CoreV1().Secrets(*ms2mNamespace).Get(ctx, StatusKeySecret, metav1.GetOptions{})
+		if err != nil {
+			fmt.Fprintf(stderr, "migrator migrate: the controller's signing key, which the webhook checks every restore with: Secret %s/%s: %v; set --ms2m-namespace, --signing-key-file or MS2M_STATUS_KEY\n", *ms2mNamespace, StatusKeySecret, err)
+			return 1
+		}
+		key = s.Data[StatusKeySecretKey]
 	}
 	src, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
@@ -95,12 +124,13 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *name == "" {
 		*name = migrate.MigrationName(pod, time.Now())
 	}
-	if st == migrate.Auto {
+	if st == contract.StrategyAuto {
 		st = migrate.ByOwner(src)
 	}
 	plan := migrate.Plan{
 		Name: *name, Namespace: ns, Pod: pod, Container: inject.AppContainer(src), TargetNode: *to,
 		TargetPod: migrate.NextPodName(src), Strategy: st, MaxLag: *maxLag, ReplayMax: *replayMax, Cutoff: rule, Timeout: *timeout,
+		ThawAfterDump: thaw,
 	}
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()
@@ -110,6 +140,8 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		ImageRepo:    *imageRepo,
 		ControlToken: token,
 		ControlPort:  port,
+		SigningKey:   key,
+		KeepImages:   *keepImages,
 		Progress: func(phase string, took time.Duration) {
 			printPhase(stdout, phase, took, time.Since(began))
 		},

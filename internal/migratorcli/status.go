@@ -14,11 +14,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
 )
 
-const fromAnnotation = "annotation " + inject.AnnotationMigrationStatus
+const fromAnnotation = "annotation " + contract.AnnotationMigrationStatus
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -80,7 +80,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return writeJSON(stdout, stderr, out)
 	}
 	if len(recs) == 0 {
-		fmt.Fprintf(stderr, "no migrations recorded (no pod carries %s)\n", inject.AnnotationMigrationStatus)
+		fmt.Fprintf(stderr, "no migrations recorded (no pod carries %s)\n", contract.AnnotationMigrationStatus)
 		return 0
 	}
 	if writeTable(stdout, recs, now) != nil {
@@ -107,7 +107,7 @@ func podRecord(ctx context.Context, cs kubernetes.Interface, ns, name string) (r
 	}
 	rec, ok := recordOf(p)
 	if !ok {
-		return record{}, fmt.Errorf("pod %s/%s has no migration status (annotation %s): ask for one with %s: <node>, or run migrator migrate", ns, name, inject.AnnotationMigrationStatus, inject.AnnotationMigrateTo)
+		return record{}, fmt.Errorf("pod %s/%s has no migration status (annotation %s): ask for one with %s: <node>, or run migrator migrate", ns, name, contract.AnnotationMigrationStatus, contract.AnnotationMigrateTo)
 	}
 	if rec.Err != nil {
 		return rec, rec.Err
@@ -134,7 +134,7 @@ func listRecords(ctx context.Context, cs kubernetes.Interface, ns string) ([]rec
 
 // recordOf is the migration status pod carries, if any.
 func recordOf(p *corev1.Pod) (record, bool) {
-	v, ok := p.Annotations[inject.AnnotationMigrationStatus]
+	v, ok := p.Annotations[contract.AnnotationMigrationStatus]
 	if !ok {
 		return record{}, false
 	}

@@ -10,13 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 func statusPod(ns, name, status string) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if status != "" {
-		p.Annotations = map[string]string{inject.AnnotationMigrationStatus: status}
+		p.Annotations = map[string]string{contract.AnnotationMigrationStatus: status}
 	}
 	return p
 }

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/duration"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/migrate"
 )
@@ -49,7 +50,7 @@ func row(rec record, now time.Time) []string {
 	total, downtime := "-", "-"
 	if st.Report != nil {
 		total = st.Report.Total.Round(time.Millisecond).String()
-		if st.Phase == controller.PhaseSucceeded {
+		if st.Phase == contract.PhaseSucceeded {
 			downtime = st.Report.Downtime.Round(time.Millisecond).String()
 		}
 	}
@@ -61,10 +62,10 @@ func row(rec record, now time.Time) []string {
 }
 
 // outcomeWord is an ended request's outcome in the table's HISTORY.
-var outcomeWord = map[controller.Phase]string{
-	controller.PhaseSucceeded:  "ok",
-	controller.PhaseFailed:     "failed",
-	controller.PhaseRolledBack: "rolled-back",
+var outcomeWord = map[contract.Phase]string{
+	contract.PhaseSucceeded:  "ok",
+	contract.PhaseFailed:     "failed",
+	contract.PhaseRolledBack: "rolled-back",
 }
 
 // historyCell is the outcomes of the ended requests, newest first.
@@ -92,7 +93,7 @@ func writeHistory(w io.Writer, h []controller.Entry, now time.Time) error {
 		if e.Total > 0 {
 			total = e.Total.Round(time.Millisecond).String()
 		}
-		if e.Outcome == controller.PhaseSucceeded && e.Downtime > 0 {
+		if e.Outcome == contract.PhaseSucceeded && e.Downtime > 0 {
 			downtime = e.Downtime.Round(time.Millisecond).String()
 		}
 		started := "-"
@@ -138,7 +139,7 @@ func writeDetail(w io.Writer, rec record, now time.Time) error {
 		return err
 	}
 	if st.Report == nil {
-		if st.Phase == controller.PhaseRunning {
+		if st.Phase == contract.PhaseRunning {
 			fmt.Fprintf(w, "phases: the report comes when the migration ends; so far: kubectl events -n %s --for pod/%s\n", rec.Namespace, rec.Pod)
 		}
 		return nil
@@ -181,6 +182,9 @@ func reportLines(rep migrate.Report) [][2]string {
 	}
 	if rep.Image != "" {
 		lines = append(lines, [2]string{"image", rep.Image})
+	}
+	for _, u := range rep.Unchecked {
+		lines = append(lines, [2]string{"not preflighted", u})
 	}
 	return lines
 }

@@ -61,6 +61,7 @@ type channel struct {
 	id        uint16
 	consumers map[string]*consumer
 	consumes  []pendingConsume
+	declares  []pendingDeclare // the app's queue.declares awaiting declare-ok
 	gets      []pendingGet
 	down      *content // content in progress from the broker
 	up        *content // content in progress from the app (publishes)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // segment is a run of raw app frames bound for the broker. If gated, the
@@ -37,6 +38,9 @@ type conn struct {
 	id      uint64
 	app, up net.Conn
 	log     *slog.Logger
+	// handshake rewrites the app's start-ok and open where the sidecar
+	// owns the credentials; used by the upstream pump alone.
+	handshake *upstream.Handshake
 
 	// Lock order: mu, then appMu or upMu.
 	mu    sync.Mutex // guards the fields below it up to the next blank line
@@ -48,6 +52,9 @@ type conn struct {
 	// late collects frames for the broker made while mu is held; the pump
 	// queues them after it lets go of mu.
 	late []byte
+	// unreplayable holds the queues this connection consumed that a
+	// migration cannot carry over (queues.go).
+	unreplayable map[string]bool
 
 	appMu sync.Mutex // serialises writes to app
 	upMu  sync.Mutex // serialises writes to up
@@ -128,8 +135,10 @@ func (c *conn) run(ctx context.Context) {
 	drain := time.AfterFunc(c.p.opts.DrainTimeout, cancelWriter)
 	<-writerDone
 	drain.Stop()
-	if tc, ok := c.up.(*net.TCPConn); ok {
-		_ = tc.CloseWrite() // fails only if the broker's side is gone already
+	// *net.TCPConn half-closes; *tls.Conn (TLS to the broker) sends
+	// close_notify, after which the broker ends its side too.
+	if cw, ok := c.up.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite() // fails only if the broker's side is gone already
 	}
 	select {
 	case <-downDone:

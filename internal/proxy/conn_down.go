@@ -243,6 +243,12 @@ func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 		}
 		delete(ch.consumers, m.ConsumerTag)
 		delete(ch.awaitCancelOk, m.ConsumerTag)
+	case mQueueDeclareOk:
+		m, err := decode[*amqpwire.QueueDeclareOk](f.Payload)
+		if err != nil {
+			return err
+		}
+		c.onQueueDeclareOk(ch, m)
 	case mChannelClose, mChannelCloseOk:
 		c.dropChannel(f.Channel)
 	}

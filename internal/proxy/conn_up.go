@@ -10,7 +10,11 @@ import (
 
 // Method ids the proxy acts on, as (class<<16 | method).
 const (
+	mConnectionStartOk = 10<<16 | 11
 	mConnectionTuneOk  = 10<<16 | 31
+	mConnectionOpen    = 10<<16 | 40
+	mQueueDeclare      = 50<<16 | 10
+	mQueueDeclareOk    = 50<<16 | 11
 	mChannelClose      = 20<<16 | 40
 	mChannelCloseOk    = 20<<16 | 41
 	mBasicQos          = 60<<16 | 10
@@ -60,7 +64,29 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 		return nil, err
 	}
 	if f.Channel == 0 {
-		if key == mConnectionTuneOk {
+		switch key {
+		case mConnectionStartOk:
+			m, err := decode[*amqpwire.ConnectionStartOk](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			out := c.handshake.StartOk(m)
+			if c.handshake.Unresolved() {
+				c.log.Warn("the app sent ms2m's placeholder credentials, but the sidecar has no credentials to put in their place: the broker will refuse the connection",
+					"fix", "give MS2M_UPSTREAM user info, or set MS2M_UPSTREAM_USERNAME and MS2M_UPSTREAM_PASSWORD")
+			}
+			if out != nil {
+				return amqpwire.AppendMethodFrame(nil, 0, out), nil
+			}
+		case mConnectionOpen:
+			m, err := decode[*amqpwire.ConnectionOpen](f.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if out := c.handshake.Open(m); out != nil {
+				return amqpwire.AppendMethodFrame(nil, 0, out), nil
+			}
+		case mConnectionTuneOk:
 			t, err := decode[*amqpwire.ConnectionTuneOk](f.Payload)
 			if err != nil {
 				return nil, err
@@ -106,6 +132,12 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 				ch.up.pub = newPubCapture(id, m.Exchange, m.RoutingKey)
 			}
 		}
+	case mQueueDeclare:
+		m, err := decode[*amqpwire.QueueDeclare](f.Payload)
+		if err != nil {
+			return nil, err
+		}
+		c.onQueueDeclare(ch, m)
 	case mConfirmSelect:
 		ch.confirm = true
 	case mBasicQos:
@@ -133,6 +165,7 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 			}
 			return nil, nil
 		}
+		c.consumed(m.Queue)
 		if c.p.replaying(m.Queue) {
 			c.startReplay(ch, m)
 			return nil, nil
@@ -285,6 +318,7 @@ func (c *conn) dropAll() {
 	for id := range c.chans {
 		c.dropChannel(id)
 	}
+	c.forgetConsumed()
 }
 
 // writeApp writes frames the sidecar made to the app. Callers hold c.mu.

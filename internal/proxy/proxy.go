@@ -13,6 +13,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/tracking"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Tee is the replay log as the proxy uses it; *shadowqueue.Tee implements it.
@@ -61,8 +62,10 @@ var ErrStopped = errors.New("the sidecar is stopped")
 
 // Options configure a Proxy.
 type Options struct {
-	// Upstream is the broker's host:port.
-	Upstream string
+	// Upstream connects to the broker (its addresses in order, TLS) and
+	// rewrites the app's handshake where the sidecar owns the
+	// credentials. Required.
+	Upstream *upstream.Dialer
 	// ConnectTimeout bounds how long one app connection waits for the
 	// broker, retrying with back-off, before it is closed. Default 10 s.
 	ConnectTimeout time.Duration
@@ -84,8 +87,6 @@ type Options struct {
 	// sidecar records the app's publishes in the log, and a target compares
 	// the publishes it absorbs during replay against them.
 	CheckPublishes bool
-	// Dial connects to the broker. Default net.Dialer.DialContext.
-	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// RequeueHeldOnStop makes Stop give the deliveries it held since the
 	// quiesce back to the broker instead of to the app. The stop is then
 	// shorter by their processing time, but the next consumer may get later
@@ -131,6 +132,12 @@ type Proxy struct {
 	replayActive atomic.Int64
 	suppressedBy map[[2]string]uint64 // by exchange and routing key; guarded by mu
 
+	// declared maps the queues the app declared that cannot be replayed to
+	// why; unreplayable holds those of them, and server-named ones, that
+	// the app consumes (queues.go). Guarded by mu.
+	declared     map[string]string
+	unreplayable map[string]*unreplayable
+
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked
 	teeContinued atomic.Bool   // a target has taken the log over
@@ -156,10 +163,6 @@ func New(tee Tee, opts Options) *Proxy {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.Dial == nil {
-		var d net.Dialer
-		opts.Dial = d.DialContext
 	}
 	return &Proxy{
 		opts:    opts,
@@ -211,14 +214,14 @@ func (p *Proxy) closeAll() {
 // handle connects one app connection to the broker and runs it.
 func (p *Proxy) handle(ctx context.Context, app net.Conn) {
 	log := p.log.With("app", app.RemoteAddr().String())
-	up, err := p.dialUpstream(ctx)
+	up, addr, err := p.dialUpstream(ctx)
 	if err != nil {
-		log.Error("cannot reach the broker; closing the app's connection so that it retries", "upstream", p.opts.Upstream, "err", err)
+		log.Error("cannot reach the broker; closing the app's connection so that it retries", "upstream", p.opts.Upstream.String(), "err", err)
 		p.opts.Metrics.upstreamDialFailures.Inc()
 		app.Close()
 		return
 	}
-	c := p.newConn(app, up, log)
+	c := p.newConn(app, up, log.With("broker", addr))
 	p.opts.Metrics.connections.Inc()
 	defer p.opts.Metrics.connections.Dec()
 	c.run(ctx)
@@ -227,21 +230,21 @@ func (p *Proxy) handle(ctx context.Context, app net.Conn) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
+// dialUpstream connects to the first broker that answers, going round the
+// list with back-off until one does or ConnectTimeout passes.
+func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
 	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		nc, err := p.opts.Dial(attempt, "tcp", p.opts.Upstream)
-		cancelAttempt()
+		nc, addr, err := p.opts.Upstream.Dial(ctx)
 		if err == nil {
-			return nc, nil
+			return nc, addr, nil
 		}
-		p.log.Warn("broker connection failed; retrying", "upstream", p.opts.Upstream, "err", err, "retry_in", delay)
+		p.log.Warn("broker connection failed; retrying", "upstream", p.opts.Upstream.String(), "err", err, "retry_in", delay)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("connect to broker %s within %s: %w", p.opts.Upstream, p.opts.ConnectTimeout, err)
+			return nil, "", fmt.Errorf("connect to broker %s within %s: %w", p.opts.Upstream.String(), p.opts.ConnectTimeout, err)
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, time.Second)
@@ -253,6 +256,7 @@ func (p *Proxy) newConn(app, up net.Conn, log *slog.Logger) *conn {
 	defer p.mu.Unlock()
 	p.nextID++
 	c := newConn(p, p.nextID, app, up, log.With("conn", p.nextID))
+	c.handshake = p.opts.Upstream.NewHandshake()
 	c.mode = p.mode
 	p.conns[c] = struct{}{}
 	return c
@@ -448,6 +452,10 @@ type State struct {
 	CutoffID    uint64                `json:"cutoffId,omitempty"`
 	Epoch       uint64                `json:"epoch,omitempty"`
 	Replay      *ReplayState          `json:"replay,omitempty"`
+	// Unreplayable lists the queues the app consumes that a migration
+	// cannot carry over (exclusive, auto-delete, server-named): a
+	// migrator refuses to checkpoint such an app.
+	Unreplayable []UnreplayableQueue `json:"unreplayable,omitempty"`
 }
 
 // ReplayState is a target sidecar's replay progress.
@@ -500,6 +508,7 @@ func (p *Proxy) State() State {
 	ts := p.tee.Status()
 	p.mu.Lock()
 	mode, cutoff, epoch := p.mode, p.cutoffID, p.stopEpoch
+	unreplayable := p.unreplayableLocked()
 	p.mu.Unlock()
 	st := State{
 		Mode:        mode.String(),
@@ -508,6 +517,9 @@ func (p *Proxy) State() State {
 		Queues:      p.tracker.Snapshot(p.opts.Now()),
 		Log:         ts,
 		Degraded:    ts.Degraded,
+	}
+	if len(unreplayable) > 0 {
+		st.Unreplayable = unreplayable
 	}
 	if mode == Stopped {
 		st.CutoffID, st.Epoch = cutoff, epoch

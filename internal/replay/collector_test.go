@@ -225,3 +225,49 @@ func TestCollectorKnownCutoffKeepsTheStopsEpoch(t *testing.T) {
 		t.Fatalf("complete %v epoch %d; want complete, epoch 4", c.Complete(), c.Epoch())
 	}
 }
+
+// TestCollectorGoesOnThroughWhatTheIdentityTook: deliveries beyond the
+// cutoff that were in the log when the replay began were this restore's
+// predecessor's, which had taken over: the replay goes on through them
+// (Range.LogEnd), for a fixed cutoff and for one from a marker; a replay
+// to the log's end (Range.ToEnd) stops at the end it was given. Without
+// LogEnd, the pod made again would skip what its predecessor processed.
+func TestCollectorGoesOnThroughWhatTheIdentityTook(t *testing.T) {
+	// The source's deliveries (epoch 0), its stop at 3 (epoch 1), and its
+	// successor's deliveries (epoch 1).
+	after := func(id uint64) shadowqueue.Record { r := del(id, "a"); r.Epoch = 1; return r }
+	served := []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), marker(shadowqueue.KindCutoff, 3, 1), after(4), after(5)}
+	for _, tc := range []struct {
+		name string
+		rng  Range
+		log  []shadowqueue.Record
+		want []uint64
+	}{
+		{"fixed cutoff, no predecessor", Range{Start: 1, Cutoff: 3, Epoch: 1, LogEnd: 3, LogEndEpoch: 1}, served[:4], []uint64{2, 3}},
+		{"fixed cutoff, the predecessor served", Range{Start: 1, Cutoff: 3, Epoch: 1, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3, 4, 5}},
+		{"a cutoff short of the source's own deliveries", Range{Start: 1, Cutoff: 2, Epoch: 1, LogEnd: 3, LogEndEpoch: 0}, served[:3], []uint64{2}},
+		{"fixed cutoff without the stop's epoch", Range{Start: 1, Cutoff: 3, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3}},
+		{"marker, the predecessor served", Range{Start: 1, LogEnd: 5, LogEndEpoch: 1}, served, []uint64{2, 3, 4, 5}},
+		{"marker, the source still served at the start", Range{Start: 1, LogEnd: 2}, served, []uint64{2, 3}},
+		{"to the end", Range{Start: 1, ToEnd: true, LogEnd: 4}, served, []uint64{2, 3, 4}},
+		{"to the end, which is the start", Range{Start: 3, ToEnd: true, LogEnd: 3}, served[:4], nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCollector(tc.rng)
+			for _, r := range tc.log {
+				if err := c.Add(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !c.Complete() {
+				t.Fatalf("not complete after %d records", len(tc.log))
+			}
+			if got := ids(c.Records("a")); !cmp.Equal(got, tc.want) {
+				t.Errorf("records %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if err := (Range{Start: 1, Cutoff: 3, ToEnd: true}).Validate(); err == nil {
+		t.Error("a range to the log's end with a cutoff ID validates")
+	}
+}

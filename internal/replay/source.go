@@ -34,17 +34,54 @@ type Range struct {
 	// earlier migration of the same log) and are ignored. Without it, a
 	// stale marker whose ID equals Start would end the replay at once.
 	Epoch uint64
+	// ToEnd (MS2M_REPLAY_CUTOFF=end): the cutoff is LogEnd, the log's end
+	// when the replay began. It is exact only when nothing writes the log
+	// any more: the migrator asks for it once the last writer is gone (a
+	// dead shadow, deleted and confirmed stopped).
+	ToEnd bool
+	// LogEnd and LogEndEpoch are the last record's delivery ID and epoch
+	// in the log when the replay began (the sidecar reads it at its start).
+	// Deliveries beyond the cutoff of the stop's epoch or a later one (a
+	// delivery carries the epoch of the last marker before it) that are
+	// already in the log then were taken by this restore's identity itself:
+	// under the handoff only the restore consumes after the stop, so they
+	// are a predecessor's that took over and went away (a StatefulSet's pod
+	// deleted after it served, before its pending-migration record went).
+	// The replay goes on through LogEnd, so that the pod made again has
+	// what its predecessor processed instead of skipping it. The source's
+	// own deliveries, of an earlier epoch, never extend a cutoff, nor does
+	// a fixed cutoff without the stop's epoch (Epoch 0).
+	LogEnd, LogEndEpoch uint64
 }
 
 func (r Range) String() string {
-	if r.Cutoff == 0 {
+	switch {
+	case r.ToEnd:
+		return fmt.Sprintf("(%d, log end %d]", r.Start, r.end())
+	case r.Cutoff == 0:
 		return fmt.Sprintf("(%d, cutoff marker]", r.Start)
 	}
 	return fmt.Sprintf("(%d, %d]", r.Start, r.Cutoff)
 }
 
+// end is the cutoff of a ToEnd range: the log's end, or Start if the log
+// ends there.
+func (r Range) end() uint64 { return max(r.LogEnd, r.Start) }
+
+// extend moves cutoff, made by a stop of epoch, past the deliveries this
+// identity took after it before the replay began (see LogEnd).
+func (r Range) extend(cutoff, epoch uint64) uint64 {
+	if cutoff != 0 && epoch != 0 && r.LogEnd > cutoff && r.LogEndEpoch >= epoch {
+		return r.LogEnd
+	}
+	return cutoff
+}
+
 // Validate checks the range on its own.
 func (r Range) Validate() error {
+	if r.ToEnd && r.Cutoff != 0 {
+		return fmt.Errorf("a replay to the log's end has no cutoff ID (got %d)", r.Cutoff)
+	}
 	if r.Cutoff != 0 && r.Cutoff < r.Start {
 		return fmt.Errorf("cutoff ID %d is below start ID %d: nothing can be replayed; check the migration's checkpoint and cutoff", r.Cutoff, r.Start)
 	}
@@ -70,7 +107,10 @@ type Collector struct {
 
 // NewCollector returns a Collector for rng.
 func NewCollector(rng Range) *Collector {
-	return &Collector{rng: rng, cutoff: rng.Cutoff, passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
+	if rng.ToEnd {
+		rng.Cutoff, rng.ToEnd = rng.end(), false // a fixed cutoff from here on
+	}
+	return &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
 }
 
 // Add takes the next record of the log. It returns ErrRetention if the
@@ -110,8 +150,8 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start || r.Epoch <= c.rng.Epoch {
 			return nil
 		}
-		c.cutoff, c.epoch = r.ID, r.Epoch
-		c.complete = c.lastID >= r.ID || r.ID == c.rng.Start
+		c.cutoff, c.epoch = c.rng.extend(r.ID, r.Epoch), r.Epoch
+		c.complete = c.lastID >= c.cutoff || c.cutoff == c.rng.Start
 	case shadowqueue.KindPublish:
 		if r.For > c.rng.Start && (c.cutoff == 0 || r.For <= c.cutoff) && !c.complete {
 			if c.pubs == nil {

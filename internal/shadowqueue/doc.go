@@ -7,5 +7,7 @@
 // gates the app's acks (invariant I1: a message leaves the primary queue only
 // after it is in the log). A Log that fails is retried with the same records
 // until it succeeds; the Tee reports itself degraded meanwhile and nothing is
-// dropped. StreamLog is the Log on a RabbitMQ stream.
+// dropped. StreamLog is the Log on a RabbitMQ stream; JetStreamLog is the
+// Log on a NATS JetStream stream, for NATS workloads, with the same record
+// format, cutoff and resume markers.
 package shadowqueue

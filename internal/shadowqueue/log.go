@@ -5,8 +5,8 @@ import "context"
 // Log is a durable, append-only replay log. The Tee is its only writer in a
 // sidecar; replay readers use Reader.
 //
-// A RabbitMQ stream implements it today (StreamLog); a NATS JetStream log can
-// follow without changes to the Tee.
+// A RabbitMQ stream implements it (StreamLog), and so does a NATS
+// JetStream stream (JetStreamLog), with no change to the Tee.
 type Log interface {
 	// Write appends recs, in order, and returns once the broker has
 	// confirmed every one of them as durably stored. On error, any prefix of

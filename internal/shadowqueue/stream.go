@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,7 +70,10 @@ const markerVersion = 0
 
 // StreamOptions configures a StreamLog.
 type StreamOptions struct {
-	URI          string        // rabbitmq-stream://user:pass@host:port/vhost
+	URI string // rabbitmq-stream://user:pass@host:port/vhost, or rabbitmq-stream+tls://
+	// TLS configures the connections of a rabbitmq-stream+tls URI (its
+	// ServerName defaults to the URI's host); nil means the system's roots.
+	TLS          *tls.Config
 	Name         string        // stream name (the pod's replay log)
 	MaxAge       time.Duration // retention, 0 = none
 	MaxBytes     int64         // retention, 0 = none
@@ -165,8 +170,8 @@ func streamResolver(uri string) (stream.AddressResolver, error) {
 		// which may be the password: say nothing of either.
 		return stream.AddressResolver{}, errors.New("the stream URI does not parse (it is not shown: it holds the password); want rabbitmq-stream://user:pass@host:port/vhost, with '%', '/', '?', '#' and '@' in the password percent-encoded")
 	}
-	if u.Scheme != "rabbitmq-stream" {
-		return stream.AddressResolver{}, fmt.Errorf("stream URI scheme is %q, want rabbitmq-stream://user:pass@host:port/vhost", u.Scheme)
+	if u.Scheme != "rabbitmq-stream" && u.Scheme != "rabbitmq-stream+tls" {
+		return stream.AddressResolver{}, fmt.Errorf("stream URI scheme is %q, want rabbitmq-stream://user:pass@host:port/vhost (or rabbitmq-stream+tls://)", u.Scheme)
 	}
 	if u.Hostname() == "" {
 		return stream.AddressResolver{}, errors.New("stream URI has no host; want rabbitmq-stream://user:pass@host:port/vhost")
@@ -183,7 +188,7 @@ func streamResolver(uri string) (stream.AddressResolver, error) {
 // newEnvironment connects to the broker. It gives up when ctx is done,
 // leaving the attempt to finish in the background; whatever it yields then
 // goes to abandon.
-func newEnvironment(ctx context.Context, uri string, resolver stream.AddressResolver, setup func(*stream.Environment) error) (*stream.Environment, error) {
+func newEnvironment(ctx context.Context, uri string, resolver stream.AddressResolver, tc *tls.Config, setup func(*stream.Environment) error) (*stream.Environment, error) {
 	type result struct {
 		env *stream.Environment
 		err error
@@ -195,6 +200,16 @@ func newEnvironment(ctx context.Context, uri string, resolver stream.AddressReso
 			SetAddressResolver(resolver).
 			SetReadBuffer(socketBuffer).
 			SetWriteBuffer(socketBuffer)
+		if strings.HasPrefix(uri, "rabbitmq-stream+tls:") {
+			c := &tls.Config{MinVersion: tls.VersionTLS12}
+			if tc != nil {
+				c = tc.Clone()
+			}
+			if c.ServerName == "" {
+				c.ServerName = resolver.Host
+			}
+			opts.IsTLS(true).SetTLSConfig(c)
+		}
 		env, err := stream.NewEnvironment(opts)
 		if err != nil {
 			done <- result{err: err}
@@ -236,7 +251,7 @@ func (l *StreamLog) declare(ctx context.Context) error {
 		opts.SetMaxSegmentSizeBytes(stream.ByteCapacity{}.B(l.opts.SegmentBytes))
 	}
 	var differs bool
-	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, func(env *stream.Environment) error {
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, l.opts.TLS, func(env *stream.Environment) error {
 		err := env.DeclareStream(l.opts.Name, opts)
 		if errors.Is(err, stream.PreconditionFailed) {
 			differs = true
@@ -261,7 +276,7 @@ func (l *StreamLog) declare(ctx context.Context) error {
 // not something to paper over.
 func (l *StreamLog) connect(ctx context.Context) (*streamConn, error) {
 	c := &streamConn{waiting: make(map[int64]chan<- confirmResult), dead: make(chan struct{}), hold: l.holdConfirms}
-	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, func(env *stream.Environment) error {
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, l.opts.TLS, func(env *stream.Environment) error {
 		p, err := env.NewProducer(l.opts.Name, stream.NewProducerOptions().SetClientProvidedName("ms2m-replay-log"))
 		if err != nil {
 			return err
@@ -820,7 +835,7 @@ func (l *StreamLog) FollowFrom(ctx context.Context, o FollowOptions, fn func(off
 // readEnvironment opens a connection of its own for one read, so that a
 // long Follow and the writer's reconnects do not disturb each other.
 func (l *StreamLog) readEnvironment(ctx context.Context, what string) (*stream.Environment, error) {
-	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, nil)
+	env, err := newEnvironment(ctx, l.opts.URI, l.resolver, l.opts.TLS, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s replay log stream %q: connect to %s:%d: %w", what, l.opts.Name, l.resolver.Host, l.resolver.Port, err)
 	}
@@ -939,7 +954,7 @@ func DeleteStream(ctx context.Context, uri, name string) error {
 	if err != nil {
 		return fmt.Errorf("delete stream %q: %w", name, err)
 	}
-	env, err := newEnvironment(ctx, uri, resolver, func(env *stream.Environment) error {
+	env, err := newEnvironment(ctx, uri, resolver, nil, func(env *stream.Environment) error {
 		err := env.DeleteStream(name)
 		if errors.Is(err, stream.StreamDoesNotExist) {
 			return nil

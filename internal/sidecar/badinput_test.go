@@ -234,7 +234,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		wantErr string
 	}{
 		"missing upstream":          {unset: "MS2M_UPSTREAM", wantErr: "MS2M_UPSTREAM"},
-		"upstream not an addr":      {set: map[string]string{"MS2M_UPSTREAM": "broker"}, wantErr: "MS2M_UPSTREAM"},
+		"upstream not an addr":      {set: map[string]string{"MS2M_UPSTREAM": "http://broker:0"}, wantErr: "MS2M_UPSTREAM"},
+		"upstream password hidden":  {set: map[string]string{"MS2M_UPSTREAM": "amqp://u:s3cr%zz@broker"}, wantErr: "it is not shown"},
 		"bad stream uri":            {set: map[string]string{"MS2M_STREAM_URI": "amqp://x"}, wantErr: "MS2M_STREAM_URI"},
 		"log name with slash":       {set: map[string]string{"MS2M_LOG_NAME": "a/b"}, wantErr: "MS2M_LOG_NAME"},
 		"no token":                  {unset: "MS2M_CONTROL_TOKEN", wantErr: "MS2M_CONTROL_TOKEN"},
@@ -248,6 +249,10 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"cutoff below start":        {set: map[string]string{"MS2M_REPLAY_START": "10", "MS2M_REPLAY_CUTOFF": "5"}, wantErr: "below start"},
 		"cutoff not a number":       {set: map[string]string{"MS2M_REPLAY_START": "1", "MS2M_REPLAY_CUTOFF": "soon"}, wantErr: "MS2M_REPLAY_CUTOFF"},
 		"epoch not a number":        {set: map[string]string{"MS2M_REPLAY_START": "1", "MS2M_REPLAY_EPOCH": "-1"}, wantErr: "MS2M_REPLAY_EPOCH"},
+		"unknown broker":            {set: map[string]string{"MS2M_BROKER": "kafka"}, wantErr: "MS2M_BROKER"},
+		"nats without its url":      {set: map[string]string{"MS2M_BROKER": "nats"}, wantErr: "MS2M_NATS_URL"},
+		"nats url of another kind":  {set: map[string]string{"MS2M_BROKER": "nats", "MS2M_NATS_URL": "amqp://x:4222"}, wantErr: "MS2M_NATS_URL"},
+		"nats target":               {set: map[string]string{"MS2M_BROKER": "nats", "MS2M_NATS_URL": "nats://127.0.0.1:4222", "MS2M_REPLAY_START": "1"}, wantErr: "cannot replay yet"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range base {
@@ -268,6 +273,18 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		for k, v := range base {
 			t.Setenv(k, v)
 		}
+		if _, err := sidecar.LoadConfig(); err != nil {
+			t.Errorf("LoadConfig() = %v, want no error", err)
+		}
+	})
+	t.Run("good nats", func(t *testing.T) {
+		for k, v := range base {
+			if k != "MS2M_STREAM_URI" {
+				t.Setenv(k, v)
+			}
+		}
+		t.Setenv("MS2M_BROKER", "nats")
+		t.Setenv("MS2M_NATS_URL", "nats://u:p@127.0.0.1:4222")
 		if _, err := sidecar.LoadConfig(); err != nil {
 			t.Errorf("LoadConfig() = %v, want no error", err)
 		}

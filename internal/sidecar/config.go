@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,21 +14,63 @@ import (
 
 	"github.com/ms2m/ms2m/internal/envconfig"
 	"github.com/ms2m/ms2m/internal/replay"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Config is the sidecar's configuration, read from the environment. Every
 // field is documented in docs/sidecar.md; keep the two in step.
 type Config struct {
+	// Broker is the protocol the app speaks: amqp (RabbitMQ, AMQP 0-9-1)
+	// or nats (NATS with JetStream; see docs/nats.md).
+	Broker string `env:"MS2M_BROKER" envDefault:"amqp"`
 	// Listen is where the app connects, as if to the broker.
 	Listen string `env:"MS2M_LISTEN" envDefault:"127.0.0.1:5672"`
-	// Upstream is the real broker's AMQP host:port.
-	Upstream string `env:"MS2M_UPSTREAM,required"`
+	// Upstream is the real broker (with MS2M_BROKER=nats: the NATS
+	// server's host:port, required): one or more comma-separated host:port,
+	// amqp:// or amqps:// URIs, or Spring's user:password@host:port/vhost,
+	// tried in order. An amqps:// entry turns TLS on; the first entry's
+	// user info and path replace the app's placeholder credentials and
+	// virtual host (see internal/upstream).
+	// Empty: the broker is resolved from the app's own settings (AppEnv,
+	// AppConfigFiles), as the webhook passes them for envFrom and mounted
+	// Spring configuration.
+	Upstream string `env:"MS2M_UPSTREAM"`
+	// AppConfigFiles are the app's Spring configuration files, mounted
+	// into the sidecar, comma separated, later ones winning.
+	AppConfigFiles string `env:"MS2M_APP_CONFIG_FILES"`
+	// AppEnv holds the app's vars that the sidecar got under the prefix
+	// MS2M_APP_ (from the app's envFrom sources), by their own names.
+	// LoadConfig fills it from the environment.
+	AppEnv map[string]string
+	// UpstreamTLS turns TLS to the broker on (amqps:// entries do too).
+	UpstreamTLS bool `env:"MS2M_UPSTREAM_TLS" envDefault:"false"`
+	// UpstreamTLSCAFile, UpstreamTLSCertFile and UpstreamTLSKeyFile are the
+	// broker's CA and the sidecar's client certificate and key (PEM files,
+	// read again for every connection); UpstreamTLSServerName is the name
+	// checked against the broker's certificate (default: the host dialed).
+	UpstreamTLSCAFile     string `env:"MS2M_UPSTREAM_TLS_CA_FILE"`
+	UpstreamTLSCertFile   string `env:"MS2M_UPSTREAM_TLS_CERT_FILE"`
+	UpstreamTLSKeyFile    string `env:"MS2M_UPSTREAM_TLS_KEY_FILE"`
+	UpstreamTLSServerName string `env:"MS2M_UPSTREAM_TLS_SERVER_NAME"`
+	// UpstreamUsername, UpstreamPassword and UpstreamVirtualHost replace the
+	// app's placeholder credentials and virtual host when MS2M_UPSTREAM
+	// carries none.
+	UpstreamUsername    string `env:"MS2M_UPSTREAM_USERNAME"`
+	UpstreamPassword    string `env:"MS2M_UPSTREAM_PASSWORD"`
+	UpstreamVirtualHost string `env:"MS2M_UPSTREAM_VHOST"`
+	// UpstreamAuth is PLAIN (the app's mechanism, as it sent it) or
+	// EXTERNAL (the client certificate is the identity).
+	UpstreamAuth string `env:"MS2M_UPSTREAM_AUTH" envDefault:"PLAIN"`
 	// UpstreamConnectTimeout bounds how long an app connection waits for the
 	// broker (retrying) before the sidecar closes it.
 	UpstreamConnectTimeout time.Duration `env:"MS2M_UPSTREAM_CONNECT_TIMEOUT" envDefault:"10s"`
 	// StreamURI is the broker's stream protocol address with credentials:
 	// rabbitmq-stream://user:password@host:5552/vhost.
-	StreamURI string `env:"MS2M_STREAM_URI,required"`
+	// Required for MS2M_BROKER=amqp.
+	StreamURI string `env:"MS2M_STREAM_URI"`
+	// NATSURL is, for MS2M_BROKER=nats, the NATS server that holds the
+	// replay log as a JetStream stream: nats://user:password@host:4222.
+	NATSURL string `env:"MS2M_NATS_URL"`
 	// LogName is the replay log's stream name: the workload's stable identity.
 	LogName string `env:"MS2M_LOG_NAME,required"`
 	// LogMaxAge and LogMaxBytes are the log's retention.
@@ -75,12 +118,38 @@ type Config struct {
 	LogLevel string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
 }
 
+// The brokers a sidecar speaks (MS2M_BROKER).
+const (
+	BrokerAMQP = "amqp"
+	BrokerNATS = "nats"
+)
+
+// logMaxBatch is the records per replay log write: a JetStream log takes
+// larger batches (a pull consumer's ack window may be in the thousands, and
+// acks wait for the write that holds their delivery); 0 is the Tee's
+// default.
+func (c *Config) logMaxBatch() int {
+	if c.Broker == BrokerNATS {
+		return 4096
+	}
+	return 0
+}
+
+// appEnvPrefix prefixes the app's own vars in the sidecar's environment.
+const appEnvPrefix = "MS2M_APP_"
+
 // LoadConfig reads the configuration from the environment and checks it.
 // Errors name the variable at fault.
 func LoadConfig() (Config, error) {
 	cfg, err := envconfig.Parse[Config]()
 	if err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
+	}
+	cfg.AppEnv = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, appEnvPrefix) {
+			cfg.AppEnv[strings.TrimPrefix(k, appEnvPrefix)] = v
+		}
 	}
 	if err := cfg.complete(); err != nil {
 		return Config{}, fmt.Errorf("configuration: %w", err)
@@ -91,13 +160,37 @@ func LoadConfig() (Config, error) {
 // complete checks cfg and reads the token file.
 func (c *Config) complete() error {
 	var errs []error
-	for name, addr := range map[string]string{"MS2M_LISTEN": c.Listen, "MS2M_UPSTREAM": c.Upstream, "MS2M_CONTROL_LISTEN": c.ControlListen} {
+	if _, err := c.UpstreamConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	for name, addr := range map[string]string{"MS2M_LISTEN": c.Listen, "MS2M_CONTROL_LISTEN": c.ControlListen} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want host:port, for example 127.0.0.1:5672 (%v)", name, addr, err))
 		}
 	}
-	if u, err := url.Parse(c.StreamURI); err != nil || u.Scheme != "rabbitmq-stream" || u.Host == "" {
-		errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost, got %q", redact(c.StreamURI)))
+	switch c.Broker {
+	case BrokerAMQP:
+		if u, err := url.Parse(c.StreamURI); err != nil || (u.Scheme != "rabbitmq-stream" && u.Scheme != "rabbitmq-stream+tls") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("MS2M_STREAM_URI: want rabbitmq-stream://user:password@host:5552/vhost (or rabbitmq-stream+tls://, port 5551), got %q", redact(c.StreamURI)))
+		}
+	case BrokerNATS:
+		if c.Upstream == "" {
+			errs = append(errs, errors.New("MS2M_UPSTREAM: with MS2M_BROKER=nats, required: the NATS server's host:port"))
+		}
+		if u, err := url.Parse(c.NATSURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("MS2M_NATS_URL: with MS2M_BROKER=nats, want nats://user:password@host:4222, got %q", redact(c.NATSURL)))
+		}
+		if c.ReplayStart != "" {
+			errs = append(errs, errors.New("MS2M_REPLAY_START with MS2M_BROKER=nats: a NATS sidecar cannot replay yet (see docs/nats.md); a target for a NATS workload is not supported"))
+		}
+		if c.PublishCheck {
+			errs = append(errs, errors.New("MS2M_PUBLISH_CHECK with MS2M_BROKER=nats: publish checking is AMQP only for now (see docs/nats.md)"))
+		}
+		if c.StopHeld != "deliver" {
+			errs = append(errs, fmt.Errorf("MS2M_STOP_HELD=%q with MS2M_BROKER=nats: a NATS stop always hands the held deliveries to the app (see docs/nats.md)", c.StopHeld))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("MS2M_BROKER=%q: want amqp or nats", c.Broker))
 	}
 	if c.LogName == "" || len(c.LogName) > 255 || strings.ContainsAny(c.LogName, " /") {
 		errs = append(errs, fmt.Errorf("MS2M_LOG_NAME=%q: want a stream name of 1 to 255 characters without spaces or slashes", c.LogName))
@@ -142,6 +235,68 @@ func (c *Config) complete() error {
 	return errors.Join(errs...)
 }
 
+// UpstreamConfig is the broker as the sidecar reaches it. Its errors name
+// the variable and never show a password.
+func (c *Config) UpstreamConfig() (upstream.Config, error) {
+	spec, tlsOn := c.Upstream, c.UpstreamTLS
+	user, pass, vhost := c.UpstreamUsername, c.UpstreamPassword, c.UpstreamVirtualHost
+	if spec == "" {
+		var files []string
+		for _, f := range strings.Split(c.AppConfigFiles, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				files = append(files, f)
+			}
+		}
+		r, err := upstream.AppSettings{Env: c.AppEnv, Files: files}.Resolve()
+		if err != nil {
+			return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM is empty, so the broker comes from the app's settings (%s* vars, MS2M_APP_CONFIG_FILES): %w", appEnvPrefix, err)
+		}
+		spec, tlsOn = r.Spec, tlsOn || r.TLS
+		if user == "" && pass == "" {
+			user, pass = r.Username, r.Password
+		}
+		if vhost == "" {
+			vhost = r.VirtualHost
+		}
+	}
+	a, err := upstream.ParseAddresses(spec, tlsOn)
+	if err != nil {
+		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM: %w", err)
+	}
+	u := upstream.Config{Addresses: a.Hosts, Mechanism: c.UpstreamAuth, Username: user, Password: pass, VirtualHost: vhost}
+	if a.HasCredentials {
+		u.Username, u.Password = a.Username, a.Password
+	}
+	if a.HasVirtualHost {
+		u.VirtualHost = a.VirtualHost
+	}
+	if u.Username != "" && u.Password == "" && u.Mechanism != upstream.MechanismEXTERNAL {
+		return upstream.Config{}, errors.New("MS2M_UPSTREAM_USERNAME is set but no password (MS2M_UPSTREAM_PASSWORD, or user info in MS2M_UPSTREAM)")
+	}
+	if a.TLS || tlsOn {
+		u.TLS = &upstream.TLS{CAFile: c.UpstreamTLSCAFile, CertFile: c.UpstreamTLSCertFile, KeyFile: c.UpstreamTLSKeyFile, ServerName: c.UpstreamTLSServerName}
+	} else if c.UpstreamTLSCAFile != "" || c.UpstreamTLSCertFile != "" || c.UpstreamTLSServerName != "" {
+		return upstream.Config{}, errors.New("MS2M_UPSTREAM_TLS_* is set but TLS is off: set MS2M_UPSTREAM_TLS=true or use amqps:// in MS2M_UPSTREAM")
+	}
+	if err := u.Validate(); err != nil {
+		return upstream.Config{}, fmt.Errorf("MS2M_UPSTREAM*: %w", err)
+	}
+	return u, nil
+}
+
+// StreamTLS is the TLS configuration of a rabbitmq-stream+tls URI: the
+// upstream's CA and client certificate, read now; nil for a plain URI.
+func (c *Config) StreamTLS() (*tls.Config, error) {
+	if !strings.HasPrefix(c.StreamURI, "rabbitmq-stream+tls:") {
+		return nil, nil
+	}
+	u, err := url.Parse(c.StreamURI)
+	if err != nil {
+		return nil, errors.New("MS2M_STREAM_URI does not parse (it is not shown: it holds the password)")
+	}
+	return upstream.ClientTLS(&upstream.TLS{CAFile: c.UpstreamTLSCAFile, CertFile: c.UpstreamTLSCertFile, KeyFile: c.UpstreamTLSKeyFile}, u.Host)
+}
+
 func (c *Config) Level() (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -160,9 +315,13 @@ func (c *Config) Replay() (replay.Range, bool, error) {
 	if r.Start, err = strconv.ParseUint(c.ReplayStart, 10, 64); err != nil {
 		return r, true, fmt.Errorf("MS2M_REPLAY_START=%q: want the checkpoint ID, a whole number >= 0", c.ReplayStart)
 	}
-	if c.ReplayCutoff != "" && c.ReplayCutoff != "marker" {
+	switch c.ReplayCutoff {
+	case "", "marker":
+	case "end":
+		r.ToEnd = true // the log's end, read at the start (Start sets LogEnd)
+	default:
 		if r.Cutoff, err = strconv.ParseUint(c.ReplayCutoff, 10, 64); err != nil || r.Cutoff == 0 {
-			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
+			return r, true, fmt.Errorf("MS2M_REPLAY_CUTOFF=%q: want \"marker\", \"end\" or the last ID to replay, a whole number > 0", c.ReplayCutoff)
 		}
 	}
 	if c.ReplayEpoch != "" {

@@ -24,6 +24,11 @@ type appState struct {
 	// folded. Its skip is off unless SKIP_REDELIVERIES=true, so this is 0
 	// wherever the hash is the whole oracle.
 	Skipped int `json:"skipped_redeliveries"`
+	// Connected is true while a consumer session consumes.
+	Connected bool `json:"connected"`
+	// Reconnects counts the sessions that started consuming after the
+	// first.
+	Reconnects int `json:"reconnects"`
 }
 
 // runApp starts a sample app with env, killed when the test ends.

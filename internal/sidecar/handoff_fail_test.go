@@ -50,6 +50,13 @@ func goConsumer(t *testing.T, sc *sidecar.Sidecar, q string, prefetch int) (addr
 // returns the cutoff ID and the producer's hash.
 func sourceThenStop(t *testing.T, e *env, q string, n int) (cutoff uint64, hash string) {
 	t.Helper()
+	cutoff, _, hash = sourceThenStopEpoch(t, e, q, n)
+	return cutoff, hash
+}
+
+// sourceThenStopEpoch is sourceThenStop that also returns the stop's epoch.
+func sourceThenStopEpoch(t *testing.T, e *env, q string, n int) (cutoff, epoch uint64, hash string) {
+	t.Helper()
 	source := e.start(sidecar.Options{})
 	src := &env{t: t, broker: e.broker, log: e.log, sc: source}
 	srcApp, _ := goConsumer(t, source, q, 10)
@@ -60,11 +67,12 @@ func sourceThenStop(t *testing.T, e *env, q string, n int) (cutoff uint64, hash 
 	})
 	var stop struct {
 		CutoffID uint64 `json:"cutoffId"`
+		Epoch    uint64 `json:"epoch"`
 	}
 	if code := src.call("POST", "/stop?timeout=20s", &stop); code != 200 {
 		t.Fatalf("stop = %d", code)
 	}
-	return stop.CutoffID, hash
+	return stop.CutoffID, stop.Epoch, hash
 }
 
 // TestHandoffCheckCanFail: a target told to stop one message short of the

@@ -15,9 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/natsproxy"
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/upstream"
 )
 
 // Options are the parts of a sidecar that tests replace.
@@ -37,21 +39,33 @@ type Options struct {
 
 // Sidecar is a running sidecar.
 type Sidecar struct {
-	cfg     Config
-	log     *slog.Logger
-	reader  string // Options.ReaderName
-	proxy   *proxy.Proxy
-	tee     *shadowqueue.Tee
-	replay  shadowqueue.Log
-	source  *replay.Source // target sidecars only
-	amqp    net.Listener
-	ctlAddr net.Addr
-	ready   atomic.Bool
+	cfg          Config
+	log          *slog.Logger
+	reader       string       // Options.ReaderName
+	proxy        *proxy.Proxy // the AMQP proxy; nil for a NATS sidecar
+	front        frontProxy   // the proxy the app talks to, AMQP or NATS
+	upstreamDesc string       // the broker, for logs: never with a password
+	tee          *shadowqueue.Tee
+	replay       shadowqueue.Log
+	source       *replay.Source // target sidecars only
+	amqp         net.Listener
+	ctlAddr      net.Addr
+	ready        atomic.Bool
 
 	wg      sync.WaitGroup
 	errOnce sync.Once
 	err     error
 	cancel  context.CancelFunc
+}
+
+// frontProxy is what the sidecar and its control API need of the proxy in
+// front of the app: *proxy.Proxy (AMQP) and *natsproxy.Proxy implement it.
+type frontProxy interface {
+	Serve(ctx context.Context, ln net.Listener) error
+	State() proxy.State
+	Quiesce(ctx context.Context) (id, epoch uint64, err error)
+	Resume(ctx context.Context) error
+	Stop(ctx context.Context) (proxy.StopResult, error)
 }
 
 // Run runs a sidecar until ctx is done.
@@ -117,6 +131,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
 		}
+		// What the log holds now: a cutoff of "end", and deliveries beyond
+		// the cutoff that this pod's identity took before (replay.Range).
+		rng.LogEnd, rng.LogEndEpoch = last.ID, last.Epoch
 		if src, err = replay.NewSource(follower, rng); err != nil {
 			s.fail(err)
 			return nil, errors.Join(err, s.Wait())
@@ -137,18 +154,46 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	s.replay = rlog
 	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{
 		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
+		MaxBatch: cfg.logMaxBatch(),
 	})
 	s.registerLogMetrics(reg)
 	s.goRun(func() error { return s.tee.Run(ctx) })
 
+	if cfg.Broker == BrokerNATS {
+		np := natsproxy.New(s.tee, natsproxy.Options{
+			Upstream:       cfg.Upstream,
+			ConnectTimeout: cfg.UpstreamConnectTimeout,
+			DrainTimeout:   cfg.DrainTimeout,
+			Logger:         s.log,
+			Dial:           opts.Dial,
+		})
+		registerNATSMetrics(reg, np)
+		s.front = np
+		s.upstreamDesc = cfg.Upstream
+		if err := s.listen(ctx, last); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+
+	ucfg, err := cfg.UpstreamConfig()
+	if err == nil {
+		ucfg.AttemptTimeout = min(2*time.Second, cfg.UpstreamConnectTimeout)
+	}
+	dialer, err := upstream.NewDialer(ucfg, opts.Dial)
+	if err != nil {
+		err = fmt.Errorf("the broker (MS2M_UPSTREAM*): %w", err)
+		s.fail(err)
+		return nil, errors.Join(err, s.Wait())
+	}
+	s.upstreamDesc = dialer.String()
 	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
-		Upstream:          cfg.Upstream,
+		Upstream:          dialer,
 		ConnectTimeout:    cfg.UpstreamConnectTimeout,
 		DrainTimeout:      cfg.DrainTimeout,
 		Logger:            s.log,
 		Metrics:           metrics,
-		Dial:              opts.Dial,
 		CheckPublishes:    cfg.PublishCheck,
 		RequeueHeldOnStop: cfg.StopHeld == "requeue",
 	}
@@ -156,6 +201,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		popts.Replay = src
 	}
 	s.proxy = proxy.New(s.tee, popts)
+	s.front = s.proxy
 	if src != nil {
 		reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
@@ -171,18 +217,26 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
 		)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	if err := s.listen(ctx, last); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// listen starts serving the app. On error the sidecar is stopped.
+func (s *Sidecar) listen(ctx context.Context, last shadowqueue.Record) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
-		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", cfg.Listen, err)
+		err = fmt.Errorf("listen for the app on MS2M_LISTEN=%s: %w", s.cfg.Listen, err)
 		s.fail(err)
-		return nil, errors.Join(err, s.Wait())
+		return errors.Join(err, s.Wait())
 	}
 	s.amqp = ln
-	s.goRun(func() error { return s.proxy.Serve(ctx, ln) })
+	s.goRun(func() error { return s.front.Serve(ctx, ln) })
 	s.ready.Store(true)
-	s.log.Info("sidecar ready", "listen", ln.Addr().String(), "upstream", cfg.Upstream,
-		"log", cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
-	return s, nil
+	s.log.Info("sidecar ready", "broker", s.cfg.Broker, "listen", ln.Addr().String(), "upstream", s.upstreamDesc,
+		"log", s.cfg.LogName, "next_id", last.ID+1, "control", s.ctlAddr.String())
+	return nil
 }
 
 // requireLog checks, retrying while the broker is unreachable, that a
@@ -191,7 +245,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 func (s *Sidecar) requireLog(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
-		ok, err := shadowqueue.StreamExists(ctx, s.cfg.StreamURI, s.cfg.LogName)
+		tc, err := s.cfg.StreamTLS()
+		if err != nil {
+			return err
+		}
+		ok, err := shadowqueue.StreamExists(ctx, shadowqueue.StreamOptions{URI: s.cfg.StreamURI, Name: s.cfg.LogName, TLS: tc})
 		if err == nil && !ok {
 			return fmt.Errorf("replay mode: the replay log %q does not exist on the broker; check MS2M_LOG_NAME (it must name the source's log)", s.cfg.LogName)
 		}
@@ -228,8 +286,26 @@ func (s *Sidecar) openLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Rec
 }
 
 func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.Record, error) {
+	if s.cfg.Broker == BrokerNATS {
+		l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{
+			URL: s.cfg.NATSURL, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes, Logger: s.log,
+		})
+		if err != nil {
+			return nil, shadowqueue.Record{}, err
+		}
+		last, _, err := l.Last(ctx)
+		if err != nil {
+			_ = l.Close() // the open failed: the error says why
+			return nil, shadowqueue.Record{}, err
+		}
+		return l, last, nil
+	}
+	tc, err := s.cfg.StreamTLS()
+	if err != nil {
+		return nil, shadowqueue.Record{}, err
+	}
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{
-		URI: s.cfg.StreamURI, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
+		URI: s.cfg.StreamURI, TLS: tc, Name: s.cfg.LogName, MaxAge: s.cfg.LogMaxAge, MaxBytes: s.cfg.LogMaxBytes,
 		ReaderName: s.reader,
 	})
 	if err != nil {
@@ -273,6 +349,23 @@ func (s *Sidecar) registerLogMetrics(reg *prometheus.Registry) {
 	)
 }
 
+// registerNATSMetrics exports a NATS proxy's counters.
+func registerNATSMetrics(reg prometheus.Registerer, p *natsproxy.Proxy) {
+	counter := func(name, help string, f func(natsproxy.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(p.Stats())) })
+	}
+	reg.MustRegister(
+		counter("ms2m_sidecar_nats_connections_total", "App connections the NATS proxy accepted.", func(s natsproxy.Stats) uint64 { return s.Connections }),
+		counter("ms2m_sidecar_nats_js_deliveries_total", "JetStream deliveries handed to the app and teed.", func(s natsproxy.Stats) uint64 { return s.JSDeliveries }),
+		counter("ms2m_sidecar_nats_core_teed_total", "Core NATS messages teed best effort.", func(s natsproxy.Stats) uint64 { return s.CoreTeed }),
+		counter("ms2m_sidecar_nats_acks_total", "App acks of JetStream deliveries sent to the server.", func(s natsproxy.Stats) uint64 { return s.Acks }),
+		counter("ms2m_sidecar_nats_acks_waited_total", "Of those, acks that waited for the replay log.", func(s natsproxy.Stats) uint64 { return s.AcksWaited }),
+		counter("ms2m_sidecar_nats_acks_absorbed_total", "App acks of deliveries this sidecar did not hand out, not sent on (the server redelivers those).", func(s natsproxy.Stats) uint64 { return s.AcksAbsorbed }),
+		counter("ms2m_sidecar_nats_pulls_absorbed_total", "Pull requests not sent on while quiesced or stopped.", func(s natsproxy.Stats) uint64 { return s.PullsAbsorbed }),
+		counter("ms2m_sidecar_nats_info_stripped_total", "Server INFOs whose cluster URLs were removed.", func(s natsproxy.Stats) uint64 { return s.INFOStripped }),
+	)
+}
+
 func (s *Sidecar) goRun(f func() error) {
 	s.wg.Add(1)
 	go func() {
@@ -309,7 +402,7 @@ func (s *Sidecar) AMQPAddr() string { return s.amqp.Addr().String() }
 // ControlAddr is the control API's address.
 func (s *Sidecar) ControlAddr() string { return s.ctlAddr.String() }
 
-// Proxy returns the AMQP proxy.
+// Proxy returns the AMQP proxy (nil for a NATS sidecar).
 func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
 // replayLag returns the target's lag behind the log.
@@ -330,7 +423,7 @@ var _ control.Sidecar = api{}
 func (a api) State() control.State {
 	st := control.State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
 	if st.Ready {
-		st.State = a.s.proxy.State()
+		st.State = a.s.front.State()
 		if a.s.source != nil {
 			ss := a.s.source.Status()
 			st.Source = &ss
@@ -357,7 +450,7 @@ func (a api) Quiesce(ctx context.Context) (control.Cut, error) {
 	if err := a.Ready(); err != nil {
 		return control.Cut{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	id, epoch, err := a.s.proxy.Quiesce(ctx)
+	id, epoch, err := a.s.front.Quiesce(ctx)
 	if errors.Is(err, proxy.ErrStopped) {
 		err = fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
@@ -368,13 +461,13 @@ func (a api) Resume(ctx context.Context) error {
 	if err := a.Ready(); err != nil {
 		return fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return a.s.proxy.Resume(ctx)
+	return a.s.front.Resume(ctx)
 }
 
 func (a api) Stop(ctx context.Context) (control.StopResult, error) {
 	if err := a.Ready(); err != nil {
 		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	r, err := a.s.proxy.Stop(ctx)
+	r, err := a.s.front.Stop(ctx)
 	return control.StopResult(r), err // the same fields: the compiler keeps them so
 }

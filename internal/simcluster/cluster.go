@@ -34,6 +34,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/sign"
 	"github.com/ms2m/ms2m/internal/webhook"
 )
 
@@ -65,7 +66,11 @@ type Cluster struct {
 	RegistryHost string
 	// AgentToken and ControlToken are the agents' and sidecars' tokens.
 	AgentToken, ControlToken string
-	Nodes                    map[string]*Node
+	// SigningKey is the controller's key (text): the webhook restores only
+	// what it signed. Controllers the tests start get it as
+	// MS2M_STATUS_KEY, migrate.Env as SigningKey.
+	SigningKey []byte
+	Nodes      map[string]*Node
 
 	env      *envtest.Environment
 	ns       *netns
@@ -124,7 +129,11 @@ func Start(o Options) (c *Cluster, err error) {
 	if err := c.startRegistry(); err != nil {
 		return c, err
 	}
+	if c.SigningKey, err = sign.NewKey(); err != nil {
+		return c, err
+	}
 	c.inject = inject.Config{
+		RestoreKey:   c.SigningKey,
 		SidecarImage: c.RegistryHost + "/ms2m/sidecar:sim",
 		StreamURI:    inject.SecretKey{Name: Secret, Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},

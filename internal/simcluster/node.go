@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -86,11 +88,18 @@ type Node struct {
 	// (CutControl); dropped counts the requests dropped.
 	controlCut bool
 	dropped    int
-	calls      []string // kubelet and agent requests, in order
-	pulls      []string
-	srvs       []*http.Server
-	stop       context.CancelFunc
-	done       chan struct{}
+	// holdAfter: targets that start now hold their replay after this
+	// many records (HoldReplaysAfter).
+	holdAfter uint64
+	// degrade, if set, changes what the node's agent reports it can do
+	// (Degrade).
+	degrade  func(*contract.NodeCapabilities)
+	oldAgent bool     // the agent answers GET /v1/node with 404, as one before it
+	calls    []string // kubelet and agent requests, in order
+	pulls    []string
+	srvs     []*http.Server
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -102,7 +111,16 @@ type SimPod struct {
 	App             *App
 	Restored        bool // started from a checkpoint image
 	srv             *http.Server
+	stateReads      atomic.Int64
+	// starting is set (under Node.mu) while run starts the pod: a pod
+	// gone meanwhile is stopped by run once it is done, so that its
+	// address returns to the pool only after its listener is closed.
+	starting bool
 }
+
+// StateReads is how many times the pod's sidecar answered GET /state: a
+// migrator that reads it has got as far as watching the pod.
+func (p *SimPod) StateReads() int64 { return p.stateReads.Load() }
 
 // Hold makes a step wait: Reached is closed when the step has begun, and
 // the step goes on once Release is called.
@@ -272,6 +290,41 @@ func (n *Node) Pull(ctx context.Context, ref string) error {
 	return nil
 }
 
+// Degrade changes what the node's agent reports that its node can do
+// (GET /v1/node): f edits a capable node's report, e.g. to turn restore
+// off or CRIU away. Nil, or Reset, makes the node capable again.
+func (n *Node) Degrade(f func(*contract.NodeCapabilities)) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.degrade = f
+}
+
+// OldAgent makes the node's agent one from before GET /v1/node: it
+// answers 404 there. Reset undoes it.
+func (n *Node) OldAgent(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.oldAgent = on
+}
+
+// Probe is the node's report for its agent: a capable node, unless
+// Degrade changed it.
+func (n *Node) Probe(context.Context) contract.NodeCapabilities {
+	yes, on := true, true
+	restore := true
+	c := contract.NodeCapabilities{
+		Runtime: "sim", RuntimeVersion: "1", CRIUFound: &yes, CRIU: "sim",
+		CheckpointEnabled: &on, RestoreEnabled: &restore, CgroupVersion: 2,
+	}
+	n.mu.Lock()
+	f := n.degrade
+	n.mu.Unlock()
+	if f != nil {
+		f(&c)
+	}
+	return c
+}
+
 // start brings the node up: its Node object, its kubelet and agent, and
 // the loop that runs the pods bound to it.
 func (n *Node) start(ctx context.Context) error {
@@ -312,7 +365,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 
-	cert, err := selfSigned(n.IP)
+	cert, err := servingCert(n.IP)
 	if err != nil {
 		return err
 	}
@@ -325,7 +378,7 @@ func (n *Node) start(ctx context.Context) error {
 
 	as, err := agent.NewServer(agent.Config{
 		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true}, Repository: c.ImageRepo(),
-		Puller: n, Logger: slog.New(slog.DiscardHandler),
+		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return err
@@ -337,6 +390,13 @@ func (n *Node) start(ctx context.Context) error {
 	ah := as.Handler()
 	asrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.record("agent " + r.Method + " " + r.URL.Path)
+		n.mu.Lock()
+		old := n.oldAgent
+		n.mu.Unlock()
+		if old && r.URL.Path == "/v1/node" {
+			http.NotFound(w, r)
+			return
+		}
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/checkpoint-images" {
 			if f, ok := n.gate(r.Context(), StepImage); ok {
 				http.Error(w, `{"error":`+strconv.Quote(f.Body)+`}`, f.Code)
@@ -464,10 +524,16 @@ func (n *Node) gone(uid types.UID) {
 	n.mu.Lock()
 	p := n.pods[uid]
 	delete(n.pods, uid)
+	starting := p != nil && p.starting
 	n.mu.Unlock()
-	if p == nil {
+	if p == nil || starting {
 		return
 	}
+	n.stopPod(p)
+}
+
+// stopPod closes a gone pod's sidecar and listener and returns its address.
+func (n *Node) stopPod(p *SimPod) {
 	if p.Sidecar != nil {
 		p.Sidecar.close()
 	}
@@ -487,11 +553,20 @@ func (n *Node) run(ctx context.Context, pod *corev1.Pod) {
 		n.mu.Unlock()
 		return
 	}
-	sp := &SimPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, App: &App{}}
+	sp := &SimPod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, App: &App{}, starting: true}
 	n.pods[pod.UID] = sp
 	n.mu.Unlock()
 
-	if err := n.startPod(ctx, pod, sp); err != nil {
+	err := n.startPod(ctx, pod, sp)
+	n.mu.Lock()
+	sp.starting = false
+	gone := n.pods[pod.UID] != sp
+	n.mu.Unlock()
+	if gone {
+		n.stopPod(sp)
+		return
+	}
+	if err != nil {
 		n.c.logf("node %s: pod %s/%s: %v", n.Name, pod.Namespace, pod.Name, err)
 		n.setFailed(ctx, pod, err.Error())
 	}
@@ -506,7 +581,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		return errors.New("no app container")
 	}
 	var imageID string
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
 		if f, ok := n.gate(ctx, StepRestore); ok {
 			return errors.New(f.Body)
 		}
@@ -531,12 +606,10 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if err != nil {
 			return err
 		}
-		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp)
 		n.mu.Lock()
-		if rp != nil && n.holdReplays {
-			sp.Sidecar.Hold(true)
-		}
+		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
 		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -546,16 +619,19 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 			return err
 		}
 		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
-		sp.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sp.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if n.cut() {
 				dropConn(w)
 				return
 			}
+			if r.URL.Path == "/state" {
+				sp.stateReads.Add(1)
+			}
 			h.ServeHTTP(w, r)
-		}), ReadHeaderTimeout: 10 * time.Second}
+		})}
 		go sp.srv.Serve(ln)
 	} else {
-		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil)
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0)
 	}
 	return n.setRunning(ctx, pod, ip, imageID)
 }
@@ -598,7 +674,9 @@ func replayOf(env map[string]string) (*Replay, error) {
 	if rp.Start, err = strconv.ParseUint(start, 10, 64); err != nil {
 		return nil, fmt.Errorf("MS2M_REPLAY_START %q: %w", start, err)
 	}
-	if c := env["MS2M_REPLAY_CUTOFF"]; c != "" && c != "marker" {
+	if c := env["MS2M_REPLAY_CUTOFF"]; c == "end" {
+		rp.ToEnd = true
+	} else if c != "" && c != "marker" {
 		if rp.Cutoff, err = strconv.ParseUint(c, 10, 64); err != nil {
 			return nil, fmt.Errorf("MS2M_REPLAY_CUTOFF %q: %w", c, err)
 		}
@@ -750,4 +828,91 @@ func (n *Node) Reset() {
 	n.holds = map[Step]*Hold{}
 	n.holdReplays = false
 	n.controlCut = false
+	n.degrade, n.oldAgent = nil, false
+	n.holdAfter = 0
+}
+
+// HoldReplaysAfter makes every target that starts on the node from now on
+// hold its replay once it has replayed k records (0: no such hold); the
+// ones that run already are released from theirs.
+func (n *Node) HoldReplaysAfter(k uint64) {
+	n.mu.Lock()
+	n.holdAfter = k
+	var running []*Sidecar
+	for _, sp := range n.pods {
+		if sp.Sidecar != nil {
+			running = append(running, sp.Sidecar)
+		}
+	}
+	n.mu.Unlock()
+	if k == 0 {
+		for _, s := range running {
+			s.HoldAfter(0)
+		}
+	}
+}
+
+// RestartApp restarts the app container of pod ns/name, as the kubelet
+// does after it exited: a restored pod's app comes back from its
+// checkpoint image (the state it was restored with), any other empty. Its
+// sidecar goes on.
+func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
+	sp := n.Pod(ns, name)
+	if sp == nil {
+		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
+	}
+	var st AppState
+	if sp.Restored {
+		pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if st, err = n.c.restoreState(ctx, appContainer(pod).Image); err != nil {
+			return err
+		}
+	}
+	sp.App.mu.Lock()
+	sp.App.state = st
+	sp.App.mu.Unlock()
+	if sp.Sidecar != nil {
+		sp.Sidecar.appRestarted()
+	}
+	return nil
+}
+
+// Kill kills the containers of pod ns/name, as a crash that keeps them
+// from starting again does: its sidecar and app stop (the control API
+// does not answer), and the pod reports them in CrashLoopBackOff, not
+// ready. The pod object stays until it is deleted.
+func (n *Node) Kill(ctx context.Context, ns, name string) error {
+	sp := n.Pod(ns, name)
+	if sp == nil {
+		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
+	}
+	if sp.Sidecar != nil {
+		sp.Sidecar.close()
+	}
+	if sp.srv != nil {
+		sp.srv.Close()
+	}
+	pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pod.UID != sp.UID {
+		return fmt.Errorf("pod %s/%s was replaced meanwhile", ns, name)
+	}
+	st := *pod.Status.DeepCopy()
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == corev1.PodReady || st.Conditions[i].Type == corev1.ContainersReady {
+			st.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "killed by the test"}}
+	for _, list := range [][]corev1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for i := range list {
+			list[i].Ready, list[i].State, list[i].RestartCount = false, waiting, list[i].RestartCount+1
+		}
+	}
+	return n.updateStatus(ctx, pod, st)
 }

@@ -21,6 +21,9 @@ const (
 	ModeQuiesced  = "quiesced"
 	ModeStopped   = "stopped"
 	ModeReplaying = "replaying"
+	// ModeDead is a sidecar whose pod is gone or was killed (Node.Kill);
+	// the real one has no such mode: it does not answer.
+	ModeDead = "dead"
 )
 
 // Queue is the one queue every simulated app consumes.
@@ -99,6 +102,9 @@ type Replay struct {
 	Start  uint64
 	Cutoff uint64 // 0: the first cutoff marker of an epoch after Epoch
 	Epoch  uint64
+	// ToEnd: the cutoff is the log's end when the sidecar starts
+	// (MS2M_REPLAY_CUTOFF=end).
+	ToEnd bool
 }
 
 // Sidecar is a simulated sidecar in front of a simulated app. Serving, it
@@ -114,19 +120,53 @@ type Sidecar struct {
 	replayed uint64 // last ID replayed to the app
 	cutoff   uint64 // a target's cutoff, once known
 	held     bool   // a target's replay is held (Hold)
-	switched *time.Time
-	lastRep  *time.Time
-	next     time.Time // a serving sidecar's next delivery
-	stopped  chan struct{}
+	// holdAfter, if not 0: the replay holds once it has replayed this
+	// many records (HoldAfter).
+	holdAfter uint64
+	// logEnd is the log's last ID when the sidecar started: deliveries
+	// beyond the cutoff that were in the log then are replayed too, as the
+	// real sidecar does (replay.Range.LogEnd).
+	logEnd uint64
+	// logEndEpoch is the log's epoch then: only deliveries of the stop's
+	// epoch or later are a predecessor's.
+	logEndEpoch uint64
+	// interrupted counts app restarts in the middle of the replay, after
+	// replayed records (the real proxy's ReplayState.Interrupted).
+	interrupted int
+	switched    *time.Time
+	lastRep     *time.Time
+	next        time.Time // a serving sidecar's next delivery
+	stopped     chan struct{}
+	// unreplayable are queues the app consumes that a migration cannot
+	// carry over, as the real sidecar reports them (SetUnreplayable).
+	unreplayable []proxy.UnreplayableQueue
 }
 
-// newSidecar starts a sidecar on log; rp is nil for a serving one.
-func newSidecar(log *Log, app *App, rp *Replay) *Sidecar {
+// SetUnreplayable makes the sidecar report qs in /state, as the real one
+// does for an app that consumes a server-named, exclusive or auto-delete
+// queue.
+func (s *Sidecar) SetUnreplayable(qs []proxy.UnreplayableQueue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreplayable = qs
+}
+
+// newSidecar starts a sidecar on log; rp is nil for a serving one. A
+// target's replay starts held (Hold) or holds after holdAfter records
+// (HoldAfter), set before its first step.
+func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Sidecar {
 	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
 	if rp != nil {
+		s.held, s.holdAfter = held, holdAfter
 		s.mode = ModeReplaying
 		s.replayed = rp.Start
-		s.cutoff = rp.Cutoff
+		log.mu.Lock()
+		s.logEnd, s.logEndEpoch = log.lastID, log.epoch
+		log.mu.Unlock()
+		s.cutoff = s.extend(rp.Cutoff, rp.Epoch)
+		if rp.ToEnd {
+			s.cutoff = max(s.logEnd, rp.Start)
+		}
 	}
 	go s.run()
 	return s
@@ -172,7 +212,7 @@ func (s *Sidecar) tick(now time.Time) {
 		if s.cutoff == 0 {
 			for _, m := range s.log.markers {
 				if m.Epoch > s.replay.Epoch && m.ID >= s.replay.Start {
-					s.cutoff = m.ID
+					s.cutoff = s.extend(m.ID, m.Epoch)
 					break
 				}
 			}
@@ -180,6 +220,9 @@ func (s *Sidecar) tick(now time.Time) {
 		s.log.mu.Unlock()
 		if s.cutoff != 0 {
 			end = min(end, s.cutoff)
+		}
+		if s.holdAfter > 0 {
+			end = min(end, s.replay.Start+s.holdAfter)
 		}
 		for n := 0; n < 20 && s.replayed < end; n++ {
 			s.replayed++
@@ -196,12 +239,47 @@ func (s *Sidecar) tick(now time.Time) {
 	}
 }
 
+// extend is cutoff moved past what this identity took before the sidecar
+// started (replay.Range.LogEnd).
+func (s *Sidecar) extend(cutoff, epoch uint64) uint64 {
+	if cutoff != 0 && epoch != 0 && s.logEnd > cutoff && s.logEndEpoch >= epoch {
+		return s.logEnd
+	}
+	return cutoff
+}
+
+// HoldAfter holds a target's replay once it has replayed n records (0:
+// no such hold).
+func (s *Sidecar) HoldAfter(n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holdAfter = n
+}
+
+// Replayed is the last ID a target replayed to its app.
+func (s *Sidecar) Replayed() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replayed
+}
+
 // Hold holds (true) or releases a target's replay: it stays in replay
 // mode with what it replayed so far.
 func (s *Sidecar) Hold(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.held = on
+}
+
+// appRestarted is the app's restart: one in the middle of the replay,
+// after replayed records, is counted as the real sidecar counts it; the
+// replay goes on from where it was, so the app lacks what it had.
+func (s *Sidecar) appRestarted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode == ModeReplaying && s.replayed > s.replay.Start {
+		s.interrupted++
+	}
 }
 
 // Mode is the sidecar's mode.
@@ -211,8 +289,15 @@ func (s *Sidecar) Mode() string {
 	return s.mode
 }
 
-// close stops the simulation: the pod is gone.
-func (s *Sidecar) close() { close(s.stopped) }
+// close stops the simulation: the pod is gone, or its containers died.
+func (s *Sidecar) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode != ModeDead {
+		s.mode = ModeDead
+		close(s.stopped)
+	}
+}
 
 // State is GET /state, in the real sidecar's shape.
 func (s *Sidecar) State() control.State {
@@ -226,13 +311,15 @@ func (s *Sidecar) State() control.State {
 		Mode:   s.mode,
 		Queues: []tracking.QueueStats{{Queue: Queue, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu}},
 		Log:    shadowqueue.TeeStatus{LastID: logLast, ConfirmedID: logLast, Epoch: epoch},
+
+		Unreplayable: s.unreplayable,
 	}}
 	if s.replay != nil {
 		rng := replay.Range{Start: s.replay.Start, Cutoff: s.replay.Cutoff, Epoch: s.replay.Epoch}
 		st.Source = &replay.Status{Range: rng.String(), Cutoff: s.cutoff, Complete: s.cutoff != 0 && s.replayed >= s.cutoff, LogLast: logLast}
 		lag := logLast - min(logLast, s.replayed)
 		st.ReplayLag = &lag
-		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}}
+		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}, Interrupted: s.interrupted}
 		if s.switched == nil {
 			rs.Replaying = 1
 		} else {

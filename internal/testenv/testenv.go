@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -141,4 +142,90 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// TLSBroker is the same RabbitMQ's TLS listeners and the test CA that
+// hack/setup.sh made for them.
+type TLSBroker struct {
+	AMQPAddr   string // 127.0.0.1:5671
+	StreamAddr string // 127.0.0.1:5551
+	CAFile     string // the test CA
+	// ClientCert and ClientKey are a client certificate whose CN is
+	// ClientUser, a broker user that logs in by EXTERNAL.
+	ClientCert, ClientKey, ClientUser string
+}
+
+// RequireTLSBroker returns the broker's TLS listeners, after checking that
+// they answer and that the CA files are there. MS2M_STATE_DIR is where
+// hack/setup.sh keeps them (default /var/lib/ms2m).
+func RequireTLSBroker(t testing.TB) TLSBroker {
+	t.Helper()
+	Watchdog(t)
+	dir := filepath.Join(envOr("MS2M_STATE_DIR", "/var/lib/ms2m"), "tls")
+	b := TLSBroker{
+		AMQPAddr: "127.0.0.1:5671", StreamAddr: "127.0.0.1:5551",
+		CAFile:     filepath.Join(dir, "ca.pem"),
+		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client.key"),
+		ClientUser: "ms2m-tls-client",
+	}
+	const how = "run `make test` or `bash hack/setup.sh` (it starts the broker's TLS listeners with a test CA, without a restart)"
+	for _, f := range []string{b.CAFile, b.ClientCert, b.ClientKey} {
+		if _, err := os.Stat(f); err != nil {
+			Missing(t, "the test CA file "+f, how)
+		}
+	}
+	for _, a := range []string{b.AMQPAddr, b.StreamAddr} {
+		c, err := net.DialTimeout("tcp", a, 2*time.Second)
+		if err != nil {
+			Missing(t, "RabbitMQ's TLS listener at "+a+" ("+err.Error()+")", how)
+		}
+		c.Close()
+	}
+	return b
+}
+
+// SpringJarPath is the Spring Boot sample consumer's jar, relative to the
+// module root, where `make consumer-spring` builds it.
+const SpringJarPath = "examples/consumer-spring/target/consumer-spring.jar"
+
+// SpringJVMFlags are the JVM options the tests run the Spring consumer
+// with: a small heap and the serial collector (fewer threads and pages, for
+// a loaded 2-core machine and for CRIU), no hsperfdata file in /tmp, and the
+// C1 compiler only, which starts faster.
+var SpringJVMFlags = []string{"-XX:+UseSerialGC", "-Xmx128m", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1"}
+
+var springMu sync.Mutex
+
+// RequireSpringJar brings the Spring consumer's jar up to date with `make
+// consumer-spring` (nothing when it is; one Maven build at a time across
+// test binaries, by a lock file) and returns its path and the java to run
+// it with. A missing Maven, java or failed build fails under CI=true and
+// skips elsewhere.
+func RequireSpringJar(t testing.TB) (java, jar string) {
+	t.Helper()
+	java, err := exec.LookPath("java")
+	if err != nil {
+		Missing(t, "java (a JRE 17)", "run `make setup` (it installs openjdk-17-jdk-headless and maven)")
+	}
+	springMu.Lock()
+	defer springMu.Unlock()
+	root := ModuleRoot(t)
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "ms2m-consumer-spring.lock"), os.O_CREATE|os.O_RDWR, 0o644) //nolint:usetesting // one Maven build at a time across test processes takes a path they all know
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) // closing the file releases it too
+	cmd := exec.Command("make", "-s", "--no-print-directory", "consumer-spring")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	jar = filepath.Join(root, SpringJarPath)
+	if _, statErr := os.Stat(jar); err != nil || statErr != nil {
+		Missing(t, fmt.Sprintf("the Spring consumer's jar %s (make consumer-spring: %v, %v)\n%s", jar, err, statErr, out),
+			"run `make setup consumer-spring`; the Maven build needs a JDK 17, Maven and, once, Maven Central")
+	}
+	return java, jar
 }

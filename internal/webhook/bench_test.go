@@ -19,7 +19,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // BenchmarkAdmission creates annotated pods through the real API server,
@@ -42,7 +42,7 @@ func BenchmarkAdmission(b *testing.B) {
 			var mu sync.Mutex
 			var e2e []time.Duration
 			create := func() {
-				pod := appPod(ns, fmt.Sprintf("p-%d", seq.Add(1)), map[string]string{inject.AnnotationInject: "true"})
+				pod := appPod(ns, fmt.Sprintf("p-%d", seq.Add(1)), map[string]string{contract.AnnotationInject: "true"})
 				start := time.Now()
 				err := c.Create(b.Context(), pod)
 				d := time.Since(start)
@@ -187,7 +187,7 @@ func benchCommand() string {
 func BenchmarkHandle(b *testing.B) {
 	requireSuite(b)
 	ns := newNamespaceB(b)
-	pod := appPod(ns, "consumer", map[string]string{inject.AnnotationInject: "true"})
+	pod := appPod(ns, "consumer", map[string]string{contract.AnnotationInject: "true"})
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		b.Fatal(err)

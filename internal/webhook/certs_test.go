@@ -8,17 +8,22 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ms2m/ms2m/internal/selfsigned"
 )
 
+// The bootstrap's files, as the server's cert watcher and the caBundle
+// read them, serve the Service's names (internal/selfsigned's
+// TestNewVerifies checks the certificates themselves).
 func TestSelfSignedCertificates(t *testing.T) {
 	now := time.Now()
 	hosts := append(ServiceHosts("ms2m-webhook", "ms2m-system"), "127.0.0.1")
-	s, err := GenerateSelfSigned(hosts, now, 24*time.Hour)
+	s, err := selfsigned.New(CAName, hosts, now, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "certs")
-	if err := s.Write(dir); err != nil {
+	if err := WriteCerts(dir, s); err != nil {
 		t.Fatal(err)
 	}
 	// The files load as a key pair, the way the server's cert watcher

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/sign"
 )
 
 // Config is the webhook binary's configuration, read from the environment.
@@ -26,10 +27,16 @@ type Config struct {
 	CertDir string `env:"MS2M_WEBHOOK_CERT_DIR" envDefault:"/tmp/ms2m-webhook/certs"`
 
 	// What is injected.
-	SidecarImage          string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
-	SidecarPullPolicy     string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
-	StreamURISecret       string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET,required"`
-	StreamURISecretKey    string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY" envDefault:"stream-uri"`
+	SidecarImage       string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
+	SidecarPullPolicy  string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
+	StreamURISecret    string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET,required"`
+	StreamURISecretKey string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY" envDefault:"stream-uri"`
+	// NATSURLSecret, when set, names the Secret that holds the NATS URL
+	// (with credentials) of the server keeping NATS apps' replay logs;
+	// without it, pods whose app speaks NATS are left alone.
+	NATSURLSecret         string `env:"MS2M_WEBHOOK_NATS_URL_SECRET"`
+	NATSURLSecretKey      string `env:"MS2M_WEBHOOK_NATS_URL_SECRET_KEY" envDefault:"nats-url"`
+	SidecarNATSListenPort int32  `env:"MS2M_WEBHOOK_SIDECAR_NATS_LISTEN_PORT" envDefault:"4222"`
 	ControlTokenSecret    string `env:"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET,required"`
 	ControlTokenSecretKey string `env:"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY" envDefault:"control-token"`
 	SidecarListenPort     int32  `env:"MS2M_WEBHOOK_SIDECAR_LISTEN_PORT" envDefault:"5672"`
@@ -41,6 +48,13 @@ type Config struct {
 	SidecarMemoryRequest  string `env:"MS2M_WEBHOOK_SIDECAR_MEMORY_REQUEST" envDefault:"64Mi"`
 	SidecarCPULimit       string `env:"MS2M_WEBHOOK_SIDECAR_CPU_LIMIT"`
 	SidecarMemoryLimit    string `env:"MS2M_WEBHOOK_SIDECAR_MEMORY_LIMIT" envDefault:"256Mi"`
+
+	// SigningKey or SigningKeyFile is the controller's signing key (the
+	// Secret ms2m-migration-status-key): the webhook turns a pod into a
+	// restore only when the controller signed the instruction with it.
+	// Neither: no pod is restored.
+	SigningKey     string `env:"MS2M_WEBHOOK_SIGNING_KEY"`
+	SigningKeyFile string `env:"MS2M_WEBHOOK_SIGNING_KEY_FILE"`
 
 	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
 	// "0" turns either off.
@@ -99,7 +113,13 @@ func (c *Config) check() error {
 			bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret name: "+strings.Join(msgs, "; "))
 		}
 	}
+	if c.NATSURLSecret != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.NATSURLSecret); len(msgs) > 0 {
+			bad("MS2M_WEBHOOK_NATS_URL_SECRET", fmt.Sprintf("%q", c.NATSURLSecret), "want a Secret name: "+strings.Join(msgs, "; "))
+		}
+	}
 	for _, s := range []struct{ name, value string }{
+		{"MS2M_WEBHOOK_NATS_URL_SECRET_KEY", c.NATSURLSecretKey},
 		{"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY", c.StreamURISecretKey},
 		{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY", c.ControlTokenSecretKey},
 	} {
@@ -110,7 +130,7 @@ func (c *Config) check() error {
 	for _, p := range []struct {
 		name string
 		port int32
-	}{{"MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", c.SidecarListenPort}, {"MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", c.SidecarControlPort}} {
+	}{{"MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", c.SidecarListenPort}, {"MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", c.SidecarControlPort}, {"MS2M_WEBHOOK_SIDECAR_NATS_LISTEN_PORT", c.SidecarNATSListenPort}} {
 		if p.port < 1 || p.port > 65535 {
 			bad(p.name, p.port, "want a port from 1 to 65535")
 		}
@@ -186,12 +206,31 @@ func (c *Config) Inject() (inject.Config, error) {
 		StreamURI:       inject.SecretKey{Name: c.StreamURISecret, Key: c.StreamURISecretKey},
 		ControlToken:    inject.SecretKey{Name: c.ControlTokenSecret, Key: c.ControlTokenSecretKey},
 		ListenPort:      c.SidecarListenPort,
+		NATSListenPort:  c.SidecarNATSListenPort,
 		ControlPort:     c.SidecarControlPort,
 		LogMaxAge:       c.LogMaxAge,
 		LogMaxBytes:     c.LogMaxBytes,
 		RunAsUser:       c.SidecarRunAsUser,
 	}
+	if c.NATSURLSecret != "" {
+		ic.NATSURL = inject.SecretKey{Name: c.NATSURLSecret, Key: c.NATSURLSecretKey}
+	}
 	var errs []error
+	switch {
+	case c.SigningKey != "" && c.SigningKeyFile != "":
+		errs = append(errs, errors.New("MS2M_WEBHOOK_SIGNING_KEY and MS2M_WEBHOOK_SIGNING_KEY_FILE are both set: set one"))
+	case c.SigningKey != "":
+		ic.RestoreKey = []byte(c.SigningKey)
+		if err := sign.Check(ic.RestoreKey); err != nil {
+			errs = append(errs, fmt.Errorf("MS2M_WEBHOOK_SIGNING_KEY: %w", err))
+		}
+	case c.SigningKeyFile != "":
+		k, err := sign.ReadKeyFile(c.SigningKeyFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MS2M_WEBHOOK_SIGNING_KEY_FILE: %w", err))
+		}
+		ic.RestoreKey = k
+	}
 	set := func(list *corev1.ResourceList, name corev1.ResourceName, variable, v string) {
 		if v == "" {
 			return

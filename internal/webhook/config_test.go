@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,14 +39,15 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := inject.Config{
-		SidecarImage: "registry.test/ms2m/sidecar:1",
-		StreamURI:    inject.SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
-		ControlToken: inject.SecretKey{Name: "ms2m-control", Key: "control-token"},
-		ListenPort:   5672,
-		ControlPort:  8089,
-		LogMaxAge:    "24h",
-		LogMaxBytes:  1 << 30,
-		RunAsUser:    65532,
+		SidecarImage:   "registry.test/ms2m/sidecar:1",
+		StreamURI:      inject.SecretKey{Name: "ms2m-broker", Key: "stream-uri"},
+		ControlToken:   inject.SecretKey{Name: "ms2m-control", Key: "control-token"},
+		ListenPort:     5672,
+		NATSListenPort: 4222,
+		ControlPort:    8089,
+		LogMaxAge:      "24h",
+		LogMaxBytes:    1 << 30,
+		RunAsUser:      65532,
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
@@ -104,6 +107,52 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 				if !strings.Contains(err.Error(), v) {
 					t.Errorf("error %q does not name %s", err, v)
 				}
+			}
+		})
+	}
+}
+
+// TestConfigSigningKey: the controller's key reaches the injection config
+// from a mounted file or a variable; a short or unreadable key, or both
+// set, is a configuration error naming the variable.
+func TestConfigSigningKey(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "key")
+	if err := os.WriteFile(good, []byte("a-key-of-the-controller-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		env     map[string]string
+		wantKey string
+		wantErr string
+	}{
+		"none":      {env: nil},
+		"from file": {env: map[string]string{"MS2M_WEBHOOK_SIGNING_KEY_FILE": good}, wantKey: "a-key-of-the-controller-0123"},
+		"from env":  {env: map[string]string{"MS2M_WEBHOOK_SIGNING_KEY": "another-key-0123456789"}, wantKey: "another-key-0123456789"},
+		"short":     {env: map[string]string{"MS2M_WEBHOOK_SIGNING_KEY": "short"}, wantErr: "MS2M_WEBHOOK_SIGNING_KEY: the signing key is 5 bytes"},
+		"missing":   {env: map[string]string{"MS2M_WEBHOOK_SIGNING_KEY_FILE": filepath.Join(dir, "nope")}, wantErr: "MS2M_WEBHOOK_SIGNING_KEY_FILE: read the signing key"},
+		"both":      {env: map[string]string{"MS2M_WEBHOOK_SIGNING_KEY_FILE": good, "MS2M_WEBHOOK_SIGNING_KEY": "another-key-0123456789"}, wantErr: "both set"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range requiredEnv {
+				t.Setenv(k, v)
+			}
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := LoadConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("LoadConfig = %v; want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ic, err := cfg.Inject()
+			if err != nil || string(ic.RestoreKey) != tc.wantKey {
+				t.Errorf("Inject().RestoreKey = %q, %v; want %q", ic.RestoreKey, err, tc.wantKey)
 			}
 		})
 	}

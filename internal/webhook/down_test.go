@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -29,8 +29,8 @@ func TestWebhookDownStopsOnlyOptedInPods(t *testing.T) {
 	// Only this test's namespaces (skipLabel=name) go to this webhook, and
 	// none to the suite's.
 	plain := newNamespace(t, c, map[string]string{skipLabel: name})
-	optedIn := newNamespace(t, c, map[string]string{skipLabel: name, inject.LabelNamespaceInject: "enabled"})
-	existing := appPod(optedIn, "existing", map[string]string{"ms2m.io/inject": "false"})
+	optedIn := newNamespace(t, c, map[string]string{skipLabel: name, contract.LabelNamespaceInject: "enabled"})
+	existing := appPod(optedIn, "existing", map[string]string{contract.AnnotationInject: "false"})
 	if err := c.Create(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +61,10 @@ func TestWebhookDownStopsOnlyOptedInPods(t *testing.T) {
 		wantRefused bool
 	}{
 		{"a pod of a namespace that did not opt in", appPod(plain, "bystander", nil), false},
-		{"a pod opted in by annotation only", appPod(plain, "annotated", map[string]string{"ms2m.io/inject": "true"}), false},
-		{"a pod labelled ms2m.io/inject=false in an opted-in namespace", withLabels(appPod(optedIn, "opted-out", nil), map[string]string{LabelInject: "false"}), false},
+		{"a pod opted in by annotation only", appPod(plain, "annotated", map[string]string{contract.AnnotationInject: "true"}), false},
+		{"a pod labelled ms2m.io/inject=false in an opted-in namespace", withLabels(appPod(optedIn, "opted-out", nil), map[string]string{contract.LabelInject: "false"}), false},
 		{"a pod of a namespace labelled ms2m.io/inject=enabled", appPod(optedIn, "consumer", nil), true},
-		{"a pod labelled ms2m.io/inject=true", withLabels(appPod(plain, "labelled", map[string]string{"ms2m.io/inject": "true"}), map[string]string{LabelInject: "true"}), true},
+		{"a pod labelled ms2m.io/inject=true", withLabels(appPod(plain, "labelled", map[string]string{contract.AnnotationInject: "true"}), map[string]string{contract.LabelInject: "true"}), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := create(tc.pod)
@@ -78,7 +78,7 @@ func TestWebhookDownStopsOnlyOptedInPods(t *testing.T) {
 	}
 
 	t.Run("an update in an opted-in namespace", func(t *testing.T) {
-		existing.Annotations["ms2m.io/migrate-to"] = "node-b"
+		existing.Annotations[contract.AnnotationMigrateTo] = "node-b"
 		existing.Labels = map[string]string{"touched": "yes"}
 		if err := c.Update(ctx, existing); err != nil {
 			t.Errorf("update: %v; want it admitted while the webhook is down", err)

@@ -22,6 +22,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -29,26 +30,8 @@ import (
 // MutatingWebhookConfiguration's clientConfig points here.
 const Path = "/mutate-v1-pod"
 
-// The pending-migration record (inject.PendingConfigMapName has the whole
-// story): a ConfigMap per StatefulSet pod that the migrator writes before it
-// deletes the pod, read here when the StatefulSet controller recreates it.
-const (
-	MigrationConfigMapPrefix = inject.PendingConfigMapPrefix
-	MigrationConfigMapKey    = inject.PendingConfigMapKey
-)
-
-// MigrationConfigMapName is the name of the pending-migration ConfigMap for
-// the pod named pod.
-func MigrationConfigMapName(pod string) string { return inject.PendingConfigMapName(pod) }
-
-// Event reasons, on the pod's controller (for a CREATE) or the pod (for an
-// UPDATE); see eventTarget.
-const (
-	ReasonInjected = "Injected" // Normal: the sidecar was added
-	ReasonRestored = "Restored" // Normal: the pod was turned into a restore
-	ReasonSkipped  = "Skipped"  // Normal: the pod asked for ms2m but was left alone
-	ReasonDenied   = "Denied"   // Warning: the request was denied (bad ms2m annotations)
-)
+// Event reasons (contract.WebhookReasons) go on the pod's controller for a
+// CREATE and on the pod for an UPDATE; see eventTarget.
 
 // EventRecorder is what the handler needs to emit Events: the
 // events.k8s.io recorder of client-go, which a controller-runtime manager
@@ -146,7 +129,7 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		var deny *inject.DenyError
 		if errors.As(err, &deny) {
 			log.Info("denied", "pod", podName(pod), "reason", deny.Msg)
-			h.event(ctx, req, pod, corev1.EventTypeWarning, ReasonDenied, "Deny", deny.Msg)
+			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
 			return admission.Denied(deny.Msg), outcomeDenied
 		}
 		// Fail closed: admitting a StatefulSet pod that should have been a
@@ -160,7 +143,7 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		var deny *inject.DenyError
 		if errors.As(err, &deny) {
 			log.Info("denied", "pod", podName(pod), "reason", deny.Msg)
-			h.event(ctx, req, pod, corev1.EventTypeWarning, ReasonDenied, "Deny", deny.Msg)
+			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
 			return admission.Denied(deny.Msg).WithWarnings(res.Warnings...), outcomeDenied
 		}
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("inject pod %s: %w", podName(pod), err)), outcomeError
@@ -170,7 +153,7 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		reason := strings.Join(res.Skipped, "; ")
 		if asked(pod, in.NamespaceLabels) {
 			log.Info("skipped", "pod", podName(pod), "reasons", res.Skipped)
-			h.event(ctx, req, pod, corev1.EventTypeNormal, ReasonSkipped, "Skip", reason)
+			h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonSkipped, "Skip", reason)
 		}
 		return admission.Allowed(reason).WithWarnings(res.Warnings...), outcomeSkipped
 	}
@@ -196,13 +179,13 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		r := res.Restore
 		log.Info("restored", "pod", podName(pod), "migration", r.Name, "image", r.Image, "node", r.Node,
 			"log", r.LogName, "replayStart", r.ReplayStart, "replayCutoff", r.ReplayCutoff, "skipped", res.Skipped)
-		h.event(ctx, req, pod, corev1.EventTypeNormal, ReasonRestored, "Restore",
+		h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonRestored, "Restore",
 			withSkips(fmt.Sprintf("restore of migration %s: image %s on node %s, replaying log %s after %s up to %s",
 				r.Name, r.Image, r.Node, r.LogName, r.ReplayStart, r.ReplayCutoff), res.Skipped))
 		return resp, outcomeRestored
 	}
 	log.Info("injected", "pod", podName(pod), "rewritten", res.Rewritten, "skipped", res.Skipped)
-	h.event(ctx, req, pod, corev1.EventTypeNormal, ReasonInjected, "Inject",
+	h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonInjected, "Inject",
 		withSkips(injectedNote(res.Rewritten), res.Skipped))
 	return resp, outcomeInjected
 }
@@ -231,7 +214,7 @@ func (h *Handler) update(ctx context.Context, req admission.Request) (admission.
 		var deny *inject.DenyError
 		if errors.As(err, &deny) {
 			logf.FromContext(ctx).Info("denied", "pod", podName(pod), "reason", deny.Msg)
-			h.event(ctx, req, pod, corev1.EventTypeWarning, ReasonDenied, "Deny", deny.Msg)
+			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
 			return admission.Denied(deny.Msg).WithWarnings(res.Warnings...), outcomeDenied
 		}
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("validate pod %s: %w", podName(pod), err)), outcomeError
@@ -243,12 +226,16 @@ func (h *Handler) update(ctx context.Context, req admission.Request) (admission.
 // status is ms2m's own, and the restore annotations are read only when a
 // pod is created (their values were checked then).
 var updateIgnored = map[string]bool{
-	inject.AnnotationStatus:        true,
-	inject.AnnotationRestoreImage:  true,
-	inject.AnnotationRestoreNode:   true,
-	inject.AnnotationReplayStart:   true,
-	inject.AnnotationReplayCutoff:  true,
-	inject.AnnotationMigrationName: true,
+	contract.AnnotationStatus:        true,
+	contract.AnnotationRestoreImage:  true,
+	contract.AnnotationRestoreNode:   true,
+	contract.AnnotationReplayStart:   true,
+	contract.AnnotationReplayCutoff:  true,
+	contract.AnnotationMigrationName: true,
+	contract.AnnotationReplayEpoch:   true,
+	// Checked at creation against the pod's name and namespace; an
+	// update cannot make a pod a restore.
+	contract.AnnotationRestoreSignature: true,
 }
 
 // validationProbe is the pod that Inject sees for an UPDATE. Inject
@@ -268,14 +255,14 @@ func validationProbe(pod *corev1.Pod) *corev1.Pod {
 		Spec: corev1.PodSpec{Containers: pod.Spec.Containers},
 	}
 	for k, v := range pod.Annotations {
-		if strings.HasPrefix(k, inject.Prefix) && !updateIgnored[k] {
+		if strings.HasPrefix(k, contract.Prefix) && !updateIgnored[k] {
 			probe.Annotations[k] = v
 		}
 	}
 	// A bad value stays, for Inject to deny; "false" or none would end
 	// Inject at "not opted in".
-	if v, ok := probe.Annotations[inject.AnnotationInject]; !ok || v == "false" {
-		probe.Annotations[inject.AnnotationInject] = "true"
+	if v, ok := probe.Annotations[contract.AnnotationInject]; !ok || v == "false" {
+		probe.Annotations[contract.AnnotationInject] = "true"
 	}
 	return probe
 }
@@ -337,7 +324,7 @@ func (h *Handler) pendingMigration(ctx context.Context, pod *corev1.Pod) (*injec
 	if pod.Name == "" || !ownedByStatefulSet(pod) {
 		return nil, nil
 	}
-	name := MigrationConfigMapName(pod.Name)
+	name := contract.PendingConfigMapName(pod.Name)
 	cm := &corev1.ConfigMap{}
 	if err := h.api.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -345,15 +332,15 @@ func (h *Handler) pendingMigration(ctx context.Context, pod *corev1.Pod) (*injec
 		}
 		return nil, fmt.Errorf("read the pending-migration ConfigMap %s/%s: %w (the webhook needs get on configmaps)", pod.Namespace, name, err)
 	}
-	data, ok := cm.Data[MigrationConfigMapKey]
+	data, ok := cm.Data[contract.PendingConfigMapKey]
 	if !ok {
-		return nil, &inject.DenyError{Msg: fmt.Sprintf("pending-migration ConfigMap %s/%s has no key %q: the migrator must write the migration's JSON there; fix or delete the ConfigMap", pod.Namespace, name, MigrationConfigMapKey)}
+		return nil, &inject.DenyError{Msg: fmt.Sprintf("pending-migration ConfigMap %s/%s has no key %q: the migrator must write the migration's JSON there; fix or delete the ConfigMap", pod.Namespace, name, contract.PendingConfigMapKey)}
 	}
 	m := &inject.Migration{}
 	dec := json.NewDecoder(strings.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(m); err != nil {
-		return nil, &inject.DenyError{Msg: fmt.Sprintf("pending-migration ConfigMap %s/%s, key %q: %v; fix or delete the ConfigMap", pod.Namespace, name, MigrationConfigMapKey, err)}
+		return nil, &inject.DenyError{Msg: fmt.Sprintf("pending-migration ConfigMap %s/%s, key %q: %v; fix or delete the ConfigMap", pod.Namespace, name, contract.PendingConfigMapKey, err)}
 	}
 	return m, nil
 }
@@ -367,12 +354,12 @@ func ownedByStatefulSet(pod *corev1.Pod) bool {
 	return false
 }
 
-// ms2mAnnotations are the pod's annotations under inject.Prefix, except the
+// ms2mAnnotations are the pod's annotations under contract.Prefix, except the
 // status, which only the webhook writes.
 func ms2mAnnotations(pod *corev1.Pod) map[string]string {
 	out := map[string]string{}
 	for k, v := range pod.Annotations {
-		if strings.HasPrefix(k, inject.Prefix) && k != inject.AnnotationStatus {
+		if strings.HasPrefix(k, contract.Prefix) && k != contract.AnnotationStatus {
 			out[k] = v
 		}
 	}
@@ -382,11 +369,11 @@ func ms2mAnnotations(pod *corev1.Pod) map[string]string {
 // asked says whether ms2m was asked for this pod, by an annotation under our
 // prefix or its namespace's label: only then is a skip worth an Event.
 func asked(pod *corev1.Pod, nsLabels map[string]string) bool {
-	if _, ok := nsLabels[inject.LabelNamespaceInject]; ok {
+	if _, ok := nsLabels[contract.LabelNamespaceInject]; ok {
 		return true
 	}
 	for k := range pod.Annotations {
-		if strings.HasPrefix(k, inject.Prefix) {
+		if strings.HasPrefix(k, contract.Prefix) {
 			return true
 		}
 	}

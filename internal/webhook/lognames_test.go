@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -27,7 +28,7 @@ func TestDeniesAnotherNamespacesLog(t *testing.T) {
 	nsA, nsB := newNamespace(t, c, nil), newNamespace(t, c, nil)
 
 	// B's pod, with its default log "<B>.orders-0".
-	victim := appPod(nsB, "orders-0", map[string]string{inject.AnnotationInject: "true"})
+	victim := appPod(nsB, "orders-0", map[string]string{contract.AnnotationInject: "true"})
 	if err := c.Create(ctx, victim); err != nil {
 		t.Fatalf("create B's pod: %v", err)
 	}
@@ -38,39 +39,39 @@ func TestDeniesAnotherNamespacesLog(t *testing.T) {
 	if bLog != inject.DefaultLogName(nsB, "orders-0") {
 		t.Fatalf("B's log is %q, want %q", bLog, inject.DefaultLogName(nsB, "orders-0"))
 	}
-	wantSaid := []string{inject.AnnotationLogName, bLog, `must start with "` + nsA + `."`, `use "` + nsA + `.orders-0"`}
+	wantSaid := []string{contract.AnnotationLogName, bLog, `must start with "` + nsA + `."`, `use "` + nsA + `.orders-0"`}
 
 	t.Run("annotation", func(t *testing.T) {
-		pod := appPod(nsA, "reader", map[string]string{inject.AnnotationInject: "true", inject.AnnotationLogName: bLog})
+		pod := appPod(nsA, "reader", map[string]string{contract.AnnotationInject: "true", contract.AnnotationLogName: bLog})
 		requireDenied(t, c.Create(ctx, pod), wantSaid...)
 	})
 	t.Run("restore annotations", func(t *testing.T) {
 		pod := appPod(nsA, "restore", map[string]string{
-			inject.AnnotationRestoreImage: "registry.test/checkpoints/consumer:ckpt-7", inject.AnnotationRestoreNode: "node-b",
-			inject.AnnotationReplayStart: "0", inject.AnnotationReplayCutoff: "marker",
-			inject.AnnotationLogName: bLog, inject.AnnotationMigrationName: "mig-1",
+			contract.AnnotationRestoreImage: "registry.test/checkpoints/consumer:ckpt-7", contract.AnnotationRestoreNode: "node-b",
+			contract.AnnotationReplayStart: "0", contract.AnnotationReplayCutoff: "marker",
+			contract.AnnotationLogName: bLog, contract.AnnotationMigrationName: "mig-1",
 		})
 		requireDenied(t, c.Create(ctx, pod), wantSaid...)
 	})
 	t.Run("annotation added by update", func(t *testing.T) {
-		pod := appPod(nsA, "updated", map[string]string{inject.AnnotationInject: "true"})
+		pod := appPod(nsA, "updated", map[string]string{contract.AnnotationInject: "true"})
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatalf("create: %v", err)
 		}
-		pod.Annotations[inject.AnnotationLogName] = bLog
+		pod.Annotations[contract.AnnotationLogName] = bLog
 		requireDenied(t, c.Update(ctx, pod), wantSaid...)
 	})
 	t.Run("pending-migration ConfigMap", func(t *testing.T) {
 		m, _ := json.Marshal(inject.Migration{Name: "mig-2", Image: "registry.test/checkpoints/web-0:ckpt-3", Node: "node-c",
 			LogName: bLog, ReplayStart: "0", ReplayCutoff: "marker"})
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: MigrationConfigMapName("web-0")},
-			Data:       map[string]string{MigrationConfigMapKey: string(m)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: contract.PendingConfigMapName("web-0")},
+			Data:       map[string]string{contract.PendingConfigMapKey: string(m)},
 		}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		pod := appPod(nsA, "web-0", map[string]string{inject.AnnotationInject: "true"})
+		pod := appPod(nsA, "web-0", map[string]string{contract.AnnotationInject: "true"})
 		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web",
 			UID: types.UID("6a1e5c3a-7f2d-4c1b-9a9e-6f1c2d3e4f51"), Controller: new(true)}}
 		requireDenied(t, c.Create(ctx, pod), "logName", bLog, `must start with "`+nsA+`."`)
@@ -91,7 +92,7 @@ func TestDeniesAnotherNamespacesLog(t *testing.T) {
 		requireDenied(t, c.Create(ctx, pod), "MS2M_LOG_NAME", bLog, `must start with "`+nsA+`."`)
 	})
 	t.Run("own namespace", func(t *testing.T) {
-		pod := appPod(nsA, "own", map[string]string{inject.AnnotationInject: "true", inject.AnnotationLogName: inject.DefaultLogName(nsA, "orders")})
+		pod := appPod(nsA, "own", map[string]string{contract.AnnotationInject: "true", contract.AnnotationLogName: inject.DefaultLogName(nsA, "orders")})
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatalf("a log name of the pod's own namespace was denied: %v", err)
 		}

@@ -48,6 +48,7 @@ var testInject = inject.Config{
 	SidecarImage: "registry.test/ms2m/sidecar:test",
 	StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 	ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
+	RestoreKey:   suiteKey,
 }
 
 // suite is the shared environment; nil when it could not start.

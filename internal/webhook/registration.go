@@ -4,16 +4,15 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
-// LabelInject is the pod label that opts a pod in so that it fails closed:
+// Pods opt in so that they fail closed with the label contract.LabelInject:
 // a pod labelled ms2m.io/inject=true (beside its annotation
 // ms2m.io/inject: "true", which is what injects it) is not created while
 // the webhook is down. "false" keeps the webhook away from the pod
-// altogether. Namespaces opt in by the label inject.LabelNamespaceInject
+// altogether. Namespaces opt in by the label contract.LabelNamespaceInject
 // with the value "enabled".
-const LabelInject = inject.LabelInject
 
 // The webhooks of the configuration that Registration builds. Each pod
 // CREATE goes to exactly one of the first three, each UPDATE to the
@@ -79,11 +78,11 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 		timeout = 10
 	}
 	const nsEnabled = "enabled"
-	nsOptedIn := metav1.LabelSelectorRequirement{Key: inject.LabelNamespaceInject, Operator: metav1.LabelSelectorOpIn, Values: []string{nsEnabled}}
-	nsNotOptedIn := metav1.LabelSelectorRequirement{Key: inject.LabelNamespaceInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{nsEnabled}}
-	podNotOut := metav1.LabelSelectorRequirement{Key: LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}}
-	podIn := metav1.LabelSelectorRequirement{Key: LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}
-	podUnlabelled := metav1.LabelSelectorRequirement{Key: LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true", "false"}}
+	nsOptedIn := metav1.LabelSelectorRequirement{Key: contract.LabelNamespaceInject, Operator: metav1.LabelSelectorOpIn, Values: []string{nsEnabled}}
+	nsNotOptedIn := metav1.LabelSelectorRequirement{Key: contract.LabelNamespaceInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{nsEnabled}}
+	podNotOut := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}}
+	podIn := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}
+	podUnlabelled := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true", "false"}}
 
 	hook := func(name string, op admissionregistrationv1.OperationType, policy admissionregistrationv1.FailurePolicyType, ns, obj metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{

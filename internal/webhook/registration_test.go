@@ -12,7 +12,7 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/registration-*.golden.yaml from Registration")
@@ -77,11 +77,11 @@ func TestRegistrationRouting(t *testing.T) {
 	routes := func(op admissionregistrationv1.OperationType, ns, nsLabel, podLabel string) []route {
 		nsLabels := k8slabels.Set{"kubernetes.io/metadata.name": ns}
 		if nsLabel != "" {
-			nsLabels[inject.LabelNamespaceInject] = nsLabel
+			nsLabels[contract.LabelNamespaceInject] = nsLabel
 		}
 		podLabels := k8slabels.Set{"app": "consumer"}
 		if podLabel != "" {
-			podLabels[LabelInject] = podLabel
+			podLabels[contract.LabelInject] = podLabel
 		}
 		var got []route
 		for _, w := range cfg.Webhooks {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ms2m/ms2m/internal/selfsigned"
 )
 
 // selfSignedTLS is the self-signed bootstrap: it makes a CA and a serving
@@ -27,7 +29,7 @@ type selfSignedTLS struct {
 
 	serving atomic.Pointer[tls.Certificate]
 	ready   atomic.Bool // the first caBundle is set
-	cur     SelfSigned
+	cur     selfsigned.Pair
 	expires time.Time
 }
 
@@ -45,18 +47,18 @@ func newSelfSignedTLS(hosts []string, dir string, validity time.Duration, config
 	return s, nil
 }
 
-func (s *selfSignedTLS) issue() (SelfSigned, time.Time, error) {
+func (s *selfSignedTLS) issue() (selfsigned.Pair, time.Time, error) {
 	now := time.Now()
-	certs, err := GenerateSelfSigned(s.hosts, now, s.validity)
+	certs, err := selfsigned.New(CAName, s.hosts, now, s.validity)
 	return certs, now.Add(s.validity), err
 }
 
 // use writes certs to the cert dir and serves them.
-func (s *selfSignedTLS) use(certs SelfSigned, expires time.Time) error {
-	if err := certs.Write(s.dir); err != nil {
+func (s *selfSignedTLS) use(certs selfsigned.Pair, expires time.Time) error {
+	if err := WriteCerts(s.dir, certs); err != nil {
 		return err
 	}
-	pair, err := tls.X509KeyPair(certs.Cert, certs.Key)
+	pair, err := certs.TLS()
 	if err != nil {
 		return fmt.Errorf("self-signed certificate: %w", err)
 	}

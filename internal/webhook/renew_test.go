@@ -14,7 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -64,7 +64,7 @@ func TestSelfSignedRenewsWithoutRestart(t *testing.T) {
 	// Once the first certificate has expired, the API server still calls
 	// the webhook.
 	testenv.Eventually(t, validity, "the first certificate to expire", func() bool { return time.Now().After(first.NotAfter) })
-	ns := newNamespace(t, c, map[string]string{skipLabel: r.mwcName, inject.LabelNamespaceInject: "enabled"})
+	ns := newNamespace(t, c, map[string]string{skipLabel: r.mwcName, contract.LabelNamespaceInject: "enabled"})
 	pod := appPod(ns, "after-renewal", nil)
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatalf("create after the first certificate expired: %v", err)

@@ -143,7 +143,10 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		return err
 	}
 
-	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned)
+	if len(ic.RestoreKey) == 0 {
+		log.Error(nil, "no signing key (MS2M_WEBHOOK_SIGNING_KEY_FILE): every restore is refused, so no migration can complete; mount the controller's Secret ms2m-migration-status-key")
+	}
+	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned, "signingKey", len(ic.RestoreKey) > 0)
 	return mgr.Start(ctx)
 }
 

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -52,7 +52,7 @@ func TestRunSelfSigned(t *testing.T) {
 	_, body := get(t, "http://"+metrics+"/metrics")
 	before := sample(body, series) // Run's metrics are process-wide: -count=N runs it N times
 
-	ns := newNamespace(t, c, map[string]string{skipLabel: mwcName, inject.LabelNamespaceInject: "enabled"})
+	ns := newNamespace(t, c, map[string]string{skipLabel: mwcName, contract.LabelNamespaceInject: "enabled"})
 	pod := appPod(ns, "via-run", nil)
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatalf("create: %v", err)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -77,13 +78,13 @@ func envValue(c corev1.Container, name string) string {
 
 func status(t *testing.T, pod *corev1.Pod) inject.Status {
 	t.Helper()
-	raw, ok := pod.Annotations[inject.AnnotationStatus]
+	raw, ok := pod.Annotations[contract.AnnotationStatus]
 	if !ok {
-		t.Fatalf("pod %s has no %s annotation", pod.Name, inject.AnnotationStatus)
+		t.Fatalf("pod %s has no %s annotation", pod.Name, contract.AnnotationStatus)
 	}
 	var st inject.Status
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		t.Fatalf("%s annotation %q: %v", inject.AnnotationStatus, raw, err)
+		t.Fatalf("%s annotation %q: %v", contract.AnnotationStatus, raw, err)
 	}
 	return st
 }
@@ -128,7 +129,7 @@ func TestInjectsAnnotatedPod(t *testing.T) {
 	ns := newNamespace(t, c, nil)
 	before := counter(t, "CREATE", outcomeInjected)
 
-	pod := appPod(ns, "consumer", map[string]string{inject.AnnotationInject: "true"})
+	pod := appPod(ns, "consumer", map[string]string{contract.AnnotationInject: "true"})
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -145,7 +146,7 @@ func TestInjectsAnnotatedPod(t *testing.T) {
 		t.Errorf("ms2m_webhook_admission_requests_total{CREATE,injected} = %v, want at least %v", got, before+1)
 	}
 	// A bare pod with a name: the Event regards it by name.
-	ev := waitEvent(t, ns, ReasonInjected, "Pod", "consumer")
+	ev := waitEvent(t, ns, contract.ReasonInjected, "Pod", "consumer")
 	if !strings.Contains(ev.Note, "AMQP_URL") || strings.Contains(ev.Note, "s3cret") {
 		t.Errorf("event note %q: want it to name AMQP_URL and not show the password", ev.Note)
 	}
@@ -169,8 +170,8 @@ func TestLeavesPlainPodAlone(t *testing.T) {
 	if want.Containers[0].Image != pod.Spec.Containers[0].Image || pod.Spec.NodeName != "" {
 		t.Errorf("image %q, nodeName %q: want them untouched", pod.Spec.Containers[0].Image, pod.Spec.NodeName)
 	}
-	if _, ok := pod.Annotations[inject.AnnotationStatus]; ok {
-		t.Errorf("plain pod got a %s annotation", inject.AnnotationStatus)
+	if _, ok := pod.Annotations[contract.AnnotationStatus]; ok {
+		t.Errorf("plain pod got a %s annotation", contract.AnnotationStatus)
 	}
 }
 
@@ -179,19 +180,19 @@ func TestNoDoubleInjection(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	ns := newNamespace(t, c, nil)
-	pod := appPod(ns, "once", map[string]string{inject.AnnotationInject: "true"})
+	pod := appPod(ns, "once", map[string]string{contract.AnnotationInject: "true"})
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	requireInjected(t, pod)
-	firstStatus := pod.Annotations[inject.AnnotationStatus]
+	firstStatus := pod.Annotations[contract.AnnotationStatus]
 
 	t.Run("update", func(t *testing.T) {
 		// An update that does not touch ms2m annotations, and one that
 		// adds a valid migration request.
 		for _, change := range []func(p *corev1.Pod){
 			func(p *corev1.Pod) { p.Labels = map[string]string{"touched": "yes"} },
-			func(p *corev1.Pod) { p.Annotations[inject.AnnotationMigrateTo] = "node-b" },
+			func(p *corev1.Pod) { p.Annotations[contract.AnnotationMigrateTo] = "node-b" },
 		} {
 			p := &corev1.Pod{}
 			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
@@ -202,7 +203,7 @@ func TestNoDoubleInjection(t *testing.T) {
 				t.Fatalf("update: %v", err)
 			}
 			requireInjected(t, p)
-			if got := p.Annotations[inject.AnnotationStatus]; got != firstStatus {
+			if got := p.Annotations[contract.AnnotationStatus]; got != firstStatus {
 				t.Errorf("status annotation changed on update:\n got %s\nwant %s", got, firstStatus)
 			}
 		}
@@ -217,7 +218,7 @@ func TestNoDoubleInjection(t *testing.T) {
 			t.Fatalf("create: %v", err)
 		}
 		requireInjected(t, copyPod)
-		if got := copyPod.Annotations[inject.AnnotationStatus]; got != firstStatus {
+		if got := copyPod.Annotations[contract.AnnotationStatus]; got != firstStatus {
 			t.Errorf("status annotation rewritten on re-create:\n got %s\nwant %s", got, firstStatus)
 		}
 		if diff := cmp.Diff(pod.Spec.InitContainers, copyPod.Spec.InitContainers); diff != "" {
@@ -230,20 +231,16 @@ func TestRestoreAnnotations(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
 	ns := newNamespace(t, c, nil)
-	pod := appPod(ns, "target", map[string]string{
-		inject.AnnotationRestoreImage:  "registry.test/checkpoints/consumer:ckpt-7",
-		inject.AnnotationRestoreNode:   "node-b",
-		inject.AnnotationReplayStart:   "41",
-		inject.AnnotationReplayCutoff:  "marker",
-		inject.AnnotationLogName:       inject.DefaultLogName(ns, "orders-consumer"),
-		inject.AnnotationMigrationName: "mig-7",
-	})
+	pod := appPod(ns, "target", restoreAnnotations(suiteKey, ns, "target", inject.Migration{
+		Image: "registry.test/checkpoints/consumer:ckpt-7", Node: "node-b", ReplayStart: "41", ReplayCutoff: "marker",
+		LogName: inject.DefaultLogName(ns, "orders-consumer"), Name: "mig-7",
+	}, time.Now().Add(time.Hour)))
 	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	s := requireInjected(t, pod)
 	requireRestore(t, pod, s, "registry.test/checkpoints/consumer:ckpt-7", "node-b", "41", "marker", inject.DefaultLogName(ns, "orders-consumer"), "mig-7")
-	waitEvent(t, ns, ReasonRestored, "Pod", "target")
+	waitEvent(t, ns, contract.ReasonRestored, "Pod", "target")
 }
 
 func requireRestore(t *testing.T, pod *corev1.Pod, s corev1.Container, image, node, start, cutoff, logName, migration string) {
@@ -277,24 +274,26 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 		UID: types.UID("0b1e5c3a-7f2d-4c1b-9a9e-6f1c2d3e4f50"), Controller: new(true),
 	}
 	stsPod := func(name string) *corev1.Pod {
-		p := appPod(ns, name, map[string]string{inject.AnnotationInject: "true"})
+		p := appPod(ns, name, map[string]string{contract.AnnotationInject: "true"})
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		return p
 	}
 	putMigration := func(pod string, data string) {
 		t.Helper()
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: MigrationConfigMapName(pod)},
-			Data:       map[string]string{MigrationConfigMapKey: data},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: contract.PendingConfigMapName(pod)},
+			Data:       map[string]string{contract.PendingConfigMapKey: data},
 		}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m, _ := json.Marshal(inject.Migration{
+	mig := inject.Migration{
 		Name: "mig-web-0", Image: "registry.test/checkpoints/web-0:ckpt-3", Node: "node-c",
 		LogName: inject.DefaultLogName(ns, "web-0"), ReplayStart: "1200", ReplayCutoff: "1350",
-	})
+	}
+	mig.Signature = inject.SignRestore(suiteKey, ns, "web-0", mig, time.Now().Add(time.Hour))
+	m, _ := json.Marshal(mig)
 	putMigration("web-0", string(m))
 
 	t.Run("pending migration", func(t *testing.T) {
@@ -305,7 +304,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 		s := requireInjected(t, pod)
 		requireRestore(t, pod, s, "registry.test/checkpoints/web-0:ckpt-3", "node-c", "1200", "1350", inject.DefaultLogName(ns, "web-0"), "mig-web-0")
 		// The pod has no UID yet: the Event regards its StatefulSet.
-		ev := waitEvent(t, ns, ReasonRestored, "StatefulSet", "web")
+		ev := waitEvent(t, ns, contract.ReasonRestored, "StatefulSet", "web")
 		if ev.Regarding.UID != owner.UID || ev.Related == nil || ev.Related.Name != "web-0" {
 			t.Errorf("event regarding %+v, related %+v: want the StatefulSet's UID and the pod web-0", ev.Regarding, ev.Related)
 		}
@@ -323,7 +322,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 	t.Run("not a StatefulSet pod", func(t *testing.T) {
 		// The ConfigMap's name matches, but only StatefulSet pods look.
 		putMigration("solo", string(m))
-		pod := appPod(ns, "solo", map[string]string{inject.AnnotationInject: "true"})
+		pod := appPod(ns, "solo", map[string]string{contract.AnnotationInject: "true"})
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatalf("create: %v", err)
 		}
@@ -335,7 +334,7 @@ func TestStatefulSetPendingMigration(t *testing.T) {
 	t.Run("bad record is denied", func(t *testing.T) {
 		putMigration("web-2", `{"name": "mig-web-2", "image": `)
 		err := c.Create(ctx, stsPod("web-2"))
-		requireDenied(t, err, MigrationConfigMapName("web-2"))
+		requireDenied(t, err, contract.PendingConfigMapName("web-2"))
 	})
 	t.Run("invalid migration is denied", func(t *testing.T) {
 		bad, _ := json.Marshal(inject.Migration{Name: "mig-web-3", Image: "x", Node: "Not_A_Node", LogName: inject.DefaultLogName(ns, "web-3"), ReplayStart: "5", ReplayCutoff: "marker"})
@@ -375,24 +374,24 @@ func TestDeniesBadAnnotations(t *testing.T) {
 		wantNamed   []string
 	}{
 		"inject not a bool": {
-			annotations: map[string]string{inject.AnnotationInject: "yes"},
-			wantNamed:   []string{inject.AnnotationInject, `"yes"`},
+			annotations: map[string]string{contract.AnnotationInject: "yes"},
+			wantNamed:   []string{contract.AnnotationInject, `"yes"`},
 		},
 		"bad node name": {
-			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationMigrateTo: "Node_B"},
-			wantNamed:   []string{inject.AnnotationMigrateTo, "Node_B"},
+			annotations: map[string]string{contract.AnnotationInject: "true", contract.AnnotationMigrateTo: "Node_B"},
+			wantNamed:   []string{contract.AnnotationMigrateTo, "Node_B"},
 		},
 		"override not a bool": {
-			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationMigrateForce: "yes"},
-			wantNamed:   []string{inject.AnnotationMigrateForce, `"yes"`},
+			annotations: map[string]string{contract.AnnotationInject: "true", contract.AnnotationMigrateForce: "yes"},
+			wantNamed:   []string{contract.AnnotationMigrateForce, `"yes"`},
 		},
 		"unknown strategy": {
-			annotations: map[string]string{inject.AnnotationInject: "true", inject.AnnotationStrategy: "teleport"},
-			wantNamed:   []string{inject.AnnotationStrategy, "teleport"},
+			annotations: map[string]string{contract.AnnotationInject: "true", contract.AnnotationStrategy: "teleport"},
+			wantNamed:   []string{contract.AnnotationStrategy, "teleport"},
 		},
 		"incomplete restore": {
-			annotations: map[string]string{inject.AnnotationRestoreImage: "registry.test/ckpt:1"},
-			wantNamed:   []string{inject.AnnotationRestoreImage, inject.AnnotationRestoreNode},
+			annotations: map[string]string{contract.AnnotationRestoreImage: "registry.test/ckpt:1"},
+			wantNamed:   []string{contract.AnnotationRestoreImage, contract.AnnotationRestoreNode},
 		},
 	}
 	for name, tc := range tests {
@@ -403,24 +402,24 @@ func TestDeniesBadAnnotations(t *testing.T) {
 	}
 
 	t.Run("update", func(t *testing.T) {
-		pod := appPod(ns, "running", map[string]string{inject.AnnotationInject: "true"})
+		pod := appPod(ns, "running", map[string]string{contract.AnnotationInject: "true"})
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		requireInjected(t, pod)
-		pod.Annotations[inject.AnnotationMigrateTo] = "Node_B"
-		pod.Annotations[inject.AnnotationReplayMax] = "soon"
-		pod.Annotations[inject.AnnotationCutoff] = "clever"
+		pod.Annotations[contract.AnnotationMigrateTo] = "Node_B"
+		pod.Annotations[contract.AnnotationReplayMax] = "soon"
+		pod.Annotations[contract.AnnotationCutoff] = "clever"
 		err := c.Update(ctx, pod)
-		requireDenied(t, err, inject.AnnotationMigrateTo, inject.AnnotationReplayMax, inject.AnnotationCutoff, "use one of formula, adaptive")
+		requireDenied(t, err, contract.AnnotationMigrateTo, contract.AnnotationReplayMax, contract.AnnotationCutoff, "use one of formula, adaptive")
 
 		// A pod that was never injected is validated as well.
 		plain := appPod(ns, "plain", nil)
 		if err := c.Create(ctx, plain); err != nil {
 			t.Fatalf("create: %v", err)
 		}
-		plain.Annotations = map[string]string{inject.AnnotationStrategy: "teleport"}
-		requireDenied(t, c.Update(ctx, plain), inject.AnnotationStrategy)
+		plain.Annotations = map[string]string{contract.AnnotationStrategy: "teleport"}
+		requireDenied(t, c.Update(ctx, plain), contract.AnnotationStrategy)
 	})
 }
 
@@ -428,7 +427,7 @@ func TestNamespaceOptIn(t *testing.T) {
 	c := requireSuite(t)
 	t.Parallel()
 	ctx := t.Context()
-	ns := newNamespace(t, c, map[string]string{inject.LabelNamespaceInject: "enabled"})
+	ns := newNamespace(t, c, map[string]string{contract.LabelNamespaceInject: "enabled"})
 
 	pod := appPod(ns, "by-label", nil)
 	if err := c.Create(ctx, pod); err != nil {
@@ -436,15 +435,15 @@ func TestNamespaceOptIn(t *testing.T) {
 	}
 	requireInjected(t, pod)
 
-	out := appPod(ns, "opted-out", map[string]string{inject.AnnotationInject: "false"})
+	out := appPod(ns, "opted-out", map[string]string{contract.AnnotationInject: "false"})
 	if err := c.Create(ctx, out); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	if len(sidecars(out)) != 0 || envValue(out.Spec.Containers[0], "AMQP_URL") != brokerURL {
-		t.Errorf("a pod with %s: \"false\" was injected", inject.AnnotationInject)
+		t.Errorf("a pod with %s: \"false\" was injected", contract.AnnotationInject)
 	}
 	// It asked (by its namespace) and was left alone: that is an Event.
-	waitEvent(t, ns, ReasonSkipped, "Pod", "opted-out")
+	waitEvent(t, ns, contract.ReasonSkipped, "Pod", "opted-out")
 
 	// generateName, as a ReplicaSet does it: injected, the Event on the
 	// owner.
@@ -456,7 +455,7 @@ func TestNamespaceOptIn(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	requireInjected(t, gen)
-	waitEvent(t, ns, ReasonInjected, "ReplicaSet", "orders-6d4f")
+	waitEvent(t, ns, contract.ReasonInjected, "ReplicaSet", "orders-6d4f")
 }
 
 // counter reads ms2m_webhook_admission_requests_total for op and outcome.
@@ -536,7 +535,7 @@ func TestWarningsReachTheClient(t *testing.T) {
 	ns := newNamespace(t, c, nil)
 	// A typo under ms2m.io/ is not an error: the pod is injected, and the
 	// user is told.
-	pod := appPod(ns, "typo", map[string]string{inject.AnnotationInject: "true", "ms2m.io/migrate-too": "node-b"})
+	pod := appPod(ns, "typo", map[string]string{contract.AnnotationInject: "true", "ms2m.io/migrate-too": "node-b"})
 	if err := c.Create(t.Context(), pod); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -545,9 +544,9 @@ func TestWarningsReachTheClient(t *testing.T) {
 	defer w.mu.Unlock()
 	found := false
 	for _, s := range w.text {
-		found = found || (strings.Contains(s, "ms2m.io/migrate-too") && strings.Contains(s, inject.AnnotationMigrateTo))
+		found = found || (strings.Contains(s, "ms2m.io/migrate-too") && strings.Contains(s, contract.AnnotationMigrateTo))
 	}
 	if !found {
-		t.Errorf("warnings %q: want one about ms2m.io/migrate-too that suggests %s", w.text, inject.AnnotationMigrateTo)
+		t.Errorf("warnings %q: want one about ms2m.io/migrate-too that suggests %s", w.text, contract.AnnotationMigrateTo)
 	}
 }

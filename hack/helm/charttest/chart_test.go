@@ -1,6 +1,7 @@
 package charttest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,6 +115,7 @@ func TestDefaults(t *testing.T) {
 			vol, c.VolumeMounts[0].MountPath, env["MS2M_WEBHOOK_CERT_DIR"].Value)
 	}
 	checkRestricted(t, "webhook", d.Spec.Template.Spec, c)
+	checkSigningKey(t, r, "webhook", d.Spec.Template.Spec, c, "MS2M_WEBHOOK_SIGNING_KEY_FILE")
 
 	// The registration: the Service it calls is the one that selects the
 	// webhook's pods, on the port the container serves.
@@ -228,6 +230,7 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		t.Errorf("controller ServiceAccount = %q", spec.ServiceAccountName)
 	}
 	checkRestricted(t, "controller", spec, c)
+	checkSigningKey(t, r, "controller", spec, c, "MS2M_STATUS_KEY_FILE")
 
 	// Every variable `migrator controller` reads (docs/migrator.md):
 	// set, or on purpose left at its default (MS2M_AGENT_TOKEN: the
@@ -244,6 +247,7 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
 		"MS2M_CONCURRENT_MIGRATIONS":     "4",
 		"MS2M_MIGRATION_TIMEOUT":         "5m",
+		"MS2M_THAW_AFTER_DUMP":           "auto",
 		"MS2M_METRICS_ADDR":              ":8080",
 		"MS2M_HEALTH_ADDR":               ":8081",
 		"MS2M_LOG_LEVEL":                 "info",
@@ -296,6 +300,33 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 	}
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || ":"+strconv.Itoa(int(ports[svc.Spec.Ports[0].TargetPort.StrVal])) != env["MS2M_METRICS_ADDR"].Value {
 		t.Errorf("Service %s ports %+v: want metrics, to the port of MS2M_METRICS_ADDR=%s", svc.Name, svc.Spec.Ports, env["MS2M_METRICS_ADDR"].Value)
+	}
+}
+
+// checkSigningKey checks that container c of spec reads the controller's
+// signing key (the Secret ms2m-migration-status-key, which the chart
+// makes) from the file its variable names: the controller signs statuses
+// and restore instructions with it, the webhook checks restores with it.
+func checkSigningKey(t *testing.T, r rendered, what string, spec corev1.PodSpec, c corev1.Container, variable string) {
+	t.Helper()
+	file := envMap(c)[variable].Value
+	var vol string
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(file) {
+			vol = m.Name
+		}
+	}
+	var secret string
+	for _, v := range spec.Volumes {
+		if v.Name == vol && v.Secret != nil && len(v.Secret.Items) == 0 {
+			secret = v.Secret.SecretName
+		}
+	}
+	if file == "" || filepath.Base(file) != "key" || secret != "ms2m-migration-status-key" {
+		t.Errorf("%s: %s=%q is not key of the mounted Secret ms2m-migration-status-key (volume %q, Secret %q)", what, variable, file, vol, secret)
+	}
+	if _, ok := r.find("Secret", r.namespace, "ms2m-migration-status-key"); !ok {
+		t.Errorf("%s reads Secret ms2m-migration-status-key, which the chart does not make", what)
 	}
 }
 
@@ -835,5 +866,27 @@ agent:
 	env := envMap(ds.Spec.Template.Spec.Containers[0])
 	if got := env["MS2M_AGENT_CHECKPOINT_DIR"].Value; got != "/var/tmp/lab/$(NODE_NAME)/kubelet/checkpoints" {
 		t.Errorf("MS2M_AGENT_CHECKPOINT_DIR = %s", got)
+	}
+}
+
+// TestAgentWatchFreeze: agent.watchFreeze gives the agent the host's PID
+// namespace and the host's cgroups, read-only (its freeze watch); by
+// default it has neither.
+func TestAgentWatchFreeze(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		r := render(t, values(t, fmt.Sprintf(`agent: {watchFreeze: %v}`, watch)))
+		checkAgent(t, r)
+		ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
+		spec := ds.Spec.Template.Spec
+		if spec.HostPID != watch {
+			t.Errorf("watchFreeze %v: hostPID %v", watch, spec.HostPID)
+		}
+		cgroup := false
+		for _, v := range spec.Volumes {
+			cgroup = cgroup || (v.HostPath != nil && v.HostPath.Path == "/sys/fs/cgroup")
+		}
+		if cgroup != watch {
+			t.Errorf("watchFreeze %v: the host's /sys/fs/cgroup mounted %v", watch, cgroup)
+		}
 	}
 }

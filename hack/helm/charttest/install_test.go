@@ -183,6 +183,16 @@ webhook:
 		Name:   "system:serviceaccount:" + ns + ":" + spec.ServiceAccountName,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 	})
+	// The signing key file, with what the chart's Secret holds (the
+	// controller's key, which the webhook checks restores with).
+	keySec, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), "ms2m-migration-status-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the signing key Secret: %v", err)
+	}
+	keyFile := filepath.Join(dir, "signing-key")
+	if err := os.WriteFile(keyFile, keySec.Data["key"], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	env := []string{"PATH=/usr/bin:/bin", "KUBECONFIG=" + kc}
 	for _, e := range spec.Containers[0].Env {
@@ -198,6 +208,8 @@ webhook:
 			v = strconv.Itoa(port)
 		case "MS2M_WEBHOOK_CERT_DIR":
 			v = filepath.Join(dir, "certs")
+		case "MS2M_WEBHOOK_SIGNING_KEY_FILE":
+			v = keyFile
 		case "MS2M_WEBHOOK_HEALTH_ADDR":
 			v = health
 		case "MS2M_WEBHOOK_METRICS_ADDR":
@@ -307,6 +319,19 @@ webhook:
 	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{"ms2m.io/inject": "maybe"}), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "ms2m.io/inject") {
 		t.Errorf("a pod with ms2m.io/inject=maybe: %v, want a denial naming the annotation", err)
+	}
+
+	// The webhook runs with the controller's key, and a restore nothing
+	// signed is denied (internal/webhook's suite has every forged kind).
+	if b, err := os.ReadFile(logFile); err != nil || !strings.Contains(string(b), `"signingKey":true`) {
+		t.Errorf("the webhook did not start with the signing key from Secret ms2m-migration-status-key (%v); its log:\n%s", err, b)
+	}
+	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-restore", nil, map[string]string{
+		"ms2m.io/restore-image": "registry.example.com/ms2m/checkpoints/other/consumer@sha256:00", "ms2m.io/restore-node": "node-b",
+		"ms2m.io/replay-start": "0", "ms2m.io/replay-cutoff": "marker", "ms2m.io/log-name": shop + ".consumer", "ms2m.io/migration": "m1",
+	}), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "has no signature") {
+		t.Errorf("an unsigned restore: %v, want a denial saying it has no signature", err)
 	}
 
 	// The selectors: a pod labelled ms2m.io/inject=false, a pod outside the

@@ -235,3 +235,9 @@ func findLib(name string, dirs []string) (string, error) {
 	}
 	return "", fmt.Errorf("not found in %s; install the Debian package that ships it", strings.Join(dirs, ", "))
 }
+
+// SharedLibs returns the host paths of what the x86-64 ELF files load,
+// transitively: the libraries they name in DT_NEEDED, looked up in dirs in
+// order, and the program interpreter. Each path comes once, in the order
+// found. Other runtimes' images (debianjre) use it too.
+func SharedLibs(files, dirs []string) ([]string, error) { return sharedLibs(files, dirs) }

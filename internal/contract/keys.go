@@ -1,7 +1,8 @@
-package inject
+package contract
 
 // Every annotation and label key ms2m reads or writes, under one prefix.
-// docs/webhook.md lists them with their values; keep the two in step.
+// docs/webhook.md lists them with their values (TestDocsMatchContract keeps
+// the two in step).
 const (
 	Prefix = "ms2m.io/"
 
@@ -18,7 +19,7 @@ const (
 	LabelInject = Prefix + "inject"
 
 	// AnnotationStatus is written by the webhook: what it injected and
-	// rewrote, as JSON (Status). Its presence with the sidecar container
+	// rewrote, as JSON (inject.Status). Its presence with the sidecar container
 	// means "already injected".
 	AnnotationStatus = Prefix + "status"
 
@@ -36,11 +37,24 @@ const (
 	AnnotationLogMaxAge   = Prefix + "log-max-age"
 	AnnotationLogMaxBytes = Prefix + "log-max-bytes"
 
-	// Migration requests, read by the migrator and validated here.
+	// AnnotationUpstreamTLSSecret names a Secret in the pod's namespace
+	// that the sidecar mounts for TLS to the broker: ca.crt, the CA that
+	// signs the broker's certificate, and, with EXTERNAL auth, tls.crt
+	// and tls.key, the client certificate. It turns TLS on. The webhook
+	// only writes the reference; it never reads the Secret.
+	AnnotationUpstreamTLSSecret = Prefix + "upstream-tls-secret"
+	// AnnotationUpstreamTLSServerName is the name the sidecar checks the
+	// broker's certificate against (default: the host it dials).
+	AnnotationUpstreamTLSServerName = Prefix + "upstream-tls-server-name"
+	// AnnotationUpstreamAuth is PLAIN (default: the app's credentials) or
+	// EXTERNAL (the client certificate of AnnotationUpstreamTLSSecret).
+	AnnotationUpstreamAuth = Prefix + "upstream-auth"
+
+	// Migration requests, read by the migrator's controller and validated by the webhook.
 	AnnotationMigrateTo = Prefix + "migrate-to" // target node name (a DNS-1123 subdomain)
-	AnnotationStrategy  = Prefix + "strategy"   // auto, stop-and-copy, ms2m, ms2m-cutoff, statefulset, statefulset-shadow
+	AnnotationStrategy  = Prefix + "strategy"   // one of Strategies (default auto)
 	AnnotationReplayMax = Prefix + "replay-max" // T_replay_max for ms2m-cutoff, a Go duration
-	AnnotationCutoff    = Prefix + "cutoff"     // ms2m-cutoff's stop rule: formula (the paper's eq. 5, the default) or adaptive
+	AnnotationCutoff    = Prefix + "cutoff"     // ms2m-cutoff's stop rule, one of CutoffRules (default formula)
 	// AnnotationMigrateForce "true" lets a request for migrate-to's node
 	// pass although the pod's nodeSelector, required node affinity or the
 	// node's NoSchedule/NoExecute taints keep it off that node (the
@@ -59,16 +73,20 @@ const (
 	AnnotationMigrationStatusSignature = Prefix + "migration-status-signature"
 
 	// The restore hook. The migrator sets these on a target pod it creates
-	// (or records them in a pending Migration for a StatefulSet pod); the
+	// (or records them in a pending inject.Migration for a StatefulSet pod); the
 	// webhook turns the pod into a restore.
 	AnnotationRestoreImage  = Prefix + "restore-image" // checkpoint image for the app container
 	AnnotationRestoreNode   = Prefix + "restore-node"  // node to pin the pod to
 	AnnotationReplayStart   = Prefix + "replay-start"  // checkpoint ID (replay after it)
-	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker" or the last ID to replay
+	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker", "end" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+	// AnnotationRestoreSignature is the controller's signature of the
+	// restore annotations above, for this pod's namespace and name, with
+	// its expiry (inject.SignRestore). The webhook restores nothing unsigned.
+	AnnotationRestoreSignature = Prefix + "restore-signature"
 	// AnnotationRestoredFrom replaces the restore annotations once the
-	// restored pod has taken over and serves: JSON (RestoredFrom) saying
+	// restored pod has taken over and serves: JSON (inject.RestoredFrom) saying
 	// which migration's checkpoint its app runs from and what its sidecar
 	// replayed, which an app restarted from that checkpoint needs again.
 	// The migrator writes it; nothing acts on it at admission.
@@ -82,10 +100,10 @@ const (
 	LabelMigration = Prefix + "migration"
 )
 
-// knownAnnotations are the keys under Prefix that ms2m reads or writes.
+// KnownAnnotations are the keys under Prefix that ms2m reads or writes.
 // An annotation under Prefix that is not here draws a warning (a typo is
-// otherwise silent). A package that adds a key adds it here too.
-var knownAnnotations = map[string]bool{
+// otherwise silent). A key added above is added here too.
+var KnownAnnotations = map[string]bool{
 	AnnotationInject:                   true,
 	AnnotationStatus:                   true,
 	AnnotationContainer:                true,
@@ -93,6 +111,9 @@ var knownAnnotations = map[string]bool{
 	AnnotationLogName:                  true,
 	AnnotationLogMaxAge:                true,
 	AnnotationLogMaxBytes:              true,
+	AnnotationUpstreamTLSSecret:        true,
+	AnnotationUpstreamTLSServerName:    true,
+	AnnotationUpstreamAuth:             true,
 	AnnotationMigrateTo:                true,
 	AnnotationStrategy:                 true,
 	AnnotationReplayMax:                true,
@@ -106,12 +127,6 @@ var knownAnnotations = map[string]bool{
 	AnnotationReplayCutoff:             true,
 	AnnotationReplayEpoch:              true,
 	AnnotationMigrationName:            true,
+	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,
 }
-
-// CutoffRules are the values AnnotationCutoff accepts.
-var CutoffRules = []string{"formula", "adaptive"}
-
-// Strategies are the values AnnotationStrategy accepts, in the order the
-// design lists them.
-var Strategies = []string{"auto", "stop-and-copy", "ms2m", "ms2m-cutoff", "statefulset", "statefulset-shadow"}

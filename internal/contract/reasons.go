@@ -1,0 +1,68 @@
+package contract
+
+// Event reasons, Normal and Warning alike, CamelCase. Each constant is
+// named Reason and its value.
+
+// The webhook's Events: on the pod's controller for a CREATE (the pod has
+// no UID yet), on the pod for an UPDATE.
+const (
+	ReasonInjected = "Injected" // Normal: the sidecar was added
+	ReasonRestored = "Restored" // Normal: the pod was turned into a restore
+	ReasonSkipped  = "Skipped"  // Normal: the pod asked for ms2m but was left alone
+	ReasonDenied   = "Denied"   // Warning: the request was denied (bad ms2m annotations)
+)
+
+// WebhookReasons are the reasons of the webhook's Events.
+var WebhookReasons = []string{ReasonInjected, ReasonRestored, ReasonSkipped, ReasonDenied}
+
+// The migrator's controller's Events, on the pod that asked (and on the
+// target it made, for MigrationSucceeded).
+const (
+	ReasonMigrationStarted   = "MigrationStarted"   // Normal: a request was accepted and the migration begins
+	ReasonMigrationPhase     = "MigrationPhase"     // Normal: one phase of it ended, with its time
+	ReasonMigrationSucceeded = "MigrationSucceeded" // Normal: the target serves
+	ReasonMigrationFailed    = "MigrationFailed"    // Warning: the migration failed; the source serves
+	ReasonMigrationRejected  = "MigrationRejected"  // Warning: bad input; nothing was touched
+	// ReasonMigrationTargetNotAllowed (Warning): a request refused because
+	// the pod's node selector, required node affinity or the target's
+	// taints keep it off the target.
+	ReasonMigrationTargetNotAllowed = "MigrationTargetNotAllowed"
+	// ReasonMigrationNodeNotCapable (Warning): a request refused before
+	// anything was done because the source's node cannot checkpoint or
+	// the target's cannot restore (its agent's preflight says so).
+	ReasonMigrationNodeNotCapable    = "MigrationNodeNotCapable"
+	ReasonMigrationInProgress        = "MigrationInProgress"        // Warning: a request refused because one runs
+	ReasonMigrationRolledBack        = "MigrationRolledBack"        // Warning: a migration no replica drove was undone
+	ReasonMigrationRollbackFailed    = "MigrationRollbackFailed"    // Warning: undoing it failed; retried
+	ReasonMigrationRollForwardFailed = "MigrationRollForwardFailed" // Warning: completing one whose target took over failed; retried
+	ReasonMigrationContinued         = "MigrationContinued"         // Normal: a restarted controller goes on from a statefulset-shadow's shadow
+	ReasonMigrationPending           = "MigrationPending"           // Warning: a StatefulSet's restored pod does not run; its ConfigMap stays
+	// ReasonMigrationRestoreRedone (Warning, on the pending-migration
+	// ConfigMap): a StatefulSet's restored pod that could not end its
+	// replay exactly (interrupted, or its shadow died before its cutoff)
+	// was deleted, for its StatefulSet to make it again as the restore.
+	ReasonMigrationRestoreRedone = "MigrationRestoreRedone"
+	// ReasonForgedMigrationStatus (Warning): the pod's migration status is
+	// not signed by the controller's key; it is ignored (no rollback, no
+	// image deletion).
+	ReasonForgedMigrationStatus = "ForgedMigrationStatus"
+)
+
+// ControllerReasons are the reasons of the controller's Events.
+var ControllerReasons = []string{
+	ReasonMigrationStarted,
+	ReasonMigrationPhase,
+	ReasonMigrationSucceeded,
+	ReasonMigrationFailed,
+	ReasonMigrationRejected,
+	ReasonMigrationTargetNotAllowed,
+	ReasonMigrationNodeNotCapable,
+	ReasonMigrationInProgress,
+	ReasonMigrationRolledBack,
+	ReasonMigrationRollbackFailed,
+	ReasonMigrationRollForwardFailed,
+	ReasonMigrationContinued,
+	ReasonMigrationPending,
+	ReasonMigrationRestoreRedone,
+	ReasonForgedMigrationStatus,
+}

@@ -1,0 +1,439 @@
+package natsproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/natswire"
+	"github.com/ms2m/ms2m/internal/proxy"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// readBufSize is the size of each pump's read buffer.
+const readBufSize = 64 << 10
+
+// chunk is a run of the app's bytes for the server, in order. gate says
+// which log record must be durable before it is written (gated).
+type chunk struct {
+	data  []byte
+	gate  shadowqueue.Ticket
+	gated bool
+}
+
+// conn is one proxied connection.
+type conn struct {
+	p   *Proxy
+	app net.Conn
+	up  net.Conn
+	log *slog.Logger
+
+	upMu  sync.Mutex // serialises writes to up: the writer and PONGs
+	queue chan chunk // the app's bytes, in order, for the writer
+
+	// maxPayload is the server's max_payload, as its INFO announced;
+	// both parsers follow it. Read and written by the downstream pump
+	// only, then told to the upstream pump through payloadCh.
+	payloadCh chan int
+
+	abortOnce sync.Once
+	aborted   chan struct{}
+
+	// mu guards the app side of the downstream direction: the mode this
+	// connection acts on, the deliveries it holds back, and writes to app.
+	mu      sync.Mutex
+	mode    proxy.Mode
+	held    [][]byte // JetStream deliveries held back while quiesced, raw
+	dropped int      // deliveries dropped while stopped
+
+	// queued counts the app's chunks not yet written to the server.
+	queued atomic.Int64
+}
+
+func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
+	return &conn{
+		p: p, app: app, up: up, log: log,
+		queue:     make(chan chunk, 64),
+		payloadCh: make(chan int, 1),
+		aborted:   make(chan struct{}),
+	}
+}
+
+// abort closes both sides at once.
+func (c *conn) abort() {
+	c.abortOnce.Do(func() {
+		close(c.aborted)
+		_ = c.app.Close() // tearing down: nothing left to report to
+		_ = c.up.Close()
+	})
+}
+
+// run pumps both directions until either side ends, and closes both.
+func (c *conn) run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, c.abort)
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := c.downstream(ctx) // never nil: it runs until a side fails
+		if !c.isAborted() {
+			c.log.Info("NATS connection ended: server side", "err", err)
+		}
+		c.abort()
+	})
+	wg.Go(func() {
+		err := c.upstream(ctx)
+		if err != nil && !c.isAborted() {
+			c.log.Info("NATS connection ended: app side", "err", err)
+		}
+		c.abort()
+	})
+	wg.Wait()
+}
+
+func (c *conn) isAborted() bool {
+	select {
+	case <-c.aborted:
+		return true
+	default:
+		return false
+	}
+}
+
+// downstream reads from the server and writes to the app. It writes whole
+// messages only (copied into out), so that an INFO can be rewritten even
+// when it arrives split across reads, and a delivery reaches the app only
+// once it is in the tee.
+func (c *conn) downstream(ctx context.Context) error {
+	parser := natswire.NewParser(0)
+	buf := make([]byte, readBufSize)
+	var out []byte
+	for {
+		if err := c.p.tee.WaitRoom(ctx); err != nil {
+			return err
+		}
+		n, rerr := c.up.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			out = out[:0]
+			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
+				switch m.Op {
+				case natswire.OpInfo:
+					info, changed, err := c.onInfo(m, parser)
+					if err != nil {
+						return err
+					}
+					if changed {
+						out = natswire.AppendInfo(out, info)
+						return nil
+					}
+				case natswire.OpMsg, natswire.OpHMsg:
+					if c.mode != proxy.Serving && isJSDelivery(m) {
+						if c.mode == proxy.Quiesced {
+							c.held = append(c.held, bytes.Clone(m.Raw))
+						} else {
+							c.dropped++
+						}
+						return nil
+					}
+					if err := c.onMsg(m); err != nil {
+						return err
+					}
+				}
+				out = append(out, m.Raw...)
+				return nil
+			})
+			if err != nil {
+				c.mu.Unlock()
+				c.refuseApp(err)
+				return err
+			}
+			if len(out) > 0 {
+				if _, err := c.app.Write(out); err != nil {
+					c.mu.Unlock()
+					return err
+				}
+			}
+			c.mu.Unlock()
+			if cap(out) > 4*readBufSize {
+				out = nil // one big message grew it: do not keep it
+			}
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// refuseApp tells the app why its connection ends, as a server would. The
+// caller does not hold c.mu.
+func (c *conn) refuseApp(err error) {
+	var perr *natswire.Error
+	text := "ms2m sidecar: " + err.Error()
+	if errors.As(err, &perr) {
+		text = "ms2m sidecar: " + perr.Msg
+	}
+	c.mu.Lock() // not in the middle of a message the downstream pump writes
+	defer c.mu.Unlock()
+	_, _ = c.app.Write(natswire.AppendErr(nil, text)) // best effort: the connection closes next
+}
+
+// onInfo follows the server's max_payload and returns the INFO's JSON
+// without the cluster URLs, and whether it removed any.
+func (c *conn) onInfo(m *natswire.Msg, parser *natswire.Parser) ([]byte, bool, error) {
+	info, err := natswire.ParseInfo(m.Args)
+	if err != nil {
+		return nil, false, err
+	}
+	if info.TLSRequired {
+		// The app would start a TLS handshake the proxy cannot look into.
+		return nil, false, errors.New("the NATS server requires TLS, which the sidecar does not proxy yet (see docs/nats.md)")
+	}
+	parser.SetMaxPayload(info.MaxPayload)
+	select {
+	case <-c.payloadCh:
+	default:
+	}
+	c.payloadCh <- info.MaxPayload
+	stripped, changed, err := natswire.StripClusterURLs(m.Args)
+	if err != nil {
+		return nil, false, err
+	}
+	if changed {
+		c.p.infoStripped.Add(1)
+	}
+	return stripped, changed, nil
+}
+
+// onMsg tees a MSG or HMSG on its way to the app.
+func (c *conn) onMsg(m *natswire.Msg) error {
+	if isStatus(m) {
+		return nil // flow control, idle heartbeat, pull status: untouched
+	}
+	ack, js := natswire.ParseJSAck(m.Reply)
+	if !js {
+		if bytes.HasPrefix(m.Subject, []byte("_INBOX.")) || bytes.HasPrefix(m.Subject, []byte("$")) {
+			return nil // a reply to a request of the app's
+		}
+		if len(m.Subject) > maxName || len(m.Reply) > maxName {
+			return nil // best effort: a record cannot carry it
+		}
+		c.p.tee.Append(shadowqueue.Record{
+			RoutingKey: string(m.Subject), Exchange: string(m.Reply),
+			Properties: clone(m.Header), Body: clone(m.Body),
+		})
+		c.p.coreTeed.Add(1)
+		return nil
+	}
+	if len(m.Subject) > maxName || len(m.Reply) > maxName {
+		return &natswire.Error{Msg: "a JetStream delivery's subject or ack subject is longer than the replay log's 255 bytes; the sidecar cannot record it"}
+	}
+	reply := string(m.Reply)
+	_, tk := c.p.tee.Append(shadowqueue.Record{
+		Queue: string(ack.Stream), ConsumerTag: string(ack.Consumer),
+		RoutingKey: string(m.Subject), Exchange: reply,
+		Redelivered: ack.Delivered > 1,
+		Properties:  clone(m.Header), Body: clone(m.Body),
+	})
+	c.p.unacked.add(reply, tk)
+	c.p.jsDeliveries.Add(1)
+	return nil
+}
+
+// maxName is the longest string a replay log record field holds.
+const maxName = 255
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
+}
+
+// isStatus reports whether m is a status message: an HMSG whose header
+// block starts with a status code ("NATS/1.0 100 Idle Heartbeat", "NATS/1.0
+// 100 FlowControl Request", "NATS/1.0 404 No Messages", ...).
+func isStatus(m *natswire.Msg) bool {
+	h := m.Header
+	const v = "NATS/1.0"
+	if len(h) < len(v)+4 || string(h[:len(v)]) != v || h[len(v)] != ' ' {
+		return false
+	}
+	d := h[len(v)+1:]
+	return d[0] >= '0' && d[0] <= '9' && d[1] >= '0' && d[1] <= '9' && d[2] >= '0' && d[2] <= '9'
+}
+
+// upstream reads from the app and queues its bytes for the writer.
+func (c *conn) upstream(ctx context.Context) error {
+	werr := make(chan error, 1)
+	go func() { werr <- c.writer(ctx) }()
+	err := c.readApp(ctx)
+	close(c.queue)
+	if errors.Is(err, io.EOF) {
+		// The app closed its side: let the acks waiting on the log through,
+		// within the drain timeout.
+		select {
+		case err = <-werr:
+			if err == nil {
+				err = io.EOF
+			}
+		case <-time.After(c.p.opts.DrainTimeout):
+			c.log.Warn("the app closed its connection while acks still waited on the replay log; dropping them (the server redelivers)")
+		case <-ctx.Done():
+		}
+		return err
+	}
+	return err
+}
+
+func (c *conn) readApp(ctx context.Context) error {
+	parser := natswire.NewParser(0)
+	buf := make([]byte, readBufSize)
+	for {
+		select {
+		case mp := <-c.payloadCh:
+			parser.SetMaxPayload(mp)
+		default:
+		}
+		n, rerr := c.app.Read(buf)
+		if n > 0 {
+			// out gets the complete messages of this read that go to the
+			// server, copied: the writer owns it. A message split across
+			// reads goes in the chunk of the read that completes it, so
+			// that an absorbed ack is never half sent.
+			var ch chunk
+			ch.data = make([]byte, 0, n+parser.Buffered())
+			var pongs []byte
+			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
+				switch m.Op {
+				case natswire.OpPub, natswire.OpHPub:
+					if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
+						settle := !bytes.HasPrefix(m.Body, natswire.AckProgress)
+						tk, ok := c.p.unacked.lookup(m.Subject, settle)
+						if !ok {
+							c.p.acksAbsorbed.Add(1)
+							return nil
+						}
+						c.p.acks.Add(1)
+						if !c.p.tee.Durable(tk) {
+							c.p.acksWaited.Add(1)
+							ch.gate, ch.gated = max(ch.gate, tk), true
+						}
+					}
+					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && c.p.Mode() != proxy.Serving {
+						c.p.pullsAbsorbed.Add(1)
+						return nil // no new deliveries while quiesced or stopped
+					}
+				case natswire.OpPong:
+					pongs = append(pongs, m.Raw...)
+					return nil
+				}
+				ch.data = append(ch.data, m.Raw...)
+				return nil
+			})
+			if err != nil {
+				c.refuseApp(err)
+				return err
+			}
+			if len(pongs) > 0 {
+				// Answers to the server's PINGs skip the queue: a slow log
+				// must not make the server drop the app as stale.
+				c.upMu.Lock()
+				_, err := c.up.Write(pongs)
+				c.upMu.Unlock()
+				if err != nil {
+					return err
+				}
+			}
+			if len(ch.data) > 0 {
+				c.queued.Add(1)
+				select {
+				case c.queue <- ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// writer writes the app's chunks to the server, in order, each once the log
+// record it is gated on is durable.
+func (c *conn) writer(ctx context.Context) error {
+	for ch := range c.queue {
+		if ch.gated {
+			if err := c.p.tee.Wait(ctx, ch.gate); err != nil {
+				return err
+			}
+		}
+		c.upMu.Lock()
+		_, err := c.up.Write(ch.data)
+		c.upMu.Unlock()
+		c.queued.Add(-1)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pullPrefix starts the subject of a pull consumer's request for messages.
+const pullPrefix = "$JS.API.CONSUMER.MSG.NEXT."
+
+// isJSDelivery reports whether m is a JetStream delivery (not a status
+// message) that the tee records and the app acks.
+func isJSDelivery(m *natswire.Msg) bool {
+	if isStatus(m) {
+		return false
+	}
+	_, ok := natswire.ParseJSAck(m.Reply)
+	return ok
+}
+
+// setMode switches the connection to mode. Deliveries held back are handed
+// to the app (teed first) when it leaves Quiesced; it returns how many.
+func (c *conn) setMode(mode proxy.Mode) (released int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mode = mode
+	if mode == proxy.Quiesced || len(c.held) == 0 {
+		return 0, nil
+	}
+	var out []byte
+	parser := natswire.NewParser(natswire.HardMaxPayload)
+	for _, raw := range c.held {
+		err := parser.Parse(raw, func(m *natswire.Msg) error {
+			if err := c.onMsg(m); err != nil {
+				return err
+			}
+			out = append(out, m.Raw...)
+			released++
+			return nil
+		})
+		if err != nil {
+			return released, err
+		}
+	}
+	c.held = nil
+	if _, err := c.app.Write(out); err != nil {
+		return released, err
+	}
+	return released, nil
+}
+
+// heldCount returns the deliveries held back and dropped so far.
+func (c *conn) heldCount() (held, dropped int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held), c.dropped
+}

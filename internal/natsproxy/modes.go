@@ -1,0 +1,157 @@
+package natsproxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/proxy"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// Mode returns what the proxy does with new JetStream deliveries.
+func (p *Proxy) Mode() proxy.Mode { return proxy.Mode(p.mode.Load()) }
+
+// Quiesce holds new JetStream deliveries back from the app and absorbs its
+// pull requests, then waits until the app has settled every delivery it
+// has and those acks are upstream. It returns the checkpoint ID (the last
+// delivery the app was given) and the log's epoch. On error the proxy stays
+// quiesced and Resume undoes it.
+func (p *Proxy) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	if p.Mode() == proxy.Stopped {
+		return 0, 0, fmt.Errorf("quiesce: %w; resume it first", proxy.ErrStopped)
+	}
+	if _, err := p.switchMode(proxy.Quiesced); err != nil {
+		return 0, 0, err
+	}
+	if err := p.waitSettled(ctx); err != nil {
+		return 0, 0, err
+	}
+	st := p.tee.Status()
+	p.log.Info("quiesced", "checkpoint_id", st.LastID, "epoch", st.Epoch)
+	return st.LastID, st.Epoch, nil
+}
+
+// Stop ends this sidecar's tenure: the deliveries held back since a
+// quiesce go to the app (in the server's order), and from then on new
+// JetStream deliveries are dropped (the server redelivers them, after the
+// consumer's ack wait, to whoever consumes next) and the app's pull
+// requests are absorbed. It waits until the app has settled all it has,
+// then writes a cutoff marker with the last delivery ID and returns once
+// the marker is durable.
+func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	if p.Mode() == proxy.Stopped {
+		return proxy.StopResult{CutoffID: p.cutoffID, Epoch: p.stopEpoch, StoppedAt: p.stopAt}, nil
+	}
+	started := time.Now()
+	held, err := p.switchMode(proxy.Stopped)
+	if err != nil {
+		return proxy.StopResult{}, err
+	}
+	if err := p.waitSettled(ctx); err != nil {
+		return proxy.StopResult{}, err
+	}
+	id, epoch, tk := p.tee.AppendMarker(shadowqueue.KindCutoff)
+	if err := p.tee.Wait(ctx, tk); err != nil {
+		return proxy.StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", id, err)
+	}
+	now := time.Now()
+	p.mu.Lock()
+	p.cutoffID, p.stopEpoch, p.stopAt = id, epoch, now
+	p.mu.Unlock()
+	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "held", held)
+	return proxy.StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, StoppedAt: now}, nil
+}
+
+// Resume hands deliveries to the app again; after a Stop it first writes a
+// resume marker that voids the cutoff.
+func (p *Proxy) Resume(ctx context.Context) error {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	was := p.Mode()
+	if was == proxy.Serving {
+		return nil
+	}
+	if was == proxy.Stopped {
+		_, _, tk := p.tee.AppendMarker(shadowqueue.KindResume)
+		if err := p.tee.Wait(ctx, tk); err != nil {
+			return fmt.Errorf("write the resume marker to the replay log: %w", err)
+		}
+	}
+	if _, err := p.switchMode(proxy.Serving); err != nil {
+		return err
+	}
+	p.log.Info("resumed", "from", was.String())
+	return nil
+}
+
+// switchMode sets the mode of the proxy and of every connection, and
+// returns how many held deliveries went to the app.
+func (p *Proxy) switchMode(m proxy.Mode) (released int, err error) {
+	p.mu.Lock()
+	p.mode.Store(int32(m))
+	conns := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	p.mu.Unlock()
+	for _, c := range conns {
+		n, cerr := c.setMode(m)
+		released += n
+		if cerr != nil && err == nil {
+			err = fmt.Errorf("hand the held deliveries to the app: %w", cerr)
+			c.abort()
+		}
+	}
+	return released, err
+}
+
+// waitSettled waits until the app has settled every delivery it was given
+// and every ack is written upstream.
+func (p *Proxy) waitSettled(ctx context.Context) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		unacked := p.unacked.len()
+		queued := int64(0)
+		p.mu.Lock()
+		for c := range p.conns {
+			queued += c.queued.Load()
+		}
+		p.mu.Unlock()
+		if unacked == 0 && queued == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the app to ack its %d JetStream deliveries in flight (%d chunks queued for the server): %w", unacked, queued, context.Cause(ctx))
+		case <-tick.C:
+		}
+	}
+}
+
+// State is a snapshot, in the AMQP proxy's shape so that the control API
+// serves both.
+func (p *Proxy) State() proxy.State {
+	p.mu.Lock()
+	conns := len(p.conns)
+	held := 0
+	for c := range p.conns {
+		h, _ := c.heldCount()
+		held += h
+	}
+	cutoff, epoch := p.cutoffID, p.stopEpoch
+	p.mu.Unlock()
+	st := p.tee.Status()
+	s := proxy.State{
+		Mode: p.Mode().String(), Connections: conns, Held: held, Log: st, Degraded: st.Degraded,
+	}
+	if p.Mode() == proxy.Stopped {
+		s.CutoffID, s.Epoch = cutoff, epoch
+	}
+	return s
+}

@@ -1,0 +1,266 @@
+package natsproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+)
+
+// Tee is the replay log as the proxy uses it; *shadowqueue.Tee implements it.
+type Tee interface {
+	Append(shadowqueue.Record) (uint64, shadowqueue.Ticket)
+	AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqueue.Ticket)
+	Status() shadowqueue.TeeStatus
+	Durable(shadowqueue.Ticket) bool
+	Wait(context.Context, shadowqueue.Ticket) error
+	// WaitRoom blocks while the log's pending records are at their bound:
+	// each connection calls it before it reads from the server again.
+	WaitRoom(context.Context) error
+}
+
+// Options configure a Proxy.
+type Options struct {
+	// Upstream is the NATS server's host:port.
+	Upstream string
+	// ConnectTimeout bounds how long one app connection waits for the
+	// server, retrying with back-off, before it is closed. Default 10 s.
+	ConnectTimeout time.Duration
+	// DrainTimeout bounds how long the app's last messages (acks waiting on
+	// the log) are still forwarded after the app closed its side. Default 10 s.
+	DrainTimeout time.Duration
+	// MaxUnacked bounds the JetStream deliveries the proxy remembers until
+	// the app settles them. Beyond it the oldest are forgotten, and an ack
+	// for one of them is absorbed (the server redelivers it). Default 1<<20.
+	MaxUnacked int
+	Logger     *slog.Logger
+	// Dial connects to the server. Default net.Dialer.DialContext.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Stats counts what the proxy did since it started.
+type Stats struct {
+	Connections  uint64 `json:"connections"`  // app connections accepted
+	JSDeliveries uint64 `json:"jsDeliveries"` // JetStream deliveries teed
+	CoreTeed     uint64 `json:"coreTeed"`     // core NATS messages teed best effort
+	Acks         uint64 `json:"acks"`         // acks forwarded
+	AcksWaited   uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
+	AcksAbsorbed uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
+	INFOStripped uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
+	// PullsAbsorbed counts pull requests not sent on while quiesced or stopped.
+	PullsAbsorbed uint64 `json:"pullsAbsorbed"`
+	// Dropped counts deliveries dropped while stopped, on open connections.
+	Dropped int `json:"dropped"`
+}
+
+// Proxy serves NATS connections from the app.
+type Proxy struct {
+	opts Options
+	tee  Tee
+	log  *slog.Logger
+
+	unacked unackedSet
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	// The stop in force: its cutoff, epoch and time (guarded by mu).
+	cutoffID, stopEpoch uint64
+	stopAt              time.Time
+
+	mode atomic.Int32 // a proxy.Mode
+	opMu sync.Mutex   // serialises Quiesce, Resume and Stop
+
+	connections, jsDeliveries, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
+}
+
+// New returns a Proxy that tees into tee.
+func New(tee Tee, opts Options) *Proxy {
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.MaxUnacked <= 0 {
+		opts.MaxUnacked = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Dial == nil {
+		var d net.Dialer
+		opts.Dial = d.DialContext
+	}
+	return &Proxy{
+		opts:    opts,
+		tee:     tee,
+		log:     opts.Logger,
+		conns:   map[*conn]struct{}{},
+		unacked: newUnackedSet(opts.MaxUnacked),
+	}
+}
+
+// Stats returns the proxy's counters.
+func (p *Proxy) Stats() Stats {
+	return Stats{
+		Connections:   p.connections.Load(),
+		JSDeliveries:  p.jsDeliveries.Load(),
+		CoreTeed:      p.coreTeed.Load(),
+		Acks:          p.acks.Load(),
+		AcksWaited:    p.acksWaited.Load(),
+		AcksAbsorbed:  p.acksAbsorbed.Load(),
+		INFOStripped:  p.infoStripped.Load(),
+		PullsAbsorbed: p.pullsAbsorbed.Load(),
+		Dropped:       p.dropped(),
+	}
+}
+
+func (p *Proxy) dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		_, d := c.heldCount()
+		n += d
+	}
+	return n
+}
+
+// Serve accepts app connections on ln until ctx is done, then closes ln and
+// every open connection.
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				p.closeAll()
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			p.closeAll()
+			return fmt.Errorf("accept app connections on %s: %w", ln.Addr(), err)
+		}
+		p.connections.Add(1)
+		wg.Go(func() { p.handle(ctx, nc) })
+	}
+}
+
+func (p *Proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.abort()
+	}
+}
+
+// handle connects one app connection to the server and runs it.
+func (p *Proxy) handle(ctx context.Context, app net.Conn) {
+	log := p.log.With("app", app.RemoteAddr().String())
+	up, err := p.dialUpstream(ctx)
+	if err != nil {
+		log.Error("cannot reach the NATS server; closing the app's connection so that it retries", "upstream", p.opts.Upstream, "err", err)
+		_ = app.Close() // nothing was sent on it
+		return
+	}
+	c := newConn(p, app, up, log)
+	p.mu.Lock()
+	c.mode = p.Mode()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	c.run(ctx)
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.ConnectTimeout)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		nc, err := p.opts.Dial(attempt, "tcp", p.opts.Upstream)
+		cancelAttempt()
+		if err == nil {
+			return nc, nil
+		}
+		p.log.Warn("NATS server connection failed; retrying", "upstream", p.opts.Upstream, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to NATS server %s within %s: %w", p.opts.Upstream, p.opts.ConnectTimeout, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// unackedSet remembers the JetStream deliveries handed to the app and not
+// yet settled, by ack subject, with the ticket of their log record. It is
+// shared by all connections: an app may ack on another connection than the
+// one the delivery came on. Beyond max entries the oldest are forgotten.
+type unackedSet struct {
+	mu    sync.Mutex
+	max   int
+	m     map[string]shadowqueue.Ticket
+	order []string // insertion order, for forgetting the oldest; may hold settled subjects
+	head  int
+}
+
+func newUnackedSet(maxEntries int) unackedSet {
+	return unackedSet{max: maxEntries, m: map[string]shadowqueue.Ticket{}}
+}
+
+func (s *unackedSet) add(subject string, tk shadowqueue.Ticket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[subject] = tk
+	s.order = append(s.order, subject)
+	for len(s.m) > s.max && s.head < len(s.order) {
+		delete(s.m, s.order[s.head])
+		s.order[s.head] = ""
+		s.head++
+	}
+	// order keeps settled subjects until it is rebuilt: rebuild it from
+	// the live ones once it is more than twice their number, so that it
+	// stays within a constant factor of the deliveries in flight.
+	if live := len(s.m); len(s.order)-s.head > 2*live+1024 {
+		kept := make([]string, 0, 2*live+1024)
+		for _, subj := range s.order[s.head:] {
+			if _, ok := s.m[subj]; ok {
+				kept = append(kept, subj)
+			}
+		}
+		s.order, s.head = kept, 0
+	}
+}
+
+// lookup returns the ticket of the delivery whose ack subject is subject;
+// settle removes it as well (a final ack: +ACK, -NAK, +TERM, +NXT).
+func (s *unackedSet) lookup(subject []byte, settle bool) (shadowqueue.Ticket, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tk, ok := s.m[string(subject)]
+	if ok && settle {
+		delete(s.m, string(subject))
+	}
+	return tk, ok
+}
+
+func (s *unackedSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
