@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -50,6 +53,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Each test's controller has a logger of its own (controllerLog); the
+	// global one only gets what controller-runtime logs outside a manager.
+	ctrllog.SetLogger(funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "controller-runtime:", prefix, args) }, funcr.Options{}))
 	code := m.Run()
 	switch {
 	case theLab == nil || theLab.External: // nothing of ours to take down
@@ -276,7 +282,7 @@ func signingKey(t *testing.T, ctx context.Context, l *lab.Lab) []byte {
 // targets itself, as the lab's Env does.
 func startController(t *testing.T, ctx context.Context, l *lab.Lab, agent migrate.NodeAgent) {
 	t.Helper()
-	mgr, err := testManager(l)
+	mgr, err := testManager(l, controllerLog(t, l))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,12 +303,37 @@ func startController(t *testing.T, ctx context.Context, l *lab.Lab, agent migrat
 	}()
 }
 
+// controllerLog is the log of a test's controller: on the suite's own
+// cluster, <state>/logs/controller-<test>.log (kept with the cluster's other
+// logs, for a look after a failure); on an external cluster, the test's log
+// is enough (the installed controller has its own).
+func controllerLog(t *testing.T, l *lab.Lab) logr.Logger {
+	t.Helper()
+	if l.External || l.Cluster == nil {
+		return funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{})
+	}
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	f, err := os.Create(filepath.Join(l.Cluster.StateDir(), "logs", "controller-"+name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	t.Logf("the controller's log: %s", f.Name())
+	var mu sync.Mutex
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(f, "%s %s %s\n", time.Now().UTC().Format("15:04:05.000"), prefix, args)
+	}, funcr.Options{Verbosity: 1})
+}
+
 // testManager is a controller-runtime manager for a test's controller.
 // Each test registers its own "migration" controller in this one process,
 // so the name check that guards a real binary's metrics is off here.
-func testManager(l *lab.Lab) (manager.Manager, error) {
+func testManager(l *lab.Lab, log logr.Logger) (manager.Manager, error) {
 	skip := true
 	return manager.New(l.Cluster.RESTConfig(), manager.Options{
+		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             ctrlconfig.Controller{SkipNameValidation: &skip},
