@@ -104,3 +104,59 @@ func TestPassThroughAllocs(t *testing.T) {
 		t.Errorf("an ack forwarded to the broker allocates %v times, want at most %d", ack, maxAllocsAck)
 	}
 }
+
+// BenchmarkPassThrough is one round of the guarded path: a delivery with a
+// 64-byte body to the app and the app's ack of it to the broker.
+func BenchmarkPassThrough(b *testing.B) {
+	p := New(&countTee{}, Options{Logger: slog.New(slog.DiscardHandler)})
+	c := newConn(p, 1, nil, nil, p.log)
+	passUp(b, c, amqpwire.AppendMethodFrame(nil, 1, &amqpwire.BasicConsume{Queue: "q", ConsumerTag: "c1"}))
+	passDown(b, c, amqpwire.AppendMethodFrame(nil, 1, &amqpwire.BasicConsumeOk{ConsumerTag: "c1"}), nil)
+	deliver := amqpwire.AppendMethodFrame(nil, 1, &amqpwire.BasicDeliver{ConsumerTag: "c1", DeliveryTag: 1, Exchange: "x", RoutingKey: "q"})
+	deliver = amqpwire.AppendRawHeaderFrame(deliver, 1, amqpwire.ClassBasic, 64, []byte{0, 0})
+	deliver = amqpwire.AppendBodyFrames(deliver, 1, make([]byte, 64), 0)
+	// The tags' offsets: frame header (7), class and method ids (4), then
+	// the consumer tag's shortstr for a delivery.
+	tagAt, ackTagAt := 7+4+1+len("c1"), 7+4
+	ack := amqpwire.AppendMethodFrame(nil, 1, &amqpwire.BasicAck{DeliveryTag: 1})
+	putTag(deliver[tagAt:], 7)
+	putTag(ack[ackTagAt:], 7)
+	if d, ok := firstMethod(b, deliver).(*amqpwire.BasicDeliver); !ok || d.DeliveryTag != 7 {
+		b.Fatalf("the delivery tag is not at offset %d", tagAt)
+	}
+	if a, ok := firstMethod(b, ack).(*amqpwire.BasicAck); !ok || a.DeliveryTag != 7 {
+		b.Fatalf("the ack's tag is not at offset %d", ackTagAt)
+	}
+	out := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for i := range b.N {
+		tag := uint64(i + 1)
+		putTag(deliver[tagAt:], tag)
+		putTag(ack[ackTagAt:], tag)
+		out = passDown(b, c, deliver, out[:0])
+		passUp(b, c, ack)
+	}
+}
+
+func putTag(b []byte, tag uint64) {
+	for i := range 8 {
+		b[i] = byte(tag >> (56 - 8*i))
+	}
+}
+
+// firstMethod decodes the first frame of raw as a method.
+func firstMethod(tb testing.TB, raw []byte) amqpwire.Method {
+	var m amqpwire.Method
+	err := amqpwire.NewParser(0).Parse(raw, func(f amqpwire.Frame) error {
+		if m == nil {
+			var err error
+			m, err = amqpwire.DecodeMethod(f.Payload)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
