@@ -103,6 +103,8 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 		RestoreKey:   []byte(SigningKey),
+
+		CheckpointRepository: l.ImageRepo(),
 	}
 	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},

@@ -138,6 +138,7 @@ func Start(o Options) (c *Cluster, err error) {
 		StreamURI:    inject.SecretKey{Name: Secret, Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},
 	}
+	c.inject.CheckpointRepository = c.ImageRepo()
 
 	path := strings.TrimPrefix(webhook.Path, "/") // envtest joins host:port and path with a slash
 	c.env = &envtest.Environment{

@@ -368,8 +368,8 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 4 {
-		t.Fatalf("%d webhooks, want 4 (namespace, label, pods, updates)", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 5 {
+		t.Fatalf("%d webhooks, want 5 (namespace, label, pods, labelled-out, updates)", len(mwc.Webhooks))
 	}
 	for _, wh := range mwc.Webhooks {
 		ref := wh.ClientConfig.Service
@@ -396,16 +396,23 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		if !found {
 			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
 		}
-		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
-			t.Errorf("webhook %s: rules = %+v, want pods", wh.Name, wh.Rules)
+		want := []string{"pods"}
+		if wh.Rules[0].Operations[0] == admissionregistrationv1.Update {
+			// An image can change by an update and by an added
+			// ephemeral container: no checkpoint image either way.
+			want = []string{"pods", "pods/ephemeralcontainers"}
+		}
+		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, want) {
+			t.Errorf("webhook %s: rules = %+v, want %v", wh.Name, wh.Rules, want)
 		}
 	}
 
 	// Where each pod goes: never the system's nor the webhook's own
-	// namespace; a pod labelled ms2m.io/inject=false nowhere; a pod that
-	// opted in by its namespace's label or its own to one webhook with the
-	// chart's failurePolicy; every other pod, and every UPDATE, to one that
-	// ignores failures, so that a webhook that is down stops nothing else.
+	// namespace; a pod that opted in by its namespace's label or its own
+	// to one webhook with the chart's failurePolicy; every other pod (one
+	// labelled ms2m.io/inject=false too, whose images are checked), and
+	// every UPDATE, to one that ignores failures, so that a webhook that
+	// is down stops nothing else.
 	fail := admissionregistrationv1.Fail
 	for _, tc := range []struct {
 		op            admissionregistrationv1.OperationType
@@ -417,7 +424,8 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 0, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
 		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"app": "consumer"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "true"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"app": "consumer"}, 1, true},

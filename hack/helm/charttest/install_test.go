@@ -334,9 +334,10 @@ webhook:
 		t.Errorf("an unsigned restore: %v, want a denial saying it has no signature", err)
 	}
 
-	// The selectors: a pod labelled ms2m.io/inject=false, a pod outside the
-	// workload namespaces and a pod in the release namespace never reach
-	// the webhook, whatever their annotations say.
+	// The selectors: a pod labelled ms2m.io/inject=false (which the webhook
+	// sees, for its images, but never injects), a pod outside the workload
+	// namespaces and a pod in the release namespace are not injected,
+	// whatever their annotations say.
 	for _, p := range []*corev1.Pod{
 		pod(shop, "opted-out", map[string]string{"ms2m.io/inject": "false"}, optIn),
 		pod(elsewhere, "consumer-0", nil, optIn),
