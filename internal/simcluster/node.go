@@ -618,7 +618,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
 		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
-		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
+		port, token, err := migrate.SidecarGiven(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
 		}

@@ -55,6 +55,9 @@ type Handler struct {
 	api     client.Reader
 	events  EventRecorder // nil: no events
 	metrics *Metrics
+	// secrets writes each namespace's control token (ensureControlToken);
+	// nil: none is written.
+	secrets client.Writer
 }
 
 // NewHandler returns a handler that injects what cfg says. namespaces
@@ -164,6 +167,11 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		return admission.Allowed(reason).WithWarnings(res.Warnings...), outcomeSkipped
 	}
 
+	if req.DryRun == nil || !*req.DryRun {
+		if err := h.ensureControlToken(ctx, pod.Namespace); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), outcomeError
+		}
+	}
 	mutated := res.Pod
 	if origNamespace == "" {
 		mutated.Namespace = ""
