@@ -108,7 +108,7 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 // chartValues are the chart's values for the local cluster under state,
 // with its registry: the images in that registry and checkpoint images in
 // its repository checkpoints,
-// over plain HTTP, workloads in Namespace with the broker Secret and the
+// over plain HTTP, workloads in Namespace with the broker Secret and
 // each namespace's control token written by the webhook, the lab's agent token, and the
 // agent's folders per node ($(NODE_NAME)), since the nodes share this
 // host's filesystem.
