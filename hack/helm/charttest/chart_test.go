@@ -510,6 +510,11 @@ func checkAgent(t *testing.T, r rendered) {
 	if !cmp.Equal(c.Args, []string{"agent"}) {
 		t.Errorf("agent args = %v, want [agent]", c.Args)
 	}
+	// On the host network, it listens on the node's address only, not on
+	// every host interface.
+	if ip := envMap(c)["MS2M_AGENT_LISTEN_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("MS2M_AGENT_LISTEN_IP = %+v, want the node's address (fieldRef status.hostIP)", ip)
+	}
 	sc := c.SecurityContext
 	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil ||
