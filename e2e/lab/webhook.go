@@ -353,6 +353,7 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 		}
 	}
 	set("MS2M_WEBHOOK_SIGNING_KEY", string(ic.RestoreKey), len(ic.RestoreKey) > 0)
+	set("MS2M_WEBHOOK_CHECKPOINT_REPOSITORY", ic.CheckpointRepository, ic.CheckpointRepository != "")
 	set("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", string(ic.ImagePullPolicy), ic.ImagePullPolicy != "")
 	set("MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", strconv.Itoa(int(ic.ListenPort)), ic.ListenPort != 0)
 	set("MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", strconv.Itoa(int(ic.ControlPort)), ic.ControlPort != 0)

@@ -85,6 +85,9 @@ func (c Config) Validate() error {
 	if c.RunAsUser < 1 {
 		errs = append(errs, fmt.Errorf("runAsUser %d: the sidecar runs as a non-root user; use a uid above 0", c.RunAsUser))
 	}
+	if _, _, err := checkpointRepository(c); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("inject config: %w", err)
 	}

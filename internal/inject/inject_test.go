@@ -42,7 +42,9 @@ var testConfig = Config{
 		},
 	},
 	RestoreKey: []byte("golden-signing-key-0123456789"),
-	Now:        func() time.Time { return goldenNow },
+	// The goldens' restores take their images from here.
+	CheckpointRepository: "registry.example.com/ms2m-checkpoints",
+	Now:                  func() time.Time { return goldenNow },
 }
 
 // goldenNow is the clock of every golden case.

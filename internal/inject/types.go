@@ -46,6 +46,11 @@ type Config struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// RunAsUser is the sidecar's non-root user. Default 65532.
 	RunAsUser int64 `json:"runAsUser,omitempty"`
+	// CheckpointRepository is where ms2m's checkpoint images go (the
+	// migrator's MS2M_IMAGE_REPO): no pod may name an image in it or below
+	// it, except the restore the controller ordered (CheckImages). Empty:
+	// images are not checked.
+	CheckpointRepository string `json:"checkpointRepository,omitempty"`
 	// RestoreKey checks the controller's signature on every restore
 	// instruction (SignRestore); without it no pod is made a restore.
 	RestoreKey []byte `json:"-"`

@@ -56,6 +56,12 @@ type Config struct {
 	SigningKey     string `env:"MS2M_WEBHOOK_SIGNING_KEY"`
 	SigningKeyFile string `env:"MS2M_WEBHOOK_SIGNING_KEY_FILE"`
 
+	// CheckpointRepository is where ms2m's checkpoint images go (the
+	// migrator's MS2M_IMAGE_REPO): the webhook denies every pod that names
+	// an image in it or below it, except the restore the controller
+	// ordered. Empty: images are not checked.
+	CheckpointRepository string `env:"MS2M_WEBHOOK_CHECKPOINT_REPOSITORY"`
+
 	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
 	// "0" turns either off.
 	MetricsAddr string `env:"MS2M_WEBHOOK_METRICS_ADDR" envDefault:":8080"`
@@ -211,6 +217,8 @@ func (c *Config) Inject() (inject.Config, error) {
 		LogMaxAge:       c.LogMaxAge,
 		LogMaxBytes:     c.LogMaxBytes,
 		RunAsUser:       c.SidecarRunAsUser,
+
+		CheckpointRepository: c.CheckpointRepository,
 	}
 	if c.NATSURLSecret != "" {
 		ic.NATSURL = inject.SecretKey{Name: c.NATSURLSecret, Key: c.NATSURLSecretKey}

@@ -139,6 +139,9 @@ func TestDefaults(t *testing.T) {
 	checkRules(t, r, "ms2m-webhook-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// Each namespace's own control token, which it writes.
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
@@ -147,7 +150,7 @@ func TestDefaults(t *testing.T) {
 	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
+		// No Secret: control tokens are derived from the controller's key.
 	})
 	// The controller: what one migration needs through the migrator's
 	// bindings, and only watching pods and pending-migration records, its
@@ -368,8 +371,8 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 4 {
-		t.Fatalf("%d webhooks, want 4 (namespace, label, pods, updates)", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 5 {
+		t.Fatalf("%d webhooks, want 5 (namespace, label, pods, labelled-out, updates)", len(mwc.Webhooks))
 	}
 	for _, wh := range mwc.Webhooks {
 		ref := wh.ClientConfig.Service
@@ -396,16 +399,23 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		if !found {
 			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
 		}
-		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
-			t.Errorf("webhook %s: rules = %+v, want pods", wh.Name, wh.Rules)
+		want := []string{"pods"}
+		if wh.Rules[0].Operations[0] == admissionregistrationv1.Update {
+			// An image can change by an update and by an added
+			// ephemeral container: no checkpoint image either way.
+			want = []string{"pods", "pods/ephemeralcontainers"}
+		}
+		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, want) {
+			t.Errorf("webhook %s: rules = %+v, want %v", wh.Name, wh.Rules, want)
 		}
 	}
 
 	// Where each pod goes: never the system's nor the webhook's own
-	// namespace; a pod labelled ms2m.io/inject=false nowhere; a pod that
-	// opted in by its namespace's label or its own to one webhook with the
-	// chart's failurePolicy; every other pod, and every UPDATE, to one that
-	// ignores failures, so that a webhook that is down stops nothing else.
+	// namespace; a pod that opted in by its namespace's label or its own
+	// to one webhook with the chart's failurePolicy; every other pod (one
+	// labelled ms2m.io/inject=false too, whose images are checked), and
+	// every UPDATE, to one that ignores failures, so that a webhook that
+	// is down stops nothing else.
 	fail := admissionregistrationv1.Fail
 	for _, tc := range []struct {
 		op            admissionregistrationv1.OperationType
@@ -417,7 +427,8 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 0, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
 		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"app": "consumer"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "true"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"app": "consumer"}, 1, true},
@@ -498,6 +509,11 @@ func checkAgent(t *testing.T, r rendered) {
 	c := spec.Containers[0]
 	if !cmp.Equal(c.Args, []string{"agent"}) {
 		t.Errorf("agent args = %v, want [agent]", c.Args)
+	}
+	// On the host network, it listens on the node's address only, not on
+	// every host interface.
+	if ip := envMap(c)["MS2M_AGENT_LISTEN_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("MS2M_AGENT_LISTEN_IP = %+v, want the node's address (fieldRef status.hostIP)", ip)
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
@@ -727,9 +743,9 @@ func TestConfined(t *testing.T) {
 		if got := string(uri.Data["stream-uri"]); got != "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/" {
 			t.Errorf("Secret %s/ms2m-broker stream-uri = %q", ns, got)
 		}
-		tok := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-control"))
-		if len(tok.Data["control-token"]) < 32 {
-			t.Errorf("Secret %s/ms2m-control has a token of %d bytes, want a random one of at least 32", ns, len(tok.Data["control-token"]))
+		// The control token is the webhook's to write, each namespace's own.
+		if _, ok := r.find("Secret", ns, "ms2m-control"); ok {
+			t.Errorf("the chart renders Secret %s/ms2m-control; the webhook writes each namespace's own token", ns)
 		}
 	}
 
