@@ -63,7 +63,9 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("RabbitMQ management API %s %s: %d %s%s", e.Method, e.Path, e.Status, e.Body, hint)
 }
 
-func (e *APIError) Is(target error) bool { return target == ErrNotFound && e.Status == http.StatusNotFound }
+func (e *APIError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
 
 // GetUser returns the user name; ErrNotFound if there is none.
 func (m *Management) GetUser(ctx context.Context, name string) (User, error) {
