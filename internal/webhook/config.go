@@ -28,8 +28,8 @@ type Config struct {
 	CertDir string `env:"MS2M_WEBHOOK_CERT_DIR" envDefault:"/tmp/ms2m-webhook/certs"`
 
 	// What is injected.
-	SidecarImage       string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
-	SidecarPullPolicy  string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
+	SidecarImage      string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
+	SidecarPullPolicy string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
 	// BrokerUsers: each namespace has a broker user of its own (made by the
 	// controller or `migrator broker-users`), and each sidecar's stream URI
 	// comes from the Secret ms2m-broker-user in its pod's namespace. Then
