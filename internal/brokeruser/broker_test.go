@@ -46,7 +46,10 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	mgmt := &Management{URL: m.URL, Username: m.Username, Password: m.Password}
-	return &rig{cs: cs, mgmt: mgmt, admin: b.StreamURI, prov: &Provisioner{Management: mgmt, Secrets: cs.CoreV1(), Stream: addr}}
+	// A prefix of this test's own: the broker is shared with other tests
+	// and the local cluster.
+	prefix := testenv.UniqueName("ms2m-test") + "."
+	return &rig{cs: cs, mgmt: mgmt, admin: b.StreamURI, prov: &Provisioner{Management: mgmt, Secrets: cs.CoreV1(), Stream: addr, UserPrefix: prefix}}
 }
 
 // tenant makes namespace ns, provisions it, and returns the stream URI
@@ -247,7 +250,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	ns := testenv.UniqueName("idem")
 	uri := r.tenant(t, ns)
 	ctx := context.Background()
-	user := UserName(ns)
+	user := r.prov.UserName(ns)
 
 	res, err := r.prov.Ensure(ctx, ns)
 	if err != nil {
@@ -320,10 +323,10 @@ func TestEnsureIsIdempotent(t *testing.T) {
 
 	// A user of the reserved name that ms2m did not make is left alone.
 	other := testenv.UniqueName("foreign")
-	if err := r.mgmt.PutUser(ctx, UserName(other), "not-ours-password", nil); err != nil {
+	if err := r.mgmt.PutUser(ctx, r.prov.UserName(other), "not-ours-password", nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.mgmt.DeleteUser(context.Background(), UserName(other)) })
+	t.Cleanup(func() { _ = r.mgmt.DeleteUser(context.Background(), r.prov.UserName(other)) })
 	if _, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +337,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	if err := r.prov.Remove(ctx, other, true); !errors.As(err, &notOurs) {
 		t.Errorf("Remove of a foreign user: %v, want a NotOursError", err)
 	}
-	if _, err := r.mgmt.GetUser(ctx, UserName(other)); err != nil {
+	if _, err := r.mgmt.GetUser(ctx, r.prov.UserName(other)); err != nil {
 		t.Errorf("the foreign user: %v", err)
 	}
 	if _, err := r.cs.CoreV1().Secrets(other).Get(ctx, contract.BrokerUserSecret, metav1.GetOptions{}); err == nil {

@@ -20,8 +20,18 @@ type Permissions struct {
 	Read      string `json:"read"`
 }
 
-// UserName is the broker user of namespace ns.
-func UserName(ns string) string { return contract.BrokerUserPrefix + ns }
+var userPrefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.$`)
+
+// CheckUserPrefix refuses a user prefix that does not end in a dot (a
+// namespace's name has none, so no two namespaces' users, nor two
+// prefixes' users, share a name) or holds other than letters, digits, '-',
+// '_' and dots, or is over 64 bytes.
+func CheckUserPrefix(p string) error {
+	if len(p) > 64 || !userPrefixPattern.MatchString(p) {
+		return fmt.Errorf("broker user prefix %q: want letters, digits, '-', '_' and dots, ending in a dot, at most 64 bytes (e.g. %s or ms2m-ns.prod-eu.)", p, contract.BrokerUserPrefix)
+	}
+	return nil
+}
 
 // PermissionsFor confines a user to the streams of namespace ns: names that
 // start with ns and a dot. The namespace is quoted, so that no character of

@@ -70,3 +70,14 @@ func TestNewPassword(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckUserPrefix(t *testing.T) {
+	for p, ok := range map[string]bool{
+		"ms2m-ns.": true, "ms2m-ns.prod-eu.": true, "a.": true,
+		"": false, "ms2m-ns": false, "ms2m:ns.": false, "ms2m..": false, ".": false, "a/b.": false, strings.Repeat("a", 64) + ".": false,
+	} {
+		if err := CheckUserPrefix(p); (err == nil) != ok {
+			t.Errorf("CheckUserPrefix(%q) = %v", p, err)
+		}
+	}
+}

@@ -70,8 +70,24 @@ type Provisioner struct {
 	Management *Management
 	Secrets    typedcorev1.SecretsGetter
 	Stream     StreamAddress
+	// UserPrefix starts the name of every user this Provisioner makes;
+	// default contract.BrokerUserPrefix. Clusters (or test runs) that share
+	// one broker each need their own, ending in a dot (CheckUserPrefix):
+	// users are named by namespace, and Namespaces, which the controller's
+	// sweep deletes from, lists only this prefix's.
+	UserPrefix string
 	// Rand is the randomness of passwords; nil: crypto/rand.
 	Rand io.Reader
+}
+
+// UserName is namespace ns's broker user.
+func (p *Provisioner) UserName(ns string) string { return p.prefix() + ns }
+
+func (p *Provisioner) prefix() string {
+	if p.UserPrefix == "" {
+		return contract.BrokerUserPrefix
+	}
+	return p.UserPrefix
 }
 
 // Result says what Ensure did.
@@ -112,7 +128,10 @@ func (p *Provisioner) ensure(ctx context.Context, ns string, rotate bool) (Resul
 	if err := CheckNamespace(ns); err != nil {
 		return Result{}, err
 	}
-	user := UserName(ns)
+	if err := CheckUserPrefix(p.prefix()); err != nil {
+		return Result{}, err
+	}
+	user := p.UserName(ns)
 	res := Result{User: user}
 	if err := p.checkOurs(ctx, user); err != nil && !errors.Is(err, ErrNotFound) {
 		return res, err
@@ -212,7 +231,7 @@ func (p *Provisioner) Remove(ctx context.Context, ns string, secret bool) error 
 	if err := CheckNamespace(ns); err != nil {
 		return err
 	}
-	user := UserName(ns)
+	user := p.UserName(ns)
 	switch err := p.checkOurs(ctx, user); {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
@@ -240,7 +259,7 @@ func (p *Provisioner) Namespaces(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, u := range users {
-		ns, ok := strings.CutPrefix(u.Name, contract.BrokerUserPrefix)
+		ns, ok := strings.CutPrefix(u.Name, p.prefix())
 		if ok && u.HasTag(contract.BrokerUserTag) && CheckNamespace(ns) == nil {
 			out = append(out, ns)
 		}

@@ -2,7 +2,7 @@ package contract
 
 // Per-namespace broker users. Every replay log of namespace ns is a stream
 // named ns + "." + …; each namespace's sidecars connect to the stream port
-// as a broker user of their own, BrokerUserPrefix + ns, whose configure,
+// as a broker user of their own, BrokerUserPrefix + ns (by default), whose configure,
 // write and read permissions on the vhost match only that prefix
 // (internal/brokeruser). Its credentials are in the Secret
 // BrokerUserSecret of the namespace, which the controller (or `migrator
@@ -20,8 +20,9 @@ const (
 	BrokerUserSecretUsername = "username"
 	BrokerUserSecretPassword = "password"
 
-	// BrokerUserPrefix starts every per-namespace broker user's name. The
-	// dot cannot occur in a namespace's name, so no namespace's user is
+	// BrokerUserPrefix starts every per-namespace broker user's name by
+	// default (clusters sharing a broker each set their own). The dot
+	// cannot occur in a namespace's name, so no namespace's user is
 	// another's, or a user setup made (ms2m-admin, ms2m-tls-client).
 	BrokerUserPrefix = "ms2m-ns."
 	// BrokerUserTag marks a broker user as made by ms2m: provisioning
