@@ -57,7 +57,7 @@ type ControllerConfig struct {
 	StatusKey     string `env:"MS2M_STATUS_KEY"`
 	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
 	// KeepImages keeps checkpoint images once the target serves.
-	KeepImages  bool   `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	KeepImages bool `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
 	// BrokerUsers provisions per-namespace broker users when its
 	// MS2M_BROKER_MANAGEMENT_URL is set.
 	BrokerUsers BrokerUserConfig
