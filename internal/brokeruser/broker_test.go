@@ -56,12 +56,12 @@ func newRig(t *testing.T) *rig {
 // from its Secret, as a tenant who reads its own Secret would.
 func (r *rig) tenant(t *testing.T, ns string) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := context.WithoutCancel(t.Context())
 	if _, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := r.prov.Remove(context.Background(), ns, false); err != nil {
+		if err := r.prov.Remove(context.WithoutCancel(t.Context()), ns, false); err != nil {
 			t.Errorf("remove the broker user of %s: %v", ns, err)
 		}
 	})
@@ -149,10 +149,10 @@ func TestNamespaceUserConfinedToItsStreams(t *testing.T) {
 	nsB := nsA + "-eu"
 	uriA, uriB := r.tenant(t, nsA), r.tenant(t, nsB)
 	logA, logB := nsA+".orders", nsB+".orders"
-	ctx := context.Background()
+	ctx := context.WithoutCancel(t.Context())
 	for _, name := range []string{logA, logB, nsA + "x.orders"} {
 		t.Cleanup(func() {
-			if err := shadowqueue.DeleteStream(context.Background(), r.admin, name); err != nil {
+			if err := shadowqueue.DeleteStream(context.WithoutCancel(t.Context()), r.admin, name); err != nil {
 				t.Errorf("clean up: %v", err)
 			}
 		})
@@ -249,7 +249,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	r := newRig(t)
 	ns := testenv.UniqueName("idem")
 	uri := r.tenant(t, ns)
-	ctx := context.Background()
+	ctx := context.WithoutCancel(t.Context())
 	user := r.prov.UserName(ns)
 
 	res, err := r.prov.Ensure(ctx, ns)
@@ -277,7 +277,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Errorf("%s: permissions %+v (%v), want %+v", step, p, err, PermissionsFor(ns))
 		}
 		name := ns + ".idem"
-		t.Cleanup(func() { _ = shadowqueue.DeleteStream(context.Background(), r.admin, name) })
+		t.Cleanup(func() { _ = shadowqueue.DeleteStream(context.WithoutCancel(t.Context()), r.admin, name) })
 		if err := dial(t, got).DeclareStream(name, nil); err != nil {
 			t.Errorf("%s: the Secret's credentials: %v", step, err)
 		}
@@ -326,7 +326,7 @@ func TestEnsureIsIdempotent(t *testing.T) {
 	if err := r.mgmt.PutUser(ctx, r.prov.UserName(other), "not-ours-password", nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.mgmt.DeleteUser(context.Background(), r.prov.UserName(other)) })
+	t.Cleanup(func() { _ = r.mgmt.DeleteUser(context.WithoutCancel(t.Context()), r.prov.UserName(other)) })
 	if _, err := r.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func (p *Provisioner) writeSecret(ctx context.Context, ns string, old *corev1.Se
 		return false, nil
 	}
 	if old.Type != corev1.SecretTypeOpaque || (old.Immutable != nil && *old.Immutable) {
-		return false, fmt.Errorf("Secret %s/%s is not an Opaque, mutable Secret ms2m can write: delete it, and ms2m makes it again", ns, contract.BrokerUserSecret)
+		return false, fmt.Errorf("the Secret %s/%s is not an Opaque, mutable Secret ms2m can write: delete it, and ms2m makes it again", ns, contract.BrokerUserSecret)
 	}
 	s := old.DeepCopy()
 	if s.Labels == nil {

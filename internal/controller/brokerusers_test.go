@@ -40,7 +40,7 @@ func TestControllerProvisionsBrokerUsers(t *testing.T) {
 	}
 	mgmt := &brokeruser.Management{URL: m.URL, Username: m.Username, Password: m.Password}
 	prov := &brokeruser.Provisioner{Management: mgmt, Secrets: cs.CoreV1(), Stream: addr, UserPrefix: testenv.UniqueName("ms2m-test") + "."}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	t.Cleanup(cancel)
 
 	// A user ms2m made for a namespace that no longer exists.
@@ -48,14 +48,14 @@ func TestControllerProvisionsBrokerUsers(t *testing.T) {
 	if err := mgmt.PutUser(ctx, prov.UserName(stale), "stale-password-of-a-gone-namespace", []string{contract.BrokerUserTag}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = mgmt.DeleteUser(context.Background(), prov.UserName(stale)) })
+	t.Cleanup(func() { _ = mgmt.DeleteUser(context.WithoutCancel(t.Context()), prov.UserName(stale)) })
 
 	mkNS := func(name string, labels map[string]string) {
 		t.Helper()
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = prov.Remove(context.Background(), name, false) })
+		t.Cleanup(func() { _ = prov.Remove(context.WithoutCancel(t.Context()), name, false) })
 	}
 	labelled, byPod, bystander := testenv.UniqueName("labelled"), testenv.UniqueName("bypod"), testenv.UniqueName("bystander")
 	mkNS(labelled, map[string]string{contract.LabelNamespaceInject: "enabled"})

@@ -60,7 +60,7 @@ func TestBrokerUsersCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := context.WithoutCancel(t.Context())
 	ns := testenv.UniqueName("cli")
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestBrokerUsersCommand(t *testing.T) {
 	u, _ := url.Parse(b.StreamURI)
 	prefix := testenv.UniqueName("ms2m-test") + "."
 	mgmt := &brokeruser.Management{URL: m.URL, Username: m.Username, Password: m.Password}
-	t.Cleanup(func() { _ = mgmt.DeleteUser(context.Background(), prefix+ns) })
+	t.Cleanup(func() { _ = mgmt.DeleteUser(context.WithoutCancel(t.Context()), prefix+ns) })
 	run := func(verb string) string {
 		t.Helper()
 		var out, errOut bytes.Buffer
