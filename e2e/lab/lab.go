@@ -97,20 +97,23 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python"); err != nil {
 		return l, err
 	}
+	// Each sidecar reaches the replay logs as its namespace's own broker
+	// user (Secret ms2m-broker-user), never a shared one.
 	l.Inject = inject.Config{
 		SidecarImage: l.Images["sidecar"],
-		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
+		BrokerUsers:  true,
+		StreamURI:    inject.BrokerUserStreamURI,
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 		RestoreKey:   []byte(SigningKey),
 
 		CheckpointRepository: l.ImageRepo(),
 	}
+	if err := l.ProvisionBrokerUser(ctx, Namespace, c.BrokerStreamAddr()); err != nil {
+		return l, err
+	}
 	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
-		StringData: map[string]string{
-			"stream-uri":    fmt.Sprintf("rabbitmq-stream://%s:%s@%s/", BrokerUser, BrokerPassword, c.BrokerStreamAddr()),
-			"control-token": ControlToken(Namespace),
-		},
+		StringData: map[string]string{"control-token": ControlToken(Namespace)},
 	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		err = nil // a cluster that stayed up

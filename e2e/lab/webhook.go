@@ -342,10 +342,13 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 	}
 	env := []string{
 		"MS2M_WEBHOOK_SIDECAR_IMAGE=" + ic.SidecarImage,
-		"MS2M_WEBHOOK_STREAM_URI_SECRET=" + ic.StreamURI.Name,
-		"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY=" + ic.StreamURI.Key,
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET=" + ic.ControlToken.Name,
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY=" + ic.ControlToken.Key,
+	}
+	if ic.BrokerUsers {
+		env = append(env, "MS2M_WEBHOOK_BROKER_USERS=true")
+	} else {
+		env = append(env, "MS2M_WEBHOOK_STREAM_URI_SECRET="+ic.StreamURI.Name, "MS2M_WEBHOOK_STREAM_URI_SECRET_KEY="+ic.StreamURI.Key)
 	}
 	set := func(name string, v string, ok bool) {
 		if ok {

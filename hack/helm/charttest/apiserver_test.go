@@ -192,7 +192,7 @@ func TestEveryObjectIsAccepted(t *testing.T) {
 		{name: "cert-manager", release: "certs", text: certManagerValues},
 		{name: "confined", release: "confined", text: strings.ReplaceAll(confinedValues, "[shop, jobs]", "[confined-shop, confined-jobs]"),
 			workloads: []string{"confined-shop", "confined-jobs"}},
-		{name: "no controller", release: "nocontroller", text: `migrator: {controller: {enabled: false}}`},
+		{name: "no controller", release: "nocontroller", text: `{migrator: {controller: {enabled: false}}, brokerUsers: {provision: manual}}`},
 		{name: "everything changed", release: "custom", text: `
 image: {registry: registry.example.com:5000, tag: v9, pullPolicy: Always}
 imagePullSecrets: [{name: regcred}]
@@ -392,7 +392,18 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
 			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
 			{verb: "create", resource: "events", ns: ns},
+			// Per-namespace broker users (brokerUsers, on by default).
+			{verb: "list", resource: "namespaces"},
+			{verb: "watch", resource: "namespaces"},
+			{verb: "get", resource: "namespaces", name: "shop"},
+			{verb: "create", resource: "secrets", ns: "shop"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
 		}, []access{
+			{verb: "get", resource: "secrets", ns: "shop", name: "someone-elses"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "delete", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
+			{verb: "update", resource: "namespaces", name: "shop"},
 			{verb: "list", resource: "secrets"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},

@@ -33,7 +33,6 @@ serviceMonitor: {enabled: true}
 workloadNamespaces: [shop, jobs]
 secrets:
   create: true
-  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/"}
 kubeletCheckpointAccess: {enabled: true}
 agent:
   registry: {insecure: true, authSecret: regcred}
@@ -92,8 +91,7 @@ func TestDefaults(t *testing.T) {
 		"MS2M_WEBHOOK_SERVICE_NAME":             "ms2m-webhook",
 		"MS2M_WEBHOOK_CONFIG_NAME":              "ms2m-webhook",
 		"MS2M_WEBHOOK_SIDECAR_IMAGE":            "ms2m/sidecar:0.1.0",
-		"MS2M_WEBHOOK_STREAM_URI_SECRET":        "ms2m-broker",
-		"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY":    "stream-uri",
+		"MS2M_WEBHOOK_BROKER_USERS":             "true",
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET":     "ms2m-control",
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY": "control-token",
 		"MS2M_WEBHOOK_LOG_MAX_BYTES":            "1073741824",
@@ -101,6 +99,12 @@ func TestDefaults(t *testing.T) {
 	} {
 		if got := env[k].Value; got != want {
 			t.Errorf("webhook env %s = %q, want %q", k, got, want)
+		}
+	}
+	// Per-namespace broker users: no shared stream URI reaches the webhook.
+	for _, k := range []string{"MS2M_WEBHOOK_STREAM_URI_SECRET", "MS2M_WEBHOOK_STREAM_URI_SECRET_KEY"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("webhook env sets %s beside MS2M_WEBHOOK_BROKER_USERS", k)
 		}
 	}
 	if f := env["MS2M_WEBHOOK_SERVICE_NAMESPACE"].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "metadata.namespace" {
@@ -155,13 +159,19 @@ func TestDefaults(t *testing.T) {
 	// The controller: what one migration needs through the migrator's
 	// bindings, and only watching pods and pending-migration records, its
 	// Events and the lease besides.
+	// With per-namespace broker users made by the controller (the
+	// default), it also watches namespaces (which to give a user, and
+	// when one is deleted) and writes the one Secret ms2m-broker-user.
 	checkRules(t, r, "ms2m-controller", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	})
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-broker-user"}, Verbs: []string{"get", "update"}},
 	})
 	role := typed[rbacv1.Role](t, r.get(t, "Role", releaseNS, "ms2m-controller-leader-election"))
 	if diff := cmp.Diff([]rbacv1.PolicyRule{
@@ -254,6 +264,23 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_METRICS_ADDR":              ":8080",
 		"MS2M_HEALTH_ADDR":               ":8081",
 		"MS2M_LOG_LEVEL":                 "info",
+		// Per-namespace broker users (testBase's brokerUsers).
+		"MS2M_BROKER_MANAGEMENT_URL":      "http://rabbit.example:15672",
+		"MS2M_BROKER_ADMIN_USERNAME_FILE": "/etc/ms2m/broker-admin/username",
+		"MS2M_BROKER_ADMIN_PASSWORD_FILE": "/etc/ms2m/broker-admin/password",
+		"MS2M_BROKER_STREAM_ADDRESS":      "rabbitmq-stream://rabbit.example:5552/",
+		"MS2M_BROKER_USER_PREFIX":         "ms2m-ns.",
+	}
+	// The namespaces given a broker user are those the controller's
+	// workload RoleBindings are in, when confined.
+	var bound []string
+	for _, o := range r.ofKind("RoleBinding") {
+		if o.GetName() == fullname+"-controller" {
+			bound = append(bound, o.GetNamespace())
+		}
+	}
+	if len(bound) > 0 {
+		want["MS2M_BROKER_USER_NAMESPACES"] = strings.Join(bound, ",")
 	}
 	got := map[string]string{}
 	for k, e := range env {
@@ -285,6 +312,18 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 	if tv == nil || agentTV == nil || tv.SecretName != agentTV.SecretName || len(tv.Items) != 1 ||
 		tv.Items[0].Key != agentTV.Items[0].Key || tv.Items[0].Path != filepath.Base(env["MS2M_AGENT_TOKEN_FILE"].Value) {
 		t.Errorf("MS2M_AGENT_TOKEN_FILE is not the agent DaemonSet's token Secret key: controller %+v, agent %+v", tv, agentTV)
+	}
+
+	// The broker administrator: brokerUsers.adminSecret's two keys, as
+	// the files the variables name.
+	var admin *corev1.SecretVolumeSource
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(env["MS2M_BROKER_ADMIN_USERNAME_FILE"].Value) {
+			admin = secrets[m.Name]
+		}
+	}
+	if admin == nil || admin.SecretName != "rabbit-admin" || !cmp.Equal(admin.Items, []corev1.KeyToPath{{Key: "username", Path: "username"}, {Key: "password", Path: "password"}}) {
+		t.Errorf("the broker administrator's Secret as mounted: %+v", admin)
 	}
 
 	// Probes on the port of MS2M_HEALTH_ADDR; /metrics behind a Service.
@@ -336,7 +375,7 @@ func checkSigningKey(t *testing.T, r rendered, what string, spec corev1.PodSpec,
 // TestControllerDisabled: no controller, nothing of its RBAC, and the
 // checkpoint repository is then needed only for the printed Job.
 func TestControllerDisabled(t *testing.T) {
-	r := render(t, values(t, `migrator: {checkpointRepository: "", controller: {enabled: false}}`))
+	r := render(t, values(t, `{migrator: {checkpointRepository: "", controller: {enabled: false}}, brokerUsers: {provision: manual}}`))
 	for _, o := range r.objs {
 		if strings.Contains(o.GetName(), "controller") || o.GetLabels()["app.kubernetes.io/component"] == "controller" {
 			t.Errorf("%s %s rendered with migrator.controller.enabled=false", o.GetKind(), o.GetName())
@@ -739,9 +778,9 @@ func TestConfined(t *testing.T) {
 				t.Errorf("RoleBinding %s/%s: %+v %+v, want subjects %v", ns, who, rb.RoleRef, rb.Subjects, subjects)
 			}
 		}
-		uri := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-broker"))
-		if got := string(uri.Data["stream-uri"]); got != "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/" {
-			t.Errorf("Secret %s/ms2m-broker stream-uri = %q", ns, got)
+		// No shared stream URI: the controller writes ms2m-broker-user.
+		if _, ok := r.find("Secret", ns, "ms2m-broker"); ok {
+			t.Errorf("Secret %s/ms2m-broker rendered beside per-namespace broker users", ns)
 		}
 		// The control token is the webhook's to write, each namespace's own.
 		if _, ok := r.find("Secret", ns, "ms2m-control"); ok {
