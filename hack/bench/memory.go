@@ -337,21 +337,11 @@ func memoryGoals(res memoryResults) []paperGoal {
 			Measured: fmt.Sprintf("%.1f× (checkpoint %s ms, CRIU's dump %s ms; %d runs)", c / *st.CRIUDump, fmtMs0(c), fmtMs0(*st.CRIUDump), st.CRIURuns),
 			Verdict:  verdict(c <= goalMovedOverCRIU**st.CRIUDump)})
 	}
-	failed, lost, dup, judged := 0, 0, 0, 0
-	for _, r := range res.Runs {
-		if !r.ok() {
-			failed++
-		}
-		if r.Lost != nil {
-			judged++
-			lost += *r.Lost
-			dup += *r.Duplicated
-		}
+	rounds := make([]migrationRound, len(res.Runs))
+	for i, r := range res.Runs {
+		rounds[i] = r.migrationRound
 	}
-	gs = append(gs, paperGoal{Name: "every migration exact: lost and duplicated messages", Target: "0 and 0, every hash the producer's",
-		Measured: fmt.Sprintf("lost %d, duplicated %d over %d judged migrations; %d of %d failed or had a wrong hash", lost, dup, judged, failed, len(res.Runs)),
-		Verdict:  verdict(failed == 0 && lost == 0 && dup == 0 && judged == len(res.Runs))})
-	return gs
+	return append(gs, exactGoal(rounds))
 }
 
 // memoryCSV is one row per migration.
