@@ -437,10 +437,12 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	}
 	// The result is who serves: a new pod (completed) or the source
 	// (rolled back), whatever the status says; where the two disagree,
-	// the record says so.
+	// the record says so. A StatefulSet's pod restored on the source's
+	// node (its restore on the target failed) is a new pod where the
+	// source was: rolled back.
 	if served != nil {
 		r.Result = soak.Completed
-		if served.UID == src.UID {
+		if served.UID == src.UID || served.Spec.NodeName == src.Spec.NodeName {
 			r.Result = soak.RolledBack
 		}
 		if want := map[soak.Result]contract.Phase{soak.Completed: contract.PhaseSucceeded}[r.Result]; (want == "") == (st.Phase == contract.PhaseSucceeded) {
