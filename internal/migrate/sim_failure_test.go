@@ -302,3 +302,48 @@ func TestStatefulSetRestoreFailsRollsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestShadowCheckpointThroughAControlCut: statefulset-shadow's shadow has
+// taken over on node B and the source is stopped for good when the
+// network to node B's control APIs drops the migrator's quiesce of the
+// shadow, and every request after it, for three requests. The migrator
+// tries again (resuming the shadow, whose quiesce may have gone through)
+// once node B answers, and completes: the StatefulSet's pod serves on node
+// B with every delivery processed once, and the shadow is gone. Before,
+// the migration failed there and left the shadow serving beside the
+// stopped source, for a human to finish.
+func TestShadowCheckpointThroughAControlCut(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deploy(t, c, "sim-shadow-cut-"+suffix(), "StatefulSet", true)
+	restore := c.Nodes[nodeB].CutControlOn("/quiesce")
+	done, ended := make(chan struct{}), make(chan int, 1)
+	go func() {
+		defer func() { ended <- restore() }()
+		for c.Nodes[nodeB].Dropped() < 3 {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond): // polls the condition
+			}
+		}
+	}()
+	p := plan(w, contract.StrategyStatefulSetShadow)
+	rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
+	close(done)
+	dropped := <-ended
+	if dropped == 0 {
+		t.Fatal("the cut dropped nothing: the fault did not fire")
+	}
+	if err != nil {
+		t.Fatalf("migrate (the cut dropped %d requests): %v", dropped, err)
+	}
+	checkServing(t, c, w, rep)
+	if _, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), migrate.ShadowName(p.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the shadow is still there (%v)", err)
+	}
+	if n := len(c.Nodes[nodeB].Pods(w.ns)); n != 1 {
+		t.Errorf("node B runs %d pods of the StatefulSet, want 1", n)
+	}
+}

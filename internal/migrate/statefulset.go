@@ -65,7 +65,13 @@ func (r *run) statefulSet(ctx context.Context) error {
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
 			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
 				Start: r.rep.Start, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
-			if running, err = r.recreate(ctx, restore); err != nil {
+			// Until the source is deleted, a failed write changes nothing
+			// and is tried again (the API server may be back soon).
+			err = r.tryAgain(ctx, r.now().Add(p.Timeout), "recreate the StatefulSet's pod", func() (err error) {
+				running, err = r.recreate(ctx, restore)
+				return err
+			}, isSourceKept, nil)
+			if err != nil {
 				cause := err
 				if running, err = r.restoreOnSource(ctx, restore, running, cause); err != nil {
 					return err
@@ -361,13 +367,28 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowPod.Name, p.TargetNode, src.Name, src.Name)
 	}
 
-	cut2, err := r.liveCheckpoint(ctx, shadowPod, ShadowName(p.Name), "shadow ")
+	// Until the source is deleted, a failed step changes nothing: the
+	// shadow serves, the source is stopped. The network to the shadow's
+	// node or to the API server may be back soon, so the steps are tried
+	// again for up to the plan's Timeout; a quiesce whose answer was lost
+	// may have quiesced the shadow, so it is resumed (on a serving
+	// sidecar, no change) before the next checkpoint.
+	deadline := r.now().Add(p.Timeout)
+	var cut2 control.Cut
+	err := r.tryAgain(ctx, deadline, "checkpoint the shadow", func() (err error) {
+		cut2, err = r.liveCheckpoint(ctx, shadowPod, ShadowName(p.Name), "shadow ")
+		return err
+	}, func(error) bool { return true }, func() error { return shadowEP.Resume(ctx) })
 	if err != nil {
 		return serving(err)
 	}
 	r.rep.ShadowCheckpoint = cut2.ID
 	restore := Restore{Migration: p.Name, Image: r.rep.ShadowImage, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut2.ID, Epoch: cut2.Epoch}
-	running, err := r.recreate(ctx, restore)
+	var running *corev1.Pod
+	err = r.tryAgain(ctx, deadline, "recreate the StatefulSet's pod", func() (err error) {
+		running, err = r.recreate(ctx, restore)
+		return err
+	}, isSourceKept, nil)
 	if err != nil {
 		return serving(err)
 	}
@@ -403,19 +424,60 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	return nil
 }
 
+// tryAgain runs step until it succeeds, fails with an error that retry
+// says is not worth another try, or deadline has passed; between tries
+// it waits, 0.2 s doubling up to 5 s, and runs before, if set, which must
+// succeed for the next try. It returns step's last error.
+func (r *run) tryAgain(ctx context.Context, deadline time.Time, what string, step func() error, retry func(error) bool, before func() error) error {
+	wait := 200 * time.Millisecond
+	err := step()
+	for err != nil && retry(err) {
+		if r.now().Add(wait).After(deadline) {
+			return err
+		}
+		r.log.Info("a step failed; trying again", "step", what, "in", wait, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+		if before != nil {
+			if berr := before(); berr != nil {
+				err = fmt.Errorf("%w; before trying again: %w", err, berr)
+				continue
+			}
+		}
+		err = step()
+	}
+	return err
+}
+
+// sourceKept is recreate's error before the source was deleted: the
+// source is as it was, stopped, and the pending record is gone (or, if
+// that failed too, unused while the source exists); trying again is safe.
+type sourceKept struct{ error }
+
+func (e sourceKept) Unwrap() error { return e.error }
+
+func isSourceKept(err error) bool {
+	var k sourceKept
+	return errors.As(err, &k)
+}
+
 // recreate records restore as the source's pending migration, deletes the
 // source, and waits until the StatefulSet's new pod of the same name runs
 // as that restore. If the source cannot be deleted, the record goes again.
 func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
 	src, cs := r.source, r.env.Client
 	if err := r.writePending(ctx, restore); err != nil {
-		return nil, err
+		return nil, sourceKept{err}
 	}
 	cmName := contract.PendingConfigMapName(src.Name)
 	if err := deleteNow(ctx, cs, src); err != nil {
 		cctx, cancel := r.cleanupContext(ctx)
 		defer cancel()
-		return nil, errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(cctx))
+		return nil, sourceKept{errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(cctx))}
 	}
 	pod, err := waitRecreated(ctx, r, src, restore.Migration)
 	if err != nil {
