@@ -347,3 +347,25 @@ func TestShadowCheckpointThroughAControlCut(t *testing.T) {
 		t.Errorf("node B runs %d pods of the StatefulSet, want 1", n)
 	}
 }
+
+// TestControllerRecordsTheRestoreOnTheSource: the migrator controller
+// records the rollback of TestStatefulSetRestoreFailsRollsBack as
+// RolledBack, with a Warning Event, on the StatefulSet's pod that serves
+// on the source's node.
+func TestControllerRecordsTheRestoreOnTheSource(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deploy(t, c, "sim-sts-restore-ctl-"+suffix(), "StatefulSet", true)
+	c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+	startController(t, c, "the controller", c.Kubeconfig)
+	requestMigration(t, c, w, contract.StrategyStatefulSet)
+	pod, st := finalStatus(t, c, w.ns, 90*time.Second)
+	if st.Phase != contract.PhaseRolledBack || !strings.Contains(st.Message, "restored on the source's node sim-a") {
+		t.Fatalf("the migration ended %s (%s), want %s, restored on the source's node", st.Phase, st.Message, contract.PhaseRolledBack)
+	}
+	if pod.Spec.NodeName != nodeA {
+		t.Errorf("the status is on %s on %s, want the pod on %s", pod.Name, pod.Spec.NodeName, nodeA)
+	}
+	expectEvent(t, c, w.ns, contract.ReasonMigrationRolledBack)
+}
