@@ -4,7 +4,7 @@ GOFLAGS ?=
 BIN     := bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: images push registry all build test test-unit setup bench bench-paper bench-webhook fuzz demo vet clean k8s-bin
+.PHONY: images push registry all build test test-unit setup bench bench-paper bench-memory bench-webhook fuzz demo vet clean k8s-bin
 .PHONY: node-bin criu node-setup consumer-spring
 
 # Test control plane for the envtest suites (internal/webhook): a real
@@ -120,6 +120,13 @@ bench: setup build bench-webhook node-setup node-bin criu k8s-bin
 BENCHPAPERFLAGS ?=
 bench-paper: setup build node-setup node-bin criu k8s-bin
 	GOWORK=off $(GO) -C $(BENCH_MOD) run . paper $(BENCHPAPERFLAGS)
+
+## bench-memory: migration time against memory on real nodes: stop-and-copy and ms2m of a consumer holding
+## 10, 100 and 1000 MiB of extra state, 3 runs each; results, figures and section.md in out/bench-memory.
+## BENCHMEMORYFLAGS: e.g. '-sizes 10,100 -runs 1' (see go -C hack/bench run . memory -h).
+BENCHMEMORYFLAGS ?=
+bench-memory: setup build node-setup node-bin criu k8s-bin
+	GOWORK=off $(GO) -C $(BENCH_MOD) run . memory $(BENCHMEMORYFLAGS)
 
 ## bench-webhook: admission latency of the webhook through a real kube-apiserver (WEBHOOK_PODS pods)
 WEBHOOK_PODS ?= 300

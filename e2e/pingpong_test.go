@@ -154,6 +154,8 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 		}
 	}()
 
+	journals := l.WatchJournals(ctx, pp.app, 100*time.Millisecond)
+	defer journals.Close()
 	annotate(t, ctx, l, cur.Name, map[string]any{contract.AnnotationMigrateTo: to})
 	waitStarted(t, ctx, l, cur)
 	if i == 1 && pp.kind == lab.Deployment {
@@ -162,6 +164,7 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 		refuseWhileRunning(t, ctx, l, cur)
 	}
 	target, st := waitMigrated(t, ctx, l, pp.app, cur)
+	ended := time.Now()
 	rep := st.Report
 	if rep == nil {
 		t.Fatalf("migration %d: the status of %s has no report: %+v", i, target.Name, st)
@@ -185,6 +188,14 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 		t.Fatalf("migration %d: the consumer in %s: %v", i, target.Name, err)
 	}
 	r.Checked = app.Count
+	if gap, err := journals.Stop(target, began, ended); err != nil {
+		t.Logf("migration %d: no processing gap: %v", i, err)
+	} else {
+		g := ms(gap.Duration())
+		r.GapMS = &g
+		t.Logf("migration %d: processing gap %v (no consumer finished a message while one waited; an upper bound, by at most the journals' 100 ms between reads), %v after the request",
+			i, gap.Duration().Round(time.Millisecond), gap.Start.Sub(began).Round(time.Millisecond))
+	}
 	if err := lab.CheckPrefix(app); err != nil {
 		r.Outcome, r.Error = soak.Outcome(lab.PrefixFault(err)), err.Error()
 		t.Errorf("migration %d: the consumer in %s: %v", i, target.Name, err)

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
@@ -33,6 +35,9 @@ type Consumer struct {
 	// allow: they write nothing to it. A live checkpoint then thaws the
 	// app as soon as CRIU's dump is done (migrate.ThawAuto).
 	ReadOnlyRoot bool
+	// StateMiB is extra state the Go consumer holds in memory (STATE_MB),
+	// for the benchmarks' memory sweep; 0 for none.
+	StateMiB int
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -78,13 +83,29 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 					corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
 					corev1.EnvVar{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},
 				),
+				Resources: stateResources(c.StateMiB),
 			}},
 		},
+	}
+	if c.StateMiB > 0 {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "STATE_MB", Value: strconv.Itoa(c.StateMiB)})
 	}
 	if c.Mutate != nil {
 		c.Mutate(p)
 	}
 	return p, nil
+}
+
+// stateResources asks the scheduler for room for mib MiB of extra state
+// (and a margin for the rest of the consumer), so that a node too small for
+// it is found at scheduling, not by the kernel's OOM killer mid-restore.
+func stateResources(mib int) corev1.ResourceRequirements {
+	if mib == 0 {
+		return corev1.ResourceRequirements{}
+	}
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(int64(mib+64)<<20, resource.BinarySI),
+	}}
 }
 
 // StartConsumer admits and creates c's pod, and waits until it runs.

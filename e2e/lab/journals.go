@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/e2e/lab/journal"
 	"github.com/ms2m/ms2m/internal/contract"
@@ -91,6 +93,105 @@ func (j *Journals) Gap(from, to time.Time) (journal.Gap, error) {
 	}
 	if len(all) == 0 {
 		return journal.Gap{}, errors.New("no journal was read")
+	}
+	return journal.ProcessingGap(all, journal.SendTimes(all), from, to), nil
+}
+
+// JournalWatch reads, again and again, the journals of every pod of one
+// workload (label app=) while a migration runs that the test does not
+// drive itself (one asked for by annotation, run by the controller), so
+// that the journal of each instance that stops and is deleted (source,
+// shadow) is read while it still exists. It keeps the last whole read of
+// each pod, by UID. A fold an instance makes after its last read is
+// missing, so the gap it gives is an upper bound, by at most the interval
+// between reads: an instance stops consuming at its handover, well before
+// the controller deletes it.
+type JournalWatch struct {
+	stop chan struct{}
+	once sync.Once
+	done chan struct{}
+	mu   sync.Mutex
+	last map[types.UID][]journal.Fold
+	errs map[types.UID]error
+}
+
+// WatchJournals starts reading the journals of the pods labelled app=app
+// every interval, until Stop.
+func (l *Lab) WatchJournals(ctx context.Context, app string, every time.Duration) *JournalWatch {
+	w := &JournalWatch{stop: make(chan struct{}), done: make(chan struct{}),
+		last: map[types.UID][]journal.Fold{}, errs: map[types.UID]error{}}
+	read := func() {
+		pods, err := l.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+		if err != nil {
+			return
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Status.PodIP == "" {
+				continue
+			}
+			folds, dropped, err := GetFolds(p)
+			w.mu.Lock()
+			switch {
+			case err != nil: // not serving yet, or gone: the last read stands
+			case dropped > 0:
+				w.errs[p.UID] = fmt.Errorf("the journal of pod %s dropped its %d oldest folds", p.Name, dropped)
+			default:
+				w.last[p.UID] = folds
+			}
+			w.mu.Unlock()
+		}
+	}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-w.stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+// Close ends the reads; more calls do nothing.
+func (w *JournalWatch) Close() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// Stop ends the reads and returns the gap over [from, to] from the last
+// read of every pod's journal, with target's read once more now (it has
+// processed what it is judged on).
+func (w *JournalWatch) Stop(target *corev1.Pod, from, to time.Time) (journal.Gap, error) {
+	w.Close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	folds, dropped, err := GetFolds(target)
+	switch {
+	case err != nil:
+		return journal.Gap{}, fmt.Errorf("the journal of pod %s: %w", target.Name, err)
+	case dropped > 0:
+		return journal.Gap{}, fmt.Errorf("the journal of pod %s dropped its %d oldest folds", target.Name, dropped)
+	}
+	w.last[target.UID] = folds
+	delete(w.errs, target.UID)
+	var errs []error
+	for _, e := range w.errs {
+		errs = append(errs, e)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return journal.Gap{}, err
+	}
+	all := make([][]journal.Fold, 0, len(w.last))
+	for _, f := range w.last {
+		all = append(all, f)
 	}
 	return journal.ProcessingGap(all, journal.SendTimes(all), from, to), nil
 }

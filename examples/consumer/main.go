@@ -32,6 +32,10 @@ Environment:
   HTTP_ADDR        address of the state server (default 127.0.0.1:8080)
   DECLARE          declare the queue as durable before consuming (default true)
   CONNECTION_NAME  client-provided connection name (default ms2m-example-consumer)
+  STATE_MB         MiB of extra state the consumer holds in memory, every page
+                   written with pseudo-random bytes, so that a checkpoint of it
+                   has that much more to dump, move and restore (default 0;
+                   the benchmarks' memory sweep sets it)
   SKIP_REDELIVERIES  skip a redelivered message whose numeric message-id is
                    not above the last folded one's (default false: fold
                    everything, so that the hash shows every duplicate)
@@ -53,7 +57,12 @@ type config struct {
 	// skipRedeliveries turns on the redelivery skip (see state.apply).
 	// It is off by default, so that a duplicate shows in the hash.
 	skipRedeliveries bool
+	// stateMiB is the extra state held in memory (STATE_MB).
+	stateMiB int
 }
+
+// maxStateMiB bounds STATE_MB (64 GiB).
+const maxStateMiB = 64 << 10
 
 func main() {
 	flag.Usage = func() { fmt.Fprint(flag.CommandLine.Output(), usage) }
@@ -121,6 +130,13 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 		}
 		cfg.declare = b
 	}
+	if v, ok := env("STATE_MB"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxStateMiB {
+			return cfg, fmt.Errorf("STATE_MB=%q: want a whole number of MiB from 0 to %d", v, maxStateMiB)
+		}
+		cfg.stateMiB = n
+	}
 	if v, ok := env("SKIP_REDELIVERIES"); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -132,7 +148,7 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 }
 
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	st := &state{skipRedeliveries: cfg.skipRedeliveries}
+	st := &state{skipRedeliveries: cfg.skipRedeliveries, extra: extraState(cfg.stateMiB)}
 	ln, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.httpAddr, err)
@@ -148,7 +164,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}()
 	log.Info("listening", "http", "http://"+ln.Addr().String(), "broker", redact(cfg.url),
 		"queue", cfg.queue, "prefetch", cfg.prefetch, "work", cfg.work, "connection_name", cfg.connName,
-		"skip_redeliveries", cfg.skipRedeliveries)
+		"skip_redeliveries", cfg.skipRedeliveries, "state_mib", cfg.stateMiB)
 
 	backoff := minBackoff
 	for {

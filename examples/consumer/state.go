@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -32,6 +34,23 @@ type state struct {
 	// latency and to count lost and repeated ones.
 	journal []fold
 	dropped int // folds that fell out of the journal
+
+	// extra is STATE_MB's state: never read, only kept, so that it is
+	// part of every checkpoint.
+	extra []byte
+}
+
+// extraState is mib MiB of pseudo-random bytes, every page written (so
+// resident, and nothing compresses it away), or nil for 0.
+func extraState(mib int) []byte {
+	if mib == 0 {
+		return nil
+	}
+	b := make([]byte, mib<<20)
+	var seed [32]byte
+	binary.LittleEndian.PutUint64(seed[:], uint64(time.Now().UnixNano()))
+	_, _ = rand.NewChaCha8(seed).Read(b) // ChaCha8's Read never fails
+	return b
 }
 
 // journalMax bounds the journal (32 bytes a fold, 3.2 MiB); when it is

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -111,6 +112,23 @@ func TestFolds(t *testing.T) {
 	}
 }
 
+// TestExtraState: STATE_MB's state is that many MiB, written (not the
+// zero pages a fresh allocation reads as), and none for 0.
+func TestExtraState(t *testing.T) {
+	if b := extraState(0); b != nil {
+		t.Errorf("extraState(0) = %d bytes, want none", len(b))
+	}
+	b := extraState(2)
+	if len(b) != 2<<20 {
+		t.Fatalf("extraState(2) = %d bytes, want 2 MiB", len(b))
+	}
+	for page := 0; page < len(b); page += 4096 {
+		if !slices.ContainsFunc(b[page:page+4096], func(c byte) bool { return c != 0 }) {
+			t.Fatalf("page %d of the extra state was never written", page/4096)
+		}
+	}
+}
+
 func TestLoadConfig(t *testing.T) {
 	env := map[string]string{"PREFETCH": "10", "WORK_MS": "0", "DECLARE": "false", "QUEUE": "q"}
 	cfg, err := loadConfig(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
@@ -128,7 +146,12 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil || !cfg.skipRedeliveries {
 		t.Errorf("with SKIP_REDELIVERIES=true: loadConfig = %+v, %v; want the skip on", cfg, err)
 	}
-	for _, bad := range []map[string]string{{"PREFETCH": "-1"}, {"WORK_MS": "x"}, {"DECLARE": "maybe"}, {"SKIP_REDELIVERIES": "sometimes"}} {
+	cfg, err = loadConfig(func(k string) (string, bool) { return "100", k == "STATE_MB" })
+	if err != nil || cfg.stateMiB != 100 {
+		t.Errorf("with STATE_MB=100: loadConfig = %+v, %v; want 100 MiB of extra state", cfg, err)
+	}
+	for _, bad := range []map[string]string{{"PREFETCH": "-1"}, {"WORK_MS": "x"}, {"DECLARE": "maybe"}, {"SKIP_REDELIVERIES": "sometimes"},
+		{"STATE_MB": "-1"}, {"STATE_MB": "1.5"}, {"STATE_MB": "99999999"}} {
 		if _, err := loadConfig(func(k string) (string, bool) { v, ok := bad[k]; return v, ok }); err == nil {
 			t.Errorf("loadConfig(%v): want an error", bad)
 		}

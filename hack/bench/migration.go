@@ -33,6 +33,7 @@ type migrationSpec struct {
 	statefulSet bool
 	replayMax   time.Duration       // T_replay_max for ms2m-cutoff; 0 is the default
 	cutoff      contract.CutoffRule // ms2m-cutoff's rule; "" is the default
+	stateMiB    int                 // extra state in the consumer's memory (STATE_MB); 0 for none
 }
 
 // migrate starts a fresh consumer on node 1 and a producer at spec.rate,
@@ -78,7 +79,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		removeNodeImages(cctx, l, 2, "/ms2m/checkpoints")
 	}()
 
-	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer", ReadOnlyRoot: true}
+	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: strategyWorkMS, Image: "consumer", ReadOnlyRoot: true, StateMiB: spec.stateMiB}
 	var src *corev1.Pod
 	if spec.statefulSet {
 		src, err = startStatefulSet(ctx, l, consumer)

@@ -170,8 +170,8 @@ func (s *sim) startController() error {
 		"MS2M_METRICS_ADDR=0",
 		"MS2M_HEALTH_ADDR=0",
 		"MS2M_MIGRATION_TIMEOUT=1m",
-		// The simulated cluster's key, which its webhook checks restore
-		// orders with; shared by every controller the soak starts.
+		// The simulated cluster's key, which its webhook checks restores
+		// with and writes control tokens by: one key, as the chart's Secret.
 		"MS2M_STATUS_KEY="+string(s.c.SigningKey),
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -436,12 +436,10 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	}
 	// The result is who serves: a new pod (completed) or the source
 	// (rolled back), whatever the status says; where the two disagree,
-	// the record says so. A StatefulSet's pod restored on the source's
-	// node (its restore on the target failed) is a new pod where the
-	// source was: rolled back.
+	// the record says so.
 	if served != nil {
 		r.Result = soak.Completed
-		if served.UID == src.UID || served.Spec.NodeName == src.Spec.NodeName {
+		if served.UID == src.UID {
 			r.Result = soak.RolledBack
 		}
 		if want := map[soak.Result]contract.Phase{soak.Completed: contract.PhaseSucceeded}[r.Result]; (want == "") == (st.Phase == contract.PhaseSucceeded) {

@@ -66,8 +66,9 @@ func TestRegistrationGoldens(t *testing.T) {
 
 // TestRegistrationRouting: each pod CREATE goes to exactly one webhook,
 // with Fail only where the pod opted in by a label (its namespace's or its
-// own); each UPDATE goes to the Ignore webhook; excluded namespaces and
-// pods labelled ms2m.io/inject=false go nowhere.
+// own), pods labelled ms2m.io/inject=false to an Ignore webhook that only
+// checks their images; each UPDATE goes to the Ignore webhook; excluded
+// namespaces go nowhere.
 func TestRegistrationRouting(t *testing.T) {
 	cfg := Registration{Name: "x", ExcludeNamespaces: []string{"kube-system", "ms2m-system"}}.Configuration()
 	type route struct {
@@ -106,16 +107,16 @@ func TestRegistrationRouting(t *testing.T) {
 	}{
 		{"namespace opted in", create, "shop", "enabled", "", []route{{WebhookNamespace, fail}}},
 		{"namespace opted in, pod labelled too", create, "shop", "enabled", "true", []route{{WebhookNamespace, fail}}},
-		{"namespace opted in, pod labelled out", create, "shop", "enabled", "false", nil},
+		{"namespace opted in, pod labelled out", create, "shop", "enabled", "false", []route{{WebhookLabelledOut, ignore}}},
 		{"pod labelled in", create, "default", "", "true", []route{{WebhookLabel, fail}}},
 		{"pod labelled in, namespace label not enabled", create, "default", "disabled", "true", []route{{WebhookLabel, fail}}},
 		{"nothing opted in (annotation only, or none)", create, "default", "", "", []route{{WebhookPods, ignore}}},
-		{"pod labelled out", create, "default", "", "false", nil},
+		{"pod labelled out", create, "default", "", "false", []route{{WebhookLabelledOut, ignore}}},
 		{"system namespace", create, "kube-system", "enabled", "true", nil},
 		{"webhook's namespace", create, "ms2m-system", "", "", nil},
 		{"update in an opted-in namespace", update, "shop", "enabled", "true", []route{{WebhookUpdates, ignore}}},
 		{"update elsewhere", update, "default", "", "", []route{{WebhookUpdates, ignore}}},
-		{"update of a pod labelled out", update, "default", "", "false", nil},
+		{"update of a pod labelled out", update, "default", "", "false", []route{{WebhookUpdates, ignore}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, routes(tc.op, tc.ns, tc.nsLabel, tc.podLabel)); diff != "" {

@@ -123,11 +123,23 @@ type Options struct {
 	// Stacked are the strategies that get a phase breakdown (default:
 	// all of Strategies).
 	Stacked []string
+	// X is what Run.Rate holds: the default is the message rate; the
+	// memory sweep puts the state's size there.
+	X Axis
 }
 
+// Axis names the x axis: Name goes into the time figures' file names
+// (time-vs-<name>-<strategy>.png), Label under the axis.
+type Axis struct{ Name, Label string }
+
+// rateAxis is the default x axis.
+var rateAxis = Axis{Name: "rate", Label: "message rate λ (msg/s)"}
+
 // Files are the names Write uses.
-func TimeFile(strategy string) string { return "time-vs-rate-" + strategy + ".png" }
-func RateFile(rate float64) string    { return "strategies-at-" + fmtRate(rate) + ".png" }
+func TimeFile(strategy string) string { return timeFile(rateAxis, strategy) }
+
+func timeFile(x Axis, strategy string) string { return "time-vs-" + x.Name + "-" + strategy + ".png" }
+func RateFile(rate float64) string            { return "strategies-at-" + fmtRate(rate) + ".png" }
 func PhaseFile(strategy string) string {
 	return "phases-" + strategy + ".png"
 }
@@ -137,6 +149,9 @@ func PhaseFile(strategy string) string {
 func Write(dir string, runs []Run, o Options) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	if o.X.Name == "" {
+		o.X = rateAxis
 	}
 	var files []string
 	save := func(name string, w vg.Length, panels ...*plot.Plot) error {
@@ -151,11 +166,11 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if len(Series(runs, s, Total)) == 0 {
 			continue
 		}
-		total, down, err := timePlots(runs, s)
+		total, down, err := timePlots(runs, s, o.X.Label)
 		if err != nil {
 			return files, err
 		}
-		if err := save(TimeFile(s), 14*vg.Centimeter, total, down); err != nil {
+		if err := save(timeFile(o.X, s), 14*vg.Centimeter, total, down); err != nil {
 			return files, err
 		}
 	}
@@ -180,7 +195,7 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if len(rates) == 0 {
 			continue
 		}
-		p, err := phasePlot(s, rates, means, o.Groups)
+		p, err := phasePlot(s, rates, means, o.Groups, o.X.Label)
 		if err != nil {
 			return files, err
 		}
@@ -233,11 +248,11 @@ type axis struct {
 
 // timePlots are one strategy's total time and downtime against the rate,
 // means with min-max bars (the paper's Figs 5-8).
-func timePlots(runs []Run, strategy string) (total, downtime *plot.Plot, err error) {
+func timePlots(runs []Run, strategy, xLabel string) (total, downtime *plot.Plot, err error) {
 	panel := func(m Metric, a axis, title string) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
-		p.X.Label.Text = "message rate λ (msg/s)"
+		p.X.Label.Text = xLabel
 		p.Y.Label.Text = a.label + ", mean and min-max"
 		pts := errPoints(scaled(Series(runs, strategy, m), a.scale))
 		line, dots, err := plotter.NewLinePoints(pts)
@@ -359,10 +374,10 @@ func scaled(pts []Point, f float64) []Point {
 
 // phasePlot is one strategy's phases stacked per rate (the paper's Figs
 // 12-14).
-func phasePlot(strategy string, rates []float64, means [][]float64, groups []string) (*plot.Plot, error) {
+func phasePlot(strategy string, rates []float64, means [][]float64, groups []string, xLabel string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = strategy + ": phases of a migration"
-	p.X.Label.Text = "message rate λ (msg/s)"
+	p.X.Label.Text = xLabel
 	p.Y.Label.Text = "seconds (mean)"
 	p.Legend.Top = true
 	var below *plotter.BarChart
