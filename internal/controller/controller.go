@@ -241,6 +241,10 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 		st.TargetPod = targetPod
 		return r.servesAfterAll(ctx, pod, st, after)
 	}
+	var back *migrate.RolledBack
+	if errors.As(err, &back) {
+		return r.restoredOnSource(ctx, pod, st, back)
+	}
 	if err != nil {
 		return r.fail(ctx, pod, st, err)
 	}
@@ -250,6 +254,22 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 	r.cfg.Metrics.record(ResultSucceeded, st)
 	log.FromContext(ctx).Info("migration succeeded", "migration", name, "target", st.TargetPod, "total", rep.Total, "downtime", rep.Downtime)
 	return r.recordOnTarget(ctx, pod, st)
+}
+
+// restoredOnSource records migration st of pod, a StatefulSet's, as
+// rolled back: its restore on the target failed, and the StatefulSet's
+// pod of the same name was restored on the source's node instead and
+// serves (back says how). The status and the Event go on that pod.
+func (r *Reconciler) restoredOnSource(ctx context.Context, pod *corev1.Pod, st Status, back *migrate.RolledBack) error {
+	st.Phase, st.Message, st.TargetPod = contract.PhaseRolledBack, back.Error(), pod.Name
+	log.FromContext(ctx).Info("rolled back: restored on the source's node", "migration", st.Name, "err", back.Err.Error())
+	r.cfg.Metrics.record(ResultRolledBack, st)
+	now, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		now = pod
+	}
+	r.cfg.Events.Eventf(now, nil, corev1.EventTypeWarning, contract.ReasonMigrationRolledBack, "Migrate", "migration %s: %s", st.Name, st.Message)
+	return r.setStatus(ctx, now, st)
 }
 
 // recordOnTarget writes st, the outcome of a migration of pod whose target

@@ -18,7 +18,7 @@ const (
 	ResultSucceeded  Result = "succeeded"
 	ResultFailed     Result = "failed"      // the source was resumed
 	ResultRejected   Result = "rejected"    // bad request; nothing was touched
-	ResultRolledBack Result = "rolled_back" // left running by a killed controller
+	ResultRolledBack Result = "rolled_back" // left running by a killed controller, or restored on the source's node
 )
 
 // DurationBuckets are the bounds, in seconds, of the migration histograms:

@@ -214,3 +214,158 @@ func expectServing(t *testing.T, c *simcluster.Cluster, w *workload) {
 		t.Errorf("the source's app: %+v", st)
 	}
 }
+
+// TestStatefulSetRestoreFailsRollsBack: the statefulset strategy deletes
+// the source at its cutoff, so a restore that fails on the target cannot
+// resume it. The StatefulSet's pod is restored on the source's node
+// instead, from the same checkpoint and replayed to the same cutoff: it
+// serves there with every delivery processed once, and the record and
+// the image go (before, the record stayed and the pod crash-looped on the
+// target, for a human to fix). If the restore fails there too, the error
+// says both and the record stays, so that the pod never starts empty.
+func TestStatefulSetRestoreFailsRollsBack(t *testing.T) {
+	c := cluster(t)
+	for _, tc := range []struct {
+		name      string
+		bothNodes bool
+	}{
+		{"on the target", false},
+		{"on both nodes", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetNodes(c)
+			defer resetNodes(c)
+			w := deploy(t, c, "sim-sts-restore-fails-"+suffix(), "StatefulSet", true)
+			fail := simcluster.Failure{Body: "criu restore failed: Can't open inventory"}
+			c.Nodes[nodeB].Fail(simcluster.StepRestore, fail)
+			if tc.bothNodes {
+				c.Nodes[nodeA].Fail(simcluster.StepRestore, fail)
+			}
+			p := plan(w, contract.StrategyStatefulSet)
+			rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
+			if err == nil {
+				t.Fatal("the migration succeeded")
+			}
+			cm := contract.PendingConfigMapName(w.pod.Name)
+			_, cmErr := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), cm, metav1.GetOptions{})
+			var back *migrate.RolledBack
+			if tc.bothNodes {
+				if errors.As(err, &back) {
+					t.Fatalf("err = %v: a rollback, but the restore on the source's node failed too", err)
+				}
+				for _, s := range []string{"Can't open inventory", "the rollback, the same restore on the source's node sim-a, failed too", "ConfigMap " + w.ns + "/" + cm + " stays"} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("err = %v\nwant it to say %q", err, s)
+					}
+				}
+				if cmErr != nil {
+					t.Errorf("the pending-migration record: %v; it must stay while no pod holds the state", cmErr)
+				}
+				return
+			}
+			if !errors.As(err, &back) {
+				t.Fatalf("err = %v, want a rollback (migrate.RolledBack)", err)
+			}
+			for _, s := range []string{"the restore on sim-b failed", "Can't open inventory", "restored on the source's node sim-a"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("err = %v\nwant it to say %q", err, s)
+				}
+			}
+			if !apierrors.IsNotFound(cmErr) {
+				t.Errorf("the pending-migration record is left (%v)", cmErr)
+			}
+			pod, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), w.pod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pod.Spec.NodeName != nodeA || pod.UID == w.pod.UID {
+				t.Fatalf("the pod %s (UID %s) runs on %s, want a new one on %s", pod.Name, pod.UID, pod.Spec.NodeName, nodeA)
+			}
+			if sp := c.Nodes[nodeB].Pod(w.ns, w.pod.Name); sp != nil {
+				t.Errorf("node B still runs the failed restore (UID %s)", sp.UID)
+			}
+			sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
+			if sp == nil || sp.UID != pod.UID {
+				t.Fatal("node A does not run the restored pod")
+			}
+			testenv.Eventually(t, 10*time.Second, "the restored pod's sidecar serves", func() bool { return sp.Sidecar.Mode() == simcluster.ModeServing })
+			before := sp.App.State().Last
+			testenv.Eventually(t, 5*time.Second, "the restored pod processes", func() bool { return sp.App.State().Last > before+2 })
+			st := sp.App.State()
+			if len(st.Violations) > 0 || st.Count != st.Last {
+				t.Errorf("the restored app: %+v", st)
+			}
+			if st.Count < rep.CutoffID {
+				t.Errorf("the restored app processed %d deliveries, fewer than the cutoff %d", st.Count, rep.CutoffID)
+			}
+			expectNoImage(t, rep.Image)
+		})
+	}
+}
+
+// TestShadowCheckpointThroughAControlCut: statefulset-shadow's shadow has
+// taken over on node B and the source is stopped for good when the
+// network to node B's control APIs drops the migrator's quiesce of the
+// shadow, and every request after it, for three requests. The migrator
+// tries again (resuming the shadow, whose quiesce may have gone through)
+// once node B answers, and completes: the StatefulSet's pod serves on node
+// B with every delivery processed once, and the shadow is gone. Before,
+// the migration failed there and left the shadow serving beside the
+// stopped source, for a human to finish.
+func TestShadowCheckpointThroughAControlCut(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deploy(t, c, "sim-shadow-cut-"+suffix(), "StatefulSet", true)
+	restore := c.Nodes[nodeB].CutControlOn("/quiesce")
+	done, ended := make(chan struct{}), make(chan int, 1)
+	go func() {
+		defer func() { ended <- restore() }()
+		for c.Nodes[nodeB].Dropped() < 3 {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond): // polls the condition
+			}
+		}
+	}()
+	p := plan(w, contract.StrategyStatefulSetShadow)
+	rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
+	close(done)
+	dropped := <-ended
+	if dropped == 0 {
+		t.Fatal("the cut dropped nothing: the fault did not fire")
+	}
+	if err != nil {
+		t.Fatalf("migrate (the cut dropped %d requests): %v", dropped, err)
+	}
+	checkServing(t, c, w, rep)
+	if _, err := c.Client.CoreV1().Pods(w.ns).Get(t.Context(), migrate.ShadowName(p.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the shadow is still there (%v)", err)
+	}
+	if n := len(c.Nodes[nodeB].Pods(w.ns)); n != 1 {
+		t.Errorf("node B runs %d pods of the StatefulSet, want 1", n)
+	}
+}
+
+// TestControllerRecordsTheRestoreOnTheSource: the migrator controller
+// records the rollback of TestStatefulSetRestoreFailsRollsBack as
+// RolledBack, with a Warning Event, on the StatefulSet's pod that serves
+// on the source's node.
+func TestControllerRecordsTheRestoreOnTheSource(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deploy(t, c, "sim-sts-restore-ctl-"+suffix(), "StatefulSet", true)
+	c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+	startController(t, c, "the controller", c.Kubeconfig)
+	requestMigration(t, c, w, contract.StrategyStatefulSet)
+	pod, st := finalStatus(t, c, w.ns, 90*time.Second)
+	if st.Phase != contract.PhaseRolledBack || !strings.Contains(st.Message, "restored on the source's node sim-a") {
+		t.Fatalf("the migration ended %s (%s), want %s, restored on the source's node", st.Phase, st.Message, contract.PhaseRolledBack)
+	}
+	if pod.Spec.NodeName != nodeA {
+		t.Errorf("the status is on %s on %s, want the pod on %s", pod.Name, pod.Spec.NodeName, nodeA)
+	}
+	expectEvent(t, c, w.ns, contract.ReasonMigrationRolledBack)
+}

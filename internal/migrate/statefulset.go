@@ -40,8 +40,11 @@ func (r *run) statefulSet(ctx context.Context) error {
 		running *corev1.Pod
 		// finished: FinishPending completed the migration.
 		finished bool
+		// onSource: the restore on the target failed, and the pod was
+		// restored on the source's node instead (restoreOnSource).
+		onSource error
 	)
-	return r.runPhases(ctx,
+	err := r.runPhases(ctx,
 		phase{name: "live checkpoint", do: func(ctx context.Context) error {
 			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
 			if err != nil {
@@ -62,8 +65,20 @@ func (r *run) statefulSet(ctx context.Context) error {
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
 			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
 				Start: r.rep.Start, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
-			if running, err = r.recreate(ctx, restore); err != nil {
+			// Until the source is deleted, a failed write changes nothing
+			// and is tried again (the API server may be back soon).
+			err = r.tryAgain(ctx, r.now().Add(p.Timeout), "recreate the StatefulSet's pod", func() (err error) {
+				running, err = r.recreate(ctx, restore)
 				return err
+			}, isSourceKept, nil)
+			if err != nil {
+				cause := err
+				if running, err = r.restoreOnSource(ctx, restore, running, cause); err != nil {
+					return err
+				}
+				if running.Spec.NodeName != p.TargetNode {
+					onSource = fmt.Errorf("the restore on %s failed: %w", p.TargetNode, cause)
+				}
 			}
 			r.phase("restore")
 			return nil
@@ -98,6 +113,92 @@ func (r *run) statefulSet(ctx context.Context) error {
 			return nil
 		}},
 	)
+	if err != nil || onSource == nil {
+		return err
+	}
+	r.dropServedImages(ctx)
+	return &RolledBack{Err: fmt.Errorf("migration %s: %w", p.Name, onSource),
+		How: fmt.Sprintf("the StatefulSet's pod %s was restored on the source's node %s from the same checkpoint instead, replayed to the cutoff and serves with the exact state; the pending-migration record and the checkpoint image were deleted", src.Name, src.Spec.NodeName)}
+}
+
+// RolledBack is the error of a migration that failed but whose pod serves
+// again on the source's node with the exact state, restored there (a
+// StatefulSet's, whose source was deleted): the migration is rolled back,
+// not merely failed.
+type RolledBack struct {
+	Err error
+	How string // what serves now, and what was cleaned up
+}
+
+func (e *RolledBack) Error() string { return e.Err.Error() + "; rolled back: " + e.How }
+func (e *RolledBack) Unwrap() error { return e.Err }
+
+// restoreOnSource rolls back a statefulset migration whose restore on the
+// target failed (cause; failed is the pod that did not run, nil if none
+// came): the source was deleted at its cutoff, so "back" is the same
+// restore (the checkpoint, replayed to the same cutoff) on the source's
+// node, where the checkpoint was taken and is known to run. The pending
+// record is pointed at that node, the failed pod is deleted (confirmed
+// by its node: nothing of it runs on), and the StatefulSet makes it again
+// there. It returns the pod that runs; if that fails too, an error that
+// says both, with the record left as the restore to make.
+//
+// A real kubelet retries a failed restore under CrashLoopBackOff; the
+// failed pod is deleted only after its sidecar says that it has not
+// taken over (a retried restore that took over is the migration, done),
+// and within the back-off's pause (10 s and more) that follows the
+// failure WaitRunning saw. A sidecar that cannot be read leaves the pod
+// as it is: whether it consumes is not known.
+func (r *run) restoreOnSource(ctx context.Context, restore Restore, failed *corev1.Pod, cause error) (*corev1.Pod, error) {
+	src := r.source
+	back := restore
+	back.Node = src.Spec.NodeName
+	cmName := contract.PendingConfigMapName(src.Name)
+	if failed == nil || failed.UID == src.UID || back.Node == "" || back.Node == restore.Node || !isRestoreOf(failed, restore.Migration) {
+		return failed, cause
+	}
+	notBack := func(err error) error {
+		return fmt.Errorf("%w; the rollback, the same restore on the source's node %s, failed too: %w; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause (the pod's Events say it) and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state",
+			cause, back.Node, err, src.Namespace, cmName)
+	}
+	if failed.Status.PodIP != "" {
+		switched, err := r.endpoint(failed).Switched(ctx)
+		switch {
+		case err == nil && switched:
+			return failed, nil // a retried restore took over: it serves
+		case err != nil && containerRunning(failed, inject.SidecarName):
+			return failed, fmt.Errorf("%w; its sidecar cannot be read (%w), so whether it took over is not known: it is left as it is", cause, err)
+		}
+	}
+	r.log.Info("the restore on the target failed; restoring on the source's node", "node", back.Node, "err", cause.Error())
+	if err := r.writePending(ctx, back); err != nil {
+		return failed, notBack(err)
+	}
+	if err := deleteConfirmed(ctx, r.env.Client, failed, r.p.Timeout); err != nil {
+		return failed, notBack(err)
+	}
+	pod, err := waitRecreated(ctx, r, failed, restore.Migration)
+	if err != nil {
+		return pod, notBack(err)
+	}
+	r.phase("restore on the source's node")
+	return pod, nil
+}
+
+// isRestoreOf tells whether the webhook made pod migration's restore.
+func isRestoreOf(pod *corev1.Pod, migration string) bool {
+	var st inject.Status
+	return json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &st) == nil && st.Restore == migration && migration != ""
+}
+
+// containerRunning tells whether pod's container name runs.
+func containerRunning(pod *corev1.Pod, name string) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == name {
+			return cs.State.Running != nil
+		}
+	}
+	return false
 }
 
 // waitSwitched waits until pod's sidecar has taken over, for up to the
@@ -266,13 +367,28 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return fmt.Errorf("migration %s: %w; the shadow pod %s serves on %s with the exact state and the StatefulSet's pod %s is stopped: delete the shadow only after %s runs again and took over", p.Name, err, shadowPod.Name, p.TargetNode, src.Name, src.Name)
 	}
 
-	cut2, err := r.liveCheckpoint(ctx, shadowPod, ShadowName(p.Name), "shadow ")
+	// Until the source is deleted, a failed step changes nothing: the
+	// shadow serves, the source is stopped. The network to the shadow's
+	// node or to the API server may be back soon, so the steps are tried
+	// again for up to the plan's Timeout; a quiesce whose answer was lost
+	// may have quiesced the shadow, so it is resumed (on a serving
+	// sidecar, no change) before the next checkpoint.
+	deadline := r.now().Add(p.Timeout)
+	var cut2 control.Cut
+	err := r.tryAgain(ctx, deadline, "checkpoint the shadow", func() (err error) {
+		cut2, err = r.liveCheckpoint(ctx, shadowPod, ShadowName(p.Name), "shadow ")
+		return err
+	}, func(error) bool { return true }, func() error { return shadowEP.Resume(ctx) })
 	if err != nil {
 		return serving(err)
 	}
 	r.rep.ShadowCheckpoint = cut2.ID
 	restore := Restore{Migration: p.Name, Image: r.rep.ShadowImage, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut2.ID, Epoch: cut2.Epoch}
-	running, err := r.recreate(ctx, restore)
+	var running *corev1.Pod
+	err = r.tryAgain(ctx, deadline, "recreate the StatefulSet's pod", func() (err error) {
+		running, err = r.recreate(ctx, restore)
+		return err
+	}, isSourceKept, nil)
 	if err != nil {
 		return serving(err)
 	}
@@ -308,14 +424,75 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 	return nil
 }
 
+// tryAgain runs step until it succeeds, fails with an error that retry
+// says is not worth another try, or deadline has passed; between tries
+// it waits, 0.2 s doubling up to 5 s, and runs before, if set, which must
+// succeed for the next try. It returns step's last error.
+func (r *run) tryAgain(ctx context.Context, deadline time.Time, what string, step func() error, retry func(error) bool, before func() error) error {
+	wait := 200 * time.Millisecond
+	err := step()
+	for err != nil && retry(err) {
+		if r.now().Add(wait).After(deadline) {
+			return err
+		}
+		r.log.Info("a step failed; trying again", "step", what, "in", wait, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+		if before != nil {
+			if berr := before(); berr != nil {
+				err = fmt.Errorf("%w; before trying again: %w", err, berr)
+				continue
+			}
+		}
+		err = step()
+	}
+	return err
+}
+
+// sourceKept is recreate's error before the source was deleted: the
+// source is as it was, stopped, and the pending record is gone (or, if
+// that failed too, unused while the source exists); trying again is safe.
+type sourceKept struct{ error }
+
+func (e sourceKept) Unwrap() error { return e.error }
+
+func isSourceKept(err error) bool {
+	var k sourceKept
+	return errors.As(err, &k)
+}
+
 // recreate records restore as the source's pending migration, deletes the
 // source, and waits until the StatefulSet's new pod of the same name runs
 // as that restore. If the source cannot be deleted, the record goes again.
 func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error) {
 	src, cs := r.source, r.env.Client
+	if err := r.writePending(ctx, restore); err != nil {
+		return nil, sourceKept{err}
+	}
+	cmName := contract.PendingConfigMapName(src.Name)
+	if err := deleteNow(ctx, cs, src); err != nil {
+		cctx, cancel := r.cleanupContext(ctx)
+		defer cancel()
+		return nil, sourceKept{errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(cctx))}
+	}
+	pod, err := waitRecreated(ctx, r, src, restore.Migration)
+	if err != nil {
+		return pod, fmt.Errorf("the StatefulSet's pod %s was not restored: %w; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause (the pod's Events say it) and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state",
+			src.Name, err, src.Namespace, cmName)
+	}
+	return pod, nil
+}
+
+// writePending records restore, signed, as the source's pending migration.
+func (r *run) writePending(ctx context.Context, restore Restore) error {
+	src, cs := r.source, r.env.Client
 	b, err := json.Marshal(restore.Pending(src.Namespace, src.Name, r.env.SigningKey, r.now().Add(r.env.RestoreValidity)))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: contract.PendingConfigMapName(src.Name), Namespace: src.Namespace,
@@ -327,22 +504,12 @@ func (r *run) recreate(ctx context.Context, restore Restore) (*corev1.Pod, error
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+			return fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 		}
 	} else if err != nil {
-		return nil, fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		return fmt.Errorf("record the pending migration in ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
-	if err := deleteNow(ctx, cs, src); err != nil {
-		cctx, cancel := r.cleanupContext(ctx)
-		defer cancel()
-		return nil, errors.Join(fmt.Errorf("delete the source %s for its StatefulSet to recreate it: %w", src.Name, err), r.deletePending(cctx))
-	}
-	pod, err := waitRecreated(ctx, r, src, restore.Migration)
-	if err != nil {
-		return pod, fmt.Errorf("the StatefulSet's pod %s was not restored: %w; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause (the pod's Events say it) and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state",
-			src.Name, err, cm.Namespace, cm.Name)
-	}
-	return pod, nil
+	return nil
 }
 
 // waitRecreated waits for the pod that replaces old (same name, another

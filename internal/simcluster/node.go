@@ -88,6 +88,9 @@ type Node struct {
 	// (CutControl); dropped counts the requests dropped.
 	controlCut bool
 	dropped    int
+	// cutOn: the cut starts at the first request to this path
+	// (CutControlOn).
+	cutOn string
 	// holdAfter: targets that start now hold their replay after this
 	// many records (HoldReplaysAfter).
 	holdAfter uint64
@@ -201,9 +204,34 @@ func (n *Node) CutControl() (restore func() int) {
 	}
 }
 
-func (n *Node) cut() bool {
+// CutControlOn cuts the network as CutControl does, from the first
+// request to path (that one dropped too) until restore is called, so that
+// a test can cut a given step, say a migrator's POST /quiesce.
+func (n *Node) CutControlOn(path string) (restore func() int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.cutOn, n.dropped = path, 0
+	return func() int {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.controlCut, n.cutOn = false, ""
+		return n.dropped
+	}
+}
+
+// Dropped is how many control requests the node's cut has dropped so far.
+func (n *Node) Dropped() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.dropped
+}
+
+func (n *Node) cut(path string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cutOn != "" && path == n.cutOn {
+		n.controlCut, n.cutOn = true, ""
+	}
 	if n.controlCut {
 		n.dropped++
 	}
@@ -628,7 +656,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		}
 		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
 		sp.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if n.cut() {
+			if n.cut(r.URL.Path) {
 				dropConn(w)
 				return
 			}
@@ -835,7 +863,7 @@ func (n *Node) Reset() {
 	}
 	n.holds = map[Step]*Hold{}
 	n.holdReplays = false
-	n.controlCut = false
+	n.controlCut, n.cutOn = false, ""
 	n.degrade, n.oldAgent = nil, false
 	n.holdAfter = 0
 }
