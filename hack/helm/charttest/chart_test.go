@@ -134,10 +134,12 @@ func TestDefaults(t *testing.T) {
 	// Least privilege, rule by rule.
 	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"ms2m-webhook"}, Verbs: []string{"get", "update"}},
 	})
 	checkRules(t, r, "ms2m-webhook-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	})
 	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
@@ -630,6 +632,7 @@ func TestCertManager(t *testing.T) {
 	// cert-manager, not the webhook, owns the caBundle.
 	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 	})
 
 	sm := typed[monitoringv1.ServiceMonitor](t, r.get(t, "ServiceMonitor", releaseNS, "ms2m-webhook"))
@@ -767,6 +770,7 @@ migrator: {checkpointRepository: ""}
 	}
 	checkRules(t, r, "edge-ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"edge-ms2m-webhook"}, Verbs: []string{"get", "update"}},
 	})
 	if got, want := d.Spec.Template.Spec.Containers[0].Image, "registry.example.com:5000/team/ms2m/webhook:1.2.3"; got != want {
