@@ -324,6 +324,9 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "patch", group: "events.k8s.io", resource: "events", ns: "shop"},
 			{verb: "get", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
 			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
+			{verb: "get", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "get", resource: "nodes", name: "node-a"},
 		}, []access{
 			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "someone-elses"},
 			{verb: "delete", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
@@ -332,7 +335,8 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "list", resource: "configmaps", ns: "shop"},
 			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
-			{verb: "get", resource: "pods", ns: "shop"},
+			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "list", resource: "nodes"},
 			{verb: "create", resource: "events", ns: "shop"},
 		})
 

@@ -161,6 +161,7 @@ func TestDefaults(t *testing.T) {
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
 	})
 	role := typed[rbacv1.Role](t, r.get(t, "Role", releaseNS, "ms2m-controller-leader-election"))
 	if diff := cmp.Diff([]rbacv1.PolicyRule{
@@ -370,8 +371,8 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 4 {
-		t.Fatalf("%d webhooks, want 4 (namespace, label, pods, updates)", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 5 {
+		t.Fatalf("%d webhooks, want 5 (namespace, label, pods, updates, evictions)", len(mwc.Webhooks))
 	}
 	for _, wh := range mwc.Webhooks {
 		ref := wh.ClientConfig.Service
@@ -398,8 +399,12 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		if !found {
 			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
 		}
-		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, []string{"pods"}) {
-			t.Errorf("webhook %s: rules = %+v, want pods", wh.Name, wh.Rules)
+		want := []string{"pods"}
+		if wh.Name == "evictions.pods.ms2m.io" {
+			want = []string{"pods/eviction"}
+		}
+		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, want) {
+			t.Errorf("webhook %s: rules = %+v, want %v", wh.Name, wh.Rules, want)
 		}
 	}
 
@@ -433,7 +438,7 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 			if err1 != nil || err2 != nil {
 				t.Fatalf("webhook %s: selectors %v %v", wh.Name, err1, err2)
 			}
-			if slices.Contains(wh.Rules[0].Operations, tc.op) && nsSel.Matches(tc.ns) && objSel.Matches(tc.pod) {
+			if wh.Rules[0].Resources[0] == "pods" && slices.Contains(wh.Rules[0].Operations, tc.op) && nsSel.Matches(tc.ns) && objSel.Matches(tc.pod) {
 				called = append(called, wh)
 			}
 		}
