@@ -41,7 +41,9 @@ func (r *Reconciler) setupEvacuation(mgr ctrl.Manager) error {
 			_, ok := o.GetAnnotations()[contract.AnnotationEvacuate]
 			return ok
 		}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		// One at a time: the slot check counts the evacuations under way
+		// and claims one (a placeholder) before the next is looked at.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(reconcile.Func(r.reconcileEvacuation))
 }
 
@@ -128,10 +130,20 @@ func (r *Reconciler) evacuationSlot(ctx context.Context, pod *corev1.Pod) (strin
 	if err != nil {
 		return "", fmt.Errorf("count the evacuations under way: %w", err)
 	}
+	// A pod with a placeholder holds a slot: its target is being chosen.
+	placed := map[types.UID]bool{}
+	for i := range pods.Items {
+		if uid := pods.Items[i].Labels[contract.LabelPlaceholderFor]; uid != "" {
+			placed[types.UID(uid)] = true
+		}
+	}
+	if placed[pod.UID] {
+		return "", nil // it has its slot
+	}
 	onNode, all := 0, 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.UID == pod.UID || !r.evacuating(p) {
+		if p.UID == pod.UID || !(placed[p.UID] || r.evacuating(p)) {
 			continue
 		}
 		all++

@@ -35,6 +35,22 @@ type evictionStatus struct {
 	Evacuation string         `json:"evacuation"`
 	Started    time.Time      `json:"started"`
 	Message    string         `json:"message"`
+	History    []struct {
+		Name string `json:"name"`
+	} `json:"history"`
+}
+
+// knows says whether st records migration name, now or in its history.
+func (st evictionStatus) knows(name string) bool {
+	if st.Name == name {
+		return true
+	}
+	for _, e := range st.History {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // evict answers an eviction (CREATE of pods/eviction) of a pod. A pod that
@@ -83,6 +99,13 @@ func (h *Handler) evict(ctx context.Context, req admission.Request) (admission.R
 		return answer(http.StatusNotFound, metav1.StatusReasonNotFound, msg), outcomeAllowed
 	}
 
+	// A pod restored by a migration whose outcome is not recorded on it
+	// yet (a StatefulSet's pod, back under its name): wait for the
+	// record, which says whether it just left the node being drained.
+	if mig := restoredBy(pod); mig != "" && !(hasStatus && st.knows(mig)) {
+		return refuse(fmt.Sprintf("pod %s/%s was just restored by migration %s, which is not recorded yet; retry", pod.Namespace, pod.Name, mig)), outcomeDenied
+	}
+
 	evacuate := pod.Annotations[contract.AnnotationEvacuate]
 	dryRun := req.DryRun != nil && *req.DryRun || evictionDryRun(req.Object.Raw)
 	if evacuate != node && !dryRun {
@@ -109,6 +132,21 @@ func evictionDryRun(raw []byte) bool {
 		return false
 	}
 	return len(ev.DeleteOptions.DryRun) > 0
+}
+
+// restoredBy is the migration pod was restored by, from its restore
+// annotations or its contract.AnnotationRestoredFrom record, or "".
+func restoredBy(pod *corev1.Pod) string {
+	if m := pod.Annotations[contract.AnnotationMigrationName]; m != "" {
+		return m
+	}
+	var from struct {
+		Migration string `json:"migration"`
+	}
+	if raw := pod.Annotations[contract.AnnotationRestoredFrom]; raw != "" && json.Unmarshal([]byte(raw), &from) == nil {
+		return from.Migration
+	}
+	return ""
 }
 
 // onEvictMigrate says whether pod opted in to migrate on eviction: its

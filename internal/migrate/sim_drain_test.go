@@ -1,0 +1,205 @@
+package migrate_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/controller"
+	"github.com/ms2m/ms2m/internal/simcluster"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// drainNode does what kubectl drain does after cordoning node: it asks
+// for the eviction of each pod, retries on 429, is done with a pod once
+// the eviction answers "not found" or the pod (its UID) is gone. It
+// returns, per pod, how the eviction ended: "migrated" (every eviction
+// refused until the pod left) or "evicted" (an eviction went through).
+func drainNode(t *testing.T, c *simcluster.Cluster, pods []corev1.Pod, timeout time.Duration) map[string]string {
+	t.Helper()
+	ctx := t.Context()
+	var mu sync.Mutex
+	out := map[string]string{}
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(timeout)
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := p.Namespace + "/" + p.Name
+			how := "timeout"
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				cur, err := c.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID) {
+					if how == "timeout" {
+						how = "migrated"
+					}
+					break
+				}
+				err = c.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}})
+				switch {
+				case err == nil:
+					how = "evicted"
+				case apierrors.IsNotFound(err):
+					if how == "timeout" {
+						how = "migrated"
+					}
+				case apierrors.IsTooManyRequests(err):
+				default:
+					t.Logf("evict %s: %v", key, err)
+				}
+				if how != "timeout" {
+					break
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			mu.Lock()
+			out[key] = how
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func cordon(t *testing.T, c *simcluster.Cluster, node string, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+	if _, err := c.Client.CoreV1().Nodes().Patch(context.WithoutCancel(t.Context()), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("cordon %s (%v): %v", node, on, err)
+	}
+}
+
+// TestDrainMigratesOptedInPods: node A holds three consumers opted in by
+// their namespace's ms2m.io/on-evict=migrate (two Deployments, one
+// StatefulSet). Node A is cordoned and each pod's eviction asked for
+// until it is gone, as kubectl drain does: every eviction is refused
+// (429) while the controller moves the pod, to the node the real
+// kube-scheduler chose for its placeholder (node B), by its strategy,
+// at most two off the node at once; each ends on node B restored from its
+// checkpoint, every delivery processed once, and no placeholder is left.
+func TestDrainMigratesOptedInPods(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	ctx := t.Context()
+	workloads := []*workload{
+		deploy(t, c, "sim-drain-a", "Deployment", true),
+		deploy(t, c, "sim-drain-b", "Deployment", true),
+		deploy(t, c, "sim-drain-s", "StatefulSet", true),
+	}
+	var pods []corev1.Pod
+	for _, w := range workloads {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, contract.LabelNamespaceOnEvict, contract.OnEvictMigrate)
+		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, w.ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, *w.pod)
+	}
+	startController(t, c, "the controller", c.Kubeconfig, "MS2M_EVACUATE_PER_NODE=2")
+
+	// At most two evacuations off node A at a time, as far as a poll sees.
+	stopPoll := make(chan struct{})
+	pollDone := make(chan int)
+	go func() {
+		most := 0
+		for {
+			select {
+			case <-stopPoll:
+				pollDone <- most
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			n := 0
+			for _, w := range workloads {
+				list, err := c.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					continue
+				}
+				for _, p := range list.Items {
+					st, _ := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus])
+					_, asked := p.Annotations[contract.AnnotationMigrateTo]
+					if p.Spec.NodeName == nodeA && p.Annotations[contract.AnnotationEvacuate] == nodeA && (asked || st.Phase == contract.PhaseRunning) {
+						n++
+					}
+				}
+			}
+			most = max(most, n)
+		}
+	}()
+
+	cordon(t, c, nodeA, true)
+	t.Cleanup(func() { cordon(t, c, nodeA, false) })
+	got := drainNode(t, c, pods, 3*time.Minute)
+	close(stopPoll)
+	if most := <-pollDone; most > 2 {
+		t.Errorf("%d evacuations off node A at once, want at most 2 (MS2M_EVACUATE_PER_NODE)", most)
+	}
+	for _, p := range pods {
+		if how := got[p.Namespace+"/"+p.Name]; how != "migrated" {
+			t.Errorf("pod %s/%s: %s, want migrated (every eviction refused until it left)", p.Namespace, p.Name, how)
+		}
+	}
+	if t.Failed() {
+		t.Logf("kube-scheduler's log:\n%s", c.SchedulerLog())
+		t.FailNow()
+	}
+	for _, w := range workloads {
+		moved := waitEvacuated(t, c, w, nodeA, nodeB)
+		expectEventOn(t, c, w.ns, w.pod.Name, contract.ReasonEvacuationTarget, nodeB)
+		t.Logf("%s %s: %s", w.owner, moved.Name, moved.Annotations[contract.AnnotationMigrationStatus])
+	}
+	testenv.Eventually(t, 30*time.Second, "no placeholder pod is left", func() bool {
+		list, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: contract.LabelPlaceholderFor})
+		return err == nil && len(list.Items) == 0
+	})
+}
+
+// waitEvacuated waits for w's pod to serve on node to, moved off from by
+// its evacuation, restored from a checkpoint, every delivery once.
+func waitEvacuated(t *testing.T, c *simcluster.Cluster, w *workload, from, to string) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	var st controller.Status
+	testenv.Eventually(t, 90*time.Second, w.ns+"'s pod serves on "+to, func() bool {
+		list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		p := &list.Items[0]
+		s, err := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus])
+		if err != nil || p.UID == w.pod.UID || p.Spec.NodeName != to || s.Phase != contract.PhaseSucceeded || p.Status.Phase != corev1.PodRunning {
+			return false
+		}
+		got, st = p, s
+		return true
+	})
+	if st.Evacuation != from || st.Source != from || st.Target != to {
+		t.Errorf("%s's status: evacuation %q, from %q to %q; want an evacuation off %s to %s", got.Name, st.Evacuation, st.Source, st.Target, from, to)
+	}
+	if _, ok := got.Annotations[contract.AnnotationEvacuate]; ok && w.owner == "Deployment" {
+		t.Errorf("%s (the target) carries %s", got.Name, contract.AnnotationEvacuate)
+	}
+	sp := c.Nodes[to].Pod(w.ns, got.Name)
+	if sp == nil || sp.UID != got.UID || !sp.Restored {
+		t.Fatalf("node %s does not run %s restored from a checkpoint", to, got.Name)
+	}
+	before := sp.App.State().Last
+	testenv.Eventually(t, 10*time.Second, got.Name+" processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
+	if s := sp.App.State(); len(s.Violations) > 0 || s.Count != s.Last {
+		t.Errorf("%s's app processed %d deliveries, the last %d, out of order %v: want each once, in order", got.Name, s.Count, s.Last, s.Violations)
+	}
+	if sp := c.Nodes[from].Pod(w.ns, w.pod.Name); sp != nil {
+		t.Errorf("node %s still runs %s", from, w.pod.Name)
+	}
+	return got
+}
