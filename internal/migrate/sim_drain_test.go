@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,4 +203,81 @@ func waitEvacuated(t *testing.T, c *simcluster.Cluster, w *workload, from, to st
 		t.Errorf("node %s still runs %s", from, w.pod.Name)
 	}
 	return got
+}
+
+// TestDrainWithAFailedMigration: the evacuated pod's restore fails on the
+// node the scheduler chose. The source keeps serving on the cordoned
+// node, every eviction is refused with why (not retried by the
+// controller), and the override lets a plain eviction through.
+func TestDrainWithAFailedMigration(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	ctx := t.Context()
+	w := deploy(t, c, "sim-drain-fail", "Deployment", true)
+	pods := c.Client.CoreV1().Pods(w.ns)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationOnEvict, contract.OnEvictMigrate)
+	if _, err := pods.Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+	startController(t, c, "the controller", c.Kubeconfig)
+	cordon(t, c, nodeA, true)
+	t.Cleanup(func() { cordon(t, c, nodeA, false) })
+
+	evict := func() error {
+		return c.Client.PolicyV1().Evictions(w.ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.pod.Name}})
+	}
+	var last error
+	testenv.Eventually(t, 90*time.Second, "the eviction is refused with the migration's failure", func() bool {
+		last = evict()
+		if last == nil || !apierrors.IsTooManyRequests(last) {
+			t.Fatalf("eviction while the migration is under way or failed: %v, want 429", last)
+		}
+		return strings.Contains(last.Error(), "Can't open inventory")
+	})
+	for _, want := range []string{contract.AnnotationOnEvictOverride, "Failed", nodeB} {
+		if !strings.Contains(last.Error(), want) {
+			t.Errorf("refusal %q does not say %q", last, want)
+		}
+	}
+	// The source serves on node A, exact, and is not migrated again.
+	src, err := pods.Get(ctx, w.pod.Name, metav1.GetOptions{})
+	if err != nil || src.UID != w.pod.UID || src.Spec.NodeName != nodeA {
+		t.Fatalf("the source after the failed migration: %v %v", src, err)
+	}
+	st, _ := controller.DecodeStatus(src.Annotations[contract.AnnotationMigrationStatus])
+	sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
+	if sp == nil || sp.Sidecar.Mode() != simcluster.ModeServing {
+		t.Fatalf("the source's sidecar does not serve on %s", nodeA)
+	}
+	before := sp.App.State().Last
+	testenv.Eventually(t, 10*time.Second, "the source processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
+	if s := sp.App.State(); len(s.Violations) > 0 || s.Count != s.Last {
+		t.Errorf("the source's app processed %d deliveries, the last %d, out of order %v", s.Count, s.Last, s.Violations)
+	}
+	if again := within(5*time.Second, func() bool {
+		p, err := pods.Get(ctx, w.pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		now, _ := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus])
+		_, asked := p.Annotations[contract.AnnotationMigrateTo]
+		return asked || now.Name != st.Name
+	}); again {
+		t.Errorf("the failed evacuation %s was tried again", st.Name)
+	}
+	list, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: contract.LabelPlaceholderFor})
+	if err != nil || len(list.Items) != 0 {
+		t.Errorf("placeholders left after the failure: %d (%v)", len(list.Items), err)
+	}
+
+	// The override: a plain eviction.
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, contract.AnnotationOnEvictOverride)
+	if _, err := pods.Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := evict(); err != nil {
+		t.Errorf("eviction with %s=true: %v, want it through", contract.AnnotationOnEvictOverride, err)
+	}
 }
