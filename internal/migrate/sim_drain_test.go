@@ -2,7 +2,10 @@ package migrate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -279,5 +282,76 @@ func TestDrainWithAFailedMigration(t *testing.T) {
 	}
 	if err := evict(); err != nil {
 		t.Errorf("eviction with %s=true: %v, want it through", contract.AnnotationOnEvictOverride, err)
+	}
+}
+
+// TestMigratorDrain: `migrator drain` of node A, with a Deployment's and
+// a StatefulSet's pod opted in by annotation, exits 0 once both serve on
+// node B, with the table's rows and the summary; a drain that cannot
+// move a pod (its migration fails) exits 1 and names it.
+func TestMigratorDrain(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	ctx := t.Context()
+	workloads := []*workload{
+		deploy(t, c, "sim-cli-drain-d", "Deployment", true),
+		deploy(t, c, "sim-cli-drain-s", "StatefulSet", true),
+	}
+	for _, w := range workloads {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationOnEvict, contract.OnEvictMigrate)
+		if _, err := c.Client.CoreV1().Pods(w.ns).Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startController(t, c, "the controller", c.Kubeconfig)
+	t.Cleanup(func() { cordon(t, c, nodeA, false) })
+	bin := testenv.Build(t, "cmd/migrator")
+	run := func() (string, int) {
+		cmd := exec.CommandContext(ctx, bin, "drain", "-retry=500ms", "-timeout=2m", nodeA)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatalf("migrator drain: %v", err)
+		}
+		return string(out), code
+	}
+	out, code := run()
+	t.Logf("migrator drain:\n%s", out)
+	if code != 0 {
+		t.Errorf("migrator drain exited %d, want 0", code)
+	}
+	for _, w := range workloads {
+		if !strings.Contains(out, w.ns+"/"+w.pod.Name) {
+			t.Errorf("the output does not show %s/%s", w.ns, w.pod.Name)
+		}
+		waitEvacuated(t, c, w, nodeA, nodeB)
+	}
+	if !strings.Contains(out, "2 migrated") {
+		t.Errorf("the summary does not count 2 migrated")
+	}
+	if n, err := c.Client.CoreV1().Nodes().Get(ctx, nodeA, metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Errorf("node A is not cordoned after the drain (%v)", err)
+	}
+
+	// One that cannot move: exit 1, named with why.
+	cordon(t, c, nodeA, false)
+	w := deploy(t, c, "sim-cli-drain-f", "Deployment", true)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationOnEvict, contract.OnEvictMigrate)
+	if _, err := c.Client.CoreV1().Pods(w.ns).Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes[nodeB].Fail(simcluster.StepRestore, simcluster.Failure{Body: "criu restore failed: Can't open inventory"})
+	out, code = run()
+	t.Logf("migrator drain:\n%s", out)
+	if code != 1 || !strings.Contains(out, w.ns+"/"+w.pod.Name+": failed") || !strings.Contains(out, "Can't open inventory") {
+		t.Errorf("migrator drain with a failing migration: exit %d, want 1 and the pod named failed with why", code)
+	}
+	if p, err := c.Client.CoreV1().Pods(w.ns).Get(ctx, w.pod.Name, metav1.GetOptions{}); err != nil || p.UID != w.pod.UID || p.Spec.NodeName != nodeA {
+		t.Errorf("the pod whose migration failed: %v, want it serving on node A", err)
 	}
 }
