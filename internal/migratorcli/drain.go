@@ -126,7 +126,7 @@ func drain(ctx context.Context, cs kubernetes.Interface, node string, o drainOpt
 		defer mu.Unlock()
 		before := rows[i]
 		f(&rows[i])
-		if !o.Live && (before.Phase != rows[i].Phase || before.Outcome != rows[i].Outcome) {
+		if !o.Live && (before.Phase != rows[i].Phase || before.Outcome != rows[i].Outcome || before.Downtime != rows[i].Downtime) {
 			r := rows[i]
 			line := fmt.Sprintf("%s  %s  %s  %s", time.Now().UTC().Format(time.TimeOnly), r.Pod, orDash(r.Strategy), r.Phase)
 			if r.Outcome != "" {
