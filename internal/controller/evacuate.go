@@ -204,7 +204,7 @@ func (r *Reconciler) scheduledTarget(ctx context.Context, pod *corev1.Pod) (stri
 	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
 	ph, err := pods.Get(ctx, PlaceholderName(pod.UID), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		ph, err = pods.Create(ctx, Placeholder(pod, r.cfg.PlaceholderImage), metav1.CreateOptions{})
+		_, err = pods.Create(ctx, Placeholder(pod, r.cfg.PlaceholderImage), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return "", "", fmt.Errorf("create the placeholder pod for %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
