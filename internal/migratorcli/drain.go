@@ -52,6 +52,7 @@ func drainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	timeout := fs.Duration("timeout", 30*time.Minute, "give up on the pods still on the node after this long")
 	retry := fs.Duration("retry", 2*time.Second, "wait between a refused eviction and the next")
 	refresh := fs.Duration("refresh", time.Second, "how often the table is drawn again")
+	selector := fs.String("pod-selector", "", "only the pods with these labels (a label selector, as kubectl drain's --pod-selector)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,7 +66,7 @@ func drainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "migrator drain: %v\n", err)
 		return 1
 	}
-	rows, err := drain(ctx, cs, node, drainOptions{Timeout: *timeout, Retry: *retry, Refresh: *refresh, Out: stdout, Live: isTerminal(stdout)})
+	rows, err := drain(ctx, cs, node, drainOptions{Timeout: *timeout, Retry: *retry, Refresh: *refresh, Selector: *selector, Out: stdout, Live: isTerminal(stdout)})
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator drain: %v\n", err)
 		return 1
@@ -90,6 +91,7 @@ func isTerminal(w io.Writer) bool {
 
 type drainOptions struct {
 	Timeout, Retry, Refresh time.Duration
+	Selector                string // a label selector; "" for every pod
 	Out                     io.Writer
 	// Live redraws the table in place (a terminal); otherwise each
 	// change of a pod's phase is printed as a line.
@@ -104,7 +106,7 @@ func drain(ctx context.Context, cs kubernetes.Interface, node string, o drainOpt
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("cordon %s: %w", node, err)
 	}
-	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), LabelSelector: o.Selector})
 	if err != nil {
 		return nil, fmt.Errorf("list the pods on %s: %w", node, err)
 	}
