@@ -94,7 +94,11 @@ func (h *Handler) evict(ctx context.Context, req admission.Request) (admission.R
 	// drain, which evicts by name again after each refusal, then asks to
 	// evict the moved pod. It left the node being drained (cordoned), so
 	// it is answered as gone from there.
-	if hasStatus && st.Phase == contract.PhaseSucceeded && st.Evacuation != "" && st.Evacuation != node && h.cordoned(ctx, st.Evacuation) {
+	// The status is not checked for the controller's signature here (the
+	// webhook has no need of the key otherwise), so a forged one could
+	// only ever answer this for a pod on a node that is not cordoned,
+	// which is not the one being drained.
+	if hasStatus && st.Phase == contract.PhaseSucceeded && st.Evacuation != "" && st.Evacuation != node && h.cordoned(ctx, st.Evacuation) && !h.cordoned(ctx, node) {
 		msg := fmt.Sprintf("pod %s/%s left node %s by migration %s and runs on %s now; it is not evicted", pod.Namespace, pod.Name, st.Evacuation, st.Name, node)
 		return answer(http.StatusNotFound, metav1.StatusReasonNotFound, msg), outcomeAllowed
 	}
