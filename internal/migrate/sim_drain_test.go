@@ -298,8 +298,12 @@ func TestMigratorDrain(t *testing.T) {
 		deploy(t, c, "sim-cli-drain-d", "Deployment", true),
 		deploy(t, c, "sim-cli-drain-s", "StatefulSet", true),
 	}
+	// The drain takes this test's pods only (-pod-selector): the simulated
+	// cluster runs no namespace controller, so earlier tests' pods stay
+	// on node A in their terminating namespaces.
+	const mine = `{"metadata":{"labels":{"ms2m-test":"cli-drain"},"annotations":{%q:%q}}}`
 	for _, w := range workloads {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationOnEvict, contract.OnEvictMigrate)
+		patch := fmt.Sprintf(mine, contract.AnnotationOnEvict, contract.OnEvictMigrate)
 		if _, err := c.Client.CoreV1().Pods(w.ns).Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +312,7 @@ func TestMigratorDrain(t *testing.T) {
 	t.Cleanup(func() { cordon(t, c, nodeA, false) })
 	bin := testenv.Build(t, "cmd/migrator")
 	run := func() (string, int) {
-		cmd := exec.CommandContext(ctx, bin, "drain", "-retry=500ms", "-timeout=2m", nodeA)
+		cmd := exec.CommandContext(ctx, bin, "drain", "-retry=500ms", "-timeout=2m", "-pod-selector=ms2m-test=cli-drain", nodeA)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
 		out, err := cmd.CombinedOutput()
 		code := 0
@@ -341,7 +345,7 @@ func TestMigratorDrain(t *testing.T) {
 	// One that cannot move: exit 1, named with why.
 	cordon(t, c, nodeA, false)
 	w := deploy(t, c, "sim-cli-drain-f", "Deployment", true)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationOnEvict, contract.OnEvictMigrate)
+	patch := fmt.Sprintf(mine, contract.AnnotationOnEvict, contract.OnEvictMigrate)
 	if _, err := c.Client.CoreV1().Pods(w.ns).Patch(ctx, w.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

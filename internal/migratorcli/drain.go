@@ -233,7 +233,9 @@ func drainPod(ctx context.Context, cs kubernetes.Interface, node string, p corev
 				}
 			}
 		}
-		if !evicted {
+		// A pod being deleted (by its migration's last step, say) is
+		// waited for, not evicted: its eviction would pass and say nothing.
+		if !evicted && (err != nil || cur.DeletionTimestamp == nil) {
 			err = cs.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}})
 			switch {
 			case err == nil:
@@ -242,6 +244,10 @@ func drainPod(ctx context.Context, cs kubernetes.Interface, node string, p corev
 			case apierrors.IsNotFound(err):
 				// Gone, or (a StatefulSet's pod back under its name) moved
 				// off this node: the next read says which.
+			case apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+				// Its namespace is being deleted: the pod goes with it
+				// (kubectl drain waits the same way).
+				update(func(r *drainRow) { r.Phase, r.Message = "namespace terminating", err.Error() })
 			case apierrors.IsTooManyRequests(err):
 				update(func(r *drainRow) {
 					r.Message = err.Error()
