@@ -137,7 +137,7 @@ func TestControllerRollsBackWhatAKilledOneLeft(t *testing.T) {
 }
 
 func migrateSidecar(ctx context.Context, l *lab.Lab, p *corev1.Pod) (int, string, error) {
-	return migrate.SidecarControl(ctx, l.Client, p)
+	return migrate.SidecarGiven(ctx, l.Client, p)
 }
 
 func replayQuiesce(ctx context.Context, p *corev1.Pod, port int, token string) (control.Cut, error) {

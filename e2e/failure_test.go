@@ -155,7 +155,7 @@ func sidecarMode(t *testing.T, pod *corev1.Pod) string {
 
 // sidecarState reads GET /state of the sidecar in pod into v.
 func sidecarState(ctx context.Context, l *lab.Lab, pod *corev1.Pod, v any) error {
-	port, token, err := migrate.SidecarControl(ctx, l.Client, pod)
+	port, token, err := migrate.SidecarGiven(ctx, l.Client, pod)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,10 @@
 # Prepares what ms2m's tests need on this machine, idempotently:
 #   - a running RabbitMQ with the stream plugin (AMQP on 5672, streams on 5552);
 #   - a broker user for processes outside loopback (guest may only use loopback);
+#   - the management plugin (HTTP API on 15672), enabled on the running broker
+#     without a restart, and an administrator for it ($MS2M_BROKER_ADMIN_USER),
+#     with which the controller and the tests provision per-namespace broker
+#     users (docs/security.md);
 #   - Debian's python3-pika, for the unmodified Python consumer;
 #   - a running nats-server (Debian's, 2.9) with JetStream on 127.0.0.1:4222.
 #   - TLS listeners on the same broker (AMQP 5671, streams 5551) with a test CA
@@ -18,6 +22,8 @@ set -uo pipefail
 
 MS2M_BROKER_USER=${MS2M_BROKER_USER:-ms2m}
 MS2M_BROKER_PASSWORD=${MS2M_BROKER_PASSWORD:-ms2m-test}
+MS2M_BROKER_ADMIN_USER=${MS2M_BROKER_ADMIN_USER:-ms2m-admin}
+MS2M_BROKER_ADMIN_PASSWORD=${MS2M_BROKER_ADMIN_PASSWORD:-ms2m-admin-test}
 MS2M_STATE_DIR=${MS2M_STATE_DIR:-/var/lib/ms2m}
 MS2M_TLS_CLIENT=ms2m-tls-client # the client certificate's CN and its EXTERNAL broker user
 failed=0
@@ -74,6 +80,44 @@ setup_rabbitmq() {
 	rabbitmqctl -q set_permissions -p / "$MS2M_BROKER_USER" '.*' '.*' '.*' >/dev/null 2>&1 ||
 		fail "permissions for $MS2M_BROKER_USER" "rabbitmqctl set_permissions -p / $MS2M_BROKER_USER '.*' '.*' '.*'"
 	say "RabbitMQ ready: amqp 127.0.0.1:5672, stream 127.0.0.1:5552, user $MS2M_BROKER_USER"
+}
+
+mgmt_up() { # does the management API answer on 127.0.0.1:15672?
+	local line
+	{ exec 3<>/dev/tcp/127.0.0.1/15672; } 2>/dev/null || return 1
+	printf 'GET /api/overview HTTP/1.0\r\n\r\n' >&3
+	IFS= read -r -t 5 line <&3 || line=
+	exec 3<&- 3>&-
+	[[ $line == HTTP/1.* ]]
+}
+
+# setup_rabbitmq_management enables the management plugin on the running
+# broker (rabbitmq-plugins enable works online: others' connections stay up)
+# and makes the administrator that provisions per-namespace broker users
+# through its HTTP API. Only that administrator, never a tenant's user, has
+# a tag that opens the API.
+setup_rabbitmq_management() {
+	if ! rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_management; then
+		say "enabling the rabbitmq_management plugin (HTTP API on 15672, no restart)"
+		rabbitmq-plugins enable rabbitmq_management >/dev/null 2>&1 ||
+			{ fail "the rabbitmq_management plugin" "rabbitmq-plugins enable rabbitmq_management"; return; }
+	fi
+	local deadline=$((SECONDS + 60))
+	until mgmt_up; do
+		[ $SECONDS -lt $deadline ] || { fail "the RabbitMQ management API on 127.0.0.1:15672" \
+			"rabbitmq-plugins enable rabbitmq_management, then check rabbitmq-diagnostics listeners"; return; }
+		sleep 0.5
+	done
+	if ! rabbitmqctl -q list_users 2>/dev/null | awk '{print $1}' | grep -qx "$MS2M_BROKER_ADMIN_USER"; then
+		say "creating broker administrator $MS2M_BROKER_ADMIN_USER (management API)"
+		rabbitmqctl -q add_user "$MS2M_BROKER_ADMIN_USER" "$MS2M_BROKER_ADMIN_PASSWORD" >/dev/null 2>&1 ||
+			{ fail "broker administrator $MS2M_BROKER_ADMIN_USER" "rabbitmqctl add_user $MS2M_BROKER_ADMIN_USER <password>"; return; }
+	fi
+	{ rabbitmqctl -q set_user_tags "$MS2M_BROKER_ADMIN_USER" administrator &&
+		rabbitmqctl -q set_permissions -p / "$MS2M_BROKER_ADMIN_USER" '.*' '.*' '.*'; } >/dev/null 2>&1 ||
+		fail "the administrator tag and permissions of $MS2M_BROKER_ADMIN_USER" \
+			"rabbitmqctl set_user_tags $MS2M_BROKER_ADMIN_USER administrator; rabbitmqctl set_permissions -p / $MS2M_BROKER_ADMIN_USER '.*' '.*' '.*'"
+	say "RabbitMQ management ready: http://127.0.0.1:15672, administrator $MS2M_BROKER_ADMIN_USER"
 }
 
 # make_test_ca writes a test CA, a server certificate (localhost, 127.0.0.1
@@ -261,7 +305,7 @@ setup_node_packages() {
 
 case "${1:-}" in
 node) setup_node_packages ;;
-'') setup_rabbitmq; [ "$failed" = 1 ] || setup_rabbitmq_tls; setup_pika; setup_nats; setup_java ;;
+'') setup_rabbitmq; [ "$failed" = 1 ] || setup_rabbitmq_management; [ "$failed" = 1 ] || setup_rabbitmq_tls; setup_pika; setup_nats; setup_java ;;
 *) echo "usage: hack/setup.sh [node]" >&2; exit 2 ;;
 esac
 

@@ -108,8 +108,9 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 // chartValues are the chart's values for the local cluster under state,
 // with its registry: the images in that registry and checkpoint images in
 // its repository checkpoints,
-// over plain HTTP, workloads in Namespace with the broker Secret and the
-// lab's control token made by the chart, the lab's agent token, and the
+// over plain HTTP, workloads in Namespace with their own broker user (the
+// lab's, brokerUsers.provision=manual) and the namespace's control token
+// written by the webhook, the lab's agent token, and the
 // agent's folders per node ($(NODE_NAME)), since the nodes share this
 // host's filesystem.
 func chartValues(state, registry, checkpoints string) string {
@@ -120,33 +121,34 @@ image:
   tag: %[3]q
   pullPolicy: Always
 workloadNamespaces: [%[4]s]
+# The lab provisions the namespace's broker user itself (Start), as an
+# operator with migrator broker-users would.
+brokerUsers:
+  provision: manual
+  streamAddress: %[5]q
 secrets:
   create: true
-  streamURI:
-    value: %[5]q
-  controlToken:
-    value: %[6]q
 webhook:
   sidecar:
     image:
       pullPolicy: Always
 migrator:
-  checkpointRepository: %[7]q
+  checkpointRepository: %[6]q
   controller:
     replicas: 1
     logLevel: debug
 agent:
-  checkpointDir: %[8]q
-  runtimeEndpoint: %[9]q
-  criuLogDirs: [%[10]q]
+  checkpointDir: %[7]q
+  runtimeEndpoint: %[8]q
+  criuLogDirs: [%[9]q]
   token:
-    existingSecret: %[11]s
+    existingSecret: %[10]s
   registry:
     insecure: true
   logLevel: debug
 `, state, registry, chartImageTag, Namespace,
-		fmt.Sprintf("rabbitmq-stream://%s:%s@%s:%d/", BrokerUser, BrokerPassword, cluster.HostIP, cluster.StreamPort),
-		ControlToken, checkpoints,
+		fmt.Sprintf("rabbitmq-stream://%s:%d/", cluster.HostIP, cluster.StreamPort),
+		checkpoints,
 		filepath.Join(node, "kubelet", "checkpoints"), "unix://"+filepath.Join(node, "containerd.sock"),
 		filepath.Join(node, "containerd", "state"), chartAgentTokenSecret)
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	nodeagent "github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
 	"github.com/ms2m/ms2m/internal/ociimage"
@@ -27,8 +28,6 @@ import (
 )
 
 const (
-	// ControlToken is the sidecars' control token in the lab.
-	ControlToken = "lab-control-token"
 	// SigningKey is the controller's signing key on the lab: the lab's
 	// webhook restores only what it signed, and every controller and
 	// migration the lab runs signs with it.
@@ -98,18 +97,23 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python"); err != nil {
 		return l, err
 	}
+	// Each sidecar reaches the replay logs as its namespace's own broker
+	// user (Secret ms2m-broker-user), never a shared one.
 	l.Inject = inject.Config{
 		SidecarImage: l.Images["sidecar"],
-		StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
+		BrokerUsers:  true,
+		StreamURI:    inject.BrokerUserStreamURI,
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 		RestoreKey:   []byte(SigningKey),
+
+		CheckpointRepository: l.ImageRepo(),
+	}
+	if err := l.ProvisionBrokerUser(ctx, Namespace, c.BrokerStreamAddr()); err != nil {
+		return l, err
 	}
 	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
-		StringData: map[string]string{
-			"stream-uri":    fmt.Sprintf("rabbitmq-stream://%s:%s@%s/", BrokerUser, BrokerPassword, c.BrokerStreamAddr()),
-			"control-token": ControlToken,
-		},
+		StringData: map[string]string{"control-token": ControlToken(Namespace)},
 	}, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		err = nil // a cluster that stayed up
@@ -252,13 +256,12 @@ func (l *Lab) Agent() migrate.NodeAgent { return agent{l} }
 // Admit is nil: the webhook turns the target pod into a restore.
 func (l *Lab) Env(progress func(phase string, took time.Duration)) migrate.Env {
 	env := migrate.Env{
-		Client:       l.Client,
-		Agent:        l.Agent(),
-		ImageRepo:    l.ImageRepo(),
-		Admit:        l.Admit,
-		ControlToken: ControlToken,
-		SigningKey:   []byte(SigningKey),
-		Progress:     progress,
+		Client:     l.Client,
+		Agent:      l.Agent(),
+		ImageRepo:  l.ImageRepo(),
+		Admit:      l.Admit,
+		SigningKey: []byte(SigningKey),
+		Progress:   progress,
 	}
 	if l.WebhookRunning() {
 		env.Admit = nil
@@ -355,3 +358,8 @@ func (a agent) PullImage(ctx context.Context, node, ref string) error {
 
 // ErrNoImage is returned for a consumer whose image the lab could not build.
 var ErrNoImage = errors.New("no such image in the lab")
+
+// ControlToken is the sidecars' control token in namespace ns: derived from
+// the lab's signing key, as the webhook writes it and the controller
+// computes it.
+func ControlToken(ns string) string { return control.TokenFor([]byte(SigningKey), ns) }

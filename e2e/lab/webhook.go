@@ -342,10 +342,13 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 	}
 	env := []string{
 		"MS2M_WEBHOOK_SIDECAR_IMAGE=" + ic.SidecarImage,
-		"MS2M_WEBHOOK_STREAM_URI_SECRET=" + ic.StreamURI.Name,
-		"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY=" + ic.StreamURI.Key,
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET=" + ic.ControlToken.Name,
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY=" + ic.ControlToken.Key,
+	}
+	if ic.BrokerUsers {
+		env = append(env, "MS2M_WEBHOOK_BROKER_USERS=true")
+	} else {
+		env = append(env, "MS2M_WEBHOOK_STREAM_URI_SECRET="+ic.StreamURI.Name, "MS2M_WEBHOOK_STREAM_URI_SECRET_KEY="+ic.StreamURI.Key)
 	}
 	set := func(name string, v string, ok bool) {
 		if ok {
@@ -353,6 +356,7 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 		}
 	}
 	set("MS2M_WEBHOOK_SIGNING_KEY", string(ic.RestoreKey), len(ic.RestoreKey) > 0)
+	set("MS2M_WEBHOOK_CHECKPOINT_REPOSITORY", ic.CheckpointRepository, ic.CheckpointRepository != "")
 	set("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", string(ic.ImagePullPolicy), ic.ImagePullPolicy != "")
 	set("MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", strconv.Itoa(int(ic.ListenPort)), ic.ListenPort != 0)
 	set("MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", strconv.Itoa(int(ic.ControlPort)), ic.ControlPort != 0)

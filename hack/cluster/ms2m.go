@@ -64,9 +64,9 @@ func upWithMS2M(ctx context.Context, opts cluster.Options, chart bool) error {
 func printUsage(l *lab.Lab, in *lab.Installed, example string) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	registration := lab.InstalledWebhookConfigName + " (every namespace but kube-system and ms2m-system)"
-	secrets := "Secret " + lab.Namespace + "/ms2m          stream-uri and control-token, which injected sidecars read"
+	secrets := "Secrets " + lab.Namespace + "/ms2m-broker-user, ms2m  the namespace's own broker user (" + lab.BrokerUserPrefix + lab.Namespace + ", only its replay logs) and the control token, which injected sidecars read"
 	if in.Chart {
-		secrets = "Secrets " + lab.Namespace + "/ms2m-broker, ms2m-control  the stream URI and the control token, which injected sidecars read (made by the chart)"
+		secrets = "Secrets " + lab.Namespace + "/ms2m-broker-user, ms2m-control  the namespace's own broker user (" + lab.BrokerUserPrefix + lab.Namespace + ", made by the lab) and the control token (made by the chart), which injected sidecars read"
 		fmt.Printf("\nms2m runs on the cluster, in pods of the Helm release %s/%s (values %s):\n\n", lab.ChartNamespace, lab.ChartRelease, in.Values)
 		fmt.Fprintln(w, "  POD\tNODE\tIP\tLOG")
 		for _, c := range in.Components {

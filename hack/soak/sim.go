@@ -67,9 +67,6 @@ const (
 var simFaults = []string{faultNone, faultCheckpoint, faultPush, faultRestore, faultKillCheckpoint, faultKillImage,
 	faultKillRestore, faultKillReplay, faultKillSwitch, faultAPIDelay, faultAPIFail, faultControlCut}
 
-// simStatusKey signs the statuses of every controller the soak starts.
-const simStatusKey = "soak-status-key-0123456789abcdef"
-
 // simWorkload is one workload the sim mode moves: a Deployment or a
 // StatefulSet with one pod, in a namespace of its own.
 type simWorkload struct {
@@ -173,7 +170,9 @@ func (s *sim) startController() error {
 		"MS2M_METRICS_ADDR=0",
 		"MS2M_HEALTH_ADDR=0",
 		"MS2M_MIGRATION_TIMEOUT=1m",
-		"MS2M_STATUS_KEY="+simStatusKey,
+		// The simulated cluster's key, which its webhook checks restores
+		// with and writes control tokens by: one key, as the chart's Secret.
+		"MS2M_STATUS_KEY="+string(s.c.SigningKey),
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -1,10 +1,15 @@
 package agent
 
 import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -128,30 +133,147 @@ func TestAgentRefusesPushToAnotherNamespace(t *testing.T) {
 			t.Errorf("%s was pushed all the same", ref)
 		}
 	}
-	// An archive whose name does not say its namespace is pushed nowhere.
+	// An archive that does not record its pod is pushed nowhere, nor one
+	// whose name is not the kubelet's for the pod it records.
 	odd := filepath.Join(filepath.Dir(archive), "checkpoint-odd.tar")
-	if err := os.WriteFile(odd, []byte("criu"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeTar(t, odd, map[string]string{"checkpoint/pages-1.img": "criu"})
 	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", odd, "app", reg+"/ckpt/default:2"); err == nil || !strings.Contains(err.Error(), "namespace is unknown") {
 		t.Errorf("push of %s: %v, want it refused", odd, err)
 	}
+	renamed := filepath.Join(filepath.Dir(archive), "checkpoint-app_shop-app-2026.tar")
+	writeArchive(t, renamed, Origin{Namespace: "default", Pod: "app", Container: "app"})
+	if _, err := c.BuildCheckpointImage(t.Context(), "node-1", renamed, "app", reg+"/ckpt/shop:3"); err == nil || !strings.Contains(err.Error(), "not named as the kubelet names one") {
+		t.Errorf("push of %s: %v, want it refused", renamed, err)
+	}
 }
 
-func TestArchiveNamespace(t *testing.T) {
-	for base, want := range map[string]string{
-		"checkpoint-app_default-app-2026-01-02T15:04:05Z.tar":      "default",
-		"checkpoint-orders-0_shop-eu-app-2026-01-02T15:04:05Z.tar": "shop-eu",
-		"checkpoint-app-x_ns-app-app-2026.tar":                     "ns-app",
-		"checkpoint-app_default-other-2026.tar":                    "",
-		"checkpoint-app-default-app-2026.tar":                      "",
-		"checkpoint-app_Bad_NS-app-2026.tar":                       "",
-		"evil-app_default-app-2026.tar":                            "",
+// TestAgentPushCheckNotFooledByHyphens: the kubelet names an archive
+// checkpoint-<pod>_<namespace>-<container>-<time>.tar, so namespace a with
+// container b-c and namespace a-b with container c give the same name. On
+// 7fe2321 the agent split the name at the container the caller named: the
+// caller chose the namespace, and could file a's memory under a-b's
+// repository (where a-b's tenants may pull). Now the namespace is the one
+// the runtime recorded in the archive, whatever the caller names.
+func TestAgentPushCheckNotFooledByHyphens(t *testing.T) {
+	c, archive, reg, _ := setup(t)
+	dir := filepath.Dir(archive)
+	const base = "checkpoint-p_a-b-c-2026-01-02T15:04:05Z.tar"
+	for _, tc := range []struct {
+		origin  Origin
+		refused []struct{ container, repo string }
+		ok      struct{ container, repo string }
+	}{
+		{Origin{Namespace: "a", Pod: "p", Container: "b-c"},
+			[]struct{ container, repo string }{{"c", "a-b"}, {"b-c", "a-b"}, {"c", "a"}},
+			struct{ container, repo string }{"b-c", "a"}},
+		{Origin{Namespace: "a-b", Pod: "p", Container: "c"},
+			[]struct{ container, repo string }{{"b-c", "a"}, {"c", "a"}, {"b-c", "a-b"}},
+			struct{ container, repo string }{"c", "a-b"}},
 	} {
-		got, ok := archiveNamespace(base, "app")
-		if got != want || ok != (want != "") {
-			t.Errorf("archiveNamespace(%q) = %q, %v; want %q", base, got, ok, want)
+		sub := filepath.Join(dir, tc.origin.Namespace)
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
 		}
+		path := filepath.Join(sub, base)
+		writeArchive(t, path, tc.origin)
+		for i, r := range tc.refused {
+			ref := fmt.Sprintf("%s/ckpt/%s:x%d", reg, r.repo, i)
+			if _, err := c.BuildCheckpointImage(t.Context(), "node-1", path, r.container, ref); err == nil {
+				t.Errorf("archive of %+v pushed as container %s to %s; want it refused", tc.origin, r.container, ref)
+			} else if !strings.Contains(err.Error(), "container "+tc.origin.Container) && !strings.Contains(err.Error(), "namespace "+tc.origin.Namespace+",") {
+				t.Errorf("archive of %+v as container %s to %s: %v; want it to say what the archive is", tc.origin, r.container, ref, err)
+			}
+			if _, err := remote.Head(mustRef(t, ref)); err == nil {
+				t.Errorf("%s was pushed all the same", ref)
+			}
+		}
+		ref := fmt.Sprintf("%s/ckpt/%s:own", reg, tc.ok.repo)
+		if _, err := c.BuildCheckpointImage(t.Context(), "node-1", path, tc.ok.container, ref); err != nil {
+			t.Errorf("archive of %+v to its own namespace's repository %s: %v", tc.origin, ref, err)
+		}
+	}
+}
+
+func TestArchiveOrigin(t *testing.T) {
+	dir := t.TempDir()
+	read := func(name string, files map[string]string) (Origin, error) {
+		p := filepath.Join(dir, name)
+		writeTar(t, p, files)
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		return ArchiveOrigin(f)
+	}
+	status := `{"metadata":{"name":"app"},"labels":{"io.kubernetes.pod.namespace":"shop","io.kubernetes.pod.name":"orders-0","io.kubernetes.container.name":"app"}}`
+	crio := `{"ociVersion":"1.2.0","annotations":{"io.kubernetes.pod.namespace":"shop","io.kubernetes.pod.name":"orders-0","io.kubernetes.container.name":"app"}}`
+	want := Origin{Namespace: "shop", Pod: "orders-0", Container: "app"}
+	for name, files := range map[string]map[string]string{
+		"containerd": {"checkpoint/pages-1.img": "memory", "spec.dump": `{"ociVersion":"1.2.0","annotations":{"io.kubernetes.cri.container-name":"x"}}`, "status.dump": status},
+		"cri-o":      {"spec.dump": crio, "checkpoint/pages-1.img": "memory"},
+		"both":       {"spec.dump": crio, "status.dump": status},
+	} {
+		if got, err := read(name, files); err != nil || got != want {
+			t.Errorf("%s: %+v, %v; want %+v", name, got, err, want)
+		}
+	}
+	for name, files := range map[string]map[string]string{
+		"no metadata":     {"checkpoint/pages-1.img": "memory"},
+		"disagree":        {"spec.dump": strings.Replace(crio, `"shop"`, `"other"`, 1), "status.dump": status},
+		"bad namespace":   {"status.dump": strings.Replace(status, `"shop"`, `"Shop_1"`, 1)},
+		"empty container": {"status.dump": strings.Replace(status, `"io.kubernetes.container.name":"app"`, `"io.kubernetes.container.name":""`, 1)},
+		"bad json":        {"status.dump": "{"},
+	} {
+		if got, err := read(name, files); err == nil {
+			t.Errorf("%s: %+v, want an error", name, got)
+		}
+	}
+	p := filepath.Join(dir, "raw")
+	if err := os.WriteFile(p, []byte("criu images, not a tar"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(p)
+	defer f.Close()
+	if _, err := ArchiveOrigin(f); err == nil {
+		t.Error("a file that is not a tar: no error")
+	}
+}
+
+// writeArchive writes a checkpoint archive of o as containerd does: CRIU's
+// images and the CRI status with the kubelet's labels.
+func writeArchive(t *testing.T, path string, o Origin) {
+	t.Helper()
+	status, err := json.Marshal(map[string]any{"metadata": map[string]string{"name": o.Container}, "labels": map[string]string{
+		labelPodNamespace: o.Namespace, labelPodName: o.Pod, labelContainer: o.Container}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTar(t, path, map[string]string{"checkpoint/pages-1.img": strings.Repeat("criu images\n", 1000), "status.dump": string(status)})
+}
+
+func writeTar(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o600, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(files[n])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -166,13 +168,13 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
-	if err := s.inNamespaceRepository(tag, archive, req.Container); err != nil {
-		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
-		return
-	}
 	st, err := f.Stat()
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, fmt.Errorf("archive %s: %w", req.Archive, err))
+		return
+	}
+	if err := s.inNamespaceRepository(tag, f, st.Size(), archive, req.Container); err != nil {
+		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
 	// The image reads the archive through the open file (its /proc link
@@ -462,43 +464,103 @@ func (s *Server) inRepository(ref name.Reference) error {
 
 // inNamespaceRepository checks that ref is in the repository of the
 // namespace whose pod archive is a checkpoint of: <repository>/<namespace>.
-// The kubelet names an archive checkpoint-<pod>_<namespace>-<container>-
-// <time>.tar; an archive not named so is pushed nowhere. Each namespace's
-// memory goes to its own repository, where pulls can be granted to it
-// alone, and a caller cannot file one namespace's checkpoint under
-// another's.
-func (s *Server) inNamespaceRepository(ref name.Reference, archive, container string) error {
-	ns, ok := archiveNamespace(filepath.Base(archive), container)
-	if !ok {
-		return fmt.Errorf("archive %s is not named as the kubelet names a checkpoint of container %s (checkpoint-<pod>_<namespace>-<container>-<time>.tar), so its namespace is unknown", filepath.Base(archive), container)
+// Each namespace's memory goes to its own repository, where pulls can be
+// granted to it alone, and a caller cannot file one namespace's checkpoint
+// under another's.
+//
+// The namespace is what the runtime wrote into the archive
+// (ArchiveOrigin), not what its name says: the kubelet names an archive
+// checkpoint-<pod>_<namespace>-<container>-<time>.tar, and a namespace and
+// a container name both may hold hyphens, so namespace a with container
+// b-c and namespace a-b with container c give the same name. The name must
+// still agree with the archive's origin, and the container asked for must
+// be the one checkpointed.
+func (s *Server) inNamespaceRepository(ref name.Reference, f *os.File, size int64, archive, container string) error {
+	o, err := ArchiveOrigin(io.NewSectionReader(f, 0, size))
+	if err != nil {
+		return fmt.Errorf("archive %s: %w", filepath.Base(archive), err)
 	}
-	want := s.repo.RepositoryStr() + "/" + ns
+	if o.Container != container {
+		return fmt.Errorf("archive %s is a checkpoint of container %s of pod %s/%s, not of container %s", filepath.Base(archive), o.Container, o.Namespace, o.Pod, container)
+	}
+	if want := "checkpoint-" + o.Pod + "_" + o.Namespace + "-" + o.Container + "-"; !strings.HasPrefix(filepath.Base(archive), want) {
+		return fmt.Errorf("archive %s holds a checkpoint of %s/%s container %s, but is not named as the kubelet names one (%s<time>.tar)", filepath.Base(archive), o.Namespace, o.Pod, o.Container, want)
+	}
+	want := s.repo.RepositoryStr() + "/" + o.Namespace
 	if got := ref.Context().RepositoryStr(); got != want {
-		return fmt.Errorf("the archive is of a pod in namespace %s, whose checkpoints go to %s/%s only, not %s", ns, s.repo.RegistryStr(), want, got)
+		return fmt.Errorf("the archive is of a pod in namespace %s, whose checkpoints go to %s/%s only, not %s", o.Namespace, s.repo.RegistryStr(), want, got)
 	}
 	return nil
 }
 
-// archiveNamespace is the namespace in a kubelet checkpoint archive's name
-// base, for container.
-func archiveNamespace(base, container string) (string, bool) {
-	rest, ok := strings.CutPrefix(base, "checkpoint-")
-	if !ok || container == "" {
-		return "", false
+// Origin is the pod and container a checkpoint archive was taken of, as
+// the container runtime recorded it in the archive.
+type Origin struct{ Namespace, Pod, Container string }
+
+// The kubelet's labels on every container it creates, which the runtime
+// keeps: containerd writes them into the archive's status.dump (the CRI
+// container status), CRI-O as annotations of its spec.dump.
+const (
+	labelPodNamespace = "io.kubernetes.pod.namespace"
+	labelPodName      = "io.kubernetes.pod.name"
+	labelContainer    = "io.kubernetes.container.name"
+)
+
+// ArchiveOrigin reads an archive's origin from its status.dump (labels)
+// or spec.dump (annotations), whichever it has; if both say, they must
+// agree. The tar's other members are skipped (seeked over), not read.
+func ArchiveOrigin(r io.ReadSeeker) (Origin, error) {
+	const maxMeta = 4 << 20
+	var found []Origin
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Origin{}, fmt.Errorf("not a checkpoint archive (a tar): %w", err)
+		}
+		var field string
+		switch path.Clean(strings.TrimPrefix(h.Name, "./")) {
+		case "status.dump":
+			field = "labels"
+		case "spec.dump":
+			field = "annotations"
+		default:
+			continue
+		}
+		if h.Size > maxMeta {
+			return Origin{}, fmt.Errorf("%s is %d bytes, more than a runtime writes", h.Name, h.Size)
+		}
+		var meta map[string]json.RawMessage
+		if err := json.NewDecoder(io.LimitReader(tr, maxMeta)).Decode(&meta); err != nil {
+			return Origin{}, fmt.Errorf("%s: %w", h.Name, err)
+		}
+		var kv map[string]string
+		if raw, ok := meta[field]; ok {
+			if err := json.Unmarshal(raw, &kv); err != nil {
+				return Origin{}, fmt.Errorf("%s, %s: %w", h.Name, field, err)
+			}
+		}
+		o := Origin{Namespace: kv[labelPodNamespace], Pod: kv[labelPodName], Container: kv[labelContainer]}
+		if o != (Origin{}) {
+			found = append(found, o)
+		}
 	}
-	_, rest, ok = strings.Cut(rest, "_")
-	if !ok {
-		return "", false
+	if len(found) == 0 {
+		return Origin{}, errors.New("it records no pod and container (status.dump's labels, spec.dump's annotations " + labelPodNamespace + ", " + labelPodName + ", " + labelContainer + "), so its namespace is unknown")
 	}
-	i := strings.LastIndex(rest, "-"+container+"-")
-	if i <= 0 {
-		return "", false
+	o := found[0]
+	for _, other := range found[1:] {
+		if other != o {
+			return Origin{}, fmt.Errorf("its status.dump and spec.dump disagree on its pod (%+v, %+v)", o, other)
+		}
 	}
-	ns := rest[:i]
-	if len(validation.IsDNS1123Label(ns)) > 0 {
-		return "", false
+	if len(validation.IsDNS1123Label(o.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(o.Pod)) > 0 || o.Container == "" {
+		return Origin{}, fmt.Errorf("it records pod %q in namespace %q, container %q: not names the API server gives", o.Pod, o.Namespace, o.Container)
 	}
-	return ns, true
+	return o, nil
 }
 
 // removeArchive deletes the archive once its image is pushed: it holds the

@@ -38,9 +38,7 @@ func setup(t *testing.T, opts ...func(*Config)) (Client, string, string, *record
 		}
 	}
 	archive := filepath.Join(ckpt, "checkpoint-app_default-app-2026.tar")
-	if err := os.WriteFile(archive, []byte(strings.Repeat("criu images\n", 1000)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeArchive(t, archive, Origin{Namespace: "default", Pod: "app", Container: "app"})
 	if err := os.WriteFile(filepath.Join(logs, "criu-dump.log"), []byte("(00.1) Error (criu/x.c:1): it broke\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -100,9 +98,7 @@ func TestBuildCheckpointImage(t *testing.T) {
 	}
 	// Relative to the checkpoint folder works too (the first push removed
 	// the archive: the kubelet writes a new one per checkpoint).
-	if err := os.WriteFile(archive, []byte("criu images again\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeArchive(t, archive, Origin{Namespace: "default", Pod: "app", Container: "app"})
 	if _, err := c.BuildCheckpointImage(ctx, "node-1", filepath.Base(archive), "app", reg+"/ckpt/default:m2"); err != nil {
 		t.Errorf("relative archive path: %v", err)
 	}

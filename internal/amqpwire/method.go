@@ -103,81 +103,81 @@ func MethodName(class, method uint16) string {
 }
 
 func newMethod(class, method uint16) (methodCodec, string) {
-	switch uint32(class)<<16 | uint32(method) {
-	case 10<<16 | 11:
+	switch Key(class, method) {
+	case KeyConnectionStartOk:
 		return new(ConnectionStartOk), "connection.start-ok"
-	case 10<<16 | 40:
+	case KeyConnectionOpen:
 		return new(ConnectionOpen), "connection.open"
-	case 10<<16 | 30:
+	case KeyConnectionTune:
 		return new(ConnectionTune), "connection.tune"
-	case 10<<16 | 31:
+	case KeyConnectionTuneOk:
 		return new(ConnectionTuneOk), "connection.tune-ok"
-	case 10<<16 | 50:
+	case KeyConnectionClose:
 		return new(ConnectionClose), "connection.close"
-	case 10<<16 | 51:
+	case KeyConnectionCloseOk:
 		return new(ConnectionCloseOk), "connection.close-ok"
-	case 10<<16 | 60:
+	case KeyConnectionBlocked:
 		return new(ConnectionBlocked), "connection.blocked"
-	case 10<<16 | 61:
+	case KeyConnectionUnblocked:
 		return new(ConnectionUnblocked), "connection.unblocked"
 
-	case 20<<16 | 10:
+	case KeyChannelOpen:
 		return new(ChannelOpen), "channel.open"
-	case 20<<16 | 11:
+	case KeyChannelOpenOk:
 		return new(ChannelOpenOk), "channel.open-ok"
-	case 20<<16 | 20:
+	case KeyChannelFlow:
 		return new(ChannelFlow), "channel.flow"
-	case 20<<16 | 21:
+	case KeyChannelFlowOk:
 		return new(ChannelFlowOk), "channel.flow-ok"
-	case 20<<16 | 40:
+	case KeyChannelClose:
 		return new(ChannelClose), "channel.close"
-	case 20<<16 | 41:
+	case KeyChannelCloseOk:
 		return new(ChannelCloseOk), "channel.close-ok"
 
-	case 50<<16 | 10:
+	case KeyQueueDeclare:
 		return new(QueueDeclare), "queue.declare"
-	case 50<<16 | 11:
+	case KeyQueueDeclareOk:
 		return new(QueueDeclareOk), "queue.declare-ok"
-	case 60<<16 | 10:
+	case KeyBasicQos:
 		return new(BasicQos), "basic.qos"
-	case 60<<16 | 11:
+	case KeyBasicQosOk:
 		return new(BasicQosOk), "basic.qos-ok"
-	case 60<<16 | 20:
+	case KeyBasicConsume:
 		return new(BasicConsume), "basic.consume"
-	case 60<<16 | 21:
+	case KeyBasicConsumeOk:
 		return new(BasicConsumeOk), "basic.consume-ok"
-	case 60<<16 | 30:
+	case KeyBasicCancel:
 		return new(BasicCancel), "basic.cancel"
-	case 60<<16 | 31:
+	case KeyBasicCancelOk:
 		return new(BasicCancelOk), "basic.cancel-ok"
-	case 60<<16 | 40:
+	case KeyBasicPublish:
 		return new(BasicPublish), "basic.publish"
-	case 60<<16 | 50:
+	case KeyBasicReturn:
 		return new(BasicReturn), "basic.return"
-	case 60<<16 | 60:
+	case KeyBasicDeliver:
 		return new(BasicDeliver), "basic.deliver"
-	case 60<<16 | 70:
+	case KeyBasicGet:
 		return new(BasicGet), "basic.get"
-	case 60<<16 | 71:
+	case KeyBasicGetOk:
 		return new(BasicGetOk), "basic.get-ok"
-	case 60<<16 | 72:
+	case KeyBasicGetEmpty:
 		return new(BasicGetEmpty), "basic.get-empty"
-	case 60<<16 | 80:
+	case KeyBasicAck:
 		return new(BasicAck), "basic.ack"
-	case 60<<16 | 90:
+	case KeyBasicReject:
 		return new(BasicReject), "basic.reject"
-	case 60<<16 | 100:
+	case KeyBasicRecoverAsync:
 		return new(BasicRecoverAsync), "basic.recover-async"
-	case 60<<16 | 110:
+	case KeyBasicRecover:
 		return new(BasicRecover), "basic.recover"
-	case 60<<16 | 111:
+	case KeyBasicRecoverOk:
 		return new(BasicRecoverOk), "basic.recover-ok"
-	case 60<<16 | 120:
+	case KeyBasicNack:
 		return new(BasicNack), "basic.nack"
 
-	case 85<<16 | 10:
+	case KeyConfirmSelect:
 		return new(ConfirmSelect), "confirm.select"
-	case 85<<16 | 11:
+	case KeyConfirmSelectOk:
 		return new(ConfirmSelectOk), "confirm.select-ok"
 	}
 	return nil, ""

@@ -1,7 +1,7 @@
 // Package control is the sidecar's HTTP control API, on a port of its own
 // apart from the AMQP listener, and both of its ends: the server (Handler,
 // over a Sidecar) and the migrator's typed Client, with the handover and
-// the waits built on it. The request and response types (State, Cut,
+// the waits built on it, and TokenFor, each namespace's bearer token. The request and response types (State, Cut,
 // StopResult, Timings...) are declared once here, so that the compiler
 // checks the API between the sidecar and the migrator.
 //

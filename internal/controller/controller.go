@@ -240,7 +240,7 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationStarted, "Migrate", "migration %s to node %s by %s", name, rq.node, rq.strategy)
 	log.FromContext(ctx).Info("migration started", "migration", name, "targetNode", rq.node, "strategy", rq.strategy)
 
-	port, token, err := migrate.SidecarControl(ctx, r.cfg.Client, pod)
+	port, token, err := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	if err != nil {
 		return r.fail(ctx, pod, st, err)
 	}
@@ -484,7 +484,7 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 		return r.rollBackStatefulSet(ctx, pod, st)
 	}
 	cs := r.cfg.Client
-	port, token, ctlErr := migrate.SidecarControl(ctx, cs, pod)
+	port, token, ctlErr := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):

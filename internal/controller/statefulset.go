@@ -29,7 +29,7 @@ import (
 // which still exists.
 func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, st Status) error {
 	cs := r.cfg.Client
-	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	port, token, err := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", st.Name, err)
 	}
@@ -100,7 +100,7 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	port, token, err := migrate.SidecarControl(ctx, cs, pod)
+	port, token, err := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	if err != nil {
 		// No sidecar: not the restore, which would have one. Look again
 		// now and then, in case the record is for a pod yet to come.

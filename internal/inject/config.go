@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // Defaults for the Config fields left zero.
@@ -35,14 +37,25 @@ func (c Config) withDefaults() Config {
 	if c.RunAsUser == 0 {
 		c.RunAsUser = DefaultRunAsUser
 	}
+	if c.BrokerUsers && c.StreamURI == (SecretKey{}) {
+		c.StreamURI = BrokerUserStreamURI
+	}
 	return c
 }
+
+// BrokerUserStreamURI is where a sidecar's stream URI comes from when each
+// namespace has a broker user of its own (Config.BrokerUsers).
+var BrokerUserStreamURI = SecretKey{Name: contract.BrokerUserSecret, Key: contract.BrokerUserSecretStreamURI}
 
 // Validate checks the configuration once, at the webhook's start. Inject
 // calls it too, and fails with its error (not a *DenyError) on a bad Config.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	var errs []error
+	if c.BrokerUsers && c.StreamURI != (SecretKey{}) && c.StreamURI != BrokerUserStreamURI {
+		errs = append(errs, fmt.Errorf("streamURI %s/%s: with brokerUsers each namespace's sidecars use the namespace's own broker user (Secret %s, key %s); the shared stream URI would reach every namespace's logs: leave streamURI unset",
+			c.StreamURI.Name, c.StreamURI.Key, BrokerUserStreamURI.Name, BrokerUserStreamURI.Key))
+	}
+	c = c.withDefaults()
 	if c.SidecarImage == "" {
 		errs = append(errs, errors.New("sidecarImage is empty: set the sidecar's image"))
 	}
@@ -84,6 +97,9 @@ func (c Config) Validate() error {
 	}
 	if c.RunAsUser < 1 {
 		errs = append(errs, fmt.Errorf("runAsUser %d: the sidecar runs as a non-root user; use a uid above 0", c.RunAsUser))
+	}
+	if _, _, err := checkpointRepository(c); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("inject config: %w", err)

@@ -51,7 +51,33 @@ const (
 // restore target of a migration its status does not record (the migrator
 // copied an injected pod): then only the restore is applied, to the
 // sidecar that is there.
+//
+// Last, no image of the pod may lie in the checkpoint repository
+// (CheckImages): only the app container of a restore the controller
+// ordered for this pod runs a checkpoint image.
 func Inject(in Input, cfg Config) (Result, error) {
+	var carried *Migration
+	res, err := decide(in, cfg, &carried)
+	if err != nil {
+		return res, err
+	}
+	final, instruction := res.Pod, res.Restore
+	if final == nil {
+		final = in.Pod
+	}
+	if instruction == nil {
+		instruction = carried
+	}
+	if err := CheckImages(final, nil, cfg, instruction); err != nil {
+		return Result{Warnings: res.Warnings}, err
+	}
+	return res, nil
+}
+
+// decide is Inject before the image check. carried is set to the verified
+// restore instruction of a pod that is left alone because it was restored
+// by it already (the webhook called again after another webhook's change).
+func decide(in Input, cfg Config, carried **Migration) (Result, error) {
 	if in.Pod == nil {
 		return Result{}, errors.New("inject: Input.Pod is nil")
 	}
@@ -72,6 +98,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 		// from ms2m: its log must still be its namespace's.
 		if msg := checkInjectedLogName(pod); msg != "" {
 			return Result{}, denyf("%s", msg)
+		}
+		if asked {
+			if m, _, err := restoreRequest(pod, in.Pending, cfg); err == nil {
+				*carried = m
+			}
 		}
 		return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
 	}

@@ -42,7 +42,9 @@ var testConfig = Config{
 		},
 	},
 	RestoreKey: []byte("golden-signing-key-0123456789"),
-	Now:        func() time.Time { return goldenNow },
+	// The goldens' restores take their images from here.
+	CheckpointRepository: "registry.example.com/ms2m-checkpoints",
+	Now:                  func() time.Time { return goldenNow },
 }
 
 // goldenNow is the clock of every golden case.
@@ -54,6 +56,9 @@ type goldenCase struct {
 	NamespaceLabels map[string]string `json:"namespaceLabels,omitempty"`
 	Pending         *Migration        `json:"pending,omitempty"`
 	Pod             *corev1.Pod       `json:"pod"`
+	// BrokerUsers runs the case with Config.BrokerUsers (and no shared
+	// StreamURI), as a webhook whose namespaces each have a broker user.
+	BrokerUsers bool `json:"brokerUsers,omitempty"`
 	// Sign has the test sign the case's restore instruction (the pod's
 	// restore annotations and the pending migration) with testConfig's
 	// key, as the controller does.
@@ -246,7 +251,11 @@ func TestGolden(t *testing.T) {
 			before := c.Pod.DeepCopy()
 			input := Input{Pod: c.Pod, NamespaceLabels: c.NamespaceLabels, Pending: c.Pending}
 
-			res, err := Inject(input, testConfig)
+			cfg := testConfig
+			if c.BrokerUsers {
+				cfg.BrokerUsers, cfg.StreamURI = true, SecretKey{}
+			}
+			res, err := Inject(input, cfg)
 			got := renderResult(t, res, err)
 
 			if !apiequality.Semantic.DeepEqual(before, c.Pod) {
@@ -269,7 +278,7 @@ func TestGolden(t *testing.T) {
 			}
 
 			if res.Pod != nil {
-				again, err := Inject(Input{Pod: res.Pod, NamespaceLabels: c.NamespaceLabels, Pending: c.Pending}, testConfig)
+				again, err := Inject(Input{Pod: res.Pod, NamespaceLabels: c.NamespaceLabels, Pending: c.Pending}, cfg)
 				want := Result{Skipped: []string{ReasonAlreadyInjected}}
 				if err != nil || !apiequality.Semantic.DeepEqual(want, again) {
 					t.Errorf("Inject on its own output = %+v, %v; want %+v, nil", again, err, want)

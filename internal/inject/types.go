@@ -22,8 +22,14 @@ type Config struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// StreamURI is the Secret key holding the broker's stream URI with
 	// credentials (rabbitmq-stream://user:password@host:5552/vhost): the
-	// sidecar's MS2M_STREAM_URI.
-	StreamURI SecretKey `json:"streamURI"`
+	// sidecar's MS2M_STREAM_URI. The same credentials in every namespace
+	// reach every namespace's logs: set BrokerUsers instead.
+	StreamURI SecretKey `json:"streamURI,omitempty"`
+	// BrokerUsers: each namespace has a broker user of its own, confined to
+	// its logs (internal/brokeruser), and the sidecar's MS2M_STREAM_URI
+	// comes from that user's Secret in the pod's namespace
+	// (contract.BrokerUserSecret). StreamURI must then be empty.
+	BrokerUsers bool `json:"brokerUsers,omitempty"`
 	// NATSURL is the Secret key holding the NATS URL with credentials
 	// (nats://user:password@host:4222) of the server that keeps the replay
 	// logs of NATS apps as JetStream streams: the sidecar's MS2M_NATS_URL.
@@ -46,6 +52,11 @@ type Config struct {
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// RunAsUser is the sidecar's non-root user. Default 65532.
 	RunAsUser int64 `json:"runAsUser,omitempty"`
+	// CheckpointRepository is where ms2m's checkpoint images go (the
+	// migrator's MS2M_IMAGE_REPO): no pod may name an image in it or below
+	// it, except the restore the controller ordered (CheckImages). Empty:
+	// images are not checked.
+	CheckpointRepository string `json:"checkpointRepository,omitempty"`
 	// RestoreKey checks the controller's signature on every restore
 	// instruction (SignRestore); without it no pod is made a restore.
 	RestoreKey []byte `json:"-"`

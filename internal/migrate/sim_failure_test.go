@@ -43,7 +43,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 	w := deploy(t, c, "sim-bad", "Deployment", true)
 	plain := deploy(t, c, "sim-plain", "Deployment", false)
 	hc := &http.Client{Timeout: 10 * time.Second}
-	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken, HTTP: hc}
+	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken(w.ns), HTTP: hc}
 	// pending is an injected pod that never starts: node A holds its start.
 	pendingPod := func() (string, func()) {
 		h := c.Nodes[nodeA].HoldStep(simcluster.StepStart)

@@ -324,7 +324,7 @@ func TestControllerRejectsBadRequests(t *testing.T) {
 	plain := deploy(t, c, "sim-reject-plain", "Deployment", false)
 	startController(t, c, "the controller", c.Kubeconfig)
 	hc := &http.Client{Timeout: 10 * time.Second}
-	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken, HTTP: hc}
+	ctlEP := control.Client{URL: "http://" + net.JoinHostPort(w.pod.Status.PodIP, "8089"), Token: c.ControlToken(w.ns), HTTP: hc}
 	for _, tc := range []struct {
 		name, node string
 		w          *workload

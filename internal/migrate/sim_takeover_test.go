@@ -185,7 +185,7 @@ func TestLostHoldDiscardsTheCheckpoint(t *testing.T) {
 	case r := <-done:
 		t.Fatalf("the migration ended before its checkpoint: %v", r.err)
 	}
-	src := control.ClientAt(w.pod.Status.PodIP, 8089, c.ControlToken, nil)
+	src := control.ClientAt(w.pod.Status.PodIP, 8089, c.ControlToken(w.ns), nil)
 	if err := src.Resume(t.Context()); err != nil {
 		t.Fatal(err)
 	}

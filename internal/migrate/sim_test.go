@@ -262,11 +262,10 @@ func resetNodes(c *simcluster.Cluster) {
 
 func env(c *simcluster.Cluster, cs kubernetes.Interface) migrate.Env {
 	return migrate.Env{
-		Client:       cs,
-		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, simcluster.AgentPort), Token: c.AgentToken},
-		ImageRepo:    c.ImageRepo(),
-		ControlToken: c.ControlToken,
-		SigningKey:   c.SigningKey,
+		Client:     cs,
+		Agent:      agent.Client{Resolve: agent.ByNodeIP(cs, simcluster.AgentPort), Token: c.AgentToken},
+		ImageRepo:  c.ImageRepo(),
+		SigningKey: c.SigningKey,
 	}
 }
 

@@ -73,8 +73,10 @@ type Env struct {
 	// created: for clusters without the webhook (tests). Nil leaves it to
 	// the webhook.
 	Admit func(*corev1.Pod) (*corev1.Pod, error)
-	// ControlToken is the sidecars' control token; ControlPort their
-	// control port (default 8089).
+	// ControlToken, if set, is the sidecars' control token; empty: each
+	// pod's namespace's, derived from SigningKey (control.TokenFor), as
+	// the webhook gives it. ControlPort is their control port (default
+	// 8089).
 	ControlToken string
 	ControlPort  int
 	// SigningKey signs each restore instruction (the target pod's restore
@@ -283,7 +285,11 @@ func (r *run) phase(name string) {
 }
 
 func (r *run) endpoint(pod *corev1.Pod) control.Client {
-	return control.ClientAt(pod.Status.PodIP, r.env.ControlPort, r.env.ControlToken, r.env.HTTP)
+	token := r.env.ControlToken
+	if token == "" {
+		token = control.TokenFor(r.env.SigningKey, pod.Namespace)
+	}
+	return control.ClientAt(pod.Status.PodIP, r.env.ControlPort, token, r.env.HTTP)
 }
 
 func (r *run) do(ctx context.Context) error {

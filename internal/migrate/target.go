@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
@@ -225,10 +226,37 @@ func describe(p *corev1.Pod) string {
 	return strings.Join(parts, "; ")
 }
 
-// SidecarControl returns how to reach the control API of pod's sidecar: its
-// port (named ms2m-control) and its token, read from the Secret its
-// MS2M_CONTROL_TOKEN refers to.
-func SidecarControl(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (port int, token string, err error) {
+// SidecarControl returns how the controller reaches the control API of
+// pod's sidecar: its port (named ms2m-control) and its namespace's token,
+// derived from the controller's key (control.TokenFor). No Secret is read:
+// the controller trusts no token a tenant could have written, and needs no
+// right on Secrets in the tenants' namespaces.
+func SidecarControl(pod *corev1.Pod, key []byte) (port int, token string, err error) {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name != inject.SidecarName {
+			continue
+		}
+		for _, p := range c.Ports {
+			if p.Name == inject.ControlPortName {
+				port = int(p.ContainerPort)
+			}
+		}
+		if port == 0 {
+			return 0, "", fmt.Errorf("pod %s/%s: its sidecar has no %s port", pod.Namespace, pod.Name, inject.ControlPortName)
+		}
+		if len(key) == 0 {
+			return port, "", fmt.Errorf("pod %s/%s: no signing key to derive namespace %s's control token from", pod.Namespace, pod.Name, pod.Namespace)
+		}
+		return port, control.TokenFor(key, pod.Namespace), nil
+	}
+	return 0, "", fmt.Errorf("pod %s/%s has no ms2m sidecar: opt it in with %s: \"true\" and recreate it", pod.Namespace, pod.Name, contract.AnnotationInject)
+}
+
+// SidecarGiven returns what pod's sidecar was given, as the kubelet gives
+// it: its control port and the token from the Secret its
+// MS2M_CONTROL_TOKEN refers to. Tests and simulated nodes use it; the
+// controller uses SidecarControl.
+func SidecarGiven(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod) (port int, token string, err error) {
 	for _, c := range pod.Spec.InitContainers {
 		if c.Name != inject.SidecarName {
 			continue

@@ -19,6 +19,10 @@ import (
 type AgentConfig struct {
 	// Listen is the agent's address; it runs on the node's host network.
 	Listen string `env:"MS2M_AGENT_LISTEN" envDefault:":8090"`
+	// ListenIP, when set, is the only address the agent listens on, at
+	// Listen's port: the node's InternalIP (the chart passes status.hostIP),
+	// so that the API is not on every host interface.
+	ListenIP string `env:"MS2M_AGENT_LISTEN_IP"`
 	// CheckpointDir is the kubelet's checkpoint folder, mounted read-only.
 	CheckpointDir string `env:"MS2M_AGENT_CHECKPOINT_DIR" envDefault:"/var/lib/kubelet/checkpoints"`
 	// RuntimeEndpoint is the CRI socket images are pulled through.
@@ -113,9 +117,13 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	addr, err := agentListenAddr(cfg.Listen, cfg.ListenIP)
 	if err != nil {
-		return fmt.Errorf("MS2M_AGENT_LISTEN=%s: %w", cfg.Listen, err)
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("MS2M_AGENT_LISTEN=%s: %w", addr, err)
 	}
 	log.Info("agent ready", "listen", ln.Addr().String(), "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint, "repository", cfg.ImageRepo, "keepArchives", cfg.KeepArchives)
 	err = s.Serve(ctx, ln)
@@ -123,4 +131,20 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// agentListenAddr is the address to listen on: listen, or, with ip set,
+// ip at listen's port.
+func agentListenAddr(listen, ip string) (string, error) {
+	if ip == "" {
+		return listen, nil
+	}
+	if net.ParseIP(ip) == nil {
+		return "", fmt.Errorf("MS2M_AGENT_LISTEN_IP=%q: want an IP address (the chart sets the node's, status.hostIP)", ip)
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("MS2M_AGENT_LISTEN=%q: want host:port or :port: %w", listen, err)
+	}
+	return net.JoinHostPort(ip, port), nil
 }

@@ -64,7 +64,10 @@ type ControllerConfig struct {
 	StatusKey     string `env:"MS2M_STATUS_KEY"`
 	StatusKeyFile string `env:"MS2M_STATUS_KEY_FILE"`
 	// KeepImages keeps checkpoint images once the target serves.
-	KeepImages  bool   `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	KeepImages bool `env:"MS2M_KEEP_CHECKPOINT_IMAGES" envDefault:"false"`
+	// BrokerUsers provisions per-namespace broker users when its
+	// MS2M_BROKER_MANAGEMENT_URL is set.
+	BrokerUsers BrokerUserConfig
 	MetricsAddr string `env:"MS2M_METRICS_ADDR" envDefault:":8080"`
 	HealthAddr  string `env:"MS2M_HEALTH_ADDR" envDefault:":8081"`
 	LogLevel    string `env:"MS2M_LOG_LEVEL" envDefault:"info"`
@@ -162,6 +165,23 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, thaw
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)
+	}
+	if cfg.BrokerUsers.ManagementURL != "" {
+		prov, err := cfg.BrokerUsers.provisioner(cs)
+		if err != nil {
+			return fmt.Errorf("per-namespace broker users: %w", err)
+		}
+		bu := &controller.BrokerUsers{
+			Provisioner: prov, Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Namespaces: cfg.BrokerUsers.Namespaces,
+			Exclude:    []string{"kube-system", cfg.LeaderElectionNamespace},
+			Log:        logr.FromSlogHandler(log.Handler()).WithName("broker-users"),
+		}
+		if err := bu.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the broker-users controller: %w", err)
+		}
+		log.Info("provisioning per-namespace broker users", "managementURL", cfg.BrokerUsers.ManagementURL,
+			"streamAddress", cfg.BrokerUsers.StreamAddress, "userPrefix", cfg.BrokerUsers.UserPrefix, "namespaces", cfg.BrokerUsers.Namespaces)
 	}
 	if err := addProbes(mgr); err != nil {
 		return err

@@ -16,6 +16,7 @@ Usage:
   migrator drain <node> [flags]                            cordon a node and evict its pods as kubectl drain does; pods opted in by ms2m.io/on-evict migrate instead (a live table, a summary)
   migrator controller                                      act on pods annotated ms2m.io/migrate-to (configured by MS2M_* variables)
   migrator agent                                           run the node agent (configured by MS2M_AGENT_* variables)
+  migrator broker-users ensure|rotate|remove <namespace>...   per-namespace broker users for the replay logs, by hand
 
 Run "migrator <command> -h" for a command's flags.
 `
@@ -40,11 +41,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return drainCmd(ctx, args[1:], stdout, stderr)
 	case "controller":
 		return controllerCmd(ctx, args[1:], stdout, stderr)
+	case "broker-users":
+		return brokerUsersCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "migrator: unknown command %q (want migrate, status, nodes, drain, controller or agent)\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "migrator: unknown command %q (want migrate, status, nodes, drain, controller, agent or broker-users)\n\n%s", args[0], usage)
 		return 2
 	}
 }

@@ -73,3 +73,21 @@ func TestControllerConfigErrors(t *testing.T) {
 		t.Errorf("controller without the agents' token: exit %d, stderr %s", code, errOut.String())
 	}
 }
+
+func TestAgentListenAddr(t *testing.T) {
+	for _, tc := range []struct{ listen, ip, want string }{
+		{":8090", "", ":8090"},
+		{":8090", "10.0.0.7", "10.0.0.7:8090"},
+		{"0.0.0.0:9000", "10.0.0.7", "10.0.0.7:9000"},
+		{":8090", "fd00::7", "[fd00::7]:8090"},
+	} {
+		if got, err := agentListenAddr(tc.listen, tc.ip); err != nil || got != tc.want {
+			t.Errorf("agentListenAddr(%q, %q) = %q, %v; want %q", tc.listen, tc.ip, got, err, tc.want)
+		}
+	}
+	for _, bad := range [][2]string{{":8090", "node-a"}, {"8090", "10.0.0.7"}} {
+		if _, err := agentListenAddr(bad[0], bad[1]); err == nil {
+			t.Errorf("agentListenAddr(%q, %q): no error", bad[0], bad[1])
+		}
+	}
+}

@@ -116,7 +116,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
 		return 1
 	}
-	port, token, err := migrate.SidecarControl(ctx, cs, src)
+	port, token, err := migrate.SidecarControl(src, key)
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
 		return 1

@@ -155,112 +155,211 @@ func (c *conn) onDown(f amqpwire.Frame, out *[]byte) error {
 	return nil
 }
 
+// onDownMethod handles one method frame from the broker on a channel other
+// than 0, with c.mu held: it appends to out what goes to the app. A method
+// without a handler here passes as it is.
 func (c *conn) onDownMethod(f amqpwire.Frame, out *[]byte) error {
 	ch := c.channel(f.Channel)
 	if ch.down != nil {
 		return unexpected(f, "method frame from the broker in the middle of a delivery's content")
 	}
-	key, err := methodKey(f.Payload)
+	pass, err := c.downMethod(ch, f, out)
 	if err != nil {
 		return err
 	}
-	switch key {
-	case mBasicDeliver:
-		m, err := decode[*amqpwire.BasicDeliver](f.Payload)
-		if err != nil {
-			return err
-		}
-		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
-		if cons := ch.consumers[m.ConsumerTag]; cons != nil {
-			d.rec.Queue, d.noAck = cons.queue, cons.noAck
-		}
-		d.rec.ConsumerTag, d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.ConsumerTag, m.Exchange, m.RoutingKey, m.Redelivered
-		c.startContent(ch, d, f, m, &m.DeliveryTag, out)
-		return nil
-	case mBasicGetOk:
-		m, err := decode[*amqpwire.BasicGetOk](f.Payload)
-		if err != nil {
-			return err
-		}
-		d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
-		if len(ch.gets) > 0 {
-			d.rec.Queue, d.noAck = ch.gets[0].queue, ch.gets[0].noAck
-			ch.gets = ch.gets[1:]
-		}
-		d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
-		c.startContent(ch, d, f, m, &m.DeliveryTag, out)
-		return nil
-	case mBasicAck, mBasicNack:
-		// Publisher confirms from the broker: number them after the ones
-		// the sidecar gave for absorbed publishes.
-		if ch.absorbed > 0 {
-			return c.renumberConfirm(ch, f, key, out)
-		}
-	case mBasicReturn:
-		ch.down = &content{}
-	case mBasicGetEmpty:
-		if len(ch.gets) > 0 {
-			ch.gets = ch.gets[1:]
-		}
-	case mBasicConsumeOk:
-		m, err := decode[*amqpwire.BasicConsumeOk](f.Payload)
-		if err != nil {
-			return err
-		}
-		if len(ch.consumes) == 0 {
-			break // not one we saw; pass it on
-		}
-		pc := ch.consumes[0]
-		ch.consumes = ch.consumes[1:]
-		pc.m.ConsumerTag = m.ConsumerTag
-		cons := &consumer{queue: pc.m.Queue, noAck: pc.m.NoAck, consume: pc.m}
-		ch.consumers[m.ConsumerTag] = cons
-		if c.mode == Stopped {
-			// Confirmed after the stop cancelled the others: cancel it too.
-			c.cancelLocked(f.Channel, ch, m.ConsumerTag, cons)
-		}
-		if pc.bySidecar {
-			if pc.switching {
-				c.p.markSwitched(c.p.opts.Now())
-			}
-			return nil
-		}
-	case mBasicCancelOk:
-		m, err := decode[*amqpwire.BasicCancelOk](f.Payload)
-		if err != nil {
-			return err
-		}
-		delete(ch.consumers, m.ConsumerTag)
-		if ch.awaitCancelOk[m.ConsumerTag] {
-			delete(ch.awaitCancelOk, m.ConsumerTag)
-			return nil // the sidecar's own cancel
-		}
-	case mBasicCancel:
-		// The broker cancelled a consumer (its queue was deleted, say).
-		m, err := decode[*amqpwire.BasicCancel](f.Payload)
-		if err != nil {
-			return err
-		}
-		delete(ch.consumers, m.ConsumerTag)
-		delete(ch.awaitCancelOk, m.ConsumerTag)
-	case mQueueDeclareOk:
-		m, err := decode[*amqpwire.QueueDeclareOk](f.Payload)
-		if err != nil {
-			return err
-		}
-		c.onQueueDeclareOk(ch, m)
-	case mChannelClose, mChannelCloseOk:
-		c.dropChannel(f.Channel)
+	if pass {
+		*out = append(*out, f.Raw...)
 	}
-	*out = append(*out, f.Raw...)
 	return nil
+}
+
+// downMethod dispatches a method frame from the broker to its handler. Each
+// handler reports whether the frame passes to the app as it is; one that
+// returns false has written what the app gets, if anything, itself.
+func (c *conn) downMethod(ch *channel, f amqpwire.Frame, out *[]byte) (pass bool, err error) {
+	key, err := amqpwire.PayloadKey(f.Payload)
+	if err != nil {
+		return false, err
+	}
+	switch key {
+	case amqpwire.KeyBasicDeliver:
+		return c.downDeliver(ch, f, out)
+	case amqpwire.KeyBasicGetOk:
+		return c.downGetOk(ch, f, out)
+	case amqpwire.KeyBasicAck, amqpwire.KeyBasicNack:
+		return c.downConfirm(ch, f, key, out)
+	case amqpwire.KeyBasicReturn:
+		return c.downReturn(ch)
+	case amqpwire.KeyBasicGetEmpty:
+		return c.downGetEmpty(ch)
+	case amqpwire.KeyBasicConsumeOk:
+		return c.downConsumeOk(ch, f)
+	case amqpwire.KeyBasicCancelOk:
+		return c.downCancelOk(ch, f)
+	case amqpwire.KeyBasicCancel:
+		return c.downCancel(ch, f)
+	case amqpwire.KeyQueueDeclareOk:
+		return c.downQueueDeclareOk(ch, f)
+	case amqpwire.KeyChannelClose, amqpwire.KeyChannelCloseOk:
+		return c.downChannelClose(ch)
+	}
+	return true, nil
+}
+
+// downDeliver handles basic.deliver, whose content frames follow.
+//   - Serving: the delivery goes to the app as the broker sent it, and into
+//     the log once its content is complete (complete, deliverLocked).
+//   - Quiesced, stopped: it is held back from the app, and kept out of the
+//     log, until Resume hands it over or Stop releases it (releaseHeld). One
+//     that comes after Stop released the held ones goes back to the broker
+//     (basic.reject with requeue), or to the app if it is auto-ack.
+//   - Replaying (a renumbered channel): as in the other modes, with the
+//     sidecar's delivery tag in place of the broker's (startContent).
+func (c *conn) downDeliver(ch *channel, f amqpwire.Frame, out *[]byte) (bool, error) {
+	m, err := decode[*amqpwire.BasicDeliver](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
+	if cons := ch.consumers[m.ConsumerTag]; cons != nil {
+		d.rec.Queue, d.noAck = cons.queue, cons.noAck
+	}
+	d.rec.ConsumerTag, d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.ConsumerTag, m.Exchange, m.RoutingKey, m.Redelivered
+	c.startContent(ch, d, f, m, &m.DeliveryTag, out)
+	return false, nil
+}
+
+// downGetOk handles basic.get-ok, whose content frames follow, in every mode
+// as downDeliver does a delivery; it answers the channel's oldest pending
+// basic.get, which gives its queue.
+func (c *conn) downGetOk(ch *channel, f amqpwire.Frame, out *[]byte) (bool, error) {
+	m, err := decode[*amqpwire.BasicGetOk](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
+	if len(ch.gets) > 0 {
+		d.rec.Queue, d.noAck = ch.gets[0].queue, ch.gets[0].noAck
+		ch.gets = ch.gets[1:]
+	}
+	d.rec.Exchange, d.rec.RoutingKey, d.rec.Redelivered = m.Exchange, m.RoutingKey, m.Redelivered
+	c.startContent(ch, d, f, m, &m.DeliveryTag, out)
+	return false, nil
+}
+
+// downConfirm handles the broker's basic.ack and basic.nack: publisher
+// confirms. Serving, quiesced and stopped they pass; on a channel where the
+// sidecar absorbed publishes while replaying, and confirmed them itself,
+// they are renumbered to follow on (renumberConfirm).
+func (c *conn) downConfirm(ch *channel, f amqpwire.Frame, key amqpwire.MethodKey, out *[]byte) (bool, error) {
+	if ch.absorbed == 0 {
+		return true, nil
+	}
+	return false, c.renumberConfirm(ch, f, key, out)
+}
+
+// downReturn handles basic.return, the same in every mode: it passes with
+// its content, which is neither held nor logged.
+func (c *conn) downReturn(ch *channel) (bool, error) {
+	ch.down = &content{}
+	return true, nil
+}
+
+// downGetEmpty handles basic.get-empty, the same in every mode: it passes,
+// and answers the channel's oldest pending basic.get.
+func (c *conn) downGetEmpty(ch *channel) (bool, error) {
+	if len(ch.gets) > 0 {
+		ch.gets = ch.gets[1:]
+	}
+	return true, nil
+}
+
+// downConsumeOk handles basic.consume-ok, which confirms the channel's
+// oldest pending consume; its consumer counts from now on.
+//   - Serving, quiesced: it passes.
+//   - Stopped: it passes, and the sidecar cancels the consumer at once: the
+//     broker confirmed it after the stop cancelled the others.
+//   - The sidecar's own consumes (Resume after a stop; the switch to the
+//     broker at the end of a replay) are not the app's to see: their
+//     consume-ok stops here, and a switch's marks when the target took the
+//     queue over.
+func (c *conn) downConsumeOk(ch *channel, f amqpwire.Frame) (bool, error) {
+	m, err := decode[*amqpwire.BasicConsumeOk](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	if len(ch.consumes) == 0 {
+		return true, nil // not one we saw; pass it on
+	}
+	pc := ch.consumes[0]
+	ch.consumes = ch.consumes[1:]
+	pc.m.ConsumerTag = m.ConsumerTag
+	cons := &consumer{queue: pc.m.Queue, noAck: pc.m.NoAck, consume: pc.m}
+	ch.consumers[m.ConsumerTag] = cons
+	if c.mode == Stopped {
+		c.cancelLocked(ch.id, ch, m.ConsumerTag, cons)
+	}
+	if !pc.bySidecar {
+		return true, nil
+	}
+	if pc.switching {
+		c.p.markSwitched(c.p.opts.Now())
+	}
+	return false, nil
+}
+
+// downCancelOk handles basic.cancel-ok: the consumer is gone. It passes,
+// except in answer to the sidecar's own cancel (Stop's), in any mode.
+func (c *conn) downCancelOk(ch *channel, f amqpwire.Frame) (bool, error) {
+	m, err := decode[*amqpwire.BasicCancelOk](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	delete(ch.consumers, m.ConsumerTag)
+	if ch.awaitCancelOk[m.ConsumerTag] {
+		delete(ch.awaitCancelOk, m.ConsumerTag)
+		return false, nil
+	}
+	return true, nil
+}
+
+// downCancel handles a basic.cancel from the broker (the consumer's queue
+// was deleted, say), the same in every mode: it passes, and the consumer is
+// forgotten, with any cancel of the sidecar's still waiting for it.
+func (c *conn) downCancel(ch *channel, f amqpwire.Frame) (bool, error) {
+	m, err := decode[*amqpwire.BasicCancel](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	delete(ch.consumers, m.ConsumerTag)
+	delete(ch.awaitCancelOk, m.ConsumerTag)
+	return true, nil
+}
+
+// downQueueDeclareOk handles queue.declare-ok, the same in every mode: it
+// passes, and gives the name of a queue the app declared that a migration
+// cannot replay (queues.go).
+func (c *conn) downQueueDeclareOk(ch *channel, f amqpwire.Frame) (bool, error) {
+	m, err := decode[*amqpwire.QueueDeclareOk](f.Payload)
+	if err != nil {
+		return false, err
+	}
+	c.onQueueDeclareOk(ch, m)
+	return true, nil
+}
+
+// downChannelClose handles channel.close and channel.close-ok from the
+// broker, the same in every mode: they pass and the channel is forgotten.
+func (c *conn) downChannelClose(ch *channel) (bool, error) {
+	c.dropChannel(ch.id)
+	return true, nil
 }
 
 // renumberConfirm shifts a broker confirm's sequence number past the
 // publishes the sidecar absorbed and confirmed itself.
-func (c *conn) renumberConfirm(ch *channel, f amqpwire.Frame, key uint32, out *[]byte) error {
+func (c *conn) renumberConfirm(ch *channel, f amqpwire.Frame, key amqpwire.MethodKey, out *[]byte) error {
 	var m amqpwire.Method
-	if key == mBasicAck {
+	if key == amqpwire.KeyBasicAck {
 		a, err := decode[*amqpwire.BasicAck](f.Payload)
 		if err != nil {
 			return err
@@ -374,129 +473,4 @@ func shortstr(s string) string {
 		return s[:255]
 	}
 	return s
-}
-
-// setMode switches what the connection does with new deliveries.
-func (c *conn) setMode(m Mode) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.mode = m
-}
-
-// unsettled reports the deliveries the app has not settled and the segments
-// not yet written to the broker.
-func (c *conn) unsettled() (inFlight, queued int) {
-	c.mu.Lock()
-	for _, ch := range c.chans {
-		inFlight += len(ch.outstanding)
-	}
-	c.mu.Unlock()
-	return inFlight, int(c.queued.Load())
-}
-
-func (c *conn) heldCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, ch := range c.chans {
-		n += len(ch.held)
-	}
-	return n
-}
-
-// cancelConsumers cancels every consumer of the app upstream, on stop.
-func (c *conn) cancelConsumers() {
-	c.mu.Lock()
-	for id, ch := range c.chans {
-		for tag, cons := range ch.consumers {
-			if !ch.awaitCancelOk[tag] {
-				c.cancelLocked(id, ch, tag, cons)
-			}
-		}
-	}
-	late := c.takeLateLocked()
-	c.mu.Unlock()
-	c.push(segment{raw: late})
-}
-
-func (c *conn) cancelLocked(id uint16, ch *channel, tag string, cons *consumer) {
-	ch.awaitCancelOk[tag] = true
-	ch.cancelled = append(ch.cancelled, cons)
-	c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicCancel{ConsumerTag: tag})
-}
-
-// cancelsPending reports whether a sidecar cancel, or a consume that the
-// stop must cancel once it is confirmed, is still unanswered.
-func (c *conn) cancelsPending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, ch := range c.chans {
-		if len(ch.awaitCancelOk) > 0 || len(ch.consumes) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// releaseHeld ends the holding of deliveries, on stop: by default the app
-// gets every held delivery, so that it takes the broker's deliveries in
-// the broker's order; with requeue they go back to the broker. Auto-ack
-// deliveries cannot go back; the app gets them either way. Deliveries that
-// still arrive later (a basic.get answered late) go back to the broker.
-func (c *conn) releaseHeld(requeue bool) (handed, requeued int) {
-	c.mu.Lock()
-	var toApp []byte
-	for id, ch := range c.chans {
-		for _, d := range ch.held {
-			if !requeue || d.noAck {
-				toApp = append(toApp, d.raw...)
-				c.deliverLocked(ch, d)
-				handed++
-				continue
-			}
-			c.late = amqpwire.AppendMethodFrame(c.late, id, &amqpwire.BasicReject{DeliveryTag: d.upTag, Requeue: true})
-			requeued++
-		}
-		ch.held = nil
-	}
-	c.requeued = true
-	late := c.takeLateLocked()
-	if len(toApp) > 0 {
-		c.writeApp(toApp)
-	}
-	c.mu.Unlock()
-	c.push(segment{raw: late})
-	c.p.opts.Metrics.heldHanded.Add(float64(handed))
-	c.p.opts.Metrics.requeued.Add(float64(requeued))
-	return handed, requeued
-}
-
-// resume hands held deliveries to the app and, after a stop, consumes again.
-func (c *conn) resume(afterStop bool) {
-	c.mu.Lock()
-	c.mode = Serving
-	c.requeued = false
-	var toApp []byte
-	for id, ch := range c.chans {
-		for _, d := range ch.held {
-			toApp = append(toApp, d.raw...)
-			c.deliverLocked(ch, d)
-		}
-		ch.held = nil
-		if afterStop {
-			for _, cons := range ch.cancelled {
-				m := *cons.consume
-				m.NoWait = false
-				ch.consumes = append(ch.consumes, pendingConsume{m: &m, bySidecar: true})
-				c.late = amqpwire.AppendMethodFrame(c.late, id, &m)
-			}
-			ch.cancelled = nil
-		}
-	}
-	if len(toApp) > 0 {
-		c.writeApp(toApp)
-	}
-	late := c.takeLateLocked()
-	c.mu.Unlock()
-	c.push(segment{raw: late})
 }

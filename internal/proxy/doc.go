@@ -17,4 +17,22 @@
 // for a writer goroutine, which waits on the log before it writes a segment
 // that starts with a gated ack. Heartbeats skip that queue so that a slow log
 // never starves a connection of them.
+//
+// # Reading the code
+//
+// Each pump dispatches a method frame by its amqpwire.MethodKey, in a switch
+// of one-liners (onUpMethod in conn_up.go, downMethod in conn_down.go), to a
+// small handler per method the proxy acts on: upConsume, upAck, downDeliver,
+// downConsumeOk and so on. Each handler's comment says what it does in each
+// mode: serving, quiesced and stopped are the connection's Mode; replaying is
+// a target's state while a queue is still served from the log (replay.go),
+// whatever the Mode. The mode changes themselves (holding, releasing,
+// cancelling and consuming again) are in modes.go. Every method not listed
+// passes through untouched.
+//
+// The tests in pipe_test.go drive one connection over net.Pipe between a
+// fake app and a fake broker through each mode change; the sidecar package's
+// tests run the same against a real broker. alloc_test.go holds the
+// pass-through path (a delivery to the app, an ack to the broker) to its
+// allocation count.
 package proxy

@@ -33,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/sign"
 	"github.com/ms2m/ms2m/internal/webhook"
@@ -69,8 +70,8 @@ type Cluster struct {
 	Kubeconfig string
 	// RegistryHost is the in-process registry, host:port.
 	RegistryHost string
-	// AgentToken and ControlToken are the agents' and sidecars' tokens.
-	AgentToken, ControlToken string
+	// AgentToken is the agents' token.
+	AgentToken string
 	// SigningKey is the controller's key (text): the webhook restores only
 	// what it signed. Controllers the tests start get it as
 	// MS2M_STATUS_KEY, migrate.Env as SigningKey.
@@ -113,7 +114,7 @@ func Missing(assets string) string {
 // Start brings a cluster up. Close takes it down, also after an error.
 func Start(o Options) (c *Cluster, err error) {
 	c = &Cluster{Nodes: map[string]*Node{}, logs: map[string]*Log{}, logf: o.Logf, stopped: make(chan struct{}),
-		AgentToken: "sim-agent-token", ControlToken: "sim-control-token"}
+		AgentToken: "sim-agent-token"}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
 	}
@@ -145,6 +146,7 @@ func Start(o Options) (c *Cluster, err error) {
 		StreamURI:    inject.SecretKey{Name: Secret, Key: "stream-uri"},
 		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},
 	}
+	c.inject.CheckpointRepository = c.ImageRepo()
 
 	path := strings.TrimPrefix(webhook.Path, "/") // envtest joins host:port and path with a slash
 	c.env = &envtest.Environment{
@@ -351,6 +353,11 @@ func (c *Cluster) ControllerManagerLog() string {
 	return string(b)
 }
 
+// ControlToken is the sidecars' control token in namespace ns: derived
+// from the controller's key, as the webhook writes it and the controller
+// computes it.
+func (c *Cluster) ControlToken(ns string) string { return control.TokenFor(c.SigningKey, ns) }
+
 // Namespace creates a namespace that the webhook serves, with the Secret
 // the sidecars need.
 func (c *Cluster) Namespace(ctx context.Context, name string) error {
@@ -359,7 +366,7 @@ func (c *Cluster) Namespace(ctx context.Context, name string) error {
 		return err
 	}
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: Secret, Namespace: name}, StringData: map[string]string{
-		"stream-uri": "rabbitmq-stream://sim:sim@127.0.0.1:5552/", "control-token": c.ControlToken,
+		"stream-uri": "rabbitmq-stream://sim:sim@127.0.0.1:5552/", "control-token": c.ControlToken(name),
 	}}
 	_, err := c.Client.CoreV1().Secrets(name).Create(ctx, s, metav1.CreateOptions{})
 	return err

@@ -438,7 +438,7 @@ func (n *Node) kubelet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := filepath.Join(n.CheckpointDir, fmt.Sprintf("checkpoint-%s_%s-%s-%s.tar", podName, ns, container, time.Now().UTC().Format("2006-01-02T15:04:05.000000000Z")))
-	if err := writeArchive(path, container, p.App.State()); err != nil {
+	if err := writeArchive(path, ns, podName, container, p.App.State()); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -447,9 +447,16 @@ func (n *Node) kubelet(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeArchive writes a checkpoint archive: a tar with the files a CRIU
-// checkpoint has at its top, and the app's state.
-func writeArchive(path, container string, app AppState) error {
+// checkpoint has at its top (status.dump with the kubelet's labels, as
+// containerd writes it, which the agent reads the namespace from), and the
+// app's state.
+func writeArchive(path, ns, podName, container string, app AppState) error {
 	b, err := encodeApp(app)
+	if err != nil {
+		return err
+	}
+	status, err := json.Marshal(map[string]any{"metadata": map[string]string{"name": container}, "labels": map[string]string{
+		"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": podName, "io.kubernetes.container.name": container}})
 	if err != nil {
 		return err
 	}
@@ -464,6 +471,7 @@ func writeArchive(path, container string, app AppState) error {
 	}{
 		{"config.dump", []byte(`{"containerName":` + strconv.Quote(container) + `}`)},
 		{"spec.dump", []byte(`{"ociVersion":"1.2.0"}`)},
+		{"status.dump", status},
 		{"checkpoint/inventory.img", []byte("simulated CRIU inventory")},
 		{archiveAppFile, b},
 	}
@@ -610,7 +618,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
 		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
-		port, token, err := migrate.SidecarControl(ctx, n.c.Client, pod)
+		port, token, err := migrate.SidecarGiven(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/sign"
 )
@@ -27,9 +28,14 @@ type Config struct {
 	CertDir string `env:"MS2M_WEBHOOK_CERT_DIR" envDefault:"/tmp/ms2m-webhook/certs"`
 
 	// What is injected.
-	SidecarImage       string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
-	SidecarPullPolicy  string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
-	StreamURISecret    string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET,required"`
+	SidecarImage      string `env:"MS2M_WEBHOOK_SIDECAR_IMAGE,required"`
+	SidecarPullPolicy string `env:"MS2M_WEBHOOK_SIDECAR_PULL_POLICY"`
+	// BrokerUsers: each namespace has a broker user of its own (made by the
+	// controller or `migrator broker-users`), and each sidecar's stream URI
+	// comes from the Secret ms2m-broker-user in its pod's namespace. Then
+	// StreamURISecret, the one URI for every namespace, must be unset.
+	BrokerUsers        bool   `env:"MS2M_WEBHOOK_BROKER_USERS" envDefault:"false"`
+	StreamURISecret    string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET"`
 	StreamURISecretKey string `env:"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY" envDefault:"stream-uri"`
 	// NATSURLSecret, when set, names the Secret that holds the NATS URL
 	// (with credentials) of the server keeping NATS apps' replay logs;
@@ -55,6 +61,12 @@ type Config struct {
 	// Neither: no pod is restored.
 	SigningKey     string `env:"MS2M_WEBHOOK_SIGNING_KEY"`
 	SigningKeyFile string `env:"MS2M_WEBHOOK_SIGNING_KEY_FILE"`
+
+	// CheckpointRepository is where ms2m's checkpoint images go (the
+	// migrator's MS2M_IMAGE_REPO): the webhook denies every pod that names
+	// an image in it or below it, except the restore the controller
+	// ordered. Empty: images are not checked.
+	CheckpointRepository string `env:"MS2M_WEBHOOK_CHECKPOINT_REPOSITORY"`
 
 	// MetricsAddr serves /metrics; HealthAddr serves /healthz and /readyz.
 	// "0" turns either off.
@@ -105,10 +117,16 @@ func (c *Config) check() error {
 	default:
 		bad("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", c.SidecarPullPolicy, "want Always, IfNotPresent or Never (or leave it unset)")
 	}
-	for _, s := range []struct{ name, value string }{
-		{"MS2M_WEBHOOK_STREAM_URI_SECRET", c.StreamURISecret},
-		{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET", c.ControlTokenSecret},
-	} {
+	secrets := []struct{ name, value string }{{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET", c.ControlTokenSecret}}
+	switch {
+	case c.BrokerUsers && c.StreamURISecret != "":
+		bad("MS2M_WEBHOOK_STREAM_URI_SECRET", fmt.Sprintf("%q", c.StreamURISecret), fmt.Sprintf(
+			"with MS2M_WEBHOOK_BROKER_USERS=true each namespace's sidecars use the namespace's own broker user (Secret %s); one stream URI for every namespace would reach every namespace's replay logs: unset it",
+			contract.BrokerUserSecret))
+	case !c.BrokerUsers:
+		secrets = append(secrets, struct{ name, value string }{"MS2M_WEBHOOK_STREAM_URI_SECRET", c.StreamURISecret})
+	}
+	for _, s := range secrets {
 		if msgs := validation.IsDNS1123Subdomain(s.value); len(msgs) > 0 {
 			bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret name: "+strings.Join(msgs, "; "))
 		}
@@ -203,7 +221,7 @@ func (c *Config) Inject() (inject.Config, error) {
 	ic := inject.Config{
 		SidecarImage:    c.SidecarImage,
 		ImagePullPolicy: corev1.PullPolicy(c.SidecarPullPolicy),
-		StreamURI:       inject.SecretKey{Name: c.StreamURISecret, Key: c.StreamURISecretKey},
+		BrokerUsers:     c.BrokerUsers,
 		ControlToken:    inject.SecretKey{Name: c.ControlTokenSecret, Key: c.ControlTokenSecretKey},
 		ListenPort:      c.SidecarListenPort,
 		NATSListenPort:  c.SidecarNATSListenPort,
@@ -211,6 +229,11 @@ func (c *Config) Inject() (inject.Config, error) {
 		LogMaxAge:       c.LogMaxAge,
 		LogMaxBytes:     c.LogMaxBytes,
 		RunAsUser:       c.SidecarRunAsUser,
+
+		CheckpointRepository: c.CheckpointRepository,
+	}
+	if !c.BrokerUsers {
+		ic.StreamURI = inject.SecretKey{Name: c.StreamURISecret, Key: c.StreamURISecretKey}
 	}
 	if c.NATSURLSecret != "" {
 		ic.NATSURL = inject.SecretKey{Name: c.NATSURLSecret, Key: c.NATSURLSecretKey}

@@ -61,6 +61,28 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// TestConfigBrokerUsers: with per-namespace broker users the sidecar's
+// stream URI is the namespace's own Secret, and no shared one is named.
+func TestConfigBrokerUsers(t *testing.T) {
+	for k, v := range requiredEnv {
+		if k != "MS2M_WEBHOOK_STREAM_URI_SECRET" {
+			t.Setenv(k, v)
+		}
+	}
+	t.Setenv("MS2M_WEBHOOK_BROKER_USERS", "true")
+	cfg, err := LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ic, err := cfg.Inject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ic.BrokerUsers || ic.StreamURI != (inject.SecretKey{}) {
+		t.Errorf("inject config: BrokerUsers %v, StreamURI %+v; want true and none", ic.BrokerUsers, ic.StreamURI)
+	}
+}
+
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	tests := map[string]struct {
 		env      map[string]string
@@ -88,6 +110,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 			wantVars: []string{"MS2M_WEBHOOK_CERT_HOSTS"},
 		},
 		"bad log level": {env: map[string]string{"MS2M_WEBHOOK_LOG_LEVEL": "loud"}, wantVars: []string{"MS2M_WEBHOOK_LOG_LEVEL"}},
+		"no stream URI": {unset: "MS2M_WEBHOOK_STREAM_URI_SECRET", wantVars: []string{"MS2M_WEBHOOK_STREAM_URI_SECRET"}},
+		// The shared URI beside per-namespace users is refused, not ignored.
+		"broker users and the shared URI": {env: map[string]string{"MS2M_WEBHOOK_BROKER_USERS": "true"}, wantVars: []string{"MS2M_WEBHOOK_STREAM_URI_SECRET", "ms2m-broker-user", "unset it"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

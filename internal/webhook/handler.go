@@ -59,6 +59,9 @@ type Handler struct {
 	// (contract.AnnotationEvacuate); nil: such evictions are refused
 	// without the mark, and nothing migrates them.
 	writer client.Writer
+	// secrets writes each namespace's control token (ensureControlToken);
+	// nil: none is written.
+	secrets client.Writer
 }
 
 // SetWriter gives the handler the client that marks pods whose eviction
@@ -106,8 +109,14 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	if req.SubResource == "eviction" && req.Operation == admissionv1.Create {
 		return h.evict(ctx, req)
 	}
-	if req.Kind.Kind != "Pod" || req.SubResource != "" {
+	if req.Kind.Kind != "Pod" {
 		return admission.Allowed("not a pod"), outcomeAllowed
+	}
+	if req.SubResource == "ephemeralcontainers" && req.Operation == admissionv1.Update {
+		return h.update(ctx, req)
+	}
+	if req.SubResource != "" {
+		return admission.Allowed("not the pod itself"), outcomeAllowed
 	}
 	switch req.Operation {
 	case admissionv1.Create:
@@ -169,6 +178,11 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 		return admission.Allowed(reason).WithWarnings(res.Warnings...), outcomeSkipped
 	}
 
+	if req.DryRun == nil || !*req.DryRun {
+		if err := h.ensureControlToken(ctx, pod.Namespace); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), outcomeError
+		}
+	}
 	mutated := res.Pod
 	if origNamespace == "" {
 		mutated.Namespace = ""
@@ -214,11 +228,25 @@ func (h *Handler) update(ctx context.Context, req admission.Request) (admission.
 	if err := h.decoder.DecodeRaw(req.OldObject, old); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old pod: %w", err)), outcomeError
 	}
-	if maps.Equal(ms2mAnnotations(pod), ms2mAnnotations(old)) {
-		return admission.Allowed("no ms2m annotation changed"), outcomeAllowed
-	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
+	}
+	// Images can change on an update (a container's image, an ephemeral
+	// container added): none may become a checkpoint image.
+	if err := inject.CheckImages(pod, old, h.cfg, nil); err != nil {
+		var deny *inject.DenyError
+		if errors.As(err, &deny) {
+			logf.FromContext(ctx).Info("denied", "pod", podName(pod), "reason", deny.Msg)
+			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
+			return admission.Denied(deny.Msg), outcomeDenied
+		}
+		return admission.Errored(http.StatusInternalServerError, err), outcomeError
+	}
+	if req.SubResource != "" {
+		return admission.Allowed("no checkpoint image"), outcomeAllowed
+	}
+	if maps.Equal(ms2mAnnotations(pod), ms2mAnnotations(old)) {
+		return admission.Allowed("no ms2m annotation changed"), outcomeAllowed
 	}
 	res, err := inject.Inject(inject.Input{Pod: validationProbe(pod)}, h.cfg)
 	if err != nil {
@@ -263,7 +291,13 @@ func validationProbe(pod *corev1.Pod) *corev1.Pod {
 			Labels: pod.Labels, OwnerReferences: pod.OwnerReferences,
 			Annotations: map[string]string{},
 		},
-		Spec: corev1.PodSpec{Containers: pod.Spec.Containers},
+		Spec: corev1.PodSpec{Containers: make([]corev1.Container, len(pod.Spec.Containers))},
+	}
+	// Images were checked against the old pod (CheckImages); as a new
+	// pod's, a restored pod's checkpoint image would be denied.
+	for i, c := range pod.Spec.Containers {
+		c.Image = "probe"
+		probe.Spec.Containers[i] = c
 	}
 	for k, v := range pod.Annotations {
 		if strings.HasPrefix(k, contract.Prefix) && !updateIgnored[k] {

@@ -49,7 +49,12 @@ var testInject = inject.Config{
 	StreamURI:    inject.SecretKey{Name: "ms2m", Key: "stream-uri"},
 	ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 	RestoreKey:   suiteKey,
+
+	CheckpointRepository: suiteCheckpoints,
 }
+
+// suiteCheckpoints is the suite's checkpoint repository.
+const suiteCheckpoints = "registry.test/ms2m/checkpoints"
 
 // suite is the shared environment; nil when it could not start.
 var suite struct {

@@ -10,13 +10,13 @@ import (
 // Pods opt in so that they fail closed with the label contract.LabelInject:
 // a pod labelled ms2m.io/inject=true (beside its annotation
 // ms2m.io/inject: "true", which is what injects it) is not created while
-// the webhook is down. "false" keeps the webhook away from the pod
-// altogether. Namespaces opt in by the label contract.LabelNamespaceInject
+// the webhook is down. "false" keeps the webhook from injecting the pod;
+// it still checks the pod's images. Namespaces opt in by the label contract.LabelNamespaceInject
 // with the value "enabled".
 
 // The webhooks of the configuration that Registration builds. Each pod
-// CREATE goes to exactly one of the first three, each UPDATE to the
-// fourth, each eviction to the fifth.
+// CREATE goes to exactly one of the first four, each UPDATE to the
+// fifth, each eviction to the sixth.
 const (
 	// WebhookNamespace: CREATE in a namespace labelled
 	// ms2m.io/inject=enabled. Failure policy Fail (Registration's).
@@ -28,9 +28,14 @@ const (
 	// or not at all). Failure policy Ignore: a webhook that is down never
 	// stops the cluster's other pods.
 	WebhookPods = "pods.ms2m.io"
-	// WebhookUpdates: UPDATE, which the handler only validates. Failure
-	// policy Ignore: a webhook that is down never blocks a pod's
-	// controllers (finalizers, labels) anywhere.
+	// WebhookLabelledOut: CREATE of a pod labelled ms2m.io/inject=false,
+	// anywhere. The handler does not inject it, but denies its checkpoint
+	// images. Failure policy Ignore.
+	WebhookLabelledOut = "labelled-out.pods.ms2m.io"
+	// WebhookUpdates: UPDATE of every pod and of its ephemeral containers,
+	// which the handler only validates (ms2m annotations, checkpoint
+	// images). Failure policy Ignore: a webhook that is down never blocks
+	// a pod's controllers (finalizers, labels) anywhere.
 	WebhookUpdates = "updates.pods.ms2m.io"
 	// WebhookEvictions: CREATE of pods/eviction, which the handler turns
 	// into a migration for pods opted in by ms2m.io/on-evict (a 429
@@ -91,6 +96,7 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 	podNotOut := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"false"}}
 	podIn := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}
 	podUnlabelled := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true", "false"}}
+	podOut := metav1.LabelSelectorRequirement{Key: contract.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{"false"}}
 
 	hook := func(name string, op admissionregistrationv1.OperationType, policy admissionregistrationv1.FailurePolicyType, ns, obj metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
@@ -117,7 +123,10 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 	}
 	create, update := admissionregistrationv1.Create, admissionregistrationv1.Update
 	ignore := admissionregistrationv1.Ignore
-	updates := hook(WebhookUpdates, update, ignore, metav1.LabelSelectorRequirement{}, podNotOut)
+	// Every pod's updates, labelled out or not, and the ephemeral
+	// containers added to it: an image can change there.
+	updates := hook(WebhookUpdates, update, ignore, metav1.LabelSelectorRequirement{}, metav1.LabelSelectorRequirement{})
+	updates.Rules[0].Resources = []string{"pods", "pods/ephemeralcontainers"}
 	updates.ReinvocationPolicy = ptr(admissionregistrationv1.NeverReinvocationPolicy) // it never mutates
 	evictions := hook(WebhookEvictions, create, ignore, metav1.LabelSelectorRequirement{}, metav1.LabelSelectorRequirement{})
 	evictions.Rules[0].Resources = []string{"pods/eviction"}
@@ -130,6 +139,7 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 			hook(WebhookNamespace, create, failure, nsOptedIn, podNotOut),
 			hook(WebhookLabel, create, failure, nsNotOptedIn, podIn),
 			hook(WebhookPods, create, ignore, nsNotOptedIn, podUnlabelled),
+			hook(WebhookLabelledOut, create, ignore, metav1.LabelSelectorRequirement{}, podOut),
 			updates,
 			evictions,
 		},
@@ -164,10 +174,13 @@ func (r Registration) namespaceSelector(own metav1.LabelSelectorRequirement) *me
 	return &s
 }
 
-// withRequirement is sel with own first among its expressions.
+// withRequirement is sel with own (if it has a key) first among its
+// expressions.
 func withRequirement(sel metav1.LabelSelector, own metav1.LabelSelectorRequirement) *metav1.LabelSelector {
 	s := sel.DeepCopy()
-	s.MatchExpressions = append([]metav1.LabelSelectorRequirement{own}, s.MatchExpressions...)
+	if own.Key != "" {
+		s.MatchExpressions = append([]metav1.LabelSelectorRequirement{own}, s.MatchExpressions...)
+	}
 	if len(s.MatchLabels) == 0 {
 		s.MatchLabels = nil
 	}

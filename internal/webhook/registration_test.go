@@ -66,8 +66,9 @@ func TestRegistrationGoldens(t *testing.T) {
 
 // TestRegistrationRouting: each pod CREATE goes to exactly one webhook,
 // with Fail only where the pod opted in by a label (its namespace's or its
-// own); each UPDATE goes to the Ignore webhook; excluded namespaces and
-// pods labelled ms2m.io/inject=false go nowhere.
+// own), pods labelled ms2m.io/inject=false to an Ignore webhook that only
+// checks their images; each UPDATE goes to the Ignore webhook; excluded
+// namespaces go nowhere.
 func TestRegistrationRouting(t *testing.T) {
 	cfg := Registration{Name: "x", ExcludeNamespaces: []string{"kube-system", "ms2m-system"}}.Configuration()
 	type route struct {
@@ -107,16 +108,16 @@ func TestRegistrationRouting(t *testing.T) {
 	}{
 		{"namespace opted in", create, "pods", "shop", "enabled", "", []route{{WebhookNamespace, fail}}},
 		{"namespace opted in, pod labelled too", create, "pods", "shop", "enabled", "true", []route{{WebhookNamespace, fail}}},
-		{"namespace opted in, pod labelled out", create, "pods", "shop", "enabled", "false", nil},
+		{"namespace opted in, pod labelled out", create, "pods", "shop", "enabled", "false", []route{{WebhookLabelledOut, ignore}}},
 		{"pod labelled in", create, "pods", "default", "", "true", []route{{WebhookLabel, fail}}},
 		{"pod labelled in, namespace label not enabled", create, "pods", "default", "disabled", "true", []route{{WebhookLabel, fail}}},
 		{"nothing opted in (annotation only, or none)", create, "pods", "default", "", "", []route{{WebhookPods, ignore}}},
-		{"pod labelled out", create, "pods", "default", "", "false", nil},
+		{"pod labelled out", create, "pods", "default", "", "false", []route{{WebhookLabelledOut, ignore}}},
 		{"system namespace", create, "pods", "kube-system", "enabled", "true", nil},
 		{"webhook's namespace", create, "pods", "ms2m-system", "", "", nil},
 		{"update in an opted-in namespace", update, "pods", "shop", "enabled", "true", []route{{WebhookUpdates, ignore}}},
 		{"update elsewhere", update, "pods", "default", "", "", []route{{WebhookUpdates, ignore}}},
-		{"update of a pod labelled out", update, "pods", "default", "", "false", nil},
+		{"update of a pod labelled out", update, "pods", "default", "", "false", []route{{WebhookUpdates, ignore}}},
 		// An eviction's object selector sees the Eviction (no labels), and
 		// the handler reads the pod: every namespace but the excluded.
 		{"eviction", create, "pods/eviction", "default", "", "", []route{{WebhookEvictions, ignore}}},

@@ -49,6 +49,7 @@ func Setup(mgr manager.Manager, cfg inject.Config, m *Metrics, wrap func(admissi
 		return nil, err
 	}
 	h.SetWriter(mgr.GetClient())
+	h.secrets = mgr.GetClient()
 	var ah admission.Handler = h
 	if wrap != nil {
 		ah = wrap(h)
@@ -147,7 +148,10 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	if len(ic.RestoreKey) == 0 {
 		log.Error(nil, "no signing key (MS2M_WEBHOOK_SIGNING_KEY_FILE): every restore is refused, so no migration can complete; mount the controller's Secret ms2m-migration-status-key")
 	}
-	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned, "signingKey", len(ic.RestoreKey) > 0)
+	if ic.CheckpointRepository == "" {
+		log.Error(nil, "no checkpoint repository (MS2M_WEBHOOK_CHECKPOINT_REPOSITORY): pods that name a checkpoint image, another pod's memory, in their image are not denied; set it to the migrator's MS2M_IMAGE_REPO")
+	}
+	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned, "signingKey", len(ic.RestoreKey) > 0, "checkpointRepository", ic.CheckpointRepository)
 	return mgr.Start(ctx)
 }
 

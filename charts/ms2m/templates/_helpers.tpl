@@ -98,8 +98,20 @@ template that depends on them includes this.
 {{- if and .Values.secrets.create (not .Values.workloadNamespaces) -}}
 {{- fail "secrets.create: list the namespaces to create the Secrets in as workloadNamespaces" -}}
 {{- end -}}
-{{- if and .Values.secrets.create (not .Values.secrets.streamURI.value) -}}
+{{- $bu := .Values.brokerUsers -}}
+{{- if and $bu.enabled .Values.secrets.streamURI.value -}}
+{{- fail "secrets.streamURI.value: with brokerUsers.enabled (the default) each namespace's sidecars use a broker user of their own, and one stream URI for every namespace would reach every namespace's replay logs; remove secrets.streamURI.value, or set brokerUsers.enabled=false where namespaces are not tenants of each other" -}}
+{{- end -}}
+{{- if and .Values.secrets.create (not $bu.enabled) (not .Values.secrets.streamURI.value) -}}
 {{- fail "secrets.streamURI.value: secrets.create needs the broker's stream URI, rabbitmq-stream://user:password@host:5552/vhost" -}}
+{{- end -}}
+{{- if and $bu.enabled (eq $bu.provision "controller") -}}
+{{- if not .Values.migrator.controller.enabled -}}
+{{- fail "brokerUsers.provision=controller: the controller makes the broker users, and migrator.controller.enabled is false; set brokerUsers.provision=manual and run `migrator broker-users ensure <namespace>`" -}}
+{{- end -}}
+{{- if or (not $bu.managementURL) (not $bu.adminSecret.name) (not $bu.streamAddress) -}}
+{{- fail "brokerUsers: the controller makes each namespace's broker user (brokerUsers.provision=controller, the default) and needs brokerUsers.managementURL (http(s)://host:15672), brokerUsers.adminSecret.name (a Secret in the release namespace with an administrator's username and password) and brokerUsers.streamAddress (rabbitmq-stream://host:5552/vhost, without credentials); or set brokerUsers.provision=manual and run `migrator broker-users ensure <namespace>` (docs/install.md)" -}}
+{{- end -}}
 {{- end -}}
 {{- if eq (int .Values.webhook.sidecar.listenPort) (int .Values.webhook.sidecar.controlPort) -}}
 {{- fail (printf "webhook.sidecar.listenPort and webhook.sidecar.controlPort are both %d: the sidecar needs two ports" (int .Values.webhook.sidecar.listenPort)) -}}
@@ -119,5 +131,14 @@ folder and opens its own node's.
 {{- dir (index (splitList "$(NODE_NAME)" .) 0) -}}
 {{- else -}}
 {{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether the controller provisions the broker users.
+*/}}
+{{- define "ms2m.provisionBrokerUsers" -}}
+{{- if and .Values.brokerUsers.enabled (eq .Values.brokerUsers.provision "controller") .Values.migrator.controller.enabled -}}
+true
 {{- end -}}
 {{- end -}}

@@ -192,7 +192,7 @@ func TestEveryObjectIsAccepted(t *testing.T) {
 		{name: "cert-manager", release: "certs", text: certManagerValues},
 		{name: "confined", release: "confined", text: strings.ReplaceAll(confinedValues, "[shop, jobs]", "[confined-shop, confined-jobs]"),
 			workloads: []string{"confined-shop", "confined-jobs"}},
-		{name: "no controller", release: "nocontroller", text: `migrator: {controller: {enabled: false}}`},
+		{name: "no controller", release: "nocontroller", text: `{migrator: {controller: {enabled: false}}, brokerUsers: {provision: manual}}`},
 		{name: "everything changed", release: "custom", text: `
 image: {registry: registry.example.com:5000, tag: v9, pullPolicy: Always}
 imagePullSecrets: [{name: regcred}]
@@ -327,6 +327,10 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "get", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "get", resource: "nodes", name: "node-a"},
+			// Each namespace's control token, which it writes.
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "create", resource: "secrets", ns: "shop"},
 		}, []access{
 			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "someone-elses"},
 			{verb: "delete", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
@@ -334,9 +338,12 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "update", resource: "namespaces", name: "shop"},
 			{verb: "list", resource: "configmaps", ns: "shop"},
 			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
-			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "list", resource: "nodes"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-broker"},
+			{verb: "list", resource: "secrets", ns: "shop"},
+			{verb: "delete", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "create", resource: "events", ns: "shop"},
 		})
 
@@ -347,11 +354,12 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "get", resource: "nodes", name: "node-b"},
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
-			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "create", resource: "configmaps", ns: "shop"},
 			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 		}, []access{
+			// Control tokens are derived from the controller's key.
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
 			{verb: "list", resource: "secrets", ns: "shop"},
 			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
@@ -376,7 +384,6 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0-target"},
 			{verb: "get", resource: "nodes", name: "node-b"},
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
-			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "create", resource: "configmaps", ns: "shop"},
 			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
@@ -389,8 +396,20 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
 			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
 			{verb: "create", resource: "events", ns: ns},
+			// Per-namespace broker users (brokerUsers, on by default).
+			{verb: "list", resource: "namespaces"},
+			{verb: "watch", resource: "namespaces"},
+			{verb: "get", resource: "namespaces", name: "shop"},
+			{verb: "create", resource: "secrets", ns: "shop"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
 		}, []access{
+			{verb: "get", resource: "secrets", ns: "shop", name: "someone-elses"},
+			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-control"},
+			{verb: "delete", resource: "secrets", ns: "shop", name: "ms2m-broker-user"},
+			{verb: "update", resource: "namespaces", name: "shop"},
 			{verb: "list", resource: "secrets"},
+			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
 			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
 			{verb: "update", resource: "pods", ns: "shop", name: "consumer-0"},
@@ -437,29 +456,31 @@ func TestLeastPrivilege(t *testing.T) {
 		user, groups := serviceAccount(ns, "lpc-ms2m-migrator")
 		checkAccess(t, c.cs, "the confined migrator", user, groups, []access{
 			{verb: "create", resource: "pods", ns: "lpc-shop"},
-			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 		}, []access{
 			{verb: "create", resource: "pods", ns: "default"},
-			{verb: "get", resource: "secrets", ns: "default", name: "ms2m-control"},
+			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
 		})
 		user, groups = serviceAccount(ns, "lpc-ms2m-controller")
 		checkAccess(t, c.cs, "the confined controller", user, groups, []access{
 			{verb: "watch", resource: "pods"},
 			{verb: "patch", resource: "pods", ns: "lpc-shop", name: "consumer-0"},
 			{verb: "create", group: "events.k8s.io", resource: "events", ns: "lpc-shop"},
-			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
 		}, []access{
 			{verb: "patch", resource: "pods", ns: "default", name: "consumer-0"},
 			{verb: "get", resource: "pods", ns: "default", name: "consumer-0"},
 			{verb: "create", group: "events.k8s.io", resource: "events", ns: "default"},
-			{verb: "get", resource: "secrets", ns: "default", name: "ms2m-control"},
+			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
 		})
 		user, groups = serviceAccount(ns, "lpc-ms2m-webhook")
 		checkAccess(t, c.cs, "the confined webhook", user, groups, []access{
 			{verb: "get", resource: "configmaps", ns: "lpc-shop", name: "ms2m-migration-web-0"},
 			{verb: "list", resource: "namespaces"},
+			{verb: "update", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
+			{verb: "create", resource: "secrets", ns: "lpc-shop"},
 		}, []access{
+			{verb: "create", resource: "secrets", ns: "default"},
+			{verb: "update", resource: "secrets", ns: "default", name: "ms2m-control"},
 			{verb: "get", resource: "configmaps", ns: "default", name: "ms2m-migration-web-0"},
 			{verb: "create", group: "events.k8s.io", resource: "events", ns: "default"},
 		})

@@ -33,7 +33,6 @@ serviceMonitor: {enabled: true}
 workloadNamespaces: [shop, jobs]
 secrets:
   create: true
-  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/"}
 kubeletCheckpointAccess: {enabled: true}
 agent:
   registry: {insecure: true, authSecret: regcred}
@@ -92,8 +91,7 @@ func TestDefaults(t *testing.T) {
 		"MS2M_WEBHOOK_SERVICE_NAME":             "ms2m-webhook",
 		"MS2M_WEBHOOK_CONFIG_NAME":              "ms2m-webhook",
 		"MS2M_WEBHOOK_SIDECAR_IMAGE":            "ms2m/sidecar:0.1.0",
-		"MS2M_WEBHOOK_STREAM_URI_SECRET":        "ms2m-broker",
-		"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY":    "stream-uri",
+		"MS2M_WEBHOOK_BROKER_USERS":             "true",
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET":     "ms2m-control",
 		"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY": "control-token",
 		"MS2M_WEBHOOK_LOG_MAX_BYTES":            "1073741824",
@@ -101,6 +99,12 @@ func TestDefaults(t *testing.T) {
 	} {
 		if got := env[k].Value; got != want {
 			t.Errorf("webhook env %s = %q, want %q", k, got, want)
+		}
+	}
+	// Per-namespace broker users: no shared stream URI reaches the webhook.
+	for _, k := range []string{"MS2M_WEBHOOK_STREAM_URI_SECRET", "MS2M_WEBHOOK_STREAM_URI_SECRET_KEY"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("webhook env sets %s beside MS2M_WEBHOOK_BROKER_USERS", k)
 		}
 	}
 	if f := env["MS2M_WEBHOOK_SERVICE_NAMESPACE"].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != "metadata.namespace" {
@@ -141,6 +145,9 @@ func TestDefaults(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		// Each namespace's own control token, which it writes.
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
 	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
@@ -149,19 +156,25 @@ func TestDefaults(t *testing.T) {
 	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get"}},
+		// No Secret: control tokens are derived from the controller's key.
 	})
 	// The controller: what one migration needs through the migrator's
 	// bindings, and only watching pods and pending-migration records, its
 	// Events and the lease besides.
+	// With per-namespace broker users made by the controller (the
+	// default), it also watches namespaces (which to give a user, and
+	// when one is deleted) and writes the one Secret ms2m-broker-user.
 	checkRules(t, r, "ms2m-controller", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 	})
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-broker-user"}, Verbs: []string{"get", "update"}},
 	})
 	role := typed[rbacv1.Role](t, r.get(t, "Role", releaseNS, "ms2m-controller-leader-election"))
 	if diff := cmp.Diff([]rbacv1.PolicyRule{
@@ -257,6 +270,23 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_METRICS_ADDR":              ":8080",
 		"MS2M_HEALTH_ADDR":               ":8081",
 		"MS2M_LOG_LEVEL":                 "info",
+		// Per-namespace broker users (testBase's brokerUsers).
+		"MS2M_BROKER_MANAGEMENT_URL":      "http://rabbit.example:15672",
+		"MS2M_BROKER_ADMIN_USERNAME_FILE": "/etc/ms2m/broker-admin/username",
+		"MS2M_BROKER_ADMIN_PASSWORD_FILE": "/etc/ms2m/broker-admin/password",
+		"MS2M_BROKER_STREAM_ADDRESS":      "rabbitmq-stream://rabbit.example:5552/",
+		"MS2M_BROKER_USER_PREFIX":         "ms2m-ns.",
+	}
+	// The namespaces given a broker user are those the controller's
+	// workload RoleBindings are in, when confined.
+	var bound []string
+	for _, o := range r.ofKind("RoleBinding") {
+		if o.GetName() == fullname+"-controller" {
+			bound = append(bound, o.GetNamespace())
+		}
+	}
+	if len(bound) > 0 {
+		want["MS2M_BROKER_USER_NAMESPACES"] = strings.Join(bound, ",")
 	}
 	got := map[string]string{}
 	for k, e := range env {
@@ -288,6 +318,18 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 	if tv == nil || agentTV == nil || tv.SecretName != agentTV.SecretName || len(tv.Items) != 1 ||
 		tv.Items[0].Key != agentTV.Items[0].Key || tv.Items[0].Path != filepath.Base(env["MS2M_AGENT_TOKEN_FILE"].Value) {
 		t.Errorf("MS2M_AGENT_TOKEN_FILE is not the agent DaemonSet's token Secret key: controller %+v, agent %+v", tv, agentTV)
+	}
+
+	// The broker administrator: brokerUsers.adminSecret's two keys, as
+	// the files the variables name.
+	var admin *corev1.SecretVolumeSource
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == filepath.Dir(env["MS2M_BROKER_ADMIN_USERNAME_FILE"].Value) {
+			admin = secrets[m.Name]
+		}
+	}
+	if admin == nil || admin.SecretName != "rabbit-admin" || !cmp.Equal(admin.Items, []corev1.KeyToPath{{Key: "username", Path: "username"}, {Key: "password", Path: "password"}}) {
+		t.Errorf("the broker administrator's Secret as mounted: %+v", admin)
 	}
 
 	// Probes on the port of MS2M_HEALTH_ADDR; /metrics behind a Service.
@@ -339,7 +381,7 @@ func checkSigningKey(t *testing.T, r rendered, what string, spec corev1.PodSpec,
 // TestControllerDisabled: no controller, nothing of its RBAC, and the
 // checkpoint repository is then needed only for the printed Job.
 func TestControllerDisabled(t *testing.T) {
-	r := render(t, values(t, `migrator: {checkpointRepository: "", controller: {enabled: false}}`))
+	r := render(t, values(t, `{migrator: {checkpointRepository: "", controller: {enabled: false}}, brokerUsers: {provision: manual}}`))
 	for _, o := range r.objs {
 		if strings.Contains(o.GetName(), "controller") || o.GetLabels()["app.kubernetes.io/component"] == "controller" {
 			t.Errorf("%s %s rendered with migrator.controller.enabled=false", o.GetKind(), o.GetName())
@@ -374,8 +416,8 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 5 {
-		t.Fatalf("%d webhooks, want 5 (namespace, label, pods, updates, evictions)", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 6 {
+		t.Fatalf("%d webhooks, want 6 (namespace, label, pods, labelled-out, updates, evictions)", len(mwc.Webhooks))
 	}
 	for _, wh := range mwc.Webhooks {
 		ref := wh.ClientConfig.Service
@@ -403,8 +445,13 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
 		}
 		want := []string{"pods"}
-		if wh.Name == "evictions.pods.ms2m.io" {
+		switch {
+		case wh.Name == "evictions.pods.ms2m.io":
 			want = []string{"pods/eviction"}
+		case wh.Rules[0].Operations[0] == admissionregistrationv1.Update:
+			// An image can change by an update and by an added
+			// ephemeral container: no checkpoint image either way.
+			want = []string{"pods", "pods/ephemeralcontainers"}
 		}
 		if len(wh.Rules) != 1 || !cmp.Equal(wh.Rules[0].Resources, want) {
 			t.Errorf("webhook %s: rules = %+v, want %v", wh.Name, wh.Rules, want)
@@ -412,10 +459,11 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 	}
 
 	// Where each pod goes: never the system's nor the webhook's own
-	// namespace; a pod labelled ms2m.io/inject=false nowhere; a pod that
-	// opted in by its namespace's label or its own to one webhook with the
-	// chart's failurePolicy; every other pod, and every UPDATE, to one that
-	// ignores failures, so that a webhook that is down stops nothing else.
+	// namespace; a pod that opted in by its namespace's label or its own
+	// to one webhook with the chart's failurePolicy; every other pod (one
+	// labelled ms2m.io/inject=false too, whose images are checked), and
+	// every UPDATE, to one that ignores failures, so that a webhook that
+	// is down stops nothing else.
 	fail := admissionregistrationv1.Fail
 	for _, tc := range []struct {
 		op            admissionregistrationv1.OperationType
@@ -427,7 +475,8 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 0, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
 		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"app": "consumer"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "true"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"app": "consumer"}, 1, true},
@@ -508,6 +557,11 @@ func checkAgent(t *testing.T, r rendered) {
 	c := spec.Containers[0]
 	if !cmp.Equal(c.Args, []string{"agent"}) {
 		t.Errorf("agent args = %v, want [agent]", c.Args)
+	}
+	// On the host network, it listens on the node's address only, not on
+	// every host interface.
+	if ip := envMap(c)["MS2M_AGENT_LISTEN_IP"]; ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("MS2M_AGENT_LISTEN_IP = %+v, want the node's address (fieldRef status.hostIP)", ip)
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
@@ -734,13 +788,13 @@ func TestConfined(t *testing.T) {
 				t.Errorf("RoleBinding %s/%s: %+v %+v, want subjects %v", ns, who, rb.RoleRef, rb.Subjects, subjects)
 			}
 		}
-		uri := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-broker"))
-		if got := string(uri.Data["stream-uri"]); got != "rabbitmq-stream://ms2m:secret@rabbit.shop:5552/" {
-			t.Errorf("Secret %s/ms2m-broker stream-uri = %q", ns, got)
+		// No shared stream URI: the controller writes ms2m-broker-user.
+		if _, ok := r.find("Secret", ns, "ms2m-broker"); ok {
+			t.Errorf("Secret %s/ms2m-broker rendered beside per-namespace broker users", ns)
 		}
-		tok := typed[corev1.Secret](t, r.get(t, "Secret", ns, "ms2m-control"))
-		if len(tok.Data["control-token"]) < 32 {
-			t.Errorf("Secret %s/ms2m-control has a token of %d bytes, want a random one of at least 32", ns, len(tok.Data["control-token"]))
+		// The control token is the webhook's to write, each namespace's own.
+		if _, ok := r.find("Secret", ns, "ms2m-control"); ok {
+			t.Errorf("the chart renders Secret %s/ms2m-control; the webhook writes each namespace's own token", ns)
 		}
 	}
 

@@ -58,7 +58,6 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 workloadNamespaces: [inst-shop]
 secrets:
   create: true
-  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit:5552/"}
 `)
 	run := func(args ...string) string {
 		t.Helper()
@@ -82,14 +81,10 @@ secrets:
 		t.Errorf("helm install says:\n%s", out)
 	}
 	agentToken := secret(ns, "inst-ms2m-agent-token", "token")
-	controlToken := secret(shop, "ms2m-control", "control-token")
 
 	run(append([]string{"upgrade", rel, chartDir, "-n", ns, "--set", "webhook.logLevel=debug", "--set", "migrator.controller.replicas=3"}, withBase(t, vals)...)...)
 	if got := secret(ns, "inst-ms2m-agent-token", "token"); !bytes.Equal(got, agentToken) {
 		t.Error("the upgrade changed the agents' token: the running agents and the migrator would disagree")
-	}
-	if got := secret(shop, "ms2m-control", "control-token"); !bytes.Equal(got, controlToken) {
-		t.Error("the upgrade changed the sidecars' control token: running sidecars would refuse the migrator")
 	}
 	d, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{})
 	if err != nil {
@@ -142,7 +137,6 @@ func TestWebhookRunsAsInstalled(t *testing.T) {
 workloadNamespaces: [hook-shop]
 secrets:
   create: true
-  streamURI: {value: "rabbitmq-stream://ms2m:secret@rabbit:5552/"}
 webhook:
   selfSigned: {extraHosts: [127.0.0.1]}
 `))
@@ -296,10 +290,20 @@ webhook:
 			refs[e.ValueFrom.SecretKeyRef.Name+"/"+e.ValueFrom.SecretKeyRef.Key] = e.Name
 		}
 	}
-	for _, want := range []string{"ms2m-broker/stream-uri", "ms2m-control/control-token"} {
+	// The stream URI from the namespace's own broker user, never a shared
+	// one; the control token from the Secret the chart created.
+	if refs["ms2m-broker-user/stream-uri"] != "MS2M_STREAM_URI" {
+		t.Errorf("the sidecar's MS2M_STREAM_URI is not the namespace's broker user (ms2m-broker-user/stream-uri); it reads %v", refs)
+	}
+	for _, want := range []string{"ms2m-control/control-token"} {
 		if refs[want] == "" {
-			t.Errorf("the sidecar does not read Secret key %s, which the chart created; it reads %v", want, refs)
+			t.Errorf("the sidecar does not read Secret key %s, which the chart or the webhook made; it reads %v", want, refs)
 		}
+	}
+	// The control token is the namespace's own, which the webhook wrote
+	// (an HMAC, base64url) with the chart's RBAC before it admitted the pod.
+	if s, err := c.cs.CoreV1().Secrets(shop).Get(ctx, "ms2m-control", metav1.GetOptions{}); err != nil || len(s.Data["control-token"]) != 43 {
+		t.Errorf("Secret %s/ms2m-control: %v, %d bytes of control-token; want the webhook's derived token (43 bytes)", shop, err, len(s.Data["control-token"]))
 	}
 	// The Event, through the chart's RoleBinding in the workload namespace.
 	waitFor(t, "the Injected Event", 30*time.Second, func() (bool, error) {
@@ -334,9 +338,10 @@ webhook:
 		t.Errorf("an unsigned restore: %v, want a denial saying it has no signature", err)
 	}
 
-	// The selectors: a pod labelled ms2m.io/inject=false, a pod outside the
-	// workload namespaces and a pod in the release namespace never reach
-	// the webhook, whatever their annotations say.
+	// The selectors: a pod labelled ms2m.io/inject=false (which the webhook
+	// sees, for its images, but never injects), a pod outside the workload
+	// namespaces and a pod in the release namespace are not injected,
+	// whatever their annotations say.
 	for _, p := range []*corev1.Pod{
 		pod(shop, "opted-out", map[string]string{"ms2m.io/inject": "false"}, optIn),
 		pod(elsewhere, "consumer-0", nil, optIn),
@@ -365,8 +370,27 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 	cfg := requireAPIServer(t)
 	c := newCluster(t, cfg)
 	const rel, ns, shop = "ctl", "ctl-system", "ctl-shop"
-	r := renderAs(t, rel, ns, values(t, `workloadNamespaces: [ctl-shop]`))
+	// The real broker's management API: the installed controller makes the
+	// workload namespace's broker user there, with the chart's RBAC. A user
+	// prefix of this run's own keeps it apart from others on the broker.
+	mgmt := requireManagement(t)
+	prefix := "ms2m-charttest-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "."
+	t.Cleanup(func() { mgmt.deleteUser(t, prefix+shop) })
+	r := renderAs(t, rel, ns, values(t, `
+workloadNamespaces: [ctl-shop]
+brokerUsers:
+  managementURL: `+mgmt.url+`
+  streamAddress: rabbitmq-stream://127.0.0.1:5552/
+  userPrefix: `+prefix+`
+  adminSecret: {name: rabbit-admin}
+`))
 	c.createNamespaces(t, ns, shop)
+	if _, err := c.cs.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "rabbit-admin", Namespace: ns},
+		StringData: map[string]string{"username": mgmt.user, "password": mgmt.password},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var objs []*unstructured.Unstructured
 	for _, o := range r.objs {
 		if o.GetKind() != "MutatingWebhookConfiguration" {
@@ -409,6 +433,24 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 	if err := os.WriteFile(keyFile, keySec.Data["key"], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The broker administrator's files, with what its Secret holds.
+	adminFiles := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != "rabbit-admin" {
+			continue
+		}
+		as, err := c.cs.CoreV1().Secrets(ns).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range v.Secret.Items {
+			f := filepath.Join(dir, "broker-admin-"+it.Path)
+			if err := os.WriteFile(f, as.Data[it.Key], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			adminFiles["/etc/ms2m/broker-admin/"+it.Path] = f
+		}
+	}
 	health := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	env := []string{"PATH=/usr/bin:/bin", "KUBECONFIG=" + kc}
 	for _, e := range spec.Containers[0].Env {
@@ -421,6 +463,10 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 			v = tokenFile
 		case "MS2M_STATUS_KEY_FILE":
 			v = keyFile
+		case "MS2M_BROKER_ADMIN_USERNAME_FILE", "MS2M_BROKER_ADMIN_PASSWORD_FILE":
+			if v = adminFiles[e.Value]; v == "" {
+				t.Fatalf("%s=%s is no file of the mounted Secret rabbit-admin (%v)", e.Name, e.Value, adminFiles)
+			}
 		case "MS2M_HEALTH_ADDR":
 			v = health
 		case "MS2M_METRICS_ADDR":
@@ -478,6 +524,20 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 
+	// The workload namespace's broker user: its Secret written with the
+	// chart's RBAC, the user confined to the namespace's logs.
+	waitFor(t, "the broker user's Secret in "+shop, time.Minute, func() (bool, error) {
+		running()
+		s, err := c.cs.CoreV1().Secrets(shop).Get(ctx, "ms2m-broker-user", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && strings.HasPrefix(string(s.Data["stream-uri"]), "rabbitmq-stream://"+prefix+shop+":"), err
+	})
+	if got := mgmt.permissions(t, prefix+shop); got != `^ctl-shop\.` {
+		t.Errorf("broker user %s%s may configure %q, want ^ctl-shop\\.", prefix, shop, got)
+	}
+
 	// A request for a node that does not exist: refused, and nothing
 	// touched but the record on the pod and the Event.
 	pod := &corev1.Pod{
@@ -530,4 +590,71 @@ func TestControllerRunsAsInstalled(t *testing.T) {
 			t.Errorf("the chart's RBAC denied the controller something:\n%s", line)
 		}
 	}
+}
+
+// management is RabbitMQ's management API and the administrator that
+// hack/setup.sh makes (MS2M_TEST_MANAGEMENT_URL, MS2M_BROKER_ADMIN_USER and
+// MS2M_BROKER_ADMIN_PASSWORD override them).
+type management struct{ url, user, password string }
+
+func requireManagement(t *testing.T) management {
+	t.Helper()
+	env := func(k, def string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	m := management{
+		url:      env("MS2M_TEST_MANAGEMENT_URL", "http://127.0.0.1:15672"),
+		user:     env("MS2M_BROKER_ADMIN_USER", "ms2m-admin"),
+		password: env("MS2M_BROKER_ADMIN_PASSWORD", "ms2m-admin-test"),
+	}
+	resp, err := m.do(http.MethodGet, "/api/whoami")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		missing(t, "RabbitMQ's management API at "+m.url+" with the administrator "+m.user+" ("+fmtErr(resp, err)+")",
+			"run `bash hack/setup.sh` (it enables rabbitmq_management on the running broker and makes the administrator)")
+	}
+	resp.Body.Close()
+	return m
+}
+
+func (m management) do(method, path string) (*http.Response, error) {
+	req, err := http.NewRequest(method, m.url+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth(m.user, m.password)
+	return (&http.Client{Timeout: 10 * time.Second}).Do(req)
+}
+
+// permissions is the user's configure permission on the vhost "/".
+func (m management) permissions(t *testing.T, user string) string {
+	t.Helper()
+	resp, err := m.do(http.MethodGet, "/api/permissions/%2F/"+user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct{ Configure string }
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&p) != nil {
+		t.Fatalf("permissions of broker user %s: %s", user, resp.Status)
+	}
+	return p.Configure
+}
+
+func (m management) deleteUser(t *testing.T, user string) {
+	resp, err := m.do(http.MethodDelete, "/api/users/"+user)
+	if err != nil {
+		t.Errorf("delete broker user %s: %v", user, err)
+		return
+	}
+	resp.Body.Close()
+}
+
+func fmtErr(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
 }

@@ -32,8 +32,15 @@ const (
 	// testBase is under every value set the tests render, SDK and helm
 	// command line alike (values given win): where checkpoint images go,
 	// which the controller needs and the chart cannot make up without
-	// image.registry.
-	testBase = `migrator: {checkpointRepository: registry.example.com:5000/ms2m/checkpoints}`
+	// image.registry, and the broker the controller makes each namespace's
+	// broker user on (brokerUsers, on by default).
+	testBase = `
+migrator: {checkpointRepository: registry.example.com:5000/ms2m/checkpoints}
+brokerUsers:
+  managementURL: http://rabbit.example:15672
+  adminSecret: {name: rabbit-admin}
+  streamAddress: rabbitmq-stream://rabbit.example:5552/
+`
 )
 
 // repoRoot is the repository's top folder, three levels above this file.

@@ -1,0 +1,46 @@
+package testenv
+
+import (
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// Management is RabbitMQ's HTTP management API and the administrator that
+// hack/setup.sh made for it.
+type Management struct {
+	URL      string // http://127.0.0.1:15672
+	Username string // ms2m-admin
+	Password string
+}
+
+// RequireManagement returns the broker's management API, after checking
+// that it answers to the administrator. MS2M_TEST_MANAGEMENT_URL,
+// MS2M_BROKER_ADMIN_USER and MS2M_BROKER_ADMIN_PASSWORD override the
+// defaults (those of hack/setup.sh).
+func RequireManagement(t testing.TB) Management {
+	t.Helper()
+	Watchdog(t)
+	m := Management{
+		URL:      envOr("MS2M_TEST_MANAGEMENT_URL", "http://127.0.0.1:15672"),
+		Username: envOr("MS2M_BROKER_ADMIN_USER", "ms2m-admin"),
+		Password: envOr("MS2M_BROKER_ADMIN_PASSWORD", "ms2m-admin-test"),
+	}
+	const how = "run `make test` or `bash hack/setup.sh` (it enables rabbitmq_management on the running broker and makes the administrator)"
+	req, err := http.NewRequest(http.MethodGet, m.URL+"/api/whoami", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(m.Username, m.Password)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		Missing(t, "RabbitMQ's management API at "+m.URL+" ("+err.Error()+")", how)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		Missing(t, "the broker administrator "+m.Username+" (management API answers "+resp.Status+")", how)
+	}
+	return m
+}
