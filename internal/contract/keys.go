@@ -92,6 +92,31 @@ const (
 	// The migrator writes it; nothing acts on it at admission.
 	AnnotationRestoredFrom = Prefix + "restored-from"
 
+	// AnnotationOnEvict "migrate" on a pod turns an eviction of it (kubectl
+	// drain, the cluster autoscaler) into a migration: the eviction is
+	// refused with 429, as a PodDisruptionBudget refuses one, while the
+	// controller moves the pod to a node the scheduler chooses; the
+	// evicting client retries and is done once the pod has left. "evict"
+	// opts the pod out where its namespace opted in.
+	AnnotationOnEvict = Prefix + "on-evict"
+	// LabelNamespaceOnEvict "migrate" on a namespace is AnnotationOnEvict's
+	// default for its pods.
+	LabelNamespaceOnEvict = Prefix + "on-evict"
+	// AnnotationOnEvictOverride "true" on a pod lets a plain eviction of it
+	// through although it opted in: the operator's fallback when its
+	// migration cannot be made (the pod then restarts empty elsewhere).
+	AnnotationOnEvictOverride = Prefix + "on-evict-override"
+	// AnnotationEvacuate is written by the webhook on a pod whose eviction
+	// it refused: the node the pod is to leave. The controller then
+	// migrates it (through AnnotationMigrateTo, once the scheduler chose
+	// the target) and records the outcome in AnnotationMigrationStatus.
+	AnnotationEvacuate = Prefix + "evacuate"
+	// LabelPlaceholderFor is on the controller's placeholder pods (pause
+	// containers with the source's scheduling constraints, bound by
+	// kube-scheduler to choose an evacuation's target): the UID of the
+	// pod they stand in for.
+	LabelPlaceholderFor = Prefix + "placeholder-for"
+
 	// LabelShadowOf is on a statefulset-shadow migration's shadow pod: the
 	// StatefulSet pod it stands in for.
 	LabelShadowOf = Prefix + "shadow-of"
@@ -129,4 +154,13 @@ var KnownAnnotations = map[string]bool{
 	AnnotationMigrationName:            true,
 	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,
+	AnnotationOnEvict:                  true,
+	AnnotationOnEvictOverride:          true,
+	AnnotationEvacuate:                 true,
 }
+
+// The values of AnnotationOnEvict and LabelNamespaceOnEvict.
+const (
+	OnEvictMigrate = "migrate" // an eviction becomes a migration
+	OnEvictEvict   = "evict"   // an eviction is an eviction (the default)
+)

@@ -10,10 +10,14 @@ const (
 	ReasonRestored = "Restored" // Normal: the pod was turned into a restore
 	ReasonSkipped  = "Skipped"  // Normal: the pod asked for ms2m but was left alone
 	ReasonDenied   = "Denied"   // Warning: the request was denied (bad ms2m annotations)
+	// ReasonEvictionRefused (Normal, on the pod): an eviction of a pod
+	// opted in by ms2m.io/on-evict was refused with 429, since the pod is
+	// to migrate instead.
+	ReasonEvictionRefused = "EvictionRefused"
 )
 
 // WebhookReasons are the reasons of the webhook's Events.
-var WebhookReasons = []string{ReasonInjected, ReasonRestored, ReasonSkipped, ReasonDenied}
+var WebhookReasons = []string{ReasonInjected, ReasonRestored, ReasonSkipped, ReasonDenied, ReasonEvictionRefused}
 
 // The migrator's controller's Events, on the pod that asked (and on the
 // target it made, for MigrationSucceeded).
@@ -46,6 +50,12 @@ const (
 	// not signed by the controller's key; it is ignored (no rollback, no
 	// image deletion).
 	ReasonForgedMigrationStatus = "ForgedMigrationStatus"
+	// ReasonEvacuationTarget (Normal): the scheduler placed an evacuated
+	// pod's placeholder; its node is the migration's target.
+	ReasonEvacuationTarget = "EvacuationTarget"
+	// ReasonEvacuationWaiting (Normal): an evacuation waits for a
+	// concurrency limit or a PodDisruptionBudget, or for the scheduler.
+	ReasonEvacuationWaiting = "EvacuationWaiting"
 )
 
 // ControllerReasons are the reasons of the controller's Events.
@@ -65,4 +75,6 @@ var ControllerReasons = []string{
 	ReasonMigrationPending,
 	ReasonMigrationRestoreRedone,
 	ReasonForgedMigrationStatus,
+	ReasonEvacuationTarget,
+	ReasonEvacuationWaiting,
 }

@@ -71,6 +71,15 @@ type Config struct {
 	// KeepImages keeps checkpoint images once a migration's target serves
 	// (for debugging); by default they are deleted then.
 	KeepImages bool
+	// EvacuatePerNode and EvacuateMax bound the evacuations (evictions
+	// turned into migrations, contract.AnnotationOnEvict) under way off
+	// one node and in the whole cluster. Defaults 2 and Concurrent.
+	EvacuatePerNode int
+	EvacuateMax     int
+	// PlaceholderImage is the image of the placeholder pods that ask
+	// kube-scheduler for an evacuation's target. Default
+	// DefaultPlaceholderImage.
+	PlaceholderImage string
 }
 
 // requeueAfter is how soon a pod that has to wait (its target's migration
@@ -95,6 +104,12 @@ func New(cfg Config) *Reconciler {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = DefaultMetrics()
+	}
+	if cfg.EvacuatePerNode == 0 {
+		cfg.EvacuatePerNode = 2
+	}
+	if cfg.EvacuateMax == 0 {
+		cfg.EvacuateMax = cfg.Concurrent
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = systemClock{}
@@ -127,6 +142,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.cfg.Concurrent}).
 		Complete(r); err != nil {
+		return err
+	}
+	if err := r.setupEvacuation(mgr); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -205,6 +223,7 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 	now := r.cfg.Clock.Now()
 	name, targetPod := migrate.MigrationName(pod.Name, now), migrate.NextPodName(pod)
 	st := Status{Name: name, Phase: contract.PhaseRunning, Strategy: string(rq.strategy), Source: pod.Spec.NodeName, Target: rq.node, TargetPod: targetPod, Started: now, History: prev.History}
+	st.Evacuation = evacuationOf(pod)
 	if err := r.setStatus(ctx, pod, st); err != nil {
 		return err // a conflict: try again with the new pod
 	}
@@ -369,8 +388,12 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 	if pod.Spec.NodeName == rq.node {
 		return fmt.Errorf("annotation %s: the pod already runs on %s", contract.AnnotationMigrateTo, rq.node)
 	}
-	if _, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, rq.node, metav1.GetOptions{}); err != nil {
+	node, err := r.cfg.Client.CoreV1().Nodes().Get(ctx, rq.node, metav1.GetOptions{})
+	if err != nil {
 		return fmt.Errorf("annotation %s: node %s: %w", contract.AnnotationMigrateTo, rq.node, err)
+	}
+	if node.Spec.Unschedulable && pod.Annotations[contract.AnnotationEvacuate] != "" {
+		return fmt.Errorf("annotation %s: node %s is cordoned; an evacuated pod is never restored onto a cordoned node", contract.AnnotationMigrateTo, rq.node)
 	}
 	if pod.Status.Phase != corev1.PodRunning {
 		return fmt.Errorf("the pod is %s, not Running", pod.Status.Phase)
@@ -381,6 +404,7 @@ func (r *Reconciler) checkTarget(ctx context.Context, pod *corev1.Pod, rq reques
 // reject answers a request that was refused before anything was touched:
 // a Warning Event, and st, Failed, as the pod's status.
 func (r *Reconciler) reject(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
+	st.Evacuation = evacuationOf(pod)
 	st.Phase, st.Message = contract.PhaseFailed, err.Error()+"; nothing was touched"
 	reason := contract.ReasonMigrationRejected
 	var np *migrate.NotPlaceable
@@ -461,6 +485,7 @@ func (r *Reconciler) forgetRefused(name string) {
 
 // fail records a failed migration on the source.
 func (r *Reconciler) fail(ctx context.Context, pod *corev1.Pod, st Status, err error) error {
+	st.Evacuation = evacuationOf(pod)
 	st.Phase, st.Message = contract.PhaseFailed, err.Error()
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationFailed, "Migrate", "migration %s: %v", st.Name, err)
 	log.FromContext(ctx).Error(err, "migration failed", "migration", st.Name)
@@ -624,4 +649,13 @@ type mergePatch struct {
 type patchMeta struct {
 	ResourceVersion string             `json:"resourceVersion,omitempty"`
 	Annotations     map[string]*string `json:"annotations,omitempty"`
+}
+
+// evacuationOf is the node pod is evacuated from, if its eviction became
+// its migration request (contract.AnnotationEvacuate), else "".
+func evacuationOf(pod *corev1.Pod) string {
+	if ev := pod.Annotations[contract.AnnotationEvacuate]; ev != "" && ev == pod.Spec.NodeName {
+		return ev
+	}
+	return ""
 }

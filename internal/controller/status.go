@@ -24,6 +24,9 @@ type Status struct {
 	Started   time.Time       `json:"started"`
 	Message   string          `json:"message,omitempty"`
 	Report    *migrate.Report `json:"report,omitempty"`
+	// Evacuation is the node the pod was evacuated from, when its
+	// eviction became this migration (contract.AnnotationEvacuate).
+	Evacuation string `json:"evacuation,omitempty"`
 	// History is the pod's last requests that ended (this one included
 	// once it has), newest first, at most HistoryLen. It goes from the
 	// source to the target with each migration.

@@ -70,6 +70,19 @@ var annotationChecks = []annotationCheck{
 		}
 		return ""
 	}},
+	{contract.AnnotationOnEvict, func(_ *corev1.Pod, v string) string {
+		if v != contract.OnEvictMigrate && v != contract.OnEvictEvict {
+			return "use \"" + contract.OnEvictMigrate + "\" to migrate the pod when it is evicted, or \"" + contract.OnEvictEvict + "\""
+		}
+		return ""
+	}},
+	{contract.AnnotationOnEvictOverride, func(_ *corev1.Pod, v string) string {
+		if v != "true" && v != "false" {
+			return "use \"true\" to let a plain eviction through, or \"false\""
+		}
+		return ""
+	}},
+	{contract.AnnotationEvacuate, func(_ *corev1.Pod, v string) string { return checkNodeName(v) }},
 	{contract.AnnotationReplayMax, checkPositiveDuration},
 	{contract.AnnotationCutoff, func(_ *corev1.Pod, v string) string {
 		if !contract.CutoffRule(v).Valid() {

@@ -83,7 +83,7 @@ func cluster(t *testing.T) *simcluster.Cluster {
 		if sim.missing = simcluster.Missing(assets); sim.missing != "" {
 			return
 		}
-		sim.c, sim.err = simcluster.Start(simcluster.Options{Assets: assets, Nodes: []string{nodeA, nodeB},
+		sim.c, sim.err = simcluster.Start(simcluster.Options{Assets: assets, Nodes: []string{nodeA, nodeB}, Scheduler: true,
 			Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "sim: "+f+"\n", a...) }})
 	})
 	if sim.missing != "" {

@@ -74,7 +74,7 @@ func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires t
 	p.Spec.NodeName = ""
 	// The target is not asked to migrate again, and what the source was
 	// restored from is not what the target is.
-	for _, k := range []string{contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy, contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature, contract.AnnotationRestoredFrom} {
+	for _, k := range []string{contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy, contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationMigrationStatus, contract.AnnotationMigrationStatusSignature, contract.AnnotationRestoredFrom, contract.AnnotationEvacuate} {
 		delete(p.Annotations, k)
 	}
 	m := r.instruction()

@@ -45,6 +45,13 @@ type ControllerConfig struct {
 	LeaderElectionNamespace string `env:"MS2M_LEADER_ELECTION_NAMESPACE"`
 	// Concurrent bounds the migrations run at once.
 	Concurrent int `env:"MS2M_CONCURRENT_MIGRATIONS" envDefault:"4"`
+	// EvacuatePerNode and EvacuateMax bound the evacuations (evictions
+	// turned into migrations) under way off one node and in the cluster.
+	EvacuatePerNode int `env:"MS2M_EVACUATE_PER_NODE" envDefault:"2"`
+	EvacuateMax     int `env:"MS2M_EVACUATE_MAX" envDefault:"4"`
+	// PlaceholderImage is the image of the placeholder pods that ask
+	// kube-scheduler for an evacuation's target.
+	PlaceholderImage string `env:"MS2M_PLACEHOLDER_IMAGE" envDefault:"registry.k8s.io/pause:3.10"`
 	// Timeout bounds each wait of a migration.
 	Timeout time.Duration `env:"MS2M_MIGRATION_TIMEOUT" envDefault:"5m"`
 	// ThawAfterDump: when the node agent thaws the app as soon as CRIU's
@@ -151,6 +158,10 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, thaw
 		Concurrent:    cfg.Concurrent,
 		ThawAfterDump: thaw,
 		KeepImages:    cfg.KeepImages,
+
+		EvacuatePerNode:  cfg.EvacuatePerNode,
+		EvacuateMax:      cfg.EvacuateMax,
+		PlaceholderImage: cfg.PlaceholderImage,
 	})
 	if err := rec.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the migration controller: %w", err)

@@ -13,6 +13,7 @@ Usage:
   migrator migrate <namespace>/<pod> --to <node> [flags]   run one migration and show its phases
   migrator status [<namespace>/<pod>] [-namespace ns | -A] [-o table|json]   list recorded migrations, or show one in full
   migrator nodes [-o table|json]                           list what each node's runtime can do (the migration preflight's view)
+  migrator drain <node> [flags]                            cordon a node and evict its pods as kubectl drain does; pods opted in by ms2m.io/on-evict migrate instead (a live table, a summary)
   migrator controller                                      act on pods annotated ms2m.io/migrate-to (configured by MS2M_* variables)
   migrator agent                                           run the node agent (configured by MS2M_AGENT_* variables)
   migrator broker-users ensure|rotate|remove <namespace>...   per-namespace broker users for the replay logs, by hand
@@ -36,6 +37,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return statusCmd(ctx, args[1:], stdout, stderr)
 	case "nodes":
 		return nodesCmd(ctx, args[1:], stdout, stderr)
+	case "drain":
+		return drainCmd(ctx, args[1:], stdout, stderr)
 	case "controller":
 		return controllerCmd(ctx, args[1:], stdout, stderr)
 	case "broker-users":
@@ -44,7 +47,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "migrator: unknown command %q (want migrate, status, nodes, controller, agent or broker-users)\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "migrator: unknown command %q (want migrate, status, nodes, drain, controller, agent or broker-users)\n\n%s", args[0], usage)
 		return 2
 	}
 }

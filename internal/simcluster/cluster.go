@@ -53,6 +53,11 @@ type Options struct {
 	Assets string
 	// Nodes are the simulated nodes' names.
 	Nodes []string
+	// Scheduler runs the real kube-scheduler too (from Assets), which binds
+	// pods that name no node: the controller's placeholder pods that ask
+	// where an evacuated pod goes. Pods that name their node are not
+	// touched by it.
+	Scheduler bool
 	// Logf, if set, hears what the simulation could not do.
 	Logf func(format string, args ...any)
 }
@@ -73,19 +78,21 @@ type Cluster struct {
 	SigningKey []byte
 	Nodes      map[string]*Node
 
-	env      *envtest.Environment
-	ns       *netns
-	dir      string
-	kcm      *exec.Cmd
-	kcmDone  chan error
-	reg      *http.Server
-	failPush atomic.Bool
-	cancel   context.CancelFunc
-	stopped  chan struct{}
-	logsMu   sync.Mutex
-	logs     map[string]*Log
-	logf     func(format string, args ...any)
-	inject   inject.Config
+	env       *envtest.Environment
+	ns        *netns
+	dir       string
+	kcm       *exec.Cmd
+	kcmDone   chan error
+	sched     *exec.Cmd
+	schedDone chan error
+	reg       *http.Server
+	failPush  atomic.Bool
+	cancel    context.CancelFunc
+	stopped   chan struct{}
+	logsMu    sync.Mutex
+	logs      map[string]*Log
+	logf      func(format string, args ...any)
+	inject    inject.Config
 }
 
 // Missing says what Start needs that this machine lacks, or "".
@@ -179,6 +186,11 @@ func Start(o Options) (c *Cluster, err error) {
 	}
 	if err := c.startControllerManager(o.Assets); err != nil {
 		return c, err
+	}
+	if o.Scheduler {
+		if err := c.startScheduler(o.Assets); err != nil {
+			return c, err
+		}
 	}
 	for _, name := range o.Nodes {
 		ip, err := c.ns.take()
@@ -296,6 +308,42 @@ func (c *Cluster) startControllerManager(assets string) error {
 	return nil
 }
 
+// startScheduler runs the real kube-scheduler, with its defaults.
+func (c *Cluster) startScheduler(assets string) error {
+	logFile, err := os.Create(filepath.Join(c.dir, "kube-scheduler.log"))
+	if err != nil {
+		return err
+	}
+	c.sched = exec.Command(filepath.Join(assets, "kube-scheduler"),
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--v=1",
+	)
+	c.sched.Stdout, c.sched.Stderr = logFile, logFile
+	if err := c.sched.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start kube-scheduler: %w", err)
+	}
+	c.schedDone = make(chan error, 1)
+	go func() {
+		c.schedDone <- c.sched.Wait()
+		logFile.Close()
+	}()
+	return nil
+}
+
+// SchedulerLog is the end of kube-scheduler's log.
+func (c *Cluster) SchedulerLog() string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, "kube-scheduler.log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
 // ControllerManagerLog is the end of kube-controller-manager's log.
 func (c *Cluster) ControllerManagerLog() string {
 	b, _ := os.ReadFile(filepath.Join(c.dir, "kube-controller-manager.log"))
@@ -347,6 +395,10 @@ func (c *Cluster) Close() error {
 	if c.kcm != nil && c.kcm.Process != nil {
 		c.kcm.Process.Kill()
 		<-c.kcmDone //nolint:errcheck // "signal: killed", from the kill above
+	}
+	if c.sched != nil && c.sched.Process != nil {
+		c.sched.Process.Kill()
+		<-c.schedDone //nolint:errcheck // "signal: killed", from the kill above
 	}
 	if c.cancel != nil {
 		c.cancel()

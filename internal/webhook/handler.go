@@ -55,10 +55,18 @@ type Handler struct {
 	api     client.Reader
 	events  EventRecorder // nil: no events
 	metrics *Metrics
+	// writer marks pods whose eviction became a migration
+	// (contract.AnnotationEvacuate); nil: such evictions are refused
+	// without the mark, and nothing migrates them.
+	writer client.Writer
 	// secrets writes each namespace's control token (ensureControlToken);
 	// nil: none is written.
 	secrets client.Writer
 }
+
+// SetWriter gives the handler the client that marks pods whose eviction
+// it turned into a migration.
+func (h *Handler) SetWriter(w client.Writer) { h.writer = w }
 
 // NewHandler returns a handler that injects what cfg says. namespaces
 // should be a cache; api reads from the API server. events may be nil.
@@ -98,6 +106,9 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.SubResource == "eviction" && req.Operation == admissionv1.Create {
+		return h.evict(ctx, req)
+	}
 	if req.Kind.Kind != "Pod" {
 		return admission.Allowed("not a pod"), outcomeAllowed
 	}

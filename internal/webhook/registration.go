@@ -16,7 +16,7 @@ import (
 
 // The webhooks of the configuration that Registration builds. Each pod
 // CREATE goes to exactly one of the first four, each UPDATE to the
-// fifth.
+// fifth, each eviction to the sixth.
 const (
 	// WebhookNamespace: CREATE in a namespace labelled
 	// ms2m.io/inject=enabled. Failure policy Fail (Registration's).
@@ -37,6 +37,14 @@ const (
 	// images). Failure policy Ignore: a webhook that is down never blocks
 	// a pod's controllers (finalizers, labels) anywhere.
 	WebhookUpdates = "updates.pods.ms2m.io"
+	// WebhookEvictions: CREATE of pods/eviction, which the handler turns
+	// into a migration for pods opted in by ms2m.io/on-evict (a 429
+	// refusal, as a PodDisruptionBudget's). Failure policy Ignore: a
+	// webhook that is down never blocks a drain; the pods it would have
+	// migrated are evicted plainly then. No object selector: the API
+	// server matches it against the Eviction, which has no labels of the
+	// pod, so the handler reads the pod itself.
+	WebhookEvictions = "evictions.pods.ms2m.io"
 )
 
 // Registration describes how the API server calls the webhook. Its
@@ -120,6 +128,10 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 	updates := hook(WebhookUpdates, update, ignore, metav1.LabelSelectorRequirement{}, metav1.LabelSelectorRequirement{})
 	updates.Rules[0].Resources = []string{"pods", "pods/ephemeralcontainers"}
 	updates.ReinvocationPolicy = ptr(admissionregistrationv1.NeverReinvocationPolicy) // it never mutates
+	evictions := hook(WebhookEvictions, create, ignore, metav1.LabelSelectorRequirement{}, metav1.LabelSelectorRequirement{})
+	evictions.Rules[0].Resources = []string{"pods/eviction"}
+	evictions.ObjectSelector = &metav1.LabelSelector{}
+	evictions.ReinvocationPolicy = ptr(admissionregistrationv1.NeverReinvocationPolicy) // it never mutates
 	return &admissionregistrationv1.MutatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: r.Name},
@@ -129,6 +141,7 @@ func (r Registration) Configuration() *admissionregistrationv1.MutatingWebhookCo
 			hook(WebhookPods, create, ignore, nsNotOptedIn, podUnlabelled),
 			hook(WebhookLabelledOut, create, ignore, metav1.LabelSelectorRequirement{}, podOut),
 			updates,
+			evictions,
 		},
 	}
 }

@@ -75,7 +75,7 @@ func TestRegistrationRouting(t *testing.T) {
 		Webhook string
 		Policy  admissionregistrationv1.FailurePolicyType
 	}
-	routes := func(op admissionregistrationv1.OperationType, ns, nsLabel, podLabel string) []route {
+	routes := func(op admissionregistrationv1.OperationType, resource, ns, nsLabel, podLabel string) []route {
 		nsLabels := k8slabels.Set{"kubernetes.io/metadata.name": ns}
 		if nsLabel != "" {
 			nsLabels[contract.LabelNamespaceInject] = nsLabel
@@ -86,7 +86,7 @@ func TestRegistrationRouting(t *testing.T) {
 		}
 		var got []route
 		for _, w := range cfg.Webhooks {
-			if w.Rules[0].Operations[0] != op {
+			if w.Rules[0].Operations[0] != op || w.Rules[0].Resources[0] != resource {
 				continue
 			}
 			nsSel, _ := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
@@ -102,24 +102,30 @@ func TestRegistrationRouting(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
 		op                    admissionregistrationv1.OperationType
+		resource              string
 		ns, nsLabel, podLabel string
 		want                  []route
 	}{
-		{"namespace opted in", create, "shop", "enabled", "", []route{{WebhookNamespace, fail}}},
-		{"namespace opted in, pod labelled too", create, "shop", "enabled", "true", []route{{WebhookNamespace, fail}}},
-		{"namespace opted in, pod labelled out", create, "shop", "enabled", "false", []route{{WebhookLabelledOut, ignore}}},
-		{"pod labelled in", create, "default", "", "true", []route{{WebhookLabel, fail}}},
-		{"pod labelled in, namespace label not enabled", create, "default", "disabled", "true", []route{{WebhookLabel, fail}}},
-		{"nothing opted in (annotation only, or none)", create, "default", "", "", []route{{WebhookPods, ignore}}},
-		{"pod labelled out", create, "default", "", "false", []route{{WebhookLabelledOut, ignore}}},
-		{"system namespace", create, "kube-system", "enabled", "true", nil},
-		{"webhook's namespace", create, "ms2m-system", "", "", nil},
-		{"update in an opted-in namespace", update, "shop", "enabled", "true", []route{{WebhookUpdates, ignore}}},
-		{"update elsewhere", update, "default", "", "", []route{{WebhookUpdates, ignore}}},
-		{"update of a pod labelled out", update, "default", "", "false", []route{{WebhookUpdates, ignore}}},
+		{"namespace opted in", create, "pods", "shop", "enabled", "", []route{{WebhookNamespace, fail}}},
+		{"namespace opted in, pod labelled too", create, "pods", "shop", "enabled", "true", []route{{WebhookNamespace, fail}}},
+		{"namespace opted in, pod labelled out", create, "pods", "shop", "enabled", "false", []route{{WebhookLabelledOut, ignore}}},
+		{"pod labelled in", create, "pods", "default", "", "true", []route{{WebhookLabel, fail}}},
+		{"pod labelled in, namespace label not enabled", create, "pods", "default", "disabled", "true", []route{{WebhookLabel, fail}}},
+		{"nothing opted in (annotation only, or none)", create, "pods", "default", "", "", []route{{WebhookPods, ignore}}},
+		{"pod labelled out", create, "pods", "default", "", "false", []route{{WebhookLabelledOut, ignore}}},
+		{"system namespace", create, "pods", "kube-system", "enabled", "true", nil},
+		{"webhook's namespace", create, "pods", "ms2m-system", "", "", nil},
+		{"update in an opted-in namespace", update, "pods", "shop", "enabled", "true", []route{{WebhookUpdates, ignore}}},
+		{"update elsewhere", update, "pods", "default", "", "", []route{{WebhookUpdates, ignore}}},
+		{"update of a pod labelled out", update, "pods", "default", "", "false", []route{{WebhookUpdates, ignore}}},
+		// An eviction's object selector sees the Eviction (no labels), and
+		// the handler reads the pod: every namespace but the excluded.
+		{"eviction", create, "pods/eviction", "default", "", "", []route{{WebhookEvictions, ignore}}},
+		{"eviction in an opted-in namespace", create, "pods/eviction", "shop", "enabled", "", []route{{WebhookEvictions, ignore}}},
+		{"eviction in the webhook's namespace", create, "pods/eviction", "ms2m-system", "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, routes(tc.op, tc.ns, tc.nsLabel, tc.podLabel)); diff != "" {
+			if diff := cmp.Diff(tc.want, routes(tc.op, tc.resource, tc.ns, tc.nsLabel, tc.podLabel)); diff != "" {
 				t.Errorf("webhooks called (-want +got):\n%s", diff)
 			}
 		})

@@ -48,6 +48,7 @@ func Setup(mgr manager.Manager, cfg inject.Config, m *Metrics, wrap func(admissi
 	if err != nil {
 		return nil, err
 	}
+	h.SetWriter(mgr.GetClient())
 	h.secrets = mgr.GetClient()
 	var ah admission.Handler = h
 	if wrap != nil {

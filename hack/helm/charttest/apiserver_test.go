@@ -324,6 +324,9 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "patch", group: "events.k8s.io", resource: "events", ns: "shop"},
 			{verb: "get", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
 			{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "lp-ms2m-webhook"},
+			{verb: "get", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "get", resource: "nodes", name: "node-a"},
 			// Each namespace's control token, which it writes.
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-control"},
@@ -335,11 +338,12 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "update", resource: "namespaces", name: "shop"},
 			{verb: "list", resource: "configmaps", ns: "shop"},
 			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
+			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
+			{verb: "list", resource: "nodes"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
 			{verb: "update", resource: "secrets", ns: "shop", name: "ms2m-broker"},
 			{verb: "list", resource: "secrets", ns: "shop"},
 			{verb: "delete", resource: "secrets", ns: "shop", name: "ms2m-control"},
-			{verb: "get", resource: "pods", ns: "shop"},
 			{verb: "create", resource: "events", ns: "shop"},
 		})
 

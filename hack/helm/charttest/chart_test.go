@@ -138,10 +138,12 @@ func TestDefaults(t *testing.T) {
 	// Least privilege, rule by rule.
 	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"ms2m-webhook"}, Verbs: []string{"get", "update"}},
 	})
 	checkRules(t, r, "ms2m-webhook-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		// Each namespace's own control token, which it writes.
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get", "update"}},
@@ -170,6 +172,7 @@ func TestDefaults(t *testing.T) {
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-broker-user"}, Verbs: []string{"get", "update"}},
 	})
@@ -259,6 +262,9 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_LEADER_ELECTION":           "true",
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
 		"MS2M_CONCURRENT_MIGRATIONS":     "4",
+		"MS2M_EVACUATE_PER_NODE":         "2",
+		"MS2M_EVACUATE_MAX":              "4",
+		"MS2M_PLACEHOLDER_IMAGE":         "registry.k8s.io/pause:3.10",
 		"MS2M_MIGRATION_TIMEOUT":         "5m",
 		"MS2M_THAW_AFTER_DUMP":           "auto",
 		"MS2M_METRICS_ADDR":              ":8080",
@@ -410,8 +416,8 @@ func checkRestricted(t *testing.T, what string, spec corev1.PodSpec, c corev1.Co
 
 func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.MutatingWebhookConfiguration, d *appsv1.Deployment) {
 	t.Helper()
-	if len(mwc.Webhooks) != 5 {
-		t.Fatalf("%d webhooks, want 5 (namespace, label, pods, labelled-out, updates)", len(mwc.Webhooks))
+	if len(mwc.Webhooks) != 6 {
+		t.Fatalf("%d webhooks, want 6 (namespace, label, pods, labelled-out, updates, evictions)", len(mwc.Webhooks))
 	}
 	for _, wh := range mwc.Webhooks {
 		ref := wh.ClientConfig.Service
@@ -439,7 +445,10 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 			t.Errorf("Service port %d targets %q, which is not the container port MS2M_WEBHOOK_PORT=%s", *ref.Port, target, env["MS2M_WEBHOOK_PORT"].Value)
 		}
 		want := []string{"pods"}
-		if wh.Rules[0].Operations[0] == admissionregistrationv1.Update {
+		switch {
+		case wh.Name == "evictions.pods.ms2m.io":
+			want = []string{"pods/eviction"}
+		case wh.Rules[0].Operations[0] == admissionregistrationv1.Update:
 			// An image can change by an update and by an added
 			// ephemeral container: no checkpoint image either way.
 			want = []string{"pods", "pods/ephemeralcontainers"}
@@ -481,7 +490,7 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 			if err1 != nil || err2 != nil {
 				t.Fatalf("webhook %s: selectors %v %v", wh.Name, err1, err2)
 			}
-			if slices.Contains(wh.Rules[0].Operations, tc.op) && nsSel.Matches(tc.ns) && objSel.Matches(tc.pod) {
+			if wh.Rules[0].Resources[0] == "pods" && slices.Contains(wh.Rules[0].Operations, tc.op) && nsSel.Matches(tc.ns) && objSel.Matches(tc.pod) {
 				called = append(called, wh)
 			}
 		}
@@ -685,6 +694,7 @@ func TestCertManager(t *testing.T) {
 	// cert-manager, not the webhook, owns the caBundle.
 	checkRules(t, r, "ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 	})
 
 	sm := typed[monitoringv1.ServiceMonitor](t, r.get(t, "ServiceMonitor", releaseNS, "ms2m-webhook"))
@@ -822,6 +832,7 @@ migrator: {checkpointRepository: ""}
 	}
 	checkRules(t, r, "edge-ms2m-webhook", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"edge-ms2m-webhook"}, Verbs: []string{"get", "update"}},
 	})
 	if got, want := d.Spec.Template.Spec.Containers[0].Image, "registry.example.com:5000/team/ms2m/webhook:1.2.3"; got != want {
