@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -201,17 +202,23 @@ func (l *Lab) push(ctx context.Context, img string, im v1.Image) error {
 // CRIUConfig writes runc's CRIU configuration file, whose options override
 // the ones runc passes: tcp-close, so that a container with TCP connections
 // can be checkpointed and restored on another node (it finds them closed
-// and reconnects), and the nftables network lock, because there is no
-// iptables. Real nodes need the same (docs/install.md). It refuses to
-// change a file with other contents.
+// and reconnects); skip-in-flight, so that a connection the app has not
+// accepted yet (a probe or a client dialling its listener at the freeze)
+// does not fail the dump (the dialler sees it reset; the app never had it);
+// and the nftables network lock, because there is no iptables. Real nodes
+// need the same (docs/install.md). It upgrades the file an earlier lab
+// wrote and refuses to change a file with other contents.
 func CRIUConfig() error {
 	const path = "/etc/criu/runc.conf"
-	want := "tcp-close\nnetwork-lock nftables\n"
+	const want = "tcp-close\nskip-in-flight\nnetwork-lock nftables\n"
+	earlier := []string{"tcp-close\nnetwork-lock nftables\n"}
 	if b, err := os.ReadFile(path); err == nil {
-		if string(b) != want {
+		if string(b) == want {
+			return nil
+		}
+		if !slices.Contains(earlier, string(b)) {
 			return fmt.Errorf("%s exists with other options (%q); the lab needs %q", path, b, want)
 		}
-		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
