@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -31,6 +30,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	imageRepo := fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)")
 	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
+	agentCAFile := fs.String("agent-ca-file", os.Getenv("MS2M_AGENT_CA_FILE"), "the CA the node agents' TLS certificate is checked against ($MS2M_AGENT_CA_FILE; empty: plain HTTP, to agents started with MS2M_AGENT_PLAIN_HTTP)")
+	agentServerName := fs.String("agent-server-name", os.Getenv("MS2M_AGENT_SERVER_NAME"), "the name on the node agents' certificate ($MS2M_AGENT_SERVER_NAME; default "+DefaultAgentServerName+")")
+	via := fs.String("checkpoint-via", envOr("MS2M_CHECKPOINT_VIA", "agent"), "agent: the source node's agent asks its kubelet for the checkpoint (nodes/checkpoint); apiserver: through the API server's node proxy (needs nodes/proxy) ($MS2M_CHECKPOINT_VIA)")
 	keyFile := fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)")
 	ms2mNamespace := fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret")
 	keepImages := fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)")
@@ -81,6 +83,10 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if agentToken == "" && *agentTokenFile == "" {
 		problems = append(problems, "the node agents' token: set --agent-token-file or MS2M_AGENT_TOKEN")
 	}
+	viaAPIServer, err := checkpointVia(*via)
+	if err != nil {
+		problems = append(problems, "--checkpoint-via: "+err.Error())
+	}
 	var key []byte
 	switch {
 	case *keyFile != "":
@@ -111,6 +117,11 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		key = s.Data[StatusKeySecretKey]
 	}
+	ac, err := agentClient(cs, *agentPort, agentToken, *agentCAFile, *agentServerName)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
+		return 1
+	}
 	src, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		fmt.Fprintf(stderr, "migrator migrate: %v\n", err)
@@ -135,13 +146,14 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", ns, pod, *to, st, *name)
 	began := time.Now()
 	env := migrate.Env{
-		Client:       cs,
-		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, *agentPort), Token: agentToken},
-		ImageRepo:    *imageRepo,
-		ControlToken: token,
-		ControlPort:  port,
-		SigningKey:   key,
-		KeepImages:   *keepImages,
+		Client:                     cs,
+		Agent:                      ac,
+		CheckpointThroughAPIServer: viaAPIServer,
+		ImageRepo:                  *imageRepo,
+		ControlToken:               token,
+		ControlPort:                port,
+		SigningKey:                 key,
+		KeepImages:                 *keepImages,
 		Progress: func(phase string, took time.Duration) {
 			printPhase(stdout, phase, took, time.Since(began))
 		},
