@@ -37,6 +37,13 @@ func TestMigratorCLI(t *testing.T) {
 	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
 		"--to", l.NodeName(2), "--image-repo", imageRepo(l), "--kubeconfig", l.Kubeconfig)
 	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l), "MS2M_STATUS_KEY="+string(signingKey(t, ctx, l)))
+	if !l.External {
+		files, err := l.AgentFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

@@ -70,6 +70,12 @@ func (c Client) Checkpoint(ctx context.Context, node, ns, pod, container string,
 	return res.Archive, nil
 }
 
+// RawCheckpoint sends req to node's agent with token as the bearer, as
+// it is: for tests that play a caller with a token of their choosing.
+func (c Client) RawCheckpoint(ctx context.Context, token, node string, req CheckpointRequest) error {
+	return c.doAs(ctx, token, node, http.MethodPost, "/v1/checkpoints", req, &CheckpointResponse{})
+}
+
 // BuildCheckpointImage asks node's agent to build and push the image.
 func (c Client) BuildCheckpointImage(ctx context.Context, node, archive, container, ref string) (string, error) {
 	var res BuildResponse
