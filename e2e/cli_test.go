@@ -43,6 +43,8 @@ func TestMigratorCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
+	} else if ca := os.Getenv("MS2M_E2E_AGENT_CA_FILE"); ca != "" {
+		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+ca, "MS2M_AGENT_SERVER_NAME="+envOr("MS2M_E2E_AGENT_SERVER_NAME", lab.AgentServerName))
 	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
