@@ -201,7 +201,14 @@ func TestAgentServesTLSOnly(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go s.Serve(ctx, tls.NewListener(ln, sc))
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, tls.NewListener(ln, sc)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 	addr := ln.Addr().String()
 	resolve := func(context.Context, string) (string, error) { return "http://" + addr, nil }
 
