@@ -61,18 +61,78 @@ func (f *fileCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 // agents of every node share one certificate, for one name (the chart's
 // <release>-agent.<namespace>), since a node's address is not known when
 // the certificate is made; the migrator dials the node's InternalIP and
-// checks that name.
+// checks that name. caFile is read again whenever it changes (a renewed
+// Secret: cert-manager's self-signed certificate is its own CA), so the
+// migrator needs no restart; it must hold a CA now.
 func ClientTLS(caFile, serverName string) (*tls.Config, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("the agents' CA (MS2M_AGENT_CA_FILE): %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("the agents' CA (MS2M_AGENT_CA_FILE) %s holds no PEM certificate", caFile)
-	}
 	if serverName == "" {
 		return nil, errors.New("the agents' certificate name (MS2M_AGENT_SERVER_NAME) is not set")
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: serverName}, nil
+	ca := &fileCA{file: caFile}
+	if _, err := ca.pool(); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: serverName,
+		// The chain is checked in VerifyConnection, against the CA file
+		// as it is now; crypto/tls's own check would take a fixed pool.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			roots, err := ca.pool()
+			if err != nil {
+				return err
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the agent sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: serverName})
+			if err != nil {
+				return fmt.Errorf("the agent's certificate: %w", err)
+			}
+			return nil
+		},
+	}, nil
+}
+
+// fileCA is a CA bundle kept in a file, read again when it changes.
+type fileCA struct {
+	file string
+
+	mu      sync.Mutex
+	mod     time.Time
+	size    int64
+	current *x509.CertPool
+}
+
+func (f *fileCA) pool() (*x509.CertPool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := os.Stat(f.file)
+	if err != nil {
+		if f.current != nil {
+			return f.current, nil // mid-swap of the mounted Secret
+		}
+		return nil, fmt.Errorf("the agents' CA (MS2M_AGENT_CA_FILE): %w", err)
+	}
+	if f.current != nil && st.ModTime().Equal(f.mod) && st.Size() == f.size {
+		return f.current, nil
+	}
+	pem, err := os.ReadFile(f.file)
+	if err != nil {
+		return nil, fmt.Errorf("the agents' CA (MS2M_AGENT_CA_FILE): %w", err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(pem) {
+		if f.current != nil {
+			return f.current, nil // half written: the last one until it is whole
+		}
+		return nil, fmt.Errorf("the agents' CA (MS2M_AGENT_CA_FILE) %s holds no PEM certificate", f.file)
+	}
+	f.current, f.mod, f.size = p, st.ModTime(), st.Size()
+	return p, nil
 }
