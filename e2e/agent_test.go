@@ -71,6 +71,12 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 	}
 	expectExact(t, ctx, prod, target)
 	logGap(t, "through the agent", journals, target, began, ended)
+	// The checkpoint was the source node's agent's, by its own kubelet:
+	// not the API server's node proxy.
+	b, err := os.ReadFile(agents.Log(cluster.NodeName(1)))
+	if err != nil || !strings.Contains(string(b), `"msg":"checkpoint taken"`) {
+		t.Errorf("the agent on %s took no checkpoint (%v); its log:\n%s", cluster.NodeName(1), err, b)
+	}
 }
 
 // TestAgentCheckpointsOnlyItsNodeAndNamespace plays callers of the node

@@ -141,6 +141,7 @@ func (l *Lab) AgentClient(ctx context.Context) (nodeagent.Client, error) {
 // node's folders and containerd socket.
 type Agents struct {
 	procs []*exec.Cmd
+	logs  map[string]string // node -> log file
 }
 
 // StartAgents builds cmd/migrator and starts an agent on every node, and
@@ -154,7 +155,7 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{}
+	a := &Agents{logs: map[string]string{}}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
 		n := l.Cluster.Node(i)
 		logf, err := os.Create(filepath.Join(l.Opts.StateDir, "logs", n.Name+"-agent.log"))
@@ -173,6 +174,7 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 		}
 		logf.Close()
 		a.procs = append(a.procs, cmd)
+		a.logs[n.Name] = logf.Name()
 		if err := waitAgent(ctx, n, files, logf.Name(), func() (bool, string) { return false, "" }); err != nil {
 			a.Stop()
 			return nil, err
@@ -215,6 +217,9 @@ func waitAgent(ctx context.Context, n cluster.NodeInfo, files AgentFiles, log st
 	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	return waitHTTPWith(ctx, c, "the agent on "+n.Name, fmt.Sprintf("https://%s:%d/healthz", n.IP, AgentPort), 20*time.Second, log, exited)
 }
+
+// Log is the log file of node's agent.
+func (a *Agents) Log(node string) string { return a.logs[node] }
 
 // Stop ends the agents.
 func (a *Agents) Stop() {
