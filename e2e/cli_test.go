@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -43,7 +44,8 @@ func TestMigratorCLI(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
-	} else if ca := os.Getenv("MS2M_E2E_AGENT_CA_FILE"); ca != "" {
+	} else if ca := envOr("MS2M_E2E_AGENT_CA_FILE", filepath.Join(filepath.Dir(l.Kubeconfig), "agent", "ca.crt")); fileExists(ca) {
+		// `up --with-ms2m` keeps the agents' CA beside the kubeconfig.
 		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+ca, "MS2M_AGENT_SERVER_NAME="+envOr("MS2M_E2E_AGENT_SERVER_NAME", lab.AgentServerName))
 	}
 	var out, errOut bytes.Buffer
@@ -70,4 +72,9 @@ func TestMigratorCLI(t *testing.T) {
 		t.Errorf("target %s runs on %s", m[1], target.Spec.NodeName)
 	}
 	expectExact(t, ctx, prod, target)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
