@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,6 +38,16 @@ func TestMigratorCLI(t *testing.T) {
 	cmd := exec.CommandContext(ctx, testenv.Build(t, "cmd/migrator"), "migrate", lab.Namespace+"/"+name,
 		"--to", l.NodeName(2), "--image-repo", imageRepo(l), "--kubeconfig", l.Kubeconfig)
 	cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l), "MS2M_STATUS_KEY="+string(signingKey(t, ctx, l)))
+	if !l.External {
+		files, err := l.AgentFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
+	} else if ca := envOr("MS2M_E2E_AGENT_CA_FILE", filepath.Join(filepath.Dir(l.Kubeconfig), "agent", "ca.crt")); fileExists(ca) {
+		// `up --with-ms2m` keeps the agents' CA beside the kubeconfig.
+		cmd.Env = append(cmd.Env, "MS2M_AGENT_CA_FILE="+ca, "MS2M_AGENT_SERVER_NAME="+envOr("MS2M_E2E_AGENT_SERVER_NAME", lab.AgentServerName))
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -61,4 +72,9 @@ func TestMigratorCLI(t *testing.T) {
 		t.Errorf("target %s runs on %s", m[1], target.Spec.NodeName)
 	}
 	expectExact(t, ctx, prod, target)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

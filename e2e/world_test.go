@@ -25,7 +25,6 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	"github.com/ms2m/ms2m/e2e/lab"
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
@@ -180,7 +179,9 @@ func needMS2M(t *testing.T, ctx context.Context, setup ms2mSetup) *lab.Lab {
 			t.Fatal(err)
 		}
 		t.Cleanup(agents.Stop)
-		a = agent.Client{Token: lab.AgentToken, Resolve: agent.ByNodeIP(l.Client, lab.AgentPort)}
+		if a, err = l.AgentClient(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if setup != withAgents {
 		startController(t, ctx, l, a)

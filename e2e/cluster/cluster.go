@@ -110,11 +110,15 @@ type record struct {
 
 // NodeInfo describes one node as tests need it.
 type NodeInfo struct {
-	Name           string // Kubernetes node name, network namespace and hostname
-	IP             string // InternalIP, on the bridge
-	PodCIDR        string // the node's pod subnet
-	KubeletRoot    string // the kubelet's --root-dir
-	CheckpointDir  string // where the kubelet writes checkpoint archives
+	Name          string // Kubernetes node name, network namespace and hostname
+	IP            string // InternalIP, on the bridge
+	PodCIDR       string // the node's pod subnet
+	KubeletRoot   string // the kubelet's --root-dir
+	CheckpointDir string // where the kubelet writes checkpoint archives
+	// KubeletCert is the kubelet's self-signed serving certificate (made
+	// at its first start, for the node's name): what a caller of the
+	// kubelet checks it against.
+	KubeletCert    string
 	ContainerdSock string // containerd's socket, for ctr -a
 	Netns          string // /run/netns/<Name>
 }
@@ -149,6 +153,7 @@ func (c *Cluster) Node(i int) NodeInfo {
 		PodCIDR:        PodCIDR(i),
 		KubeletRoot:    n.kubeletRoot(),
 		CheckpointDir:  filepath.Join(n.kubeletRoot(), "checkpoints"),
+		KubeletCert:    filepath.Join(n.kubeletCerts(), "kubelet.crt"),
 		ContainerdSock: n.containerdSock(),
 		Netns:          netnsPath(i),
 	}

@@ -112,7 +112,8 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 // lab's, brokerUsers.provision=manual) and the namespace's control token
 // written by the webhook, the lab's agent token, and the
 // agent's folders per node ($(NODE_NAME)), since the nodes share this
-// host's filesystem.
+// host's filesystem; the agent checks its kubelet against the kubelet's
+// own self-signed certificate, in the node's folder too.
 func chartValues(state, registry, checkpoints string) string {
 	node := filepath.Join(state, "$(NODE_NAME)")
 	return fmt.Sprintf(`# Written by the e2e lab (InstallChart) for the local cluster in %[1]s.
@@ -141,6 +142,8 @@ agent:
   checkpointDir: %[7]q
   runtimeEndpoint: %[8]q
   criuLogDirs: [%[9]q]
+  kubelet:
+    caFile: %[11]q
   token:
     existingSecret: %[10]s
   registry:
@@ -150,7 +153,8 @@ agent:
 		fmt.Sprintf("rabbitmq-stream://%s:%d/", cluster.HostIP, cluster.StreamPort),
 		checkpoints,
 		filepath.Join(node, "kubelet", "checkpoints"), "unix://"+filepath.Join(node, "containerd.sock"),
-		filepath.Join(node, "containerd", "state"), chartAgentTokenSecret)
+		filepath.Join(node, "containerd", "state"), chartAgentTokenSecret,
+		filepath.Join(node, "kubelet-pki", "kubelet.crt"))
 }
 
 // chartPrerequisites makes the release namespace and the Secret with the

@@ -124,13 +124,17 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 	started(addonWebhook, pid, log, w.URL)
 
 	// An agent per node.
+	files, err := l.AgentFiles(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
 		n := l.Cluster.Node(i)
-		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo)})
+		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo, files)})
 		if err != nil {
 			return nil, err
 		}
-		if err := waitAgent(ctx, n, log, exited(addonAgent(i))); err != nil {
+		if err := waitAgent(ctx, n, files, log, exited(addonAgent(i))); err != nil {
 			return nil, err
 		}
 		started(addonAgent(i), pid, log, n.IP+":"+strconv.Itoa(AgentPort))
@@ -142,6 +146,8 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 		"MS2M_IMAGE_REPO=" + in.ImageRepo,
 		"MS2M_AGENT_PORT=" + strconv.Itoa(AgentPort),
 		"MS2M_AGENT_TOKEN=" + AgentToken,
+		"MS2M_AGENT_CA_FILE=" + files.CA,
+		"MS2M_AGENT_SERVER_NAME=" + AgentServerName,
 		"MS2M_STATUS_KEY=" + SigningKey, // the webhook's MS2M_WEBHOOK_SIGNING_KEY
 		// Out of a cluster there is no namespace to default to.
 		"MS2M_LEADER_ELECTION_NAMESPACE=kube-system",

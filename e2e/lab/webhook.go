@@ -301,7 +301,11 @@ func (w *Webhook) waitReady(ctx context.Context, timeout time.Duration) error {
 // waitHTTP polls url until it answers 200, exited reports the process gone
 // (and how it ended), or timeout passes; its errors quote the end of log.
 func waitHTTP(ctx context.Context, what, url string, timeout time.Duration, log string, exited func() (bool, string)) error {
-	c := http.Client{Timeout: 2 * time.Second}
+	return waitHTTPWith(ctx, &http.Client{Timeout: 2 * time.Second}, what, url, timeout, log, exited)
+}
+
+// waitHTTPWith is waitHTTP with client c.
+func waitHTTPWith(ctx context.Context, c *http.Client, what, url string, timeout time.Duration, log string, exited func() (bool, string)) error {
 	deadline := time.Now().Add(timeout)
 	var last string // what the last try got
 	for {

@@ -100,7 +100,7 @@ Try it:
 
 or by the CLI, with live phases:
 
-  MS2M_AGENT_TOKEN=%s MS2M_STATUS_KEY=%s go run ./cmd/migrator migrate %s/<pod> --to %s --image-repo %s
+  MS2M_AGENT_TOKEN=%s MS2M_AGENT_CA_FILE=%s MS2M_AGENT_SERVER_NAME=%s MS2M_STATUS_KEY=%s go run ./cmd/migrator migrate %s/<pod> --to %s --image-repo %s
 
 The e2e suite against this cluster:  make e2e KUBECONFIG=%s
 Take it all down:                    go run ./hack/cluster down -state %s
@@ -109,7 +109,7 @@ Take it all down:                    go run ./hack/cluster down -state %s
 		in.ImageRepo, lab.AgentToken,
 		l.Kubeconfig, example, l.NodeName(1), contract.AnnotationInject, exampleName, exampleName, contract.AnnotationMigrateTo, l.NodeName(2),
 		exampleName, l.NodeName(2),
-		lab.AgentToken, lab.SigningKey, lab.Namespace, l.NodeName(2), in.ImageRepo,
+		lab.AgentToken, filepath.Join(l.Cluster.StateDir(), "agent", "ca.crt"), lab.AgentServerName, lab.SigningKey, lab.Namespace, l.NodeName(2), in.ImageRepo,
 		l.Kubeconfig, l.Cluster.StateDir())
 }
 

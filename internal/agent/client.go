@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,8 +27,12 @@ type Client struct {
 	// Resolve returns the base URL of node's agent (http://host:port).
 	Resolve func(ctx context.Context, node string) (string, error)
 	Token   string
+	// TLS, when set, is how the agents are called: over TLS (https, whatever
+	// scheme Resolve gives), their certificate checked against it
+	// (ClientTLS). Nil: plain HTTP, for agents started without TLS.
+	TLS *tls.Config
 	// HTTP is the client. Default: one with a 10-minute timeout (a 1 GB
-	// checkpoint image takes a while to push).
+	// checkpoint image takes a while to push), over TLS when TLS is set.
 	HTTP *http.Client
 }
 
@@ -46,6 +51,29 @@ func ByNodeIP(cs kubernetes.Interface, port int) func(ctx context.Context, node 
 		}
 		return "", fmt.Errorf("node %s has no InternalIP to reach its agent at", node)
 	}
+}
+
+// Checkpoint asks node's agent to have its kubelet checkpoint container
+// of pod ns/pod, with timeout for the runtime, and returns the archive's
+// path on the node. It sends the CheckpointToken of node and ns, not the
+// agents' token.
+func (c Client) Checkpoint(ctx context.Context, node, ns, pod, container string, timeout time.Duration) (string, error) {
+	secs := max(1, int(timeout.Round(time.Second)/time.Second))
+	var res CheckpointResponse
+	req := CheckpointRequest{Namespace: ns, Pod: pod, Container: container, TimeoutSeconds: secs}
+	if err := c.doAs(ctx, CheckpointToken(c.Token, node, ns), node, http.MethodPost, "/v1/checkpoints", req, &res); err != nil {
+		return "", err
+	}
+	if res.Archive == "" {
+		return "", fmt.Errorf("the agent on node %s answered no archive", node)
+	}
+	return res.Archive, nil
+}
+
+// RawCheckpoint sends req to node's agent with token as the bearer, as
+// it is: for tests that play a caller with a token of their choosing.
+func (c Client) RawCheckpoint(ctx context.Context, token, node string, req CheckpointRequest) error {
+	return c.doAs(ctx, token, node, http.MethodPost, "/v1/checkpoints", req, &CheckpointResponse{})
 }
 
 // BuildCheckpointImage asks node's agent to build and push the image.
@@ -127,7 +155,7 @@ func (c Client) watch(ctx context.Context, node, podUID, containerID, state stri
 	if thaw {
 		q.Set("thaw", "true")
 	}
-	resp, err := c.send(ctx, node, http.MethodGet, "/v1/freeze?"+q.Encode(), nil)
+	resp, err := c.send(ctx, c.Token, node, http.MethodGet, "/v1/freeze?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +182,11 @@ func (c Client) watch(ctx context.Context, node, podUID, containerID, state stri
 }
 
 func (c Client) do(ctx context.Context, node, method, path string, body, out any) error {
-	resp, err := c.send(ctx, node, method, path, body)
+	return c.doAs(ctx, c.Token, node, method, path, body, out)
+}
+
+func (c Client) doAs(ctx context.Context, token, node, method, path string, body, out any) error {
+	resp, err := c.send(ctx, token, node, method, path, body)
 	if err != nil {
 		return err
 	}
@@ -176,7 +208,7 @@ func (c Client) do(ctx context.Context, node, method, path string, body, out any
 
 // send sends a request to node's agent and returns an answer that is 200
 // OK, its body unread.
-func (c Client) send(ctx context.Context, node, method, path string, body any) (*http.Response, error) {
+func (c Client) send(ctx context.Context, token, node, method, path string, body any) (*http.Response, error) {
 	base, err := c.Resolve(ctx, node)
 	if err != nil {
 		return nil, err
@@ -189,17 +221,25 @@ func (c Client) send(ctx context.Context, node, method, path string, body any) (
 		}
 		rd = bytes.NewReader(b)
 	}
+	if c.TLS != nil {
+		base = "https://" + strings.TrimPrefix(strings.TrimPrefix(base, "http://"), "https://")
+	}
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(base, "/")+path, rd)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Minute}
+		if c.TLS != nil {
+			// No idle connections kept: Client is a value, made per
+			// use, and the calls of a migration are few.
+			hc.Transport = &http.Transport{TLSClientConfig: c.TLS, Proxy: http.ProxyFromEnvironment, TLSHandshakeTimeout: 10 * time.Second, DisableKeepAlives: true}
+		}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

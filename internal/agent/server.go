@@ -45,8 +45,14 @@ type Config struct {
 	// process's whole memory, is removed as soon as the image is in the
 	// registry.
 	KeepArchives bool
-	// Token authenticates callers (Authorization: Bearer).
+	// Token authenticates callers (Authorization: Bearer). A checkpoint
+	// takes a token derived from it instead (CheckpointToken).
 	Token string
+	// NodeName is the agent's node: checkpoint tokens are for it.
+	NodeName string
+	// Kubelet is the node's kubelet, which takes checkpoints (POST
+	// /v1/checkpoints); nil answers 501.
+	Kubelet *Kubelet
 	// Push configures pushes of checkpoint images.
 	Push ociimage.PushOptions
 	// Puller pulls images through the node's runtime.
@@ -85,6 +91,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("agent: no token (MS2M_AGENT_TOKEN or MS2M_AGENT_TOKEN_FILE): the agent pushes images and reads node files, so it never runs unauthenticated")
 	}
+	if cfg.Kubelet != nil && cfg.NodeName == "" {
+		return nil, errors.New("agent: the node's name is not set (NODE_NAME): checkpoint tokens are for one node")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -122,6 +131,7 @@ type PullRequest struct {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.Handle("POST /v1/checkpoints", http.HandlerFunc(s.checkpoint)) // its own token: see checkpoint
 	mux.Handle("POST /v1/checkpoint-images", s.auth(s.build))
 	mux.Handle("DELETE /v1/checkpoint-images", s.auth(s.deleteImage))
 	mux.Handle("POST /v1/pulls", s.auth(s.pull))

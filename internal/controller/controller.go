@@ -47,6 +47,9 @@ type Config struct {
 	Events    Recorder
 	Agent     migrate.NodeAgent
 	ImageRepo string
+	// CheckpointThroughAPIServer is migrate.Env's: checkpoints through the
+	// API server's node proxy rather than the node agents.
+	CheckpointThroughAPIServer bool
 	// Admit is for clusters without the webhook (tests); nil in a cluster.
 	Admit func(*corev1.Pod) (*corev1.Pod, error)
 	// Timeout bounds each wait of a migration. Default 5 minutes.
@@ -367,7 +370,7 @@ func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port
 	return migrate.Env{
 		Client: r.cfg.Client, Agent: r.cfg.Agent, ImageRepo: r.cfg.ImageRepo, Admit: r.cfg.Admit,
 		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
-		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages,
+		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages, CheckpointThroughAPIServer: r.cfg.CheckpointThroughAPIServer,
 		Progress: func(phase string, took time.Duration) {
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},

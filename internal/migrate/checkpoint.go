@@ -19,8 +19,11 @@ import (
 // (POST /api/v1/nodes/{node}/proxy/checkpoint/{ns}/{pod}/{container}), and
 // returns the archive's path on that node. The container keeps running.
 //
-// The caller needs create on nodes/proxy. The kubelet needs the
-// ContainerCheckpoint feature gate, and its runtime CRIU.
+// The caller needs create on nodes/proxy, the kubelet's whole API on every
+// node: this is the fallback (Env.CheckpointThroughAPIServer, an agent
+// that is no Checkpointer); a migration's checkpoint normally goes to the
+// node's agent, which asks its own kubelet with nodes/checkpoint only. The
+// kubelet needs the ContainerCheckpoint feature gate, and its runtime CRIU.
 func Checkpoint(ctx context.Context, rc rest.Interface, node, ns, name, container string, timeout time.Duration) (string, error) {
 	secs := max(1, int(timeout.Round(time.Second)/time.Second))
 	// The deadline goes on the context: Request.Timeout would add a second

@@ -141,7 +141,7 @@ func TestFailureLeavesTheSourceServing(t *testing.T) {
 		{"checkpoint forbidden", contract.StrategyMS2M, func() {
 			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusForbidden,
 				Body: "Forbidden (user=kube-apiserver-kubelet-client, verb=create, resource=nodes, subresource=checkpoint)"})
-		}, []string{"checkpoint " + w.ns + "/" + w.pod.Name + " container app on node sim-a", "Forbidden", "the API server's kubelet client identity needs nodes/checkpoint on the kubelet (see docs/install.md)"}},
+		}, []string{"checkpoint " + w.ns + "/" + w.pod.Name + " container app on node sim-a", "by its agent", "Forbidden", "the agent's ServiceAccount needs create on nodes/checkpoint"}},
 		{"checkpoint fails", contract.StrategyMS2M, func() {
 			c.Nodes[nodeA].Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusInternalServerError,
 				Body: "checkpointing of " + w.ns + "/" + w.pod.Name + "/app failed: CRIU: Can't dump ghost file"})

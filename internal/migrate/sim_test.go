@@ -556,3 +556,33 @@ func TestAdaptiveCutoffOnSimulatedNodes(t *testing.T) {
 	t.Logf("adaptive: lag at stop %d, μ %.1f, T_cutoff %s, downtime %s", rep.Handover.LagAtStop, rep.Mu, rep.TCutoff, rep.Downtime)
 	checkServing(t, c, w, rep)
 }
+
+// TestCheckpointThroughTheAPIServer: the opt-in fallback
+// (Env.CheckpointThroughAPIServer, the chart's migrator.checkpointVia:
+// apiserver) takes the checkpoint through the API server's node proxy, not
+// the agent; by default the agent takes it and the proxy is never called.
+func TestCheckpointThroughTheAPIServer(t *testing.T) {
+	c := cluster(t)
+	for _, viaAPIServer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("through the API server %v", viaAPIServer), func(t *testing.T) {
+			resetNodes(c)
+			ns := fmt.Sprintf("sim-via-%v", viaAPIServer)
+			w := deploy(t, c, ns, "Deployment", true)
+			cs, rec := recordingClient(t, c.Config)
+			e := env(c, cs)
+			e.CheckpointThroughAPIServer = viaAPIServer
+			rep, err := migrate.Run(t.Context(), e, plan(w, contract.StrategyMS2M))
+			if err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			checkServing(t, c, w, rep)
+			proxied := slices.ContainsFunc(rec.sequence(strings.NewReplacer()), func(s string) bool {
+				return strings.Contains(s, "/proxy/checkpoint/")
+			})
+			byAgent := slices.Contains(c.Nodes[nodeA].Calls(), "agent POST /v1/checkpoints")
+			if proxied != viaAPIServer || byAgent == viaAPIServer {
+				t.Errorf("through the node proxy: %v, by the agent: %v; want the proxy only with CheckpointThroughAPIServer (%v)", proxied, byAgent, viaAPIServer)
+			}
+		})
+	}
+}

@@ -44,6 +44,15 @@ type NodeAgent interface {
 	PullImage(ctx context.Context, node, ref string) error
 }
 
+// Checkpointer is an optional NodeAgent method: it has node's kubelet
+// checkpoint container of pod ns/pod (the node agent asks its own
+// kubelet, with nodes/checkpoint), and returns the archive's path on the
+// node. An agent without it, or Env.CheckpointThroughAPIServer, takes the
+// checkpoint through the API server's node proxy (Checkpoint).
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, node, ns, pod, container string, timeout time.Duration) (string, error)
+}
+
 // ImageDeleter is an optional NodeAgent method: it deletes a checkpoint
 // image that node's agent pushed, so that a failed migration leaves none.
 type ImageDeleter interface {
@@ -61,6 +70,10 @@ type Env struct {
 	Client kubernetes.Interface
 	// Agent does the node-local steps.
 	Agent NodeAgent
+	// CheckpointThroughAPIServer takes checkpoints through the API
+	// server's node proxy (which needs nodes/proxy), even where Agent is a
+	// Checkpointer: for clusters whose agents cannot reach their kubelet.
+	CheckpointThroughAPIServer bool
 	// ImageRepo is the repository checkpoint images go below, as the nodes
 	// pull them (host:port/path): each namespace's to ImageRepo/<namespace>,
 	// tagged with the migration's name and a secret part (CheckpointRef).
@@ -695,9 +708,19 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	return cut, nil
 }
 
-// checkpoint checkpoints pod's app container through the kubelet.
+// checkpoint checkpoints pod's app container through the kubelet: asked
+// by the node's agent, or through the API server's node proxy.
 func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
-	archive, err := Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
+	var archive string
+	var err error
+	if c, ok := r.env.Agent.(Checkpointer); ok && !r.env.CheckpointThroughAPIServer {
+		archive, err = c.Checkpoint(ctx, pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
+		if err != nil {
+			err = fmt.Errorf("checkpoint %s/%s container %s on node %s, by its agent: %w", pod.Namespace, pod.Name, r.p.Container, pod.Spec.NodeName, err)
+		}
+	} else {
+		archive, err = Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w%s", err, r.criuErrors(ctx, pod.Spec.NodeName, err))
 	}

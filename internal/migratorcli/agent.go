@@ -2,13 +2,17 @@ package migratorcli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/envconfig"
@@ -56,6 +60,37 @@ type AgentConfig struct {
 	// mount); the preflight runs its --version. Empty: not checked.
 	CRIUPath string `env:"MS2M_AGENT_CRIU_PATH"`
 	LogLevel string `env:"MS2M_AGENT_LOG_LEVEL" envDefault:"info"`
+
+	// TLSCertFile and TLSKeyFile are the agent's serving certificate and
+	// key (the chart's Secret); the agent serves TLS only, and reloads
+	// them when they change. PlainHTTP serves without TLS instead: for a
+	// test on one host, never on a cluster.
+	TLSCertFile string `env:"MS2M_AGENT_TLS_CERT_FILE"`
+	TLSKeyFile  string `env:"MS2M_AGENT_TLS_KEY_FILE"`
+	PlainHTTP   bool   `env:"MS2M_AGENT_PLAIN_HTTP" envDefault:"false"`
+
+	// NodeName is the agent's node (the chart passes spec.nodeName):
+	// checkpoint tokens are for one node.
+	NodeName string `env:"NODE_NAME"`
+	// KubeletURL is the node's kubelet, which the agent asks for
+	// checkpoints. Default: https://<ListenIP>:10250; with neither set,
+	// the agent takes no checkpoints.
+	KubeletURL string `env:"MS2M_AGENT_KUBELET_URL"`
+	// KubeletTokenFile is the bearer token the kubelet authenticates: the
+	// agent's ServiceAccount token, which may create nodes/checkpoint.
+	KubeletTokenFile string `env:"MS2M_AGENT_KUBELET_TOKEN_FILE" envDefault:"/var/run/secrets/kubernetes.io/serviceaccount/token"`
+	// KubeletCAFile is what the kubelet's serving certificate is checked
+	// against: the cluster CA where kubelets have certificates it signed,
+	// or the kubelet's own self-signed certificate (<kubelet
+	// root>/pki/kubelet.crt), mounted from the node. KubeletServerName is
+	// the name the certificate must carry (default: NodeName, which a
+	// kubelet's self-signed certificate names).
+	KubeletCAFile     string `env:"MS2M_AGENT_KUBELET_CA_FILE" envDefault:"/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"`
+	KubeletServerName string `env:"MS2M_AGENT_KUBELET_SERVER_NAME"`
+	// KubeletInsecureSkipVerify does not check the kubelet's certificate
+	// at all; the agent's token could then go to whoever answers at the
+	// kubelet's address.
+	KubeletInsecureSkipVerify bool `env:"MS2M_AGENT_KUBELET_INSECURE_SKIP_VERIFY" envDefault:"false"`
 }
 
 func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -102,7 +137,24 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		// happens.
 		freeze.Runtime = agent.ContainerdResumer{Endpoint: cfg.RuntimeEndpoint}
 	}
+	var tlsCfg *tls.Config
+	switch {
+	case cfg.TLSCertFile != "" || cfg.TLSKeyFile != "":
+		c, err := agent.ServerTLS(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return err
+		}
+		tlsCfg = c
+	case !cfg.PlainHTTP:
+		return errors.New("no TLS certificate (MS2M_AGENT_TLS_CERT_FILE and MS2M_AGENT_TLS_KEY_FILE): the agent hands out checkpoints and CRIU logs, so it serves TLS only (MS2M_AGENT_PLAIN_HTTP=true serves plain HTTP, for a test on one host)")
+	}
+	kubelet, err := agentKubelet(cfg)
+	if err != nil {
+		return err
+	}
 	s, err := agent.NewServer(agent.Config{
+		NodeName:      cfg.NodeName,
+		Kubelet:       kubelet,
 		CheckpointDir: cfg.CheckpointDir,
 		LogDirs:       cfg.LogDirs,
 		Repository:    cfg.ImageRepo,
@@ -125,12 +177,62 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("MS2M_AGENT_LISTEN=%s: %w", addr, err)
 	}
-	log.Info("agent ready", "listen", ln.Addr().String(), "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint, "repository", cfg.ImageRepo, "keepArchives", cfg.KeepArchives)
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	} else {
+		log.Warn("serving plain HTTP (MS2M_AGENT_PLAIN_HTTP): anyone on the network path reads the token and the checkpoints' paths")
+	}
+	kubeletURL := ""
+	if kubelet != nil {
+		kubeletURL = kubelet.URL
+	}
+	log.Info("agent ready", "listen", ln.Addr().String(), "tls", tlsCfg != nil, "node", cfg.NodeName, "kubelet", kubeletURL, "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint, "repository", cfg.ImageRepo, "keepArchives", cfg.KeepArchives)
 	err = s.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// agentKubelet is the kubelet client cfg asks for, or nil when no kubelet
+// is configured (no MS2M_AGENT_KUBELET_URL and no MS2M_AGENT_LISTEN_IP).
+func agentKubelet(cfg AgentConfig) (*agent.Kubelet, error) {
+	u := cfg.KubeletURL
+	if u == "" && cfg.ListenIP != "" {
+		u = "https://" + net.JoinHostPort(cfg.ListenIP, "10250")
+	}
+	if u == "" {
+		return nil, nil
+	}
+	if !strings.HasPrefix(u, "https://") {
+		return nil, fmt.Errorf("MS2M_AGENT_KUBELET_URL=%q: want https://<address>:<port>; the kubelet serves TLS", u)
+	}
+	if cfg.NodeName == "" {
+		return nil, errors.New("NODE_NAME is not set: the agent takes checkpoints of its own node's pods only, and needs its name (the chart passes spec.nodeName)")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.KubeletInsecureSkipVerify {
+		tc.InsecureSkipVerify = true
+	} else {
+		pem, err := os.ReadFile(cfg.KubeletCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("MS2M_AGENT_KUBELET_CA_FILE: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("MS2M_AGENT_KUBELET_CA_FILE=%s holds no PEM certificate", cfg.KubeletCAFile)
+		}
+		tc.RootCAs = pool
+		tc.ServerName = cfg.KubeletServerName
+		if tc.ServerName == "" {
+			tc.ServerName = cfg.NodeName
+		}
+	}
+	return &agent.Kubelet{
+		URL:       u,
+		TokenFile: cfg.KubeletTokenFile,
+		HTTP:      &http.Client{Transport: &http.Transport{TLSClientConfig: tc, TLSHandshakeTimeout: 10 * time.Second}},
+	}, nil
 }
 
 // agentListenAddr is the address to listen on: listen, or, with ip set,

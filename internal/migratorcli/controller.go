@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/envconfig"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -40,6 +39,14 @@ type ControllerConfig struct {
 	// AgentToken or AgentTokenFile authenticates to the agents.
 	AgentToken     string `env:"MS2M_AGENT_TOKEN"`
 	AgentTokenFile string `env:"MS2M_AGENT_TOKEN_FILE"`
+	// AgentCAFile is the CA the agents' TLS certificate is checked
+	// against, AgentServerName the name it carries (default
+	// DefaultAgentServerName); no CA file: plain HTTP to the agents.
+	AgentCAFile     string `env:"MS2M_AGENT_CA_FILE"`
+	AgentServerName string `env:"MS2M_AGENT_SERVER_NAME"`
+	// CheckpointVia is agent (the node agents ask their own kubelet) or
+	// apiserver (the API server's node proxy; needs nodes/proxy).
+	CheckpointVia string `env:"MS2M_CHECKPOINT_VIA" envDefault:"agent"`
 	// LeaderElection makes replicas take turns: one drives migrations.
 	LeaderElection          bool   `env:"MS2M_LEADER_ELECTION" envDefault:"true"`
 	LeaderElectionNamespace string `env:"MS2M_LEADER_ELECTION_NAMESPACE"`
@@ -148,16 +155,25 @@ func runController(ctx context.Context, cfg ControllerConfig, token string, thaw
 		// restarted controller then treats what it left as forged.
 		log.Error("no shared status key: using one for this process alone; a restarted controller will not roll back migrations it left running", "err", err)
 	}
+	viaAPIServer, err := checkpointVia(cfg.CheckpointVia)
+	if err != nil {
+		return fmt.Errorf("MS2M_CHECKPOINT_VIA: %w", err)
+	}
+	ac, err := agentClient(cs, cfg.AgentPort, token, cfg.AgentCAFile, cfg.AgentServerName)
+	if err != nil {
+		return err
+	}
 	rec := controller.New(controller.Config{
-		StatusKey:     key,
-		Client:        cs,
-		Events:        mgr.GetEventRecorder(controller.EventSource),
-		Agent:         agent.Client{Resolve: agent.ByNodeIP(cs, cfg.AgentPort), Token: token},
-		ImageRepo:     cfg.ImageRepo,
-		Timeout:       cfg.Timeout,
-		Concurrent:    cfg.Concurrent,
-		ThawAfterDump: thaw,
-		KeepImages:    cfg.KeepImages,
+		CheckpointThroughAPIServer: viaAPIServer,
+		StatusKey:                  key,
+		Client:                     cs,
+		Events:                     mgr.GetEventRecorder(controller.EventSource),
+		Agent:                      ac,
+		ImageRepo:                  cfg.ImageRepo,
+		Timeout:                    cfg.Timeout,
+		Concurrent:                 cfg.Concurrent,
+		ThawAfterDump:              thaw,
+		KeepImages:                 cfg.KeepImages,
 
 		EvacuatePerNode:  cfg.EvacuatePerNode,
 		EvacuateMax:      cfg.EvacuateMax,

@@ -42,6 +42,7 @@ func TestAgentConfigErrors(t *testing.T) {
 	t.Setenv("MS2M_AGENT_CHECKPOINT_DIR", t.TempDir())
 	t.Setenv("MS2M_AGENT_TOKEN", "")
 	t.Setenv("MS2M_AGENT_LISTEN", "127.0.0.1:0")
+	t.Setenv("MS2M_AGENT_PLAIN_HTTP", "true")
 	var out, errOut bytes.Buffer
 	if code := Main(t.Context(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_TOKEN") {
 		t.Errorf("agent without a token: exit %d, stderr %s", code, errOut.String())
@@ -51,6 +52,26 @@ func TestAgentConfigErrors(t *testing.T) {
 	errOut.Reset()
 	if code := Main(t.Context(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "MS2M_AGENT_CHECKPOINT_DIR=/nonexistent/checkpoints") {
 		t.Errorf("agent without its folder: exit %d, stderr %s", code, errOut.String())
+	}
+	t.Setenv("MS2M_AGENT_CHECKPOINT_DIR", t.TempDir())
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no TLS":                     {map[string]string{"MS2M_AGENT_PLAIN_HTTP": "false"}, "MS2M_AGENT_TLS_CERT_FILE"},
+		"a plain-HTTP kubelet":       {map[string]string{"MS2M_AGENT_KUBELET_URL": "http://10.0.0.7:10250", "NODE_NAME": "n1"}, "want https://"},
+		"a kubelet without the node": {map[string]string{"MS2M_AGENT_KUBELET_URL": "https://10.0.0.7:10250", "NODE_NAME": ""}, "NODE_NAME"},
+		"no kubelet CA":              {map[string]string{"MS2M_AGENT_KUBELET_URL": "https://10.0.0.7:10250", "NODE_NAME": "n1", "MS2M_AGENT_KUBELET_CA_FILE": "/nonexistent/ca.crt"}, "MS2M_AGENT_KUBELET_CA_FILE"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var out, errOut bytes.Buffer
+			if code := Main(t.Context(), []string{"agent"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) {
+				t.Errorf("exit %d, stderr %s; want 1 and %q", code, errOut.String(), tc.want)
+			}
+		})
 	}
 }
 

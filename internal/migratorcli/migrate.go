@@ -12,7 +12,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -70,6 +69,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) in
 type migrateFlags struct {
 	to, strategy, cutoff, name, kubeconfig, imageRepo *string
 	agentTokenFile, keyFile, ms2mNamespace            *string
+	agentCAFile, agentServerName, checkpointVia       *string
 	thawAfterDump                                     *string
 	replayMax, timeout                                *time.Duration
 	agentPort                                         *int
@@ -80,22 +80,25 @@ type migrateFlags struct {
 // migrateFlagSet defines migrate's flags on fs.
 func migrateFlagSet(fs *flag.FlagSet) migrateFlags {
 	return migrateFlags{
-		to:             fs.String("to", "", "target node (required)"),
-		strategy:       fs.String("strategy", string(contract.StrategyAuto), strings.Join(contract.StrategyNames(), ", ")+" (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)"),
-		replayMax:      fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops"),
-		cutoff:         fs.String("cutoff", "formula", "ms2m-cutoff: when to stop the source: formula (T_cutoff = T_replay_max × μ / λ, the paper's eq. 5) or adaptive (as soon as the live backlog replays within T_replay_max, at the latest by the formula)"),
-		name:           fs.String("name", "", "the migration's name (default: <pod>-<time>, at most 56 characters)"),
-		kubeconfig:     fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)"),
-		imageRepo:      fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)"),
-		agentPort:      fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP"),
-		agentTokenFile: fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)"),
-		keyFile:        fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)"),
-		ms2mNamespace:  fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret"),
-		keepImages:     fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)"),
-		maxLag:         fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind"),
-		timeout:        fs.Duration("timeout", 5*time.Minute, "bound on each wait"),
-		thawAfterDump:  fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never"),
-		asJSON:         fs.Bool("json", false, "print the final report as JSON"),
+		to:              fs.String("to", "", "target node (required)"),
+		strategy:        fs.String("strategy", string(contract.StrategyAuto), strings.Join(contract.StrategyNames(), ", ")+" (auto: statefulset-shadow for a StatefulSet's pod, else ms2m)"),
+		replayMax:       fs.Duration("replay-max", 5*time.Second, "ms2m-cutoff: T_replay_max, the bound on replay after the source stops"),
+		cutoff:          fs.String("cutoff", "formula", "ms2m-cutoff: when to stop the source: formula (T_cutoff = T_replay_max × μ / λ, the paper's eq. 5) or adaptive (as soon as the live backlog replays within T_replay_max, at the latest by the formula)"),
+		name:            fs.String("name", "", "the migration's name (default: <pod>-<time>, at most 56 characters)"),
+		kubeconfig:      fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)"),
+		imageRepo:       fs.String("image-repo", os.Getenv("MS2M_IMAGE_REPO"), "repository for checkpoint images, as the nodes pull them (required; $MS2M_IMAGE_REPO)"),
+		agentPort:       fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP"),
+		agentTokenFile:  fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)"),
+		agentCAFile:     fs.String("agent-ca-file", os.Getenv("MS2M_AGENT_CA_FILE"), "the CA the node agents' TLS certificate is checked against ($MS2M_AGENT_CA_FILE; empty: plain HTTP, to agents started with MS2M_AGENT_PLAIN_HTTP)"),
+		agentServerName: fs.String("agent-server-name", os.Getenv("MS2M_AGENT_SERVER_NAME"), "the name on the node agents' certificate ($MS2M_AGENT_SERVER_NAME; default "+DefaultAgentServerName+")"),
+		checkpointVia:   fs.String("checkpoint-via", envOr("MS2M_CHECKPOINT_VIA", "agent"), "agent: the source node's agent asks its kubelet for the checkpoint (nodes/checkpoint); apiserver: through the API server's node proxy (needs nodes/proxy) ($MS2M_CHECKPOINT_VIA)"),
+		keyFile:         fs.String("signing-key-file", os.Getenv("MS2M_STATUS_KEY_FILE"), "file holding the controller's signing key, with which the webhook checks restores ($MS2M_STATUS_KEY_FILE; or $MS2M_STATUS_KEY; default: the Secret "+StatusKeySecret+" in --ms2m-namespace)"),
+		ms2mNamespace:   fs.String("ms2m-namespace", "ms2m-system", "the namespace ms2m is installed in, for its signing key's Secret"),
+		keepImages:      fs.Bool("keep-images", false, "keep the checkpoint images in the registry once the target serves (for debugging; each holds the process's memory)"),
+		maxLag:          fs.Uint64("max-lag", 0, "ms2m: stop the source once the target is at most this many messages behind"),
+		timeout:         fs.Duration("timeout", 5*time.Minute, "bound on each wait"),
+		thawAfterDump:   fs.String("thaw-after-dump", "auto", "live checkpoints: have the node agent thaw the app as soon as CRIU's dump is done, not when the runtime resumes it after archiving the root filesystem: auto (only an app container with readOnlyRootFilesystem), always or never"),
+		asJSON:          fs.Bool("json", false, "print the final report as JSON"),
 	}
 }
 
@@ -114,6 +117,9 @@ type migrateOptions struct {
 	imageRepo      string
 	agentPort      int
 	agentToken     string
+	agentCAFile    string
+	agentServer    string
+	viaAPIServer   bool   // checkpoints through the API server's node proxy
 	key            []byte // nil: read the Secret in ms2mNamespace
 	ms2mNamespace  string
 	keepImages     bool
@@ -127,6 +133,7 @@ func (f migrateFlags) options() (o migrateOptions, problems []string) {
 		to: *f.to, name: *f.name, strategy: contract.Strategy(*f.strategy), replayMax: *f.replayMax, timeout: *f.timeout,
 		maxLag: *f.maxLag, kubeconfig: *f.kubeconfig, imageRepo: *f.imageRepo, agentPort: *f.agentPort,
 		ms2mNamespace: *f.ms2mNamespace, keepImages: *f.keepImages, asJSON: *f.asJSON,
+		agentCAFile: *f.agentCAFile, agentServer: *f.agentServerName,
 	}
 	if o.to == "" {
 		problems = append(problems, "--to: the target node is required")
@@ -154,6 +161,9 @@ func (f migrateFlags) options() (o migrateOptions, problems []string) {
 	}
 	if o.agentToken == "" && *f.agentTokenFile == "" {
 		problems = append(problems, "the node agents' token: set --agent-token-file or MS2M_AGENT_TOKEN")
+	}
+	if o.viaAPIServer, err = checkpointVia(*f.checkpointVia); err != nil {
+		problems = append(problems, "--checkpoint-via: "+err.Error())
 	}
 	switch {
 	case *f.keyFile != "":
@@ -186,6 +196,10 @@ func runMigration(ctx context.Context, o migrateOptions, stdout io.Writer) (migr
 		}
 		key = s.Data[StatusKeySecretKey]
 	}
+	ac, err := agentClient(cs, o.agentPort, o.agentToken, o.agentCAFile, o.agentServer)
+	if err != nil {
+		return migrate.Report{}, err
+	}
 	src, err := cs.CoreV1().Pods(o.namespace).Get(ctx, o.pod, metav1.GetOptions{})
 	if err != nil {
 		return migrate.Report{}, err
@@ -210,13 +224,14 @@ func runMigration(ctx context.Context, o migrateOptions, stdout io.Writer) (migr
 	fmt.Fprintf(stdout, "migrating %s/%s to %s by %s (migration %s)\n", o.namespace, o.pod, o.to, st, name)
 	began := time.Now()
 	env := migrate.Env{
-		Client:       cs,
-		Agent:        agent.Client{Resolve: agent.ByNodeIP(cs, o.agentPort), Token: o.agentToken},
-		ImageRepo:    o.imageRepo,
-		ControlToken: token,
-		ControlPort:  port,
-		SigningKey:   key,
-		KeepImages:   o.keepImages,
+		Client:                     cs,
+		Agent:                      ac,
+		CheckpointThroughAPIServer: o.viaAPIServer,
+		ImageRepo:                  o.imageRepo,
+		ControlToken:               token,
+		ControlPort:                port,
+		SigningKey:                 key,
+		KeepImages:                 o.keepImages,
 		Progress: func(phase string, took time.Duration) {
 			printPhase(stdout, phase, took, time.Since(began))
 		},

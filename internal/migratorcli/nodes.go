@@ -14,7 +14,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/contract"
 )
 
@@ -32,6 +31,8 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default: $KUBECONFIG, else in-cluster)")
 	agentPort := fs.Int("agent-port", 8090, "port of the node agents, on each node's InternalIP")
 	agentTokenFile := fs.String("agent-token-file", os.Getenv("MS2M_AGENT_TOKEN_FILE"), "file holding the node agents' token ($MS2M_AGENT_TOKEN_FILE; or $MS2M_AGENT_TOKEN)")
+	agentCAFile := fs.String("agent-ca-file", os.Getenv("MS2M_AGENT_CA_FILE"), "the CA the node agents' TLS certificate is checked against ($MS2M_AGENT_CA_FILE; empty: plain HTTP)")
+	agentServerName := fs.String("agent-server-name", os.Getenv("MS2M_AGENT_SERVER_NAME"), "the name on the node agents' certificate ($MS2M_AGENT_SERVER_NAME; default "+DefaultAgentServerName+")")
 	output := fs.String("o", "table", "output: table or json")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -63,7 +64,11 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "migrator nodes: %v\n", err)
 		return 1
 	}
-	c := agent.Client{Resolve: agent.ByNodeIP(cs, *agentPort), Token: token}
+	c, err := agentClient(cs, *agentPort, token, *agentCAFile, *agentServerName)
+	if err != nil {
+		fmt.Fprintf(stderr, "migrator nodes: %v\n", err)
+		return 2
+	}
 	rows := make([]nodeRow, 0, len(list.Items))
 	for _, n := range list.Items {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -393,7 +393,7 @@ func (n *Node) start(ctx context.Context) error {
 		}
 	}
 
-	cert, err := servingCert(n.IP)
+	cert, kubeletCA, err := servingCert(n.IP)
 	if err != nil {
 		return err
 	}
@@ -404,7 +404,16 @@ func (n *Node) start(ctx context.Context) error {
 	ksrv := &http.Server{Handler: http.HandlerFunc(n.kubelet), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
 	go ksrv.ServeTLS(kl, "", "")
 
+	// The agent asks its own kubelet for checkpoints, with a token that
+	// the simulated kubelet takes as it comes.
+	tokenFile := filepath.Join(filepath.Dir(n.CheckpointDir), "agent-sa-token")
+	if err := os.WriteFile(tokenFile, []byte("sim-agent-sa-token"), 0o600); err != nil {
+		return err
+	}
+	kubelet := &agent.Kubelet{URL: "https://" + net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)), TokenFile: tokenFile,
+		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: kubeletCA, MinVersion: tls.VersionTLS12}}}}
 	as, err := agent.NewServer(agent.Config{
+		NodeName: n.Name, Kubelet: kubelet,
 		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true}, Repository: c.ImageRepo(),
 		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler),
 	})

@@ -2,18 +2,23 @@ package simcluster
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"time"
 
 	"github.com/ms2m/ms2m/internal/selfsigned"
 )
 
-// servingCert returns a serving certificate for a simulated kubelet at ip:
-// the API server does not verify kubelets that it has no CA for (no
-// --kubelet-certificate-authority), so its CA is thrown away.
-func servingCert(ip string) (tls.Certificate, error) {
+// servingCert returns a serving certificate for a simulated kubelet at ip,
+// and the pool of its CA: the API server does not verify kubelets that it
+// has no CA for (no --kubelet-certificate-authority); the node's agent,
+// which calls its kubelet directly, does.
+func servingCert(ip string) (tls.Certificate, *x509.CertPool, error) {
 	p, err := selfsigned.New("simulated kubelet CA", []string{ip}, time.Now(), 24*time.Hour)
 	if err != nil {
-		return tls.Certificate{}, err
+		return tls.Certificate{}, nil, err
 	}
-	return p.TLS()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(p.CA)
+	c, err := p.TLS()
+	return c, pool, err
 }

@@ -17,6 +17,11 @@ cluster-scoped objects.
 {{- define "ms2m.agentName" -}}{{ include "ms2m.fullname" . }}-agent{{- end -}}
 {{- define "ms2m.controllerName" -}}{{ include "ms2m.fullname" . }}-controller{{- end -}}
 {{- define "ms2m.webhookTLSSecret" -}}{{ include "ms2m.webhookName" . }}-tls{{- end -}}
+{{- define "ms2m.agentTLSSecret" -}}
+{{- .Values.agent.tls.existingSecret | default (printf "%s-tls" (include "ms2m.agentName" .)) -}}
+{{- end -}}
+{{/* The one name on the agents' certificate, which the migrator checks. */}}
+{{- define "ms2m.agentServerName" -}}{{ include "ms2m.agentName" . }}.{{ .Release.Namespace }}{{- end -}}
 {{- define "ms2m.agentTokenSecret" -}}
 {{- .Values.agent.token.existingSecret | default (printf "%s-token" (include "ms2m.agentName" .)) -}}
 {{- end -}}

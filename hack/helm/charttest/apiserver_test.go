@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -353,11 +354,13 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "create", resource: "pods", ns: "shop"},
 			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "get", resource: "nodes", name: "node-b"},
-			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 			{verb: "patch", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "create", resource: "configmaps", ns: "shop"},
 			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 		}, []access{
+			// No node proxy: the kubelet's whole API (exec, run, attach)
+			// on every node. The agents take the checkpoints.
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 			// Control tokens are derived from the controller's key.
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-control"},
 			{verb: "get", resource: "secrets", ns: "shop", name: "ms2m-broker"},
@@ -383,7 +386,6 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "create", resource: "pods", ns: "shop"},
 			{verb: "delete", resource: "pods", ns: "shop", name: "consumer-0-target"},
 			{verb: "get", resource: "nodes", name: "node-b"},
-			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 			{verb: "create", resource: "configmaps", ns: "shop"},
 			{verb: "update", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
 			{verb: "delete", resource: "configmaps", ns: "shop", name: "ms2m-migration-web-0"},
@@ -415,6 +417,8 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "update", resource: "pods", ns: "shop", name: "consumer-0"},
 			{verb: "create", resource: "pods", subresource: "exec", ns: "shop", name: "consumer-0"},
 			{verb: "get", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
 			{verb: "list", resource: "nodes"},
 			{verb: "update", resource: "nodes", name: "node-b"},
 			{verb: "get", group: "apps", resource: "statefulsets", ns: "shop", name: "web"},
@@ -433,11 +437,20 @@ func TestLeastPrivilege(t *testing.T) {
 			{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "ms2m-migrator"},
 		})
 
+		// The agent: its kubelet's /checkpoint, nothing else of the
+		// kubelet's API, nothing of the API server's.
 		user, groups = serviceAccount(ns, "lp-ms2m-agent")
-		checkAccess(t, c.cs, "the agent", user, groups, nil, []access{
+		checkAccess(t, c.cs, "the agent", user, groups, []access{
+			{verb: "create", resource: "nodes", subresource: "checkpoint", name: "node-a"},
+		}, []access{
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "get", resource: "nodes", subresource: "proxy", name: "node-a"},
+			{verb: "get", resource: "nodes", subresource: "log", name: "node-a"},
+			{verb: "get", resource: "nodes", subresource: "stats", name: "node-a"},
 			{verb: "get", resource: "pods", ns: "shop"},
 			{verb: "get", resource: "nodes", name: "node-a"},
 			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-token"},
+			{verb: "get", resource: "secrets", ns: ns, name: "lp-ms2m-agent-tls"},
 		})
 
 		checkAccess(t, c.cs, "the API server's kubelet client", "kube-apiserver-kubelet-client", []string{"system:authenticated"}, []access{
@@ -445,6 +458,49 @@ func TestLeastPrivilege(t *testing.T) {
 		}, []access{
 			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 		})
+	})
+
+	// A caller with the migrator's rules (a migration Job's pod, say)
+	// asks the API server's node proxy for the kubelet's /run (exec in a
+	// pod): refused by RBAC, before any kubelet is called. With the
+	// fallback migrator.checkpointVia: apiserver it would be let through,
+	// which is why that fallback is opt-in.
+	t.Run("no exec through the node proxy", func(t *testing.T) {
+		for _, tc := range []struct {
+			release, via string
+			wantCode     int
+		}{
+			{"px", "agent", http.StatusForbidden},
+			{"pxa", "apiserver", 0}, // allowed: fails later, at the missing node
+		} {
+			ns := tc.release + "-system"
+			r := renderAs(t, tc.release, ns, values(t, "migrator: {checkpointVia: "+tc.via+"}"))
+			c.createNamespaces(t, ns)
+			c.applyAll(t, r.objs)
+			as := rest.CopyConfig(cfg)
+			user, groups := serviceAccount(ns, tc.release+"-ms2m-migrator")
+			as.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+			cs, err := kubernetes.NewForConfig(as)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var code int
+			err = cs.CoreV1().RESTClient().Post().AbsPath("/api/v1/nodes/node-a/proxy/run/shop/consumer-0/app").
+				Param("cmd", "cat /etc/hostname").Do(t.Context()).StatusCode(&code).Error()
+			if tc.wantCode != 0 {
+				if code != tc.wantCode || !apierrors.IsForbidden(err) {
+					t.Errorf("checkpointVia %s: the migrator's POST .../proxy/run: %d %v, want %d Forbidden", tc.via, code, err, tc.wantCode)
+				}
+				continue
+			}
+			if apierrors.IsForbidden(err) {
+				t.Errorf("checkpointVia %s: the migrator's POST .../proxy/run was forbidden (%v): the fallback lost its nodes/proxy", tc.via, err)
+			}
+			au, ag := serviceAccount(ns, tc.release+"-ms2m-agent")
+			if sar(t, c.cs, au, ag, authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "checkpoint", Name: "node-a"}) {
+				t.Errorf("checkpointVia %s: the agent may still create nodes/checkpoint", tc.via)
+			}
+		}
 	})
 
 	t.Run("confined", func(t *testing.T) {
@@ -456,8 +512,8 @@ func TestLeastPrivilege(t *testing.T) {
 		user, groups := serviceAccount(ns, "lpc-ms2m-migrator")
 		checkAccess(t, c.cs, "the confined migrator", user, groups, []access{
 			{verb: "create", resource: "pods", ns: "lpc-shop"},
-			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 		}, []access{
+			{verb: "create", resource: "nodes", subresource: "proxy", name: "node-a"},
 			{verb: "create", resource: "pods", ns: "default"},
 			{verb: "get", resource: "secrets", ns: "lpc-shop", name: "ms2m-control"},
 		})

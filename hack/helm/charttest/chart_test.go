@@ -1,6 +1,9 @@
 package charttest
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,7 +69,7 @@ func TestDefaults(t *testing.T) {
 	r := render(t, nil)
 
 	wantKinds := map[string]int{
-		"ServiceAccount": 4, "Secret": 2, "ClusterRole": 6, "ClusterRoleBinding": 6, "Role": 1, "RoleBinding": 1,
+		"ServiceAccount": 4, "Secret": 3, "ClusterRole": 7, "ClusterRoleBinding": 7, "Role": 1, "RoleBinding": 1,
 		"Service": 2, "Deployment": 2, "DaemonSet": 1, "MutatingWebhookConfiguration": 1,
 	}
 	if diff := cmp.Diff(wantKinds, r.kinds()); diff != "" {
@@ -149,10 +152,22 @@ func TestDefaults(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"ms2m-control"}, Verbs: []string{"get", "update"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 	})
+	// The migrator reads nodes, and has no other right on them: no
+	// nodes/proxy (the kubelet's whole API, exec into any pod, on every
+	// node). The source node's agent takes the checkpoint.
 	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"create"}},
 	})
+	// The agent: create on nodes/checkpoint, which its own node's kubelet
+	// checks for POST /checkpoint/... (webhook authorization), and nothing
+	// else, of the kubelet's API or the API server's.
+	checkRules(t, r, "ms2m-agent", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes/checkpoint"}, Verbs: []string{"create"}},
+	})
+	ab := typed[rbacv1.ClusterRoleBinding](t, r.get(t, "ClusterRoleBinding", "", "ms2m-agent"))
+	if ab.RoleRef.Name != "ms2m-agent" || !cmp.Equal(subjectNames(ab.Subjects), []string{"ms2m-agent"}) {
+		t.Errorf("ClusterRoleBinding ms2m-agent: %+v %+v, want ClusterRole ms2m-agent for the agent's ServiceAccount alone", ab.RoleRef, ab.Subjects)
+	}
 	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
@@ -258,6 +273,9 @@ func checkController(t *testing.T, r rendered, fullname, wantRepo string) {
 		"MS2M_IMAGE_REPO":                wantRepo,
 		"MS2M_AGENT_PORT":                agentPort,
 		"MS2M_AGENT_TOKEN_FILE":          "/etc/ms2m/agent-token/token",
+		"MS2M_AGENT_CA_FILE":             "/etc/ms2m/agent-ca/ca.crt",
+		"MS2M_AGENT_SERVER_NAME":         fullname + "-agent." + r.namespace,
+		"MS2M_CHECKPOINT_VIA":            "agent",
 		"MS2M_STATUS_KEY_FILE":           "/etc/ms2m/status-key/key",
 		"MS2M_LEADER_ELECTION":           "true",
 		"MS2M_LEADER_ELECTION_NAMESPACE": r.namespace,
@@ -538,8 +556,9 @@ func checkRules(t *testing.T, r rendered, name string, want []rbacv1.PolicyRule)
 }
 
 // checkAgent checks the node agent: on the host network, unprivileged with
-// no capabilities, every host folder read-only, no API token, and its
-// configuration pointing at what is mounted.
+// no capabilities, every host folder read-only, its ServiceAccount token
+// mounted for its kubelet only when it takes checkpoints, TLS from the
+// agents' Secret, and its configuration pointing at what is mounted.
 func checkAgent(t *testing.T, r rendered) {
 	t.Helper()
 	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
@@ -547,8 +566,9 @@ func checkAgent(t *testing.T, r rendered) {
 	if !spec.HostNetwork {
 		t.Error("the agent must be on the host network: the migrator calls it at the node's InternalIP")
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Error("the agent never calls the API server: its token must not be mounted")
+	_, takesCheckpoints := r.find("ClusterRole", "", "ms2m-agent")
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != takesCheckpoints {
+		t.Errorf("the agent's token mounted: %v, want %v (only for its kubelet's /checkpoint)", spec.AutomountServiceAccountToken, takesCheckpoints)
 	}
 	sa := typed[corev1.ServiceAccount](t, r.get(t, "ServiceAccount", r.namespace, spec.ServiceAccountName))
 	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
@@ -648,12 +668,112 @@ func checkAgent(t *testing.T, r rendered) {
 			t.Errorf("the agent token in Secret %s is %d bytes, want a random one of at least 32", sec.Name, len(sec.Data[tv.Items[0].Key]))
 		}
 	}
+	// TLS: the certificate and key of the agents' Secret, which the
+	// controller checks against its ca.crt; the probes speak TLS.
+	cert, key := env["MS2M_AGENT_TLS_CERT_FILE"].Value, env["MS2M_AGENT_TLS_KEY_FILE"].Value
+	tlsVol := secrets[mounted[filepath.Dir(cert)]]
+	if cert == "" || key == "" || tlsVol == nil || filepath.Dir(cert) != filepath.Dir(key) ||
+		!cmp.Equal(tlsVol.Items, []corev1.KeyToPath{{Key: "tls.crt", Path: filepath.Base(cert)}, {Key: "tls.key", Path: filepath.Base(key)}}) {
+		t.Errorf("MS2M_AGENT_TLS_CERT_FILE=%s, MS2M_AGENT_TLS_KEY_FILE=%s: want tls.crt and tls.key of a mounted Secret, got %+v", cert, key, tlsVol)
+	} else if s, ok := r.find("Secret", r.namespace, tlsVol.SecretName); ok {
+		checkAgentCertificate(t, typed[corev1.Secret](t, s), "ms2m-agent."+r.namespace)
+	}
+	if env["MS2M_AGENT_PLAIN_HTTP"].Value != "" {
+		t.Errorf("MS2M_AGENT_PLAIN_HTTP=%s: the agent serves TLS only", env["MS2M_AGENT_PLAIN_HTTP"].Value)
+	}
+	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("probe %+v: want HTTPS", p)
+		}
+	}
+	if takesCheckpoints {
+		if got := env["MS2M_AGENT_KUBELET_URL"].Value; got != "https://$(MS2M_AGENT_LISTEN_IP):10250" || envIndex(c, "MS2M_AGENT_KUBELET_URL") < envIndex(c, "MS2M_AGENT_LISTEN_IP") {
+			t.Errorf("MS2M_AGENT_KUBELET_URL = %q: want its own node's kubelet, https://$(MS2M_AGENT_LISTEN_IP):10250, after MS2M_AGENT_LISTEN_IP", got)
+		}
+		if env["MS2M_AGENT_KUBELET_INSECURE_SKIP_VERIFY"].Value != "false" {
+			t.Errorf("MS2M_AGENT_KUBELET_INSECURE_SKIP_VERIFY = %q, want false", env["MS2M_AGENT_KUBELET_INSECURE_SKIP_VERIFY"].Value)
+		}
+		if ca := env["MS2M_AGENT_KUBELET_CA_FILE"].Value; ca != "" && hostDir("MS2M_AGENT_KUBELET_CA_FILE", filepath.Dir(ca)) == nil {
+			t.Errorf("MS2M_AGENT_KUBELET_CA_FILE=%s: its folder is not mounted from the host", ca)
+		}
+	} else if env["MS2M_AGENT_KUBELET_URL"].Value != "" {
+		t.Errorf("MS2M_AGENT_KUBELET_URL is set, but the agent has no right to checkpoint")
+	}
 	if auth := env["MS2M_AGENT_REGISTRY_AUTH_FILE"].Value; auth != "" {
 		av := secrets[mounted[filepath.Dir(auth)]]
 		if av == nil || len(av.Items) != 1 || av.Items[0].Key != ".dockerconfigjson" || av.Items[0].Path != filepath.Base(auth) {
 			t.Errorf("MS2M_AGENT_REGISTRY_AUTH_FILE=%s is not the .dockerconfigjson of a mounted Secret", auth)
 		}
 	}
+}
+
+// checkAgentCertificate checks the agents' Secret the chart made: a
+// certificate for name, signed by its ca.crt, with its key.
+func checkAgentCertificate(t *testing.T, s *corev1.Secret, name string) {
+	t.Helper()
+	if _, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"]); err != nil {
+		t.Errorf("Secret %s: tls.crt and tls.key are not a pair: %v", s.Name, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(s.Data["ca.crt"]) {
+		t.Fatalf("Secret %s: no CA in ca.crt", s.Name)
+	}
+	blk, _ := pem.Decode(s.Data["tls.crt"])
+	if blk == nil {
+		t.Fatalf("Secret %s: tls.crt is not PEM", s.Name)
+	}
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+		t.Errorf("Secret %s: the certificate does not verify for %s against ca.crt: %v", s.Name, name, err)
+	}
+}
+
+// TestAgentCheckpointsThroughTheAPIServer: the opt-in fallback for
+// kubelets that do not take ServiceAccount tokens. The migrator then holds
+// create on nodes/proxy, and the agent no right and no token.
+func TestAgentCheckpointsThroughTheAPIServer(t *testing.T) {
+	r := render(t, values(t, `migrator: {checkpointVia: apiserver}`))
+	checkRules(t, r, "ms2m-migrator", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"create"}},
+	})
+	if _, ok := r.find("ClusterRole", "", "ms2m-agent"); ok {
+		t.Error("ClusterRole ms2m-agent: the agent takes no checkpoints, so it needs no right")
+	}
+	checkAgent(t, r)
+	d := typed[appsv1.Deployment](t, r.get(t, "Deployment", r.namespace, "ms2m-controller"))
+	if got := envMap(d.Spec.Template.Spec.Containers[0])["MS2M_CHECKPOINT_VIA"].Value; got != "apiserver" {
+		t.Errorf("MS2M_CHECKPOINT_VIA = %q, want apiserver", got)
+	}
+}
+
+// TestAgentKubeletCA: the kubelet's own self-signed certificate on the
+// node, mounted read-only, as what the agent checks its kubelet against.
+func TestAgentKubeletCA(t *testing.T) {
+	r := render(t, values(t, `agent: {kubelet: {caFile: /var/lib/kubelet/pki/kubelet.crt}}`))
+	checkAgent(t, r)
+	ds := typed[appsv1.DaemonSet](t, r.get(t, "DaemonSet", r.namespace, "ms2m-agent"))
+	if got := envMap(ds.Spec.Template.Spec.Containers[0])["MS2M_AGENT_KUBELET_CA_FILE"].Value; got != "/var/lib/kubelet/pki/kubelet.crt" {
+		t.Errorf("MS2M_AGENT_KUBELET_CA_FILE = %q", got)
+	}
+}
+
+// TestAgentTLSFromCertManager: cert-manager makes the agents' certificate
+// for the name the migrator checks, into the Secret both mount.
+func TestAgentTLSFromCertManager(t *testing.T) {
+	r := render(t, values(t, certManagerValues))
+	if _, ok := r.find("Secret", r.namespace, "ms2m-agent-tls"); ok {
+		t.Error("with cert-manager, the chart must not make the agents' Secret itself")
+	}
+	crt := r.get(t, "Certificate", r.namespace, "ms2m-agent")
+	spec, _ := crt.Object["spec"].(map[string]any)
+	if spec["secretName"] != "ms2m-agent-tls" || !cmp.Equal(spec["dnsNames"], []any{"ms2m-agent." + r.namespace}) {
+		t.Errorf("Certificate ms2m-agent: secretName %v, dnsNames %v; want ms2m-agent-tls for ms2m-agent.%s", spec["secretName"], spec["dnsNames"], r.namespace)
+	}
+	checkAgent(t, r)
 }
 
 func TestCertManager(t *testing.T) {

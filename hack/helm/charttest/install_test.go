@@ -433,6 +433,22 @@ brokerUsers:
 	if err := os.WriteFile(keyFile, keySec.Data["key"], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The agents' CA file, with what the chart's agent Secret holds: the
+	// controller reads it at start.
+	var caFile string
+	for _, v := range spec.Volumes {
+		if v.Name != "agent-ca" || v.Secret == nil {
+			continue
+		}
+		caSec, err := c.cs.CoreV1().Secrets(ns).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the agents' TLS Secret %s: %v", v.Secret.SecretName, err)
+		}
+		caFile = filepath.Join(dir, "agent-ca.crt")
+		if err := os.WriteFile(caFile, caSec.Data[v.Secret.Items[0].Key], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The broker administrator's files, with what its Secret holds.
 	adminFiles := map[string]string{}
 	for _, v := range spec.Volumes {
@@ -463,6 +479,10 @@ brokerUsers:
 			v = tokenFile
 		case "MS2M_STATUS_KEY_FILE":
 			v = keyFile
+		case "MS2M_AGENT_CA_FILE":
+			if v = caFile; v == "" {
+				t.Fatalf("%s=%s: no agent-ca volume", e.Name, e.Value)
+			}
 		case "MS2M_BROKER_ADMIN_USERNAME_FILE", "MS2M_BROKER_ADMIN_PASSWORD_FILE":
 			if v = adminFiles[e.Value]; v == "" {
 				t.Fatalf("%s=%s is no file of the mounted Secret rabbit-admin (%v)", e.Name, e.Value, adminFiles)
