@@ -67,7 +67,7 @@ func TestSpringConsumerMigration(t *testing.T) {
 				check: func(t *testing.T, target *corev1.Pod, queue string) {
 					checkNoSecretValue(t, target, cfg.secretValues...)
 					if tc.transacted {
-						expectTransacted(t, queue)
+						testenv.ExpectTransacted(t, queue)
 					}
 				}})
 			t.Logf("Spring consumer by %s: total %v, switch %v, processing gap %v",
@@ -176,20 +176,6 @@ func downBroker(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
-}
-
-// expectTransacted fails t unless the consumer of queue on the broker is
-// on a channel in transaction mode (tx.select), as the broker's management
-// API shows it.
-func expectTransacted(t *testing.T, queue string) {
-	t.Helper()
-	m := testenv.RequireManagement(t)
-	var got []bool
-	var err error
-	testenv.Eventually(t, 30*time.Second, "queue "+queue+"'s consumer on a transacted channel (management API)", func() bool {
-		got, err = m.TransactedConsumers(queue)
-		return err == nil && len(got) == 1 && got[0]
-	})
 }
 
 // waitAppConnected waits until the sample consumer in pod has a consumer

@@ -103,7 +103,7 @@ func TestSpringConsumerHandoff(t *testing.T) {
 	if got.Count != n || got.Hash != hash || got.Skipped != 0 {
 		t.Fatalf("target app %+v, want count %d, the producer's hash %s and nothing skipped (cutoff %d)", got, n, hash, stop.CutoffID)
 	}
-	expectTransacted(t, q)
+	testenv.ExpectTransacted(t, q)
 	testenv.Eventually(t, 10*time.Second, "the target's log writes", func() bool {
 		return dst.state().Log.ConfirmedID == n
 	})
@@ -144,20 +144,6 @@ func TestSpringConsumerRecoversMidReplay(t *testing.T) {
 		t.Fatalf("target after a consumer restart: %+v, want %d messages, the producer's hash %s, a reconnect and at most 2 skipped (Spring acks each message after its fold)", got, n, want)
 	}
 	t.Logf("the Spring consumer restarted %d time(s) and skipped %d redelivered message(s)", got.Reconnects, got.Skipped)
-}
-
-// expectTransacted fails t unless queue has one consumer on the broker and
-// its channel is in transaction mode: the app's tx.select went through the
-// sidecar to the broker.
-func expectTransacted(t *testing.T, queue string) {
-	t.Helper()
-	m := testenv.RequireManagement(t)
-	var got []bool
-	var err error
-	testenv.Eventually(t, 30*time.Second, "queue "+queue+"'s consumer on a transacted channel (management API)", func() bool {
-		got, err = m.TransactedConsumers(queue)
-		return err == nil && len(got) == 1 && got[0]
-	})
 }
 
 // produceHash runs the sample producer binary to the end and returns its

@@ -93,3 +93,15 @@ func (m Management) get(path string, v any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
 }
+
+// ExpectTransacted fails t unless, within 30 s, queue has one consumer on
+// the broker and its channel is in transaction mode (tx.select), as the
+// management API shows it.
+func ExpectTransacted(t testing.TB, queue string) {
+	t.Helper()
+	m := RequireManagement(t)
+	Eventually(t, 30*time.Second, "queue "+queue+"'s one consumer on a transacted channel (management API)", func() bool {
+		got, err := m.TransactedConsumers(queue)
+		return err == nil && len(got) == 1 && got[0]
+	})
+}
