@@ -35,6 +35,9 @@ type scenario struct {
 	// a read-only root filesystem.
 	thaw         migrate.ThawPolicy
 	readOnlyRoot bool
+	// check, if set, checks more of the target once its state is the
+	// producer's; queue is the consumer's queue.
+	check func(t *testing.T, target *corev1.Pod, queue string)
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -148,6 +151,9 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	}
 	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
 		t.Errorf("restored consumer: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
+	}
+	if sc.check != nil {
+		sc.check(t, target, name)
 	}
 	return rep, gap
 }

@@ -28,11 +28,17 @@ import (
 //	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
 //	                    S (SpringConsumerMigration)
 //	statefulset         -                            G, Py StatefulSet
-//	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto)
+//	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto); S StatefulSet
 //
 // Broker configurations: TestTLSBrokerFromSecretMigration moves a G bare
 // pod by ms2m whose amqps:// URL (the broker's TLS port) and CA are in
-// Secrets (tls_test.go).
+// Secrets (tls_test.go). The S runs are configured as Spring services are:
+// by ms2m, a mounted application.properties from a Secret, the listener
+// container transacted; by ms2m-cutoff, SPRING_RABBITMQ_* from a Secret
+// with two addresses whose first broker is down; the StatefulSet,
+// SPRING_RABBITMQ_* from a Secret (spring_test.go). TestServerNamedQueueRefused
+// has a G bare pod on a server-named queue refused before any checkpoint
+// (unreplayable_test.go).
 //
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
@@ -48,7 +54,7 @@ import (
 // that the real webhook injected, from node 1 to node 2 by annotating it
 // with ms2m.io/migrate-to, by every strategy that applies to its owner.
 func TestEveryStrategyByAnnotation(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withController)
 
@@ -61,6 +67,8 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 		want     contract.Strategy
 		phases   []string // besides those every strategy has
 		pods     int      // ever made: the first, the target, and the shadow if any
+		// configure, if set, configures the consumer's broker another way.
+		configure func(t *testing.T, ctx context.Context, l *lab.Lab) springConfig
 	}{
 		{name: "go/deployment/auto", kind: lab.Deployment, image: "consumer", want: contract.StrategyMS2M,
 			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
@@ -76,16 +84,31 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
 		{name: "python/statefulset/auto", kind: lab.StatefulSet, image: "consumer-python", want: contract.StrategyStatefulSetShadow,
 			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
+		// The JVM checkpointed, restored as the shadow, checkpointed again
+		// and restored as the StatefulSet's pod; its broker settings in a
+		// Secret (SPRING_RABBITMQ_* valueFrom secretKeyRef).
+		{name: "spring/statefulset/statefulset-shadow", kind: lab.StatefulSet, image: "consumer-spring", strategy: contract.StrategyStatefulSetShadow, want: contract.StrategyStatefulSetShadow,
+			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3,
+			configure: func(t *testing.T, ctx context.Context, l *lab.Lab) springConfig {
+				return springEnvFromSecret(t, ctx, l, l.BrokerAMQP)
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.image == "consumer-spring" {
+				needSpring(t, ctx, l)
+			}
 			if _, ok := l.Images[tc.image]; !ok {
 				testenv.Missing(t, "the "+tc.image+" image (Debian's python3-pika on this host)", "run `make setup`, which installs python3-pika")
 			}
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			defer cancel()
 			name := testenv.UniqueName("own")
+			var cfg springConfig
+			if tc.configure != nil {
+				cfg = tc.configure(t, ctx, l)
+			}
 			pods := watchPods(t, ctx, l, name)
-			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image})
+			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image, Mutate: cfg.mutate})
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 				defer cancel()
@@ -103,6 +126,9 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			owner := metav1.GetControllerOf(src)
 			if owner == nil {
 				t.Fatalf("%s has no controller", src.Name)
+			}
+			if tc.image == "consumer-spring" { // a JVM and a Spring context take a while
+				waitAppConnected(t, src, 3*time.Minute)
 			}
 			prod := produce(t, src, name, 10, 150, 20)
 
@@ -158,6 +184,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 			}
 			expectExact(t, ctx, prod, target)
 			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
+			checkNoSecretValue(t, target, cfg.secretValues...)
 		})
 	}
 }

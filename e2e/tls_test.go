@@ -36,17 +36,8 @@ func TestTLSBrokerFromSecretMigration(t *testing.T) {
 	_, port, _ := net.SplitHostPort(tb.AMQPAddr)
 	url := fmt.Sprintf("amqps://%s:%s@%s/", lab.BrokerUser, lab.BrokerPassword, net.JoinHostPort(cluster.HostIP, port))
 	urlSecret, caSecret := testenv.UniqueName("tls-broker-url"), testenv.UniqueName("tls-broker-ca")
-	for name, data := range map[string]map[string][]byte{urlSecret: {"url": []byte(url)}, caSecret: {"ca.crt": ca}} {
-		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: lab.Namespace}, Data: data}
-		if _, err := l.Client.CoreV1().Secrets(lab.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
-			defer cancel()
-			logCleanup(t, "delete Secret "+name, l.Client.CoreV1().Secrets(lab.Namespace).Delete(ctx, name, metav1.DeleteOptions{}))
-		})
-	}
+	createSecret(t, ctx, l, urlSecret, map[string][]byte{"url": []byte(url)})
+	createSecret(t, ctx, l, caSecret, map[string][]byte{"ca.crt": ca})
 	admitted := false
 	sc := scenario{strategy: contract.StrategyMS2M, image: "consumer", n: 120, rate: 10, workMS: 50, mutate: func(p *corev1.Pod) {
 		p.Annotations[contract.AnnotationUpstreamTLSSecret] = caSecret

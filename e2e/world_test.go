@@ -374,13 +374,21 @@ func waitMigrated(t *testing.T, ctx context.Context, l *lab.Lab, app string, src
 	t.Helper()
 	var target *corev1.Pod
 	var failed string
+	var seen []string // the pods' phases and statuses at the last look, for a timeout's report
+	defer func() {
+		if t.Failed() && target == nil && failed == "" {
+			t.Logf("the pods of %s at the last look: %s", app, strings.Join(seen, "; "))
+		}
+	}()
 	testenv.Eventually(t, 4*time.Minute, "a pod of "+app+" whose status says Succeeded", func() bool {
 		pods, err := l.Client.CoreV1().Pods(lab.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 		if err != nil {
 			return false
 		}
+		seen = seen[:0]
 		for i := range pods.Items {
 			p := &pods.Items[i]
+			seen = append(seen, fmt.Sprintf("%s (%s, %s) on %s: %s", p.Name, p.UID, p.Status.Phase, p.Spec.NodeName, p.Annotations[contract.AnnotationMigrationStatus]))
 			switch st := migrationStatus(t, p); {
 			case p.UID == src.UID && st.Phase == contract.PhaseFailed:
 				failed = st.Message

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -469,4 +471,63 @@ func (p *tcpProxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// TestConsumersSubscribe runs each consumer as a subscriber (EXCHANGE): it
+// consumes a queue that the broker names (amq.gen-*), bound to the fanout
+// exchange, and folds what is published to the exchange. This is the
+// consumer that ms2m refuses to migrate (e2e TestServerNamedQueueRefused).
+func TestConsumersSubscribe(t *testing.T) {
+	url := brokerURL(t)
+	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
+		unavailable(t, "rabbitmqctl is not in PATH: it is needed to list the exchange's bindings")
+	}
+	const n = 30
+	for _, c := range consumers {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			exchange := uniqueName("ms2m-examples-fanout")
+			conn, err := amqp.Dial(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			ch, err := conn.Channel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := ch.ExchangeDelete(exchange, false, false); err != nil {
+					t.Errorf("delete exchange %s: %v", exchange, err)
+				}
+			})
+			cons := startConsumer(t, c.start(t), map[string]string{
+				"AMQP_URL": url, "EXCHANGE": exchange, "WORK_MS": "1", "CONNECTION_NAME": uniqueName("ms2m-examples-consumer"),
+			})
+			cons.waitState(t, "the consumer is connected", func(s consumerState) bool { return s.Connected })
+			var queue string
+			for _, line := range strings.Split(rabbitmqctl(t, "list_bindings", "source_name", "destination_name"), "\n") {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == exchange {
+					queue = f[1]
+				}
+			}
+			if !strings.HasPrefix(queue, "amq.gen-") {
+				t.Fatalf("exchange %s is bound to queue %q, want a server-named amq.gen-* queue", exchange, queue)
+			}
+			h := make([]byte, 32)
+			for i := 1; i <= n; i++ {
+				body := fmt.Appendf(nil, "msg-%d", i)
+				sum := sha256.Sum256(append(h, body...))
+				h = sum[:]
+				if err := ch.PublishWithContext(t.Context(), exchange, "", false, false, amqp.Publishing{Body: body, MessageId: strconv.Itoa(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := cons.waitState(t, fmt.Sprintf("count reaches %d", n), func(s consumerState) bool { return s.Count >= n })
+			if want := hex.EncodeToString(h); got.Count != n || got.Hash != want || got.SkippedRedeliveries != 0 {
+				t.Errorf("state = %+v, want count %d, hash %s and nothing skipped", got, n, want)
+			}
+			cons.stop(t)
+		})
+	}
 }

@@ -38,6 +38,11 @@ Environment:
   SKIP_REDELIVERIES  skip a redelivered message whose numeric message-id is
                    not above the last folded one's (default false: fold
                    everything, so that the hash shows every duplicate)
+  EXCHANGE         subscribe to this fanout exchange instead of consuming
+                   QUEUE: declare it (durable), and consume a queue of its
+                   own that the broker names (amq.gen-*), exclusive and
+                   auto-delete, bound to it; a new one on every reconnect
+                   (default unset). ms2m refuses to migrate such a consumer
 """
 
 MIN_BACKOFF = 0.1
@@ -65,6 +70,7 @@ class Config:
         self.queue = env.get("QUEUE") or "orders"
         self.http_addr = env.get("HTTP_ADDR") or "127.0.0.1:8080"
         self.conn_name = env.get("CONNECTION_NAME") or "ms2m-example-consumer"
+        self.exchange = env.get("EXCHANGE") or ""
         self.prefetch = _int(env, "PREFETCH", 1, 0, 65535)
         self.work = _int(env, "WORK_MS", 50, 0, None) / 1000.0
         self.declare = _bool(env, "DECLARE", True)
@@ -204,11 +210,18 @@ def session(cfg, state, stop):
     try:
         ch = conn.channel()
         ch.basic_qos(prefetch_count=cfg.prefetch)
-        if cfg.declare:
+        queue = cfg.queue
+        if cfg.exchange:
+            # A subscriber: a queue of this session's own, named by the
+            # broker, exclusive and auto-delete, bound to the exchange.
+            ch.exchange_declare(cfg.exchange, exchange_type="fanout", durable=True)
+            queue = ch.queue_declare("", exclusive=True, auto_delete=True).method.queue
+            ch.queue_bind(queue, cfg.exchange)
+        elif cfg.declare:
             ch.queue_declare(cfg.queue, durable=True)
-        deliveries = ch.consume(cfg.queue, auto_ack=False, inactivity_timeout=0.2)
+        deliveries = ch.consume(queue, auto_ack=False, inactivity_timeout=0.2)
         state.set_connected(True)
-        log.info("consuming queue=%s", cfg.queue)
+        log.info("consuming queue=%s", queue)
         try:
             for method, props, body in deliveries:
                 if stop.is_set():
@@ -222,7 +235,7 @@ def session(cfg, state, stop):
                 state.apply(body, props.message_id, method.redelivered,
                             headers.get("x-sent-at"), time.time_ns())
                 ch.basic_ack(method.delivery_tag)
-            log.warning("consumer cancelled by the broker queue=%s", cfg.queue)
+            log.warning("consumer cancelled by the broker queue=%s", queue)
         finally:
             state.set_connected(False)
     finally:

@@ -39,6 +39,11 @@ Environment:
   SKIP_REDELIVERIES  skip a redelivered message whose numeric message-id is
                    not above the last folded one's (default false: fold
                    everything, so that the hash shows every duplicate)
+  EXCHANGE         subscribe to this fanout exchange instead of consuming
+                   QUEUE: declare it (durable), and consume a queue of its
+                   own that the broker names (amq.gen-*), exclusive and
+                   auto-delete, bound to it; a new one on every reconnect
+                   (default unset). ms2m refuses to migrate such a consumer
 `
 
 const (
@@ -59,6 +64,9 @@ type config struct {
 	skipRedeliveries bool
 	// stateMiB is the extra state held in memory (STATE_MB).
 	stateMiB int
+	// exchange, if set, makes the consumer a subscriber: a server-named
+	// queue bound to this fanout exchange instead of queue (EXCHANGE).
+	exchange string
 }
 
 // maxStateMiB bounds STATE_MB (64 GiB).
@@ -109,6 +117,7 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 	str("QUEUE", &cfg.queue)
 	str("HTTP_ADDR", &cfg.httpAddr)
 	str("CONNECTION_NAME", &cfg.connName)
+	str("EXCHANGE", &cfg.exchange)
 	if v, ok := env("PREFETCH"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 65535 {
@@ -206,18 +215,24 @@ func session(ctx context.Context, cfg config, st *state, log *slog.Logger) (cons
 	if err := ch.Qos(cfg.prefetch, 0, false); err != nil {
 		return false, fmt.Errorf("set prefetch %d: %w", cfg.prefetch, err)
 	}
-	if cfg.declare {
+	queue := cfg.queue
+	switch {
+	case cfg.exchange != "":
+		if queue, err = subscribe(ch, cfg.exchange); err != nil {
+			return false, err
+		}
+	case cfg.declare:
 		if _, err := ch.QueueDeclare(cfg.queue, true, false, false, false, nil); err != nil {
 			return false, fmt.Errorf("declare queue %q: %w", cfg.queue, err)
 		}
 	}
-	deliveries, err := ch.Consume(cfg.queue, "", false, false, false, false, nil)
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
-		return false, fmt.Errorf("consume queue %q (does it exist? set DECLARE=true): %w", cfg.queue, err)
+		return false, fmt.Errorf("consume queue %q (does it exist? set DECLARE=true): %w", queue, err)
 	}
 	st.setConnected(true)
 	defer st.setConnected(false)
-	log.Info("consuming", "queue", cfg.queue)
+	log.Info("consuming", "queue", queue)
 
 	for {
 		var d amqp.Delivery
@@ -272,4 +287,21 @@ func redact(raw string) string {
 		return "<unparsable URL>"
 	}
 	return u.Redacted()
+}
+
+// subscribe declares the fanout exchange and a queue of the session's own
+// that the broker names, exclusive and auto-delete, bound to it, and
+// returns that queue's name (amq.gen-...).
+func subscribe(ch *amqp.Channel, exchange string) (string, error) {
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return "", fmt.Errorf("declare exchange %q: %w", exchange, err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return "", fmt.Errorf("declare a server-named queue: %w", err)
+	}
+	if err := ch.QueueBind(q.Name, "", exchange, false, nil); err != nil {
+		return "", fmt.Errorf("bind queue %q to exchange %q: %w", q.Name, exchange, err)
+	}
+	return q.Name, nil
 }

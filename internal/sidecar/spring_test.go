@@ -54,6 +54,11 @@ func waitConsuming(t *testing.T, addr string) {
 // while the target replays the log from ID 0; at a point while the producer
 // runs, the source stops at a cutoff and the target replays up to it,
 // switches to the queue and ends with the producer's hash, nothing skipped.
+// The target's listener container is transacted (CHANNEL_TRANSACTED: tx.select,
+// then each ack in a transaction committed when the listener returns), so
+// its replayed deliveries are acked inside transactions that the sidecar
+// settles, and its live ones after the handover in transactions the broker
+// commits.
 func TestSpringConsumerHandoff(t *testing.T) {
 	const n = 600
 	e := newEnv(t)
@@ -62,7 +67,7 @@ func TestSpringConsumerHandoff(t *testing.T) {
 	target := e.startConfig(targetConfig(e), sidecar.Options{})
 	dst := &env{t: t, broker: e.broker, log: e.log, sc: target}
 	srcApp := springConsumer(t, source.AMQPAddr(), q, nil)
-	dstApp := springConsumer(t, target.AMQPAddr(), q, nil)
+	dstApp := springConsumer(t, target.AMQPAddr(), q, map[string]string{"CHANNEL_TRANSACTED": "true"})
 	waitConsuming(t, srcApp)
 	waitConsuming(t, dstApp)
 
@@ -98,6 +103,7 @@ func TestSpringConsumerHandoff(t *testing.T) {
 	if got.Count != n || got.Hash != hash || got.Skipped != 0 {
 		t.Fatalf("target app %+v, want count %d, the producer's hash %s and nothing skipped (cutoff %d)", got, n, hash, stop.CutoffID)
 	}
+	testenv.ExpectTransacted(t, q)
 	testenv.Eventually(t, 10*time.Second, "the target's log writes", func() bool {
 		return dst.state().Log.ConfirmedID == n
 	})

@@ -1,8 +1,11 @@
 package testenv
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 )
@@ -43,4 +46,62 @@ func RequireManagement(t testing.TB) Management {
 		Missing(t, "the broker administrator "+m.Username+" (management API answers "+resp.Status+")", how)
 	}
 	return m
+}
+
+// TransactedConsumers returns, for each consumer of queue (vhost "/"), whether
+// its channel is in transaction mode (tx.select), as the broker's
+// management API shows it. Its statistics lag by up to the broker's
+// collection interval (5 s by default): poll.
+func (m Management) TransactedConsumers(queue string) ([]bool, error) {
+	var q struct {
+		Consumers []struct {
+			Channel struct {
+				Name string `json:"name"`
+			} `json:"channel_details"`
+		} `json:"consumer_details"`
+	}
+	if err := m.get("/api/queues/%2F/"+url.PathEscape(queue), &q); err != nil {
+		return nil, err
+	}
+	var out []bool
+	for _, c := range q.Consumers {
+		var ch struct {
+			Transactional bool `json:"transactional"`
+		}
+		if err := m.get("/api/channels/"+url.PathEscape(c.Channel.Name), &ch); err != nil {
+			return nil, err
+		}
+		out = append(out, ch.Transactional)
+	}
+	return out, nil
+}
+
+// get decodes the JSON of the API's path into v.
+func (m Management) get(path string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, m.URL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(m.Username, m.Password)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// ExpectTransacted fails t unless, within 30 s, queue has one consumer on
+// the broker and its channel is in transaction mode (tx.select), as the
+// management API shows it.
+func ExpectTransacted(t testing.TB, queue string) {
+	t.Helper()
+	m := RequireManagement(t)
+	Eventually(t, 30*time.Second, "queue "+queue+"'s one consumer on a transacted channel (management API)", func() bool {
+		got, err := m.TransactedConsumers(queue)
+		return err == nil && len(got) == 1 && got[0]
+	})
 }

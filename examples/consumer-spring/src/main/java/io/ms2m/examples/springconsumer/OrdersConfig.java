@@ -1,7 +1,9 @@
 package io.ms2m.examples.springconsumer;
 
 import org.springframework.amqp.core.Queue;
+import org.springframework.amqp.rabbit.config.ContainerCustomizer;
 import org.springframework.amqp.rabbit.connection.ConnectionNameStrategy;
+import org.springframework.amqp.rabbit.listener.SimpleMessageListenerContainer;
 import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.context.annotation.Bean;
@@ -24,6 +26,21 @@ public class OrdersConfig {
 	@Bean
 	ChainState chainState(@Value("${orders.skip-redeliveries}") boolean skipRedeliveries) {
 		return new ChainState(skipRedeliveries);
+	}
+
+	/**
+	 * Spring Boot has no property for the listener container's
+	 * channelTransacted, so orders.channel-transacted (CHANNEL_TRANSACTED,
+	 * default false) sets it through the customizer Boot applies to the
+	 * containers its factory makes. Transacted, the container opens the
+	 * channel with tx.select and sends each ack in a transaction it
+	 * commits (tx.commit) when the listener returns, or rolls back when it
+	 * throws.
+	 */
+	@Bean
+	ContainerCustomizer<SimpleMessageListenerContainer> channelTransacted(
+			@Value("${orders.channel-transacted}") boolean transacted) {
+		return container -> container.setChannelTransacted(transacted);
 	}
 
 	/** The client-provided connection name, which the broker's tools show. */
