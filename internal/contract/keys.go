@@ -92,6 +92,16 @@ const (
 	// The migrator writes it; nothing acts on it at admission.
 	AnnotationRestoredFrom = Prefix + "restored-from"
 
+	// ConditionStateNotRebuilt is the pod condition the controller sets
+	// (status True) on a restored pod whose app restarted and whose state
+	// it could not rebuild: its sidecar is stopped and consumes nothing.
+	// Reason ConditionReasonRetention says the replay log no longer holds
+	// the records after the checkpoint (not retried); ConditionReasonFailed
+	// that a rebuild failed otherwise (retried).
+	ConditionStateNotRebuilt = Prefix + "StateNotRebuilt"
+	ConditionReasonRetention = "ReplayLogRetention"
+	ConditionReasonFailed    = "RebuildFailed"
+
 	// AnnotationOnEvict "migrate" on a pod turns an eviction of it (kubectl
 	// drain, the cluster autoscaler) into a migration: the eviction is
 	// refused with 429, as a PodDisruptionBudget refuses one, while the

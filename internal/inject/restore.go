@@ -208,6 +208,10 @@ type RestoredFrom struct {
 	ReplayStart  string `json:"replayStart"`
 	ReplayCutoff string `json:"replayCutoff"`
 	ReplayEpoch  string `json:"replayEpoch,omitempty"`
+	// AppRestarts is the app container's restartCount when the pod took
+	// over (the migrator sets it): a higher count means the app restarted
+	// since, from the checkpoint, and its state must be rebuilt.
+	AppRestarts int32 `json:"appRestarts"`
 }
 
 // RestoredFromPod reads the restore pod was made as from its status and

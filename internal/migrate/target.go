@@ -107,6 +107,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 	if !ok {
 		return nil
 	}
+	from.AppRestarts = AppRestarts(pod)
 	ann := map[string]any{contract.AnnotationRestoredFrom: from.Encode()}
 	for _, k := range inject.RestoreRequestAnnotations {
 		if _, ok := pod.Annotations[k]; ok {
