@@ -97,16 +97,16 @@ type Node struct {
 	// degrade, if set, changes what the node's agent reports it can do
 	// (Degrade).
 	degrade  func(*contract.NodeCapabilities)
-	oldAgent bool     // the agent answers GET /v1/node with 404, as one before it
+	oldAgent bool // the agent answers GET /v1/node with 404, as one before it
 	// images are the checkpoint images the node has pulled, as a node's
 	// runtime keeps them: a restart or a new restore on the node finds
 	// them after the migration deleted them from the registry.
 	images map[string]AppState
-	calls    []string // kubelet and agent requests, in order
-	pulls    []string
-	srvs     []*http.Server
-	stop     context.CancelFunc
-	done     chan struct{}
+	calls  []string // kubelet and agent requests, in order
+	pulls  []string
+	srvs   []*http.Server
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.

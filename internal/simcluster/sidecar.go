@@ -134,8 +134,8 @@ type Sidecar struct {
 	// a quiesce and a stop cut at as the real one's Tee does; the app's
 	// own last may be older (it restarted from a checkpoint).
 	handed uint64
-	cutoff   uint64 // a target's cutoff, once known
-	held     bool   // a target's replay is held (Hold)
+	cutoff uint64 // a target's cutoff, once known
+	held   bool   // a target's replay is held (Hold)
 	// holdAfter, if not 0: the replay holds once it has replayed this
 	// many records (HoldAfter).
 	holdAfter uint64
