@@ -109,7 +109,10 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	next := "; tried again in " + rebuildRetry.String()
 	if errors.Is(err, migrate.ErrStateLost) {
 		reason = contract.ConditionReasonRetention
-		next = "; the pod consumes nothing until it is deleted (its ReplicaSet or StatefulSet then starts it from its template, without the state)"
+		next = "; the pod consumes nothing until it is deleted (its ReplicaSet then starts it from its template, without the state)"
+		if migrate.ByOwner(pod) == contract.StrategyStatefulSetShadow {
+			next = fmt.Sprintf("; the pod consumes nothing until ConfigMap %s and the pod are deleted (its StatefulSet then starts it from its template, without the state)", contract.PendingConfigMapName(pod.Name))
+		}
 	}
 	logger.Info("state not rebuilt", "err", err.Error())
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonStateNotRebuilt, "Rebuild", "%s: %v%s", name, err, next)

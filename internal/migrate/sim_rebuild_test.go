@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/internal/contract"
@@ -55,23 +56,25 @@ func TestAppRestartAfterTheMigration(t *testing.T) {
 	c := cluster(t)
 	for _, tc := range []struct {
 		name      string
+		owner     string
+		strategy  contract.Strategy
 		retention bool
 	}{
-		{"rebuilt", false},
-		{"the log's records are gone", true},
+		{"Deployment, rebuilt", "Deployment", contract.StrategyMS2M, false},
+		{"Deployment, the log's records are gone", "Deployment", contract.StrategyMS2M, true},
+		{"StatefulSet, rebuilt", "StatefulSet", contract.StrategyStatefulSetShadow, false},
+		{"StatefulSet, the log's records are gone", "StatefulSet", contract.StrategyStatefulSetShadow, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetNodes(c)
 			defer resetNodes(c)
-			w := deploy(t, c, "sim-app-restart-"+suffix(), "Deployment", true)
+			w := deploy(t, c, "sim-app-restart-"+suffix(), tc.owner, true)
 			startController(t, c, "the controller", c.Kubeconfig)
-			requestMigration(t, c, w, contract.StrategyMS2M)
-			served := waitMigrated(t, c, w.ns, w.pod, nodeB, "")
+			requestMigration(t, c, w, tc.strategy)
+			served := waitServed(t, c, w)
 			log := c.Log(inject.LogName(served))
 			if tc.retention {
-				testenv.Eventually(t, 10*time.Second, "the log holds records to drop", func() bool { return log.LastID() > 2 })
-				start := checkpointOf(t, served)
-				log.DropThrough(start + 1)
+				log.DropThrough(checkpointOf(t, served) + 1)
 			}
 			restartServedApp(t, c, served)
 			expectEventOn(t, c, w.ns, served.Name, contract.ReasonAppRestarted, "came back from the checkpoint")
@@ -80,43 +83,82 @@ func TestAppRestartAfterTheMigration(t *testing.T) {
 				return
 			}
 			expectEventOn(t, c, w.ns, served.Name, contract.ReasonStateRebuilt, "the state was rebuilt")
-			copyName := migrate.RebuildPodName(served)
+			name, owner := migrate.RebuildPodName(served), "ReplicaSet"
+			if tc.owner == "StatefulSet" {
+				name, owner = served.Name, "StatefulSet"
+			}
 			var got *corev1.Pod
 			if !within(time.Minute, func() bool {
 				list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
-				if err != nil || len(list.Items) != 1 || list.Items[0].Name != copyName {
+				if err != nil || len(list.Items) != 1 || list.Items[0].Name != name || list.Items[0].UID == served.UID {
 					return false
 				}
 				got = &list.Items[0]
 				ctrl := metav1.GetControllerOf(got)
-				return ctrl != nil && ctrl.Kind == "ReplicaSet" && got.Annotations[contract.AnnotationRestoredFrom] != ""
+				return ctrl != nil && ctrl.Kind == owner && got.Annotations[contract.AnnotationRestoredFrom] != ""
 			}) {
 				st := c.Nodes[nodeB].Pod(w.ns, served.Name).App.State()
-				t.Fatalf("no copy %s alone serves after a minute; the restarted pod's app processed %d, the last %d, out of order: %v", copyName, st.Count, st.Last, st.Violations)
+				t.Fatalf("no new restore %s alone serves after a minute; the restarted pod's app processed %d, the last %d, out of order: %v", name, st.Count, st.Last, st.Violations)
 			}
 			if got.Spec.NodeName != nodeB {
-				t.Errorf("the copy runs on %s, want %s (where the checkpoint image is)", got.Spec.NodeName, nodeB)
+				t.Errorf("the new restore runs on %s, want %s (where the checkpoint image is)", got.Spec.NodeName, nodeB)
 			}
-			sp := c.Nodes[nodeB].Pod(w.ns, copyName)
+			sp := c.Nodes[nodeB].Pod(w.ns, name)
 			if sp == nil || sp.UID != got.UID || !sp.Restored {
-				t.Fatalf("node %s does not run the copy %s restored from the checkpoint", nodeB, copyName)
+				t.Fatalf("node %s does not run the new restore %s from the checkpoint", nodeB, name)
 			}
 			before := sp.App.State().Last
-			testenv.Eventually(t, 10*time.Second, "the copy processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
+			testenv.Eventually(t, 10*time.Second, "the new restore processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
 			st := sp.App.State()
 			if len(st.Violations) > 0 {
-				t.Errorf("the copy's app saw deliveries out of order: %v", st.Violations)
+				t.Errorf("the new restore's app saw deliveries out of order: %v", st.Violations)
 			}
 			if last := log.LastID(); st.Count != st.Last || st.Last+1 < last {
-				t.Errorf("the copy's app processed %d deliveries, the last %d; the log holds %d: want each of them once", st.Count, st.Last, last)
+				t.Errorf("the new restore's app processed %d deliveries, the last %d; the log holds %d: want each of them once", st.Count, st.Last, last)
 			}
-			for _, p := range w.created.all() {
-				if p.Name != w.pod.Name && !strings.Contains(p.Annotations[contract.AnnotationStatus], `"restore"`) {
+			for _, p := range w.created.all()[1:] {
+				if !strings.Contains(p.Annotations[contract.AnnotationStatus], `"restore"`) {
 					t.Errorf("pod %s was created without a restore: it would start with empty state", p.Name)
 				}
 			}
+			if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(served.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a pending-migration ConfigMap is left (err %v)", err)
+			}
 		})
 	}
+}
+
+// waitServed waits until the workload's migration has ended Succeeded
+// with its restored pod alone serving on node B, and returns that pod.
+func waitServed(t *testing.T, c *simcluster.Cluster, w *workload) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	testenv.Eventually(t, 90*time.Second, "the restored pod alone serves on "+nodeB, func() bool {
+		list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		p := &list.Items[0]
+		if p.UID == w.pod.UID || p.Spec.NodeName != nodeB || p.Annotations[contract.AnnotationRestoredFrom] == "" {
+			return false
+		}
+		sp := c.Nodes[nodeB].Pod(w.ns, p.Name)
+		if sp == nil || sp.UID != p.UID || sp.Sidecar.Mode() != simcluster.ModeServing {
+			return false
+		}
+		got = p
+		return true
+	})
+	if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(got.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the migration's pending-migration ConfigMap is still there (err %v)", err)
+	}
+	sp := c.Nodes[nodeB].Pod(w.ns, got.Name)
+	before := sp.App.State().Last
+	testenv.Eventually(t, 10*time.Second, got.Name+" processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
+	if st := sp.App.State(); len(st.Violations) > 0 || st.Count != st.Last {
+		t.Fatalf("%s's app processed %d deliveries, the last %d, out of order %v before the fault", got.Name, st.Count, st.Last, st.Violations)
+	}
+	return got
 }
 
 // checkpointOf is the checkpoint ID pod was restored after.
@@ -155,14 +197,28 @@ func expectNotRebuilt(t *testing.T, c *simcluster.Cluster, w *workload, pod *cor
 	if cond.Status != corev1.ConditionTrue || cond.Reason != contract.ConditionReasonRetention {
 		t.Errorf("condition %s: %s, reason %s, want True, %s", cond.Type, cond.Status, cond.Reason, contract.ConditionReasonRetention)
 	}
+	// A Deployment's pod stays, stopped, and its copy goes; a
+	// StatefulSet's pod was made again as the restore, whose replay failed
+	// before it consumed anything, and its pending-migration record stays
+	// so that it never starts empty.
 	sp := c.Nodes[nodeB].Pod(w.ns, pod.Name)
-	if sp == nil || sp.Sidecar.Mode() != simcluster.ModeStopped {
-		t.Fatalf("the pod's sidecar is not stopped: it would consume on the checkpoint's state")
+	if w.owner == "StatefulSet" {
+		st := sp.Sidecar.State()
+		if sp.UID == pod.UID || st.Mode != simcluster.ModeReplaying || st.Source == nil || !strings.Contains(st.Source.Error, "no longer holds") {
+			t.Fatalf("the StatefulSet's pod made again does not refuse its replay: mode %s, source %+v", st.Mode, st.Source)
+		}
+		if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(pod.Name), metav1.GetOptions{}); err != nil {
+			t.Errorf("the pending-migration ConfigMap: %v, want it kept", err)
+		}
+	} else {
+		if sp == nil || sp.UID != pod.UID || sp.Sidecar.Mode() != simcluster.ModeStopped {
+			t.Fatalf("the pod's sidecar is not stopped: it would consume on the checkpoint's state")
+		}
+		testenv.Eventually(t, 30*time.Second, "the copy is gone", func() bool {
+			list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
+			return err == nil && len(list.Items) == 1 && list.Items[0].UID == pod.UID
+		})
 	}
-	testenv.Eventually(t, 30*time.Second, "the copy is gone", func() bool {
-		list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
-		return err == nil && len(list.Items) == 1 && list.Items[0].UID == pod.UID
-	})
 	log := c.Log(inject.LogName(pod))
 	last := log.LastID()
 	if within(time.Second, func() bool { return log.LastID() != last }) {
