@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
@@ -69,6 +71,7 @@ func TestAppRestartAfterTheMigration(t *testing.T) {
 			resetNodes(c)
 			defer resetNodes(c)
 			w := deploy(t, c, "sim-app-restart-"+suffix(), tc.owner, true)
+			t.Cleanup(func() { scaleToZero(t, c, w) })
 			startController(t, c, "the controller", c.Kubeconfig)
 			requestMigration(t, c, w, tc.strategy)
 			served := waitServed(t, c, w)
@@ -223,5 +226,32 @@ func expectNotRebuilt(t *testing.T, c *simcluster.Cluster, w *workload, pod *cor
 	last := log.LastID()
 	if within(time.Second, func() bool { return log.LastID() != last }) {
 		t.Errorf("the log grew from %d to %d: something consumes", last, log.LastID())
+	}
+}
+
+// scaleToZero ends the workload's pods once the test is done (after its
+// controller): the simulated cluster runs no namespace controller, so a
+// deleted namespace's pods would keep their addresses, of which the
+// simulated nodes have a few dozen for the whole suite.
+func scaleToZero(t *testing.T, c *simcluster.Cluster, w *workload) {
+	ctx := context.WithoutCancel(t.Context())
+	patch := []byte(`{"spec":{"replicas":0}}`)
+	var err error
+	if w.owner == "StatefulSet" {
+		_, err = c.Client.AppsV1().StatefulSets(w.ns).Patch(ctx, "consumer", types.MergePatchType, patch, metav1.PatchOptions{})
+	} else {
+		_, err = c.Client.AppsV1().Deployments(w.ns).Patch(ctx, "consumer", types.MergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
+		t.Logf("scale %s to 0: %v", w.owner, err)
+	}
+	if err := c.Client.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Logf("delete the pods of %s: %v", w.ns, err)
+	}
+	if !within(30*time.Second, func() bool {
+		l, err := c.Client.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(l.Items) == 0
+	}) {
+		t.Logf("pods of %s are left", w.ns)
 	}
 }
