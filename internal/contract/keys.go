@@ -81,6 +81,11 @@ const (
 	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker", "end" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+	// AnnotationReplaySkip (optional) lists delivery IDs in the range not
+	// to replay, ascending and comma-separated: deliveries the broker
+	// requeued when a restarted app had left without acking them. The
+	// controller sets it when it rebuilds such an app's state.
+	AnnotationReplaySkip = Prefix + "replay-skip"
 	// AnnotationRestoreSignature is the controller's signature of the
 	// restore annotations above, for this pod's namespace and name, with
 	// its expiry (inject.SignRestore). The webhook restores nothing unsigned.
@@ -161,6 +166,7 @@ var KnownAnnotations = map[string]bool{
 	AnnotationReplayStart:              true,
 	AnnotationReplayCutoff:             true,
 	AnnotationReplayEpoch:              true,
+	AnnotationReplaySkip:               true,
 	AnnotationMigrationName:            true,
 	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,

@@ -90,8 +90,8 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	rep, err := migrate.Rebuild(ctx, r.env(ctx, pod, name, port, token), migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
 	var after *migrate.AfterTakeover
 	if err == nil || errors.As(err, &after) {
-		msg := fmt.Sprintf("%s: the state was rebuilt: %s replayed the log after checkpoint %d to the stop's cutoff %d and serves (downtime %s)",
-			name, rep.TargetPod, rep.Start, rep.CutoffID, rep.Downtime.Round(time.Millisecond))
+		msg := fmt.Sprintf("%s: the state was rebuilt: %s replayed the log after checkpoint %d to the stop's cutoff %d, leaving out %d deliveries the broker had requeued when the app left without acking them, and serves (downtime %s)",
+			name, rep.TargetPod, rep.Start, rep.CutoffID, rep.Skipped, rep.Downtime.Round(time.Millisecond))
 		if after != nil {
 			msg += "; but " + after.Error()
 		}

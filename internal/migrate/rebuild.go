@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/replay"
 )
 
@@ -150,7 +152,7 @@ func (r *run) rebuild(ctx context.Context) error {
 	}
 	r.source, r.p.Container, r.p.TargetNode = pod, inject.AppContainer(pod), pod.Spec.NodeName
 	ep := r.endpoint(pod)
-	cutoff, epoch, stoppedAt, err := r.stopForRebuild(ctx, ep)
+	cutoff, epoch, stoppedAt, requeued, err := r.stopForRebuild(ctx, ep)
 	if err != nil {
 		return fmt.Errorf("rebuild %s/%s: stop its sidecar: %w", p.Namespace, p.Pod, err)
 	}
@@ -169,33 +171,90 @@ func (r *run) rebuild(ctx context.Context) error {
 		}
 		return nil
 	}
+	skip, err := skipIDs(from.ReplaySkip, requeued, start, cutoff)
+	if err != nil {
+		return fmt.Errorf("rebuild %s/%s: %w", p.Namespace, p.Pod, err)
+	}
 	restore := Restore{Migration: p.Name, Image: from.Image, Node: pod.Spec.NodeName, LogName: inject.LogName(pod),
-		Start: start, Cutoff: cutoff, Epoch: epoch}
+		Start: start, Cutoff: cutoff, Epoch: epoch, Skip: skip}
+	r.rep.Skipped = len(skip)
 	if ownedByStatefulSet(pod) {
 		return r.rebuildStatefulSet(ctx, restore, stoppedAt)
 	}
 	return r.rebuildCopy(ctx, restore, stoppedAt)
 }
 
-// stopForRebuild stops the sidecar at ep and returns its cutoff and epoch;
-// one that is stopped already (an earlier try) tells them by its state:
-// nothing was written to the log after its stop.
-func (r *run) stopForRebuild(ctx context.Context, ep control.Client) (cutoff, epoch uint64, at time.Time, err error) {
+// requeuedSince is what the sidecar's /state says the broker requeued
+// (proxy.State.Requeued), and below which ID that list is not complete.
+type requeuedSince struct {
+	ids     []uint64
+	evicted uint64
+}
+
+// stopForRebuild stops the sidecar at ep and returns its cutoff and epoch,
+// and the deliveries the broker requeued when the app left; one that is
+// stopped already (an earlier try) tells them by its state: nothing was
+// written to the log after its stop.
+func (r *run) stopForRebuild(ctx context.Context, ep control.Client) (cutoff, epoch uint64, at time.Time, rq requeuedSince, err error) {
 	st, err := ep.State(ctx)
 	if err != nil {
-		return 0, 0, at, err
+		return 0, 0, at, rq, err
 	}
 	switch st.Mode {
 	case "stopped":
-		return st.Log.LastID, st.Log.Epoch, r.now(), nil
+		cutoff, epoch, at = st.CutoffID, st.Epoch, r.now()
+		if cutoff == 0 {
+			cutoff, epoch = st.Log.LastID, st.Log.Epoch
+		}
 	case "replaying":
-		return 0, 0, at, errors.New("it is in replay mode again (it restarted after it took over): not rebuilt, see docs/faults.md")
+		return 0, 0, at, rq, errors.New("it is in replay mode again (it restarted after it took over): not rebuilt, see docs/faults.md")
+	default:
+		res, err := ep.Stop(ctx, r.env.Timeouts.Stop)
+		if err != nil {
+			return 0, 0, at, rq, err
+		}
+		cutoff, epoch, at = res.CutoffID, res.Epoch, res.StartedAt
+		// The stop settled what the app had; what the broker took back
+		// before it is in the state read after it.
+		if st, err = ep.State(ctx); err != nil {
+			return 0, 0, at, rq, fmt.Errorf("read its state after the stop: %w", err)
+		}
 	}
-	res, err := ep.Stop(ctx, r.env.Timeouts.Stop)
-	if err != nil {
-		return 0, 0, at, err
+	return cutoff, epoch, at, requeuedSince{ids: st.Requeued, evicted: st.RequeuedEvictedThrough}, nil
+}
+
+// skipIDs are the IDs in (start, cutoff] that a rebuild leaves out of the
+// replay: those the pod's own replay left out (had, its MS2M_REPLAY_SKIP)
+// and those the broker requeued since (rq). If the sidecar's list lost
+// IDs above start, which of them to leave out is not known: an error.
+func skipIDs(had string, rq requeuedSince, start, cutoff uint64) ([]uint64, error) {
+	if rq.evicted > start {
+		return nil, fmt.Errorf("its sidecar no longer knows every delivery the broker requeued after the checkpoint %d (its list keeps the last %d; it lost those through %d), so a replay cannot leave them out exactly", start, proxy.MaxRequeued, rq.evicted)
 	}
-	return res.CutoffID, res.Epoch, res.StartedAt, nil
+	set := map[uint64]bool{}
+	if had != "" {
+		for _, s := range strings.Split(had, ",") {
+			id, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("its sidecar's MS2M_REPLAY_SKIP %q: %w", had, err)
+			}
+			set[id] = true
+		}
+	}
+	for _, id := range rq.ids {
+		set[id] = true
+	}
+	var out []uint64
+	for id := range set {
+		if id > start && id <= cutoff {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	if len(out) > replay.MaxSkip {
+		return nil, fmt.Errorf("%d deliveries to leave out of the replay, more than %d", len(out), replay.MaxSkip)
+	}
+	return out, nil
 }
 
 // rebuildCopy rebuilds a ReplicaSet's or bare pod by a copy held by it,

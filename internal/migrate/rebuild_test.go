@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -75,6 +76,39 @@ func TestRebuildPodName(t *testing.T) {
 			other.UID += "x"
 			if RebuildPodName(other) == got {
 				t.Errorf("two pods get the same copy's name %q", got)
+			}
+		})
+	}
+}
+
+func TestSkipIDs(t *testing.T) {
+	for name, tc := range map[string]struct {
+		had           string
+		rq            requeuedSince
+		start, cutoff uint64
+		want          []uint64
+		wantErr       string
+	}{
+		"none":                                   {start: 10, cutoff: 50},
+		"the broker's, in range":                 {rq: requeuedSince{ids: []uint64{3, 11, 12, 50, 51}}, start: 10, cutoff: 50, want: []uint64{11, 12, 50}},
+		"the pod's own and the broker's, merged": {had: "14,20", rq: requeuedSince{ids: []uint64{12, 20, 30}}, start: 10, cutoff: 50, want: []uint64{12, 14, 20, 30}},
+		"lost below the checkpoint is fine":      {rq: requeuedSince{ids: []uint64{40}, evicted: 9}, start: 10, cutoff: 50, want: []uint64{40}},
+		"lost above the checkpoint":              {rq: requeuedSince{ids: []uint64{40}, evicted: 11}, start: 10, cutoff: 50, wantErr: "no longer knows"},
+		"a bad list of its own":                  {had: "1,x", start: 0, cutoff: 5, wantErr: "MS2M_REPLAY_SKIP"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := skipIDs(tc.had, tc.rq, tc.start, tc.cutoff)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}
