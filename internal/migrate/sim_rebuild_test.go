@@ -152,9 +152,10 @@ func waitServed(t *testing.T, c *simcluster.Cluster, w *workload) *corev1.Pod {
 		got = p
 		return true
 	})
-	if _, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(got.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("the migration's pending-migration ConfigMap is still there (err %v)", err)
-	}
+	testenv.Eventually(t, 30*time.Second, "the migration's pending-migration ConfigMap goes", func() bool {
+		_, err := c.Client.CoreV1().ConfigMaps(w.ns).Get(t.Context(), contract.PendingConfigMapName(got.Name), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 	sp := c.Nodes[nodeB].Pod(w.ns, got.Name)
 	before := sp.App.State().Last
 	testenv.Eventually(t, 10*time.Second, got.Name+" processes new deliveries", func() bool { return sp.App.State().Last > before+3 })
