@@ -84,10 +84,20 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	r.running.Store(migrate.MigrationLabel(name), true)
 	defer r.running.Delete(migrate.MigrationLabel(name))
 	logger := log.FromContext(ctx).WithValues("rebuild", name)
-	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonAppRestarted, "Rebuild",
-		"the app container restarted (restartCount %d, %d when the pod took over) and came back from the checkpoint without what it processed since; its sidecar is stopped and the state rebuilt from the replay log (%s)", now, was, name)
-	logger.Info("app restarted: rebuilding its state", "restarts", now, "was", was)
-	rep, err := migrate.Rebuild(ctx, r.env(ctx, pod, name, port, token), migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
+	env := r.env(ctx, pod, name, port, token)
+	phaseEvent := env.Progress
+	env.Progress = func(phase string, took time.Duration) {
+		if phase == "stop" { // the rebuild has begun: say why first
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonAppRestarted, "Rebuild",
+				"the app container restarted (restartCount %d, %d when the pod took over) and came back from the checkpoint without what it processed since; its sidecar is stopped and the state rebuilt from the replay log (%s)", now, was, name)
+			logger.Info("app restarted: rebuilding its state", "restarts", now, "was", was)
+		}
+		phaseEvent(phase, took)
+	}
+	rep, err := migrate.Rebuild(ctx, env, migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
+	if errors.Is(err, migrate.ErrRebuildNotYet) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	var after *migrate.AfterTakeover
 	if err == nil || errors.As(err, &after) {
 		msg := fmt.Sprintf("%s: the state was rebuilt: %s replayed the log after checkpoint %d to the stop's cutoff %d, leaving out %d deliveries the broker had requeued when the app left without acking them, and serves (downtime %s)",

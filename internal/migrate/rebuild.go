@@ -58,6 +58,11 @@ import (
 // trying again cannot mend it.
 var ErrStateLost = errors.New("the replay log no longer holds the records after the checkpoint, so the app's state cannot be rebuilt")
 
+// ErrRebuildNotYet is the error of a rebuild that found the pod's
+// migration not quite finished (a StatefulSet's pending-migration record
+// still there): nothing was done; try again shortly.
+var ErrRebuildNotYet = errors.New("the pod's migration has not finished yet")
+
 // AppRestarts is the restartCount of pod's app container.
 func AppRestarts(pod *corev1.Pod) int32 {
 	app := inject.AppContainer(pod)
@@ -152,6 +157,19 @@ func (r *run) rebuild(ctx context.Context) error {
 	}
 	r.source, r.p.Container, r.p.TargetNode = pod, inject.AppContainer(pod), pod.Spec.NodeName
 	ep := r.endpoint(pod)
+	if ownedByStatefulSet(pod) {
+		// The migration that restored the pod deletes its record once the
+		// pod serves; the rebuild's own record must not be taken for it.
+		// A record beside a stopped sidecar is an earlier try's.
+		cm := contract.PendingConfigMapName(pod.Name)
+		if _, err := cs.CoreV1().ConfigMaps(p.Namespace).Get(ctx, cm, metav1.GetOptions{}); err == nil {
+			if st, err := ep.State(ctx); err != nil || st.Mode != "stopped" {
+				return fmt.Errorf("rebuild %s/%s: ConfigMap %s is still there: %w", p.Namespace, p.Pod, cm, ErrRebuildNotYet)
+			}
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("rebuild %s/%s: ConfigMap %s: %w", p.Namespace, p.Pod, cm, err)
+		}
+	}
 	cutoff, epoch, stoppedAt, requeued, err := r.stopForRebuild(ctx, ep)
 	if err != nil {
 		return fmt.Errorf("rebuild %s/%s: stop its sidecar: %w", p.Namespace, p.Pod, err)
