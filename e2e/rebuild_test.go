@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -16,10 +17,11 @@ import (
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
-// TestRestoredAppKilledIsRebuilt: a consumer migrated by ms2m (through
-// the controller) serves on node 2 while the producer goes on; then its
-// app container's process is SIGKILLed on the node, holding deliveries
-// it has not acked. The kubelet restarts it from the checkpoint image,
+// TestRestoredAppKilledIsRebuilt: a consumer (prefetch 10) migrated by
+// ms2m-cutoff (through the controller) serves on node 2 while the
+// producer goes on faster than it consumes (25/s against μ = 20/s, so its
+// prefetch window stays full); then its app container's process is
+// SIGKILLed on the node, holding 10 deliveries it has not acked. The kubelet restarts it from the checkpoint image,
 // without what it processed since. The controller sees the restart,
 // stops the pod's sidecar and restores the same checkpoint again on node
 // 2, replaying the log to the stop's cutoff without the deliveries the
@@ -35,7 +37,9 @@ func TestRestoredAppKilledIsRebuilt(t *testing.T) {
 		t.Skip("kills a container through its node's containerd, which only the suite's own cluster gives the test")
 	}
 	name := testenv.UniqueName("rb")
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 20})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Mutate: func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "PREFETCH", Value: "10"})
+	}})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
@@ -52,8 +56,8 @@ func TestRestoredAppKilledIsRebuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod := produce(t, src, name, 10, 600, 20)
-	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrateTo: l.NodeName(2), contract.AnnotationStrategy: string(contract.StrategyMS2M)})
+	prod := produce(t, src, name, 25, 600, 20)
+	annotate(t, ctx, l, name, map[string]any{contract.AnnotationMigrateTo: l.NodeName(2), contract.AnnotationStrategy: string(contract.StrategyMS2MCutoff)})
 	served, status := waitOutcome(t, ctx, l, name, src)
 	if status.Phase != contract.PhaseSucceeded {
 		t.Fatalf("the migration ended %s: %s", status.Phase, status.Message)
@@ -93,5 +97,9 @@ func TestRestoredAppKilledIsRebuilt(t *testing.T) {
 	}
 	waitEventSaying(t, ctx, l, served, contract.ReasonStateRebuilt, "the state was rebuilt")
 	t.Logf("rebuilt as %s, restored from %s", rebuilt.Name, rebuilt.Annotations[contract.AnnotationRestoredFrom])
+	var from inject.RestoredFrom
+	if err := json.Unmarshal([]byte(rebuilt.Annotations[contract.AnnotationRestoredFrom]), &from); err != nil || from.ReplaySkip == "" {
+		t.Errorf("the rebuild left nothing out of its replay (%v): the killed app held no unacked delivery, so the fault did not fire", err)
+	}
 	expectExact(t, ctx, prod, rebuilt)
 }
