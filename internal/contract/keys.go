@@ -81,6 +81,11 @@ const (
 	AnnotationReplayCutoff  = Prefix + "replay-cutoff" // "marker", "end" or the last ID to replay
 	AnnotationReplayEpoch   = Prefix + "replay-epoch"  // the log's epoch at the checkpoint (optional; default 0)
 	AnnotationMigrationName = Prefix + "migration"     // the migration this pod belongs to
+	// AnnotationReplaySkip (optional) lists delivery IDs in the range not
+	// to replay, ascending and comma-separated: deliveries the broker
+	// requeued when a restarted app had left without acking them. The
+	// controller sets it when it rebuilds such an app's state.
+	AnnotationReplaySkip = Prefix + "replay-skip"
 	// AnnotationRestoreSignature is the controller's signature of the
 	// restore annotations above, for this pod's namespace and name, with
 	// its expiry (inject.SignRestore). The webhook restores nothing unsigned.
@@ -91,6 +96,16 @@ const (
 	// replayed, which an app restarted from that checkpoint needs again.
 	// The migrator writes it; nothing acts on it at admission.
 	AnnotationRestoredFrom = Prefix + "restored-from"
+
+	// ConditionStateNotRebuilt is the pod condition the controller sets
+	// (status True) on a restored pod whose app restarted and whose state
+	// it could not rebuild: its sidecar is stopped and consumes nothing.
+	// Reason ConditionReasonRetention says the replay log no longer holds
+	// the records after the checkpoint (not retried); ConditionReasonFailed
+	// that a rebuild failed otherwise (retried).
+	ConditionStateNotRebuilt = Prefix + "StateNotRebuilt"
+	ConditionReasonRetention = "ReplayLogRetention"
+	ConditionReasonFailed    = "RebuildFailed"
 
 	// AnnotationOnEvict "migrate" on a pod turns an eviction of it (kubectl
 	// drain, the cluster autoscaler) into a migration: the eviction is
@@ -151,6 +166,7 @@ var KnownAnnotations = map[string]bool{
 	AnnotationReplayStart:              true,
 	AnnotationReplayCutoff:             true,
 	AnnotationReplayEpoch:              true,
+	AnnotationReplaySkip:               true,
 	AnnotationMigrationName:            true,
 	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,

@@ -46,6 +46,22 @@ const (
 	// replay exactly (interrupted, or its shadow died before its cutoff)
 	// was deleted, for its StatefulSet to make it again as the restore.
 	ReasonMigrationRestoreRedone = "MigrationRestoreRedone"
+	// ReasonAppRestarted (Warning, on a restored pod that serves): its app
+	// container restarted, and so came back from the checkpoint image
+	// without what it processed since; its sidecar was stopped (it
+	// consumes nothing) and its state is being rebuilt from the log.
+	ReasonAppRestarted = "AppRestarted"
+	// ReasonStateRebuilt (Normal, on the restarted pod and its
+	// replacement): a new restore of the same checkpoint replayed the
+	// log to the stopped sidecar's cutoff and serves with the exact
+	// state.
+	ReasonStateRebuilt = "StateRebuilt"
+	// ReasonStateNotRebuilt (Warning, on the restarted pod): its state
+	// could not be rebuilt; its sidecar stays stopped, so that nothing is
+	// consumed on the wrong state, and the pod carries the condition
+	// ConditionStateNotRebuilt. Retried unless the log no longer holds the
+	// records after the checkpoint.
+	ReasonStateNotRebuilt = "StateNotRebuilt"
 	// ReasonForgedMigrationStatus (Warning): the pod's migration status is
 	// not signed by the controller's key; it is ignored (no rollback, no
 	// image deletion).
@@ -74,6 +90,9 @@ var ControllerReasons = []string{
 	ReasonMigrationContinued,
 	ReasonMigrationPending,
 	ReasonMigrationRestoreRedone,
+	ReasonAppRestarted,
+	ReasonStateRebuilt,
+	ReasonStateNotRebuilt,
 	ReasonForgedMigrationStatus,
 	ReasonEvacuationTarget,
 	ReasonEvacuationWaiting,

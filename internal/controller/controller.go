@@ -150,6 +150,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.setupEvacuation(mgr); err != nil {
 		return err
 	}
+	if err := r.setupRebuild(mgr); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pending-migration").
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {

@@ -41,7 +41,8 @@ func restoreInput(p *corev1.Pod, pending *Migration) Input {
 	}
 	if a := p.Annotations; a[contract.AnnotationRestoreImage] != "" {
 		m := Migration{Name: a[contract.AnnotationMigrationName], Image: a[contract.AnnotationRestoreImage], Node: a[contract.AnnotationRestoreNode], LogName: a[contract.AnnotationLogName],
-			ReplayStart: a[contract.AnnotationReplayStart], ReplayCutoff: a[contract.AnnotationReplayCutoff], ReplayEpoch: a[contract.AnnotationReplayEpoch]}
+			ReplayStart: a[contract.AnnotationReplayStart], ReplayCutoff: a[contract.AnnotationReplayCutoff], ReplayEpoch: a[contract.AnnotationReplayEpoch],
+			ReplaySkip: a[contract.AnnotationReplaySkip]}
 		a[contract.AnnotationRestoreSignature] = SignRestore(testConfig.RestoreKey, p.Namespace, p.Name, m, exp)
 	}
 	return Input{Pod: p, Pending: pending}

@@ -22,7 +22,7 @@ var restoreAnnotations = []string{
 
 // restoreOnly are the restore annotations that mean nothing without
 // contract.AnnotationRestoreImage (contract.AnnotationLogName does: it names the log).
-var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
+var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationReplaySkip, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
 
 // restoreAsked says whether the pod asks to be a restore, and the
 // migration's name as far as it is known ("" when it is not).
@@ -67,6 +67,7 @@ func restoreRequest(pod *corev1.Pod, pending *Migration, cfg Config) (*Migration
 			ReplayStart:  ann[contract.AnnotationReplayStart],
 			ReplayCutoff: ann[contract.AnnotationReplayCutoff],
 			ReplayEpoch:  ann[contract.AnnotationReplayEpoch],
+			ReplaySkip:   ann[contract.AnnotationReplaySkip],
 			Signature:    ann[contract.AnnotationRestoreSignature],
 		}
 		if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, "annotation "+contract.AnnotationRestoreImage,
@@ -121,6 +122,9 @@ func checkPending(namespace string, p *Migration) error {
 	if msg := checkReplayRange(p.ReplayStart, p.ReplayCutoff); msg != "" {
 		bad = append(bad, msg)
 	}
+	if p.ReplaySkip != "" {
+		add("replaySkip", p.ReplaySkip, checkReplaySkip(p.ReplaySkip))
+	}
 	if len(bad) > 0 {
 		return denyf("pending migration %q for this pod is invalid (%s): the migrator must fix or delete it", p.Name, strings.Join(bad, "; "))
 	}
@@ -160,6 +164,11 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 		epoch = "0"
 	}
 	setEnv(sidecar, envReplayEpoch, epoch)
+	if m.ReplaySkip != "" {
+		setEnv(sidecar, envReplaySkip, m.ReplaySkip)
+	} else {
+		unsetEnv(sidecar, envReplaySkip) // a copy of a rebuilt pod's spec carries its own
+	}
 	cutoff := "the cutoff marker"
 	if epoch != "0" {
 		cutoff += " of an epoch after " + epoch
@@ -191,6 +200,7 @@ var RestoreRequestAnnotations = []string{
 	contract.AnnotationReplayStart,
 	contract.AnnotationReplayCutoff,
 	contract.AnnotationReplayEpoch,
+	contract.AnnotationReplaySkip,
 	contract.AnnotationMigrationName,
 	contract.AnnotationRestoreSignature,
 }
@@ -208,6 +218,12 @@ type RestoredFrom struct {
 	ReplayStart  string `json:"replayStart"`
 	ReplayCutoff string `json:"replayCutoff"`
 	ReplayEpoch  string `json:"replayEpoch,omitempty"`
+	// ReplaySkip are the IDs the replay left out (MS2M_REPLAY_SKIP).
+	ReplaySkip string `json:"replaySkip,omitempty"`
+	// AppRestarts is the app container's restartCount when the pod took
+	// over (the migrator sets it): a higher count means the app restarted
+	// since, from the checkpoint, and its state must be rebuilt.
+	AppRestarts int32 `json:"appRestarts"`
 }
 
 // RestoredFromPod reads the restore pod was made as from its status and
@@ -229,6 +245,8 @@ func RestoredFromPod(pod *corev1.Pod) (RestoredFrom, bool) {
 			out.ReplayCutoff = e.Value
 		case envReplayEpoch:
 			out.ReplayEpoch = e.Value
+		case envReplaySkip:
+			out.ReplaySkip = e.Value
 		}
 	}
 	out.LogName = LogName(pod)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ms2m/ms2m/internal/contract"
 )
@@ -72,6 +73,63 @@ func TestRestoreNeedsTheWebhooksKey(t *testing.T) {
 		var deny *DenyError
 		if !errors.As(err, &deny) || !strings.Contains(deny.Msg, tc.want) {
 			t.Errorf("%s: Inject = %v; want a denial saying %q", name, err, tc.want)
+		}
+	}
+}
+
+// TestRestoreSkip: the IDs a rebuild leaves out of the replay reach the
+// sidecar (MS2M_REPLAY_SKIP) and are read back, from annotations and from
+// a pending record alike; the signature covers them, and a list that is
+// not ascending whole numbers is denied.
+func TestRestoreSkip(t *testing.T) {
+	annotated := func(skip string) *corev1.Pod {
+		return testPod(map[string]string{
+			contract.AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", contract.AnnotationRestoreNode: "node-b", contract.AnnotationReplayStart: "85",
+			contract.AnnotationReplayCutoff: "120", contract.AnnotationReplayEpoch: "3", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d",
+			contract.AnnotationReplaySkip: skip,
+		}, lit(envAMQPURL, "amqp://rabbit"))
+	}
+	for name, tc := range map[string]struct {
+		in       Input
+		tamper   string // the skip list changed after signing
+		wantSkip string
+		wantDeny string
+	}{
+		"by annotations": {in: restoreInput(annotated("86,90,91"), nil), wantSkip: "86,90,91"},
+		"by a pending record": {in: restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")),
+			&Migration{Name: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.app-0", ReplayStart: "7", ReplayCutoff: "19", ReplaySkip: "8,12"}), wantSkip: "8,12"},
+		"changed after signing": {in: restoreInput(annotated("86,90"), nil), tamper: "86", wantDeny: "its signature does not match"},
+		"not ascending":         {in: restoreInput(annotated("90,86"), nil), wantDeny: "ms2m.io/replay-skip"},
+		"not a number":          {in: restoreInput(annotated("86,x"), nil), wantDeny: "ms2m.io/replay-skip"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.tamper != "" {
+				tc.in.Pod.Annotations[contract.AnnotationReplaySkip] = tc.tamper
+			}
+			res, err := Inject(tc.in, testConfig)
+			if tc.wantDeny != "" {
+				var deny *DenyError
+				if !errors.As(err, &deny) || !strings.Contains(deny.Msg, tc.wantDeny) {
+					t.Fatalf("Inject = %v; want a denial saying %q", err, tc.wantDeny)
+				}
+				return
+			}
+			if err != nil || res.Pod == nil {
+				t.Fatalf("inject: %v, %+v", err, res)
+			}
+			got, ok := RestoredFromPod(res.Pod)
+			if !ok || got.ReplaySkip != tc.wantSkip {
+				t.Errorf("RestoredFromPod: %+v (%v), want the skip list %q", got, ok, tc.wantSkip)
+			}
+		})
+	}
+	// A copy of a rebuilt pod's spec, restored without a skip list,
+	// does not keep the one its sidecar had.
+	c := corev1.Container{Env: []corev1.EnvVar{lit(envReplaySkip, "86"), lit("OTHER", "x")}}
+	applyRestore(&corev1.Pod{}, &corev1.Container{}, &c, &Migration{Name: "m", Image: "i", Node: "n", LogName: "l", ReplayStart: "1", ReplayCutoff: "2"})
+	for _, e := range c.Env {
+		if e.Name == envReplaySkip {
+			t.Errorf("a restore without a skip list kept %s=%s from the pod it copies", e.Name, e.Value)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,7 @@ const (
 	envReplayStart      = "MS2M_REPLAY_START"
 	envReplayCutoff     = "MS2M_REPLAY_CUTOFF"
 	envReplayEpoch      = "MS2M_REPLAY_EPOCH"
+	envReplaySkip       = "MS2M_REPLAY_SKIP"
 	envBroker           = "MS2M_BROKER"
 	envNATSLogURL       = "MS2M_NATS_URL"
 )
@@ -207,6 +209,11 @@ func setEnv(c *corev1.Container, name, value string) {
 	if !found {
 		c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
 	}
+}
+
+// unsetEnv removes every var named name from c.
+func unsetEnv(c *corev1.Container, name string) {
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -32,7 +32,11 @@ func restoreParts(namespace, pod, expiry string, m Migration) []string {
 	if epoch == "" {
 		epoch = "0"
 	}
-	return []string{namespace, pod, expiry, m.Name, m.Image, m.Node, m.LogName, m.ReplayStart, m.ReplayCutoff, epoch}
+	parts := []string{namespace, pod, expiry, m.Name, m.Image, m.Node, m.LogName, m.ReplayStart, m.ReplayCutoff, epoch}
+	if m.ReplaySkip != "" {
+		parts = append(parts, "skip="+m.ReplaySkip)
+	}
+	return parts
 }
 
 // SignRestore is the signature of restore m for pod namespace/pod, valid

@@ -77,6 +77,9 @@ type Migration struct {
 	// ReplayEpoch is the log's epoch at the checkpoint: a "marker" cutoff
 	// is only taken from a marker of a later epoch. Empty means 0.
 	ReplayEpoch string `json:"replayEpoch,omitempty"`
+	// ReplaySkip are delivery IDs in the range not to replay, ascending
+	// and comma-separated (MS2M_REPLAY_SKIP). Empty: none.
+	ReplaySkip string `json:"replaySkip,omitempty"`
 	// Signature is the controller's (SignRestore) for the pod of the
 	// pending record's name, in its namespace.
 	Signature string `json:"signature,omitempty"`

@@ -100,6 +100,7 @@ var annotationChecks = []annotationCheck{
 	{contract.AnnotationReplayStart, func(_ *corev1.Pod, v string) string { return checkReplayStart(v) }},
 	{contract.AnnotationReplayCutoff, func(_ *corev1.Pod, v string) string { return checkReplayCutoff(v) }},
 	{contract.AnnotationReplayEpoch, func(_ *corev1.Pod, v string) string { return checkReplayEpoch(v) }},
+	{contract.AnnotationReplaySkip, func(_ *corev1.Pod, v string) string { return checkReplaySkip(v) }},
 	{contract.AnnotationMigrationName, func(_ *corev1.Pod, v string) string { return checkMigrationName(v) }},
 }
 
@@ -216,6 +217,29 @@ func checkReplayEpoch(v string) string {
 	}
 	return ""
 }
+
+// checkReplaySkip checks a list of delivery IDs not to replay: whole
+// numbers above 0, ascending, comma-separated, at most maxReplaySkip. That
+// they lie in the range is the sidecar's to check (replay.Range.Validate).
+func checkReplaySkip(v string) string {
+	const msg = "use delivery IDs, whole numbers above 0, ascending and comma-separated, at most 10000"
+	parts := strings.Split(v, ",")
+	if len(parts) > maxReplaySkip {
+		return msg
+	}
+	var last uint64
+	for _, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || n <= last || p != strconv.FormatUint(n, 10) {
+			return msg
+		}
+		last = n
+	}
+	return ""
+}
+
+// maxReplaySkip is replay.MaxSkip (inject imports no replay).
+const maxReplaySkip = 10000
 
 func checkReplayCutoff(v string) string {
 	if v == "marker" || v == "end" {

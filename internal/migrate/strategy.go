@@ -190,6 +190,9 @@ type Report struct {
 	// Warnings are what went wrong after the target took over without
 	// failing the migration (its restore annotations left, say).
 	Warnings []string `json:"warnings,omitempty"`
+	// Skipped (a rebuild) is how many deliveries its replay left out:
+	// the broker had requeued them when the app left without acking them.
+	Skipped int `json:"skipped,omitempty"`
 }
 
 // Refused is the error of a migration that Run refused before it touched

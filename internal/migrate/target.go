@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,13 +31,22 @@ type Restore struct {
 	// Epoch is the log's epoch at the checkpoint: only a cutoff marker of
 	// a later epoch ends the replay.
 	Epoch uint64
+	// Skip are delivery IDs in the range not to replay, ascending: what
+	// the broker requeued when a restarted app left without acking it
+	// (Rebuild).
+	Skip []uint64
 }
 
 // instruction is r as the webhook reads it, unsigned.
 func (r Restore) instruction() inject.Migration {
+	skip := make([]string, len(r.Skip))
+	for i, id := range r.Skip {
+		skip[i] = strconv.FormatUint(id, 10)
+	}
 	return inject.Migration{
 		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
 		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
+		ReplaySkip: strings.Join(skip, ","),
 	}
 }
 
@@ -78,6 +88,10 @@ func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires t
 		delete(p.Annotations, k)
 	}
 	m := r.instruction()
+	delete(p.Annotations, contract.AnnotationReplaySkip)
+	if m.ReplaySkip != "" {
+		p.Annotations[contract.AnnotationReplaySkip] = m.ReplaySkip
+	}
 	for k, v := range map[string]string{
 		contract.AnnotationRestoreImage:     m.Image,
 		contract.AnnotationRestoreNode:      m.Node,
@@ -107,6 +121,7 @@ func Served(ctx context.Context, cs kubernetes.Interface, ns, name string) error
 	if !ok {
 		return nil
 	}
+	from.AppRestarts = AppRestarts(pod)
 	ann := map[string]any{contract.AnnotationRestoredFrom: from.Encode()}
 	for _, k := range inject.RestoreRequestAnnotations {
 		if _, ok := pod.Annotations[k]; ok {

@@ -422,9 +422,12 @@ func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool)
 // takes them back.
 func (c *conn) dropOutstanding(ch *channel) {
 	byQueue := map[string]int{}
+	ids := make([]uint64, 0, len(ch.outstanding))
 	for _, d := range ch.outstanding {
 		byQueue[d.queue]++
+		ids = append(ids, d.id)
 	}
+	c.p.noteRequeued(ids)
 	for q, n := range byQueue {
 		c.p.tracker.Dropped(q, n)
 	}

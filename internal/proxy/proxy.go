@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -137,6 +138,15 @@ type Proxy struct {
 	// the app consumes (queues.go). Guarded by mu.
 	declared     map[string]string
 	unreplayable map[string]*unreplayable
+
+	// requeued are the delivery IDs the app was handed and never settled
+	// when its channel or connection ended (or it asked basic.recover):
+	// the broker took them back and delivers them again under new IDs.
+	// The oldest go beyond maxRequeued; requeuedEvicted is the highest
+	// of those. Guarded by requeuedMu alone (taken under conn.mu).
+	requeuedMu      sync.Mutex
+	requeued        []uint64
+	requeuedEvicted uint64
 
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked
@@ -456,6 +466,33 @@ type State struct {
 	// cannot carry over (exclusive, auto-delete, server-named): a
 	// migrator refuses to checkpoint such an app.
 	Unreplayable []UnreplayableQueue `json:"unreplayable,omitempty"`
+	// Requeued are the delivery IDs, ascending, that the app was handed
+	// and never settled when its channel or connection ended: the broker
+	// requeued them, and they are in the log a second time under the IDs
+	// of their redeliveries. A replay for an app that lost its state with
+	// them (it restarted from a checkpoint) skips them (MS2M_REPLAY_SKIP).
+	// The list keeps the last MaxRequeued; RequeuedEvictedThrough is the
+	// highest ID dropped from it, so below it the list is not complete.
+	Requeued               []uint64 `json:"requeued,omitempty"`
+	RequeuedEvictedThrough uint64   `json:"requeuedEvictedThrough,omitempty"`
+}
+
+// MaxRequeued bounds State.Requeued.
+const MaxRequeued = 4096
+
+// noteRequeued records ids, which the broker took back (State.Requeued).
+func (p *Proxy) noteRequeued(ids []uint64) {
+	if len(ids) == 0 {
+		return
+	}
+	p.requeuedMu.Lock()
+	defer p.requeuedMu.Unlock()
+	p.requeued = append(p.requeued, ids...)
+	slices.Sort(p.requeued)
+	if n := len(p.requeued) - MaxRequeued; n > 0 {
+		p.requeuedEvicted = max(p.requeuedEvicted, p.requeued[n-1])
+		p.requeued = append(p.requeued[:0], p.requeued[n:]...)
+	}
 }
 
 // ReplayState is a target sidecar's replay progress.
@@ -521,6 +558,9 @@ func (p *Proxy) State() State {
 	if len(unreplayable) > 0 {
 		st.Unreplayable = unreplayable
 	}
+	p.requeuedMu.Lock()
+	st.Requeued, st.RequeuedEvictedThrough = slices.Clone(p.requeued), p.requeuedEvicted
+	p.requeuedMu.Unlock()
 	if mode == Stopped {
 		st.CutoffID, st.Epoch = cutoff, epoch
 	}

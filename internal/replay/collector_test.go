@@ -75,6 +75,11 @@ func TestCollector(t *testing.T) {
 			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(2, "a"), del(3, "a")},
 			wantA: []uint64{1, 2, 3}, wantCutoff: 3, wantComplete: true,
 		},
+		"skipped IDs are not replayed": {
+			rng:   Range{Start: 1, Cutoff: 6, Skip: []uint64{3, 4, 6}},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "b"), del(7, "a")},
+			wantA: []uint64{2, 5}, wantCutoff: 6, wantComplete: true,
+		},
 		"start older than retention": {
 			rng:     Range{Start: 2},
 			log:     []shadowqueue.Record{del(5, "a")},
@@ -109,6 +114,14 @@ func TestCollector(t *testing.T) {
 }
 
 func TestRangeValidate(t *testing.T) {
+	for _, skip := range [][]uint64{{5}, {7}, {6, 6}, {6, 5}} {
+		if err := (Range{Start: 5, Cutoff: 6, Skip: skip}).Validate(); err == nil {
+			t.Errorf("skip %v in (5, 6] validated", skip)
+		}
+	}
+	if err := (Range{Start: 5, Cutoff: 6, Skip: []uint64{6}}).Validate(); err != nil {
+		t.Errorf("skip [6] in (5, 6]: %v", err)
+	}
 	if err := (Range{Start: 5, Cutoff: 3}).Validate(); err == nil {
 		t.Error("cutoff below start accepted")
 	}

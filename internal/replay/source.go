@@ -52,7 +52,17 @@ type Range struct {
 	// own deliveries, of an earlier epoch, never extend a cutoff, nor does
 	// a fixed cutoff without the stop's epoch (Epoch 0).
 	LogEnd, LogEndEpoch uint64
+	// Skip are delivery IDs in the range not to replay: deliveries the
+	// app was handed and never acked before its connection ended, which
+	// the broker requeued and delivered again under other IDs (the
+	// sidecar reports them in /state's requeued; the migrator passes
+	// them when it rebuilds a restarted app's state, MS2M_REPLAY_SKIP).
+	// Ascending, at most MaxSkip.
+	Skip []uint64
 }
+
+// MaxSkip bounds Range.Skip.
+const MaxSkip = 10000
 
 func (r Range) String() string {
 	switch {
@@ -85,6 +95,14 @@ func (r Range) Validate() error {
 	if r.Cutoff != 0 && r.Cutoff < r.Start {
 		return fmt.Errorf("cutoff ID %d is below start ID %d: nothing can be replayed; check the migration's checkpoint and cutoff", r.Cutoff, r.Start)
 	}
+	if len(r.Skip) > MaxSkip {
+		return fmt.Errorf("%d IDs to skip, more than %d", len(r.Skip), MaxSkip)
+	}
+	for i, id := range r.Skip {
+		if id <= r.Start || (r.Cutoff != 0 && id > r.Cutoff) || (i > 0 && id <= r.Skip[i-1]) {
+			return fmt.Errorf("the IDs to skip must ascend within the range (%d, cutoff]; %d does not", r.Start, id)
+		}
+	}
 	return nil
 }
 
@@ -103,6 +121,8 @@ type Collector struct {
 	// pubs holds the source's recorded publishes (publish checking) by the
 	// delivery ID they are attributed to, for IDs in the range.
 	pubs map[uint64][]shadowqueue.Publish
+	// skip are the range's IDs not to replay (Range.Skip).
+	skip map[uint64]bool
 }
 
 // NewCollector returns a Collector for rng.
@@ -110,7 +130,14 @@ func NewCollector(rng Range) *Collector {
 	if rng.ToEnd {
 		rng.Cutoff, rng.ToEnd = rng.end(), false // a fixed cutoff from here on
 	}
-	return &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
+	c := &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
+	if len(rng.Skip) > 0 {
+		c.skip = make(map[uint64]bool, len(rng.Skip))
+		for _, id := range rng.Skip {
+			c.skip[id] = true
+		}
+	}
+	return c
 }
 
 // Add takes the next record of the log. It returns ErrRetention if the
@@ -142,7 +169,9 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			c.complete = true
 			return nil
 		}
-		c.queues[r.Queue] = append(c.queues[r.Queue], r)
+		if !c.skip[r.ID] {
+			c.queues[r.Queue] = append(c.queues[r.Queue], r)
+		}
 		if c.cutoff != 0 && r.ID == c.cutoff {
 			c.complete, c.epoch = true, r.Epoch
 		}

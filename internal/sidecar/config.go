@@ -103,6 +103,10 @@ type Config struct {
 	// it): with a "marker" cutoff, only a cutoff marker of a later epoch
 	// ends the replay, so that one an earlier migration left is not taken.
 	ReplayEpoch string `env:"MS2M_REPLAY_EPOCH"`
+	// ReplaySkip are delivery IDs in the range not to replay, ascending,
+	// comma-separated: what the app was handed and never acked before its
+	// connection ended, which the broker delivered again under other IDs.
+	ReplaySkip string `env:"MS2M_REPLAY_SKIP"`
 	// PublishCheck turns publish checking on: serving, the sidecar records
 	// the app's publishes in the log (a digest per publish); replaying, it
 	// compares the publishes it absorbs against the source's and reports
@@ -329,8 +333,11 @@ func (c *Config) Replay() (replay.Range, bool, error) {
 			return r, true, fmt.Errorf("MS2M_REPLAY_EPOCH=%q: want the log's epoch at the checkpoint, a whole number >= 0", c.ReplayEpoch)
 		}
 	}
+	if r.Skip, err = ParseSkip(c.ReplaySkip); err != nil {
+		return r, true, fmt.Errorf("MS2M_REPLAY_SKIP: %w", err)
+	}
 	if err := r.Validate(); err != nil {
-		return r, true, fmt.Errorf("MS2M_REPLAY_START and MS2M_REPLAY_CUTOFF: %w", err)
+		return r, true, fmt.Errorf("MS2M_REPLAY_START, MS2M_REPLAY_CUTOFF and MS2M_REPLAY_SKIP: %w", err)
 	}
 	return r, true, nil
 }
@@ -365,4 +372,25 @@ func redactUnparsed(uri string) string {
 		start = i + len("://")
 	}
 	return uri[:start] + "xxxxx@" + uri[at+1:]
+}
+
+// ParseSkip reads MS2M_REPLAY_SKIP: delivery IDs, comma-separated; ""
+// is none. Their order and range are Range.Validate's to check.
+func ParseSkip(v string) ([]uint64, error) {
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > replay.MaxSkip {
+		return nil, fmt.Errorf("%d IDs, more than %d", len(parts), replay.MaxSkip)
+	}
+	out := make([]uint64, 0, len(parts))
+	for _, p := range parts {
+		id, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("%q is not a delivery ID (want whole numbers > 0, comma-separated)", p)
+		}
+		out = append(out, id)
+	}
+	return out, nil
 }

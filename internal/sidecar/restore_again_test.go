@@ -2,9 +2,12 @@ package sidecar_test
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/sidecar"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -78,5 +81,89 @@ func TestReplayToTheLogsEnd(t *testing.T) {
 	})
 	if got.Count != n || got.Hash != want || got.Skipped != 0 {
 		t.Fatalf("target replaying to the log's end: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
+	}
+}
+
+// TestRebuildSkipsWhatTheCrashedAppHeld: a restored pod's app (here from
+// checkpoint 0: empty) is killed while it holds its prefetch window
+// unacked; the broker requeues those deliveries, which are in the log
+// already, and the app restarted from the checkpoint takes them again
+// under new IDs. The sidecar lists the IDs it handed out and never acked
+// in /state's requeued. The rebuild the controller then makes (the stop's
+// cutoff, the same checkpoint) skips them (MS2M_REPLAY_SKIP): the
+// producer's hash, each message once. Replaying them as well would fold
+// each twice; the log holds their redeliveries, which shows it.
+func TestRebuildSkipsWhatTheCrashedAppHeld(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	served := e.start(sidecar.Options{})
+	pe := &env{t: t, broker: e.broker, log: e.log, sc: served}
+	want := produce(t, e, q, n, "0")
+	first, firstCmd := goConsumer(t, served, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
+		s, _ := appStateAt(first)
+		return s.Count >= n/4
+	})
+	_ = firstCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
+	var st struct {
+		Requeued []uint64 `json:"requeued"`
+	}
+	testenv.Eventually(t, 30*time.Second, "the sidecar to list what the killed app held", func() bool {
+		pe.call("GET", "/state", &st)
+		return len(st.Requeued) > 0
+	})
+	// The app, restarted from the checkpoint, takes the redeliveries and more.
+	second, secondCmd := goConsumer(t, served, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the restarted app to process a part", func() bool {
+		s, _ := appStateAt(second)
+		return s.Count >= n/4
+	})
+	var stop struct {
+		CutoffID uint64 `json:"cutoffId"`
+		Epoch    uint64 `json:"epoch"`
+	}
+	if code := pe.call("POST", "/stop?timeout=20s", &stop); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	pe.call("GET", "/state", &st)
+	_ = secondCmd.Process.Kill()
+	served.Close()
+	var skip []string
+	for _, id := range st.Requeued {
+		if id <= stop.CutoffID {
+			skip = append(skip, fmt.Sprint(id))
+		}
+	}
+	// The fault fired: each skipped delivery is in the log again, redelivered.
+	bodies := map[string]bool{}
+	redelivered := 0
+	for _, r := range e.records() {
+		if r.Kind != shadowqueue.KindDelivery {
+			continue
+		}
+		if slices.Contains(st.Requeued, r.ID) {
+			bodies[string(r.Body)] = true
+		} else if r.Redelivered && bodies[string(r.Body)] {
+			redelivered++
+		}
+	}
+	if len(skip) == 0 || redelivered < len(skip) {
+		t.Fatalf("requeued %v, of them %d redelivered into the log: the fault did not fire", st.Requeued, redelivered)
+	}
+	t.Logf("the killed app held %d deliveries unacked: %v", len(skip), skip)
+
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
+	cfg.ReplaySkip = strings.Join(skip, ",")
+	rebuilt := e.startConfig(cfg, sidecar.Options{})
+	app, _ := goConsumer(t, rebuilt, q, 10)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the rebuilt app to process everything", func() bool {
+		got, _ = appStateAt(app)
+		return got.Count >= n
+	})
+	if got.Count != n || got.Hash != want || got.Skipped != 0 {
+		t.Fatalf("the rebuilt app: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
 	}
 }

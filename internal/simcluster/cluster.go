@@ -198,7 +198,7 @@ func Start(o Options) (c *Cluster, err error) {
 			return c, err
 		}
 		n := &Node{Name: name, IP: ip, CheckpointDir: filepath.Join(c.dir, name, "checkpoints"), c: c,
-			fail: map[Step]Failure{}, holds: map[Step]*Hold{}, pods: map[types.UID]*SimPod{}}
+			fail: map[Step]Failure{}, holds: map[Step]*Hold{}, pods: map[types.UID]*SimPod{}, images: map[string]AppState{}}
 		if err := os.MkdirAll(n.CheckpointDir, 0o700); err != nil {
 			return c, err
 		}

@@ -97,12 +97,16 @@ type Node struct {
 	// degrade, if set, changes what the node's agent reports it can do
 	// (Degrade).
 	degrade  func(*contract.NodeCapabilities)
-	oldAgent bool     // the agent answers GET /v1/node with 404, as one before it
-	calls    []string // kubelet and agent requests, in order
-	pulls    []string
-	srvs     []*http.Server
-	stop     context.CancelFunc
-	done     chan struct{}
+	oldAgent bool // the agent answers GET /v1/node with 404, as one before it
+	// images are the checkpoint images the node has pulled, as a node's
+	// runtime keeps them: a restart or a new restore on the node finds
+	// them after the migration deleted them from the registry.
+	images map[string]AppState
+	calls  []string // kubelet and agent requests, in order
+	pulls  []string
+	srvs   []*http.Server
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -630,7 +634,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		if f, ok := n.gate(ctx, StepRestore); ok {
 			return errors.New(f.Body)
 		}
-		st, err := n.c.restoreState(ctx, app.Image)
+		st, err := n.checkpointImage(ctx, app.Image)
 		if err != nil {
 			return fmt.Errorf("restore from %s: %w", app.Image, err)
 		}
@@ -907,12 +911,15 @@ func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
 		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
 	}
 	var st AppState
+	pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pod.UID != sp.UID {
+		return fmt.Errorf("pod %s/%s was replaced meanwhile", ns, name)
+	}
 	if sp.Restored {
-		pod, err := n.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if st, err = n.c.restoreState(ctx, appContainer(pod).Image); err != nil {
+		if st, err = n.checkpointImage(ctx, appContainer(pod).Image); err != nil {
 			return err
 		}
 	}
@@ -922,7 +929,38 @@ func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
 	if sp.Sidecar != nil {
 		sp.Sidecar.appRestarted()
 	}
-	return nil
+	// The kubelet reports the restart: a higher restartCount and a new
+	// container ID.
+	app := inject.AppContainer(pod)
+	s := *pod.Status.DeepCopy()
+	for i := range s.ContainerStatuses {
+		if cs := &s.ContainerStatuses[i]; cs.Name == app {
+			cs.RestartCount++
+			cs.ContainerID = fmt.Sprintf("sim://%s/%s-%d", pod.UID, app, cs.RestartCount)
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error", Message: "restarted by the test"}}
+		}
+	}
+	return n.updateStatus(ctx, pod, s)
+}
+
+// checkpointImage is the app state in checkpoint image, from the node's
+// images or else pulled from the cluster's registry.
+func (n *Node) checkpointImage(ctx context.Context, image string) (AppState, error) {
+	n.mu.Lock()
+	st, ok := n.images[image]
+	n.mu.Unlock()
+	if ok {
+		st.Violations = append([]string(nil), st.Violations...)
+		return st, nil
+	}
+	st, err := n.c.restoreState(ctx, image)
+	if err != nil {
+		return st, err
+	}
+	n.mu.Lock()
+	n.images[image] = st
+	n.mu.Unlock()
+	return st, nil
 }
 
 // Kill kills the containers of pod ns/name, as a crash that keeps them

@@ -46,6 +46,18 @@ type Log struct {
 	lastID  uint64
 	epoch   uint64
 	markers []Marker
+	// dropped is the last delivery ID that retention removed: the log
+	// holds the deliveries after it.
+	dropped uint64
+}
+
+// DropThrough removes the deliveries up to id, as the stream's retention
+// (MS2M_LOG_MAX_AGE, MS2M_LOG_MAX_BYTES) does: a replay that needs them
+// fails with replay.ErrRetention.
+func (l *Log) DropThrough(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropped = max(l.dropped, id)
 }
 
 // Marker is a cutoff marker: the stop of the sidecar that served before.
@@ -118,8 +130,12 @@ type Sidecar struct {
 	mode     string
 	replay   *Replay
 	replayed uint64 // last ID replayed to the app
-	cutoff   uint64 // a target's cutoff, once known
-	held     bool   // a target's replay is held (Hold)
+	// handed is the last delivery ID the sidecar handed to its app, which
+	// a quiesce and a stop cut at as the real one's Tee does; the app's
+	// own last may be older (it restarted from a checkpoint).
+	handed uint64
+	cutoff uint64 // a target's cutoff, once known
+	held   bool   // a target's replay is held (Hold)
 	// holdAfter, if not 0: the replay holds once it has replayed this
 	// many records (HoldAfter).
 	holdAfter uint64
@@ -130,6 +146,10 @@ type Sidecar struct {
 	// logEndEpoch is the log's epoch then: only deliveries of the stop's
 	// epoch or later are a predecessor's.
 	logEndEpoch uint64
+	// replayErr is why a target cannot replay (the log no longer holds
+	// the records after its start), as the real one reports it in
+	// /state's source.error; it then replays and consumes nothing.
+	replayErr string
 	// interrupted counts app restarts in the middle of the replay, after
 	// replayed records (the real proxy's ReplayState.Interrupted).
 	interrupted int
@@ -162,6 +182,9 @@ func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Si
 		s.replayed = rp.Start
 		log.mu.Lock()
 		s.logEnd, s.logEndEpoch = log.lastID, log.epoch
+		if log.dropped > rp.Start {
+			s.replayErr = fmt.Sprintf("%v: it starts at ID %d, but replay needs %d onwards (start %d)", replay.ErrRetention, log.dropped+1, rp.Start+1, rp.Start)
+		}
 		log.mu.Unlock()
 		s.cutoff = s.extend(rp.Cutoff, rp.Epoch)
 		if rp.ToEnd {
@@ -200,11 +223,12 @@ func (s *Sidecar) tick(now time.Time) {
 			s.log.lastID++
 			id := s.log.lastID
 			s.log.mu.Unlock()
+			s.handed = id
 			s.app.process(id, "the primary queue")
 			s.next = s.next.Add(time.Duration(float64(time.Second) / Lambda))
 		}
 	case ModeReplaying:
-		if s.held {
+		if s.held || s.replayErr != "" {
 			return
 		}
 		s.log.mu.Lock()
@@ -226,6 +250,7 @@ func (s *Sidecar) tick(now time.Time) {
 		}
 		for n := 0; n < 20 && s.replayed < end; n++ {
 			s.replayed++
+			s.handed = s.replayed
 			s.app.process(s.replayed, "the replay")
 			t := now
 			s.lastRep = &t
@@ -316,7 +341,7 @@ func (s *Sidecar) State() control.State {
 	}}
 	if s.replay != nil {
 		rng := replay.Range{Start: s.replay.Start, Cutoff: s.replay.Cutoff, Epoch: s.replay.Epoch}
-		st.Source = &replay.Status{Range: rng.String(), Cutoff: s.cutoff, Complete: s.cutoff != 0 && s.replayed >= s.cutoff, LogLast: logLast}
+		st.Source = &replay.Status{Range: rng.String(), Cutoff: s.cutoff, Complete: s.cutoff != 0 && s.replayed >= s.cutoff, LogLast: logLast, Error: s.replayErr}
 		lag := logLast - min(logLast, s.replayed)
 		st.ReplayLag = &lag
 		rs := &proxy.ReplayState{Replayed: s.replayed - s.replay.Start, LastReplayedID: s.replayed, LastReplayedAt: s.lastRep, SwitchedAt: s.switched, Switched: []string{}, Interrupted: s.interrupted}
@@ -347,7 +372,7 @@ func (s *Sidecar) Quiesce(context.Context) (control.Cut, error) {
 	s.mode = ModeQuiesced
 	s.log.mu.Lock()
 	defer s.log.mu.Unlock()
-	return control.Cut{ID: s.app.State().Last, Epoch: s.log.epoch}, nil
+	return control.Cut{ID: max(s.handed, s.app.State().Last), Epoch: s.log.epoch}, nil
 }
 
 // Resume serves again after a quiesce or a stop.
@@ -377,7 +402,7 @@ func (s *Sidecar) Stop(context.Context) (control.StopResult, error) {
 		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
 	}
 	s.mode = ModeStopped
-	cut := s.app.State().Last
+	cut := max(s.handed, s.app.State().Last)
 	s.log.mu.Lock()
 	s.log.epoch++
 	m := Marker{ID: cut, Epoch: s.log.epoch}

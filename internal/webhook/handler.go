@@ -301,6 +301,7 @@ var updateIgnored = map[string]bool{
 	contract.AnnotationReplayCutoff:  true,
 	contract.AnnotationMigrationName: true,
 	contract.AnnotationReplayEpoch:   true,
+	contract.AnnotationReplaySkip:    true,
 	// Checked at creation against the pod's name and namespace; an
 	// update cannot make a pod a restore.
 	contract.AnnotationRestoreSignature: true,

@@ -170,6 +170,9 @@ func TestDefaults(t *testing.T) {
 	}
 	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
+		// The condition ms2m.io/StateNotRebuilt of a pod whose state the
+		// controller could not rebuild.
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
 		// No Secret: control tokens are derived from the controller's key.
 	})
