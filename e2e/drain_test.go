@@ -76,8 +76,7 @@ func TestDrain(t *testing.T) {
 		}
 		c.src = src
 		// Long enough that every consumer still has deliveries when it
-		// migrates: a target with nothing to replay after its checkpoint
-		// does not catch up (control.Handover's lag counts from 0).
+		// migrates: the drain moves consumers under load.
 		c.prod = produce(t, src, c.name, 10, 1500, 20)
 	}
 

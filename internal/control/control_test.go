@@ -27,6 +27,7 @@ type fake struct {
 	mu      sync.Mutex
 	mode    string
 	last    uint64
+	start   uint64 // a target's replay range start (the checkpoint ID)
 	target  bool
 	cutoff  *atomic.Uint64
 	resumes int
@@ -40,7 +41,7 @@ func (f *fake) State() State {
 	if f.target {
 		lag := uint64(0)
 		st.ReplayLag = &lag
-		st.Source = &replay.Status{Range: "(0, cutoff marker]"}
+		st.Source = &replay.Status{Range: replay.Range{Start: f.start}.String(), Start: f.start}
 		st.Replay = &proxy.ReplayState{Replaying: 1}
 		if c := f.cutoff.Load(); c != 0 {
 			now := time.Now()
@@ -270,6 +271,41 @@ func TestHandoverGivesUpAfterReadRetry(t *testing.T) {
 	}
 	if took := time.Since(began); took > 5*time.Second || failed.Load() < 3 {
 		t.Errorf("gave up after %s and %d reads, want about 0.5 s and several", took, failed.Load())
+	}
+}
+
+// TestHandoverIdleTarget: a target with nothing to replay (its consumer was
+// idle since the checkpoint, so its app acks nothing) is caught up: its lag
+// counts from the checkpoint ID. Counted from 0, it stayed at the
+// checkpoint ID and the handover waited for ever (TestDrain's first run).
+func TestHandoverIdleTarget(t *testing.T) {
+	var cutoff atomic.Uint64
+	src := serve(t, &fake{mode: ModeServing, last: 40, cutoff: &cutoff}, nil)
+	dst := serve(t, &fake{mode: ModeReplaying, start: 40, target: true, cutoff: &cutoff}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	tm, err := Handover(ctx, src, dst, HandoverOptions{})
+	if err != nil || tm.CutoffID != 40 || tm.LagAtStop != 0 {
+		t.Fatalf("Handover = %+v, %v; want the switch at cutoff 40 with lag 0", tm, err)
+	}
+}
+
+// TestHandoverCatchUpTimeout: a target that does not catch up fails the
+// handover before the stop once CatchUpTimeout has passed, and the source
+// keeps serving.
+func TestHandoverCatchUpTimeout(t *testing.T) {
+	var cutoff atomic.Uint64
+	sf := &fake{mode: ModeServing, last: 40, cutoff: &cutoff}
+	src := serve(t, sf, nil)
+	dst := serve(t, &fake{mode: ModeReplaying, start: 10, target: true, cutoff: &cutoff}, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := Handover(ctx, src, dst, HandoverOptions{CatchUpTimeout: 300 * time.Millisecond})
+	if !errors.Is(err, ErrBeforeStop) || !strings.Contains(err.Error(), "lag 30 deliveries") {
+		t.Fatalf("err = %v; want ErrBeforeStop naming lag 30", err)
+	}
+	if sf.mode != ModeServing || cutoff.Load() != 0 {
+		t.Errorf("source mode %s, cutoff %d; want serving and no cutoff", sf.mode, cutoff.Load())
 	}
 }
 

@@ -22,6 +22,10 @@ type HandoverOptions struct {
 	// SwitchTimeout bounds the wait for the target to replay to the cutoff
 	// and switch. Default 5 minutes.
 	SwitchTimeout time.Duration
+	// CatchUpTimeout bounds the wait for the target to catch up before the
+	// stop (when no Deadline ends it first): past it, Handover fails with
+	// ErrBeforeStop and the source keeps serving. Default: SwitchTimeout.
+	CatchUpTimeout time.Duration
 	// Poll is the interval between state reads. Default 10 ms.
 	Poll time.Duration
 	// ReadRetry bounds how long, once the source is stopped, reads of the
@@ -86,10 +90,15 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 	if o.ReadRetry <= 0 {
 		o.ReadRetry = DefaultReadRetry
 	}
+	if o.CatchUpTimeout <= 0 {
+		o.CatchUpTimeout = o.SwitchTimeout
+	}
 	var t Timings
+	catchUpBy := time.Now().Add(o.CatchUpTimeout)
 
 	// 1. Let the target catch up: lag is the source's last delivery ID
-	// minus the last replayed one the target's app has acked.
+	// minus the last one the target's app has the effects of (the last
+	// replayed one it acked, or the checkpoint ID if it acked none).
 	for {
 		st, err := target.State(ctx)
 		if err != nil {
@@ -120,6 +129,9 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 		if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
 			t.LagAtStop = lag
 			break
+		}
+		if o.Deadline.IsZero() && time.Now().After(catchUpBy) {
+			return t, fmt.Errorf("handover: the target did not catch up in %s (lag %d deliveries, want <= %d; ready %t): it replays slower than the source consumes, or its app does not ack; the source keeps serving: %w", o.CatchUpTimeout, lag, o.MaxLag, st.Ready, ErrBeforeStop)
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
 			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w: %w", lag, o.MaxLag, err, ErrBeforeStop)
@@ -243,9 +255,16 @@ func (st State) interrupted() error {
 }
 
 // lagBehind is how many of the source's deliveries up to last the target's
-// app has not acked yet.
+// app has not the effects of yet: those after the last replayed delivery it
+// acked or, if it acked none, after the checkpoint ID (the replay range's
+// start), which its restored memory already holds. Counting from 0 instead
+// left a target with nothing to replay (a consumer idle since its
+// checkpoint) at lag = checkpoint ID for ever.
 func (st State) lagBehind(last uint64) uint64 {
 	var acked uint64
+	if st.Source != nil {
+		acked = st.Source.Start
+	}
 	for _, q := range st.Queues {
 		acked = max(acked, q.LastAckedID)
 	}

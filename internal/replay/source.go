@@ -407,7 +407,10 @@ func (s *Source) ExpectedPublishes() (map[uint64][]shadowqueue.Publish, bool) {
 
 // Status is a snapshot of a Source.
 type Status struct {
-	Range    string `json:"range"`
+	Range string `json:"range"`
+	// Start is the range's exclusive start, the checkpoint ID: the restored
+	// app already has the effects of every delivery up to it.
+	Start    uint64 `json:"startId"`
 	Cutoff   uint64 `json:"cutoffId,omitempty"`
 	Complete bool   `json:"complete"`
 	LogLast  uint64 `json:"logLastId"`
@@ -432,7 +435,7 @@ func (s *Source) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cut, _ := s.col.Cutoff()
-	st := Status{Range: s.col.rng.String(), Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID(),
+	st := Status{Range: s.col.rng.String(), Start: s.col.rng.Start, Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID(),
 		Reader: s.reader, Offset: s.offset, Reconnects: s.reconnects, Disconnected: s.lostErr}
 	if !s.lostAt.IsZero() {
 		at := s.lostAt

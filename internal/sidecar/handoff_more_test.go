@@ -284,3 +284,51 @@ func TestHandoffPollingConsumer(t *testing.T) {
 		t.Fatalf("polling target processed %d with hash %s, want %d and %s (cutoff %d)", got.count, got.hex(), n, want.hex(), tm.CutoffID)
 	}
 }
+
+// TestHandoffIdleConsumer: a consumer idle since its checkpoint leaves the
+// target nothing to replay, so its app acks no replayed delivery; the
+// handover still stops the source at once (the lag counts from the
+// checkpoint ID, not from 0), and the target then serves what follows.
+// Before, the target's lag stayed at the checkpoint ID and the handover
+// waited until its context ended.
+func TestHandoffIdleConsumer(t *testing.T) {
+	const before, after = 30, 20
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	src := startMultiApp(t, source.AMQPAddr(), []string{q}, 5, time.Millisecond)
+	var producers sync.WaitGroup
+	publishPaced(t, e, q, before, 300, &producers)
+	producers.Wait()
+	testenv.Eventually(t, 30*time.Second, "the source's app to process the first messages", func() bool {
+		n, _ := src.state(q)
+		return n == before && e.state().Log.ConfirmedID == before
+	})
+	// The target stands for a restore of a checkpoint taken now: its range
+	// starts at the last delivery the source logged.
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = fmt.Sprint(e.state().Log.LastID), "marker"
+	target := e.startConfig(cfg, sidecar.Options{})
+	dst := startMultiApp(t, target.AMQPAddr(), []string{q}, 5, time.Millisecond)
+	tm := handover(t, source, target, control.HandoverOptions{})
+	if tm.CutoffID != before || tm.LagAtStop != 0 {
+		t.Fatalf("handover %+v; want cutoff %d, lag 0", tm, before)
+	}
+	// The next messages go to the target, whose app starts empty here.
+	want := &chain{}
+	for i := 1; i <= after; i++ {
+		want.add([]byte(fmt.Sprintf("%s-%d", q, i)))
+	}
+	publishPaced(t, e, q, after, 300, &producers)
+	producers.Wait()
+	testenv.Eventually(t, 30*time.Second, "the target's app to process the next messages", func() bool {
+		n, _ := dst.state(q)
+		return n >= after
+	})
+	if n, h := dst.state(q); n != after || h != want.hex() {
+		t.Errorf("target app: %d messages, hash %s; want %d, %s", n, h, after, want.hex())
+	}
+	if n, _ := src.state(q); n != before {
+		t.Errorf("source app: %d messages, want %d", n, before)
+	}
+}
