@@ -4,7 +4,7 @@ GOFLAGS ?=
 BIN     := bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: images push registry all build test test-unit setup bench bench-paper bench-memory bench-webhook fuzz demo vet clean k8s-bin
+.PHONY: images push registry all build test test-unit setup bench bench-paper bench-memory bench-drain bench-webhook fuzz demo vet clean k8s-bin
 .PHONY: node-bin criu node-setup consumer-spring
 
 # Test control plane for the envtest suites (internal/webhook): a real
@@ -131,6 +131,14 @@ bench-paper: setup build node-setup node-bin criu k8s-bin
 BENCHMEMORYFLAGS ?=
 bench-memory: setup build node-setup node-bin criu k8s-bin
 	GOWORK=off $(GO) -C $(BENCH_MOD) run . memory $(BENCHMEMORYFLAGS)
+
+## bench-drain: kubectl drain by migration on three real nodes: drain time and each pod's processing gap against the number of
+## opted-in consumers on the drained node (1, 4, 8, 16 at the per-node limit 2) and the per-node limit (1, 2, 4 at 8 consumers),
+## every hash checked; results, figures and section.md in out/bench-drain. About 30 minutes on 2 cores.
+## BENCHDRAINFLAGS: e.g. '-consumers 1,4 -limits 2 -runs 3' (see go -C hack/bench run . drain -h).
+BENCHDRAINFLAGS ?=
+bench-drain: setup build node-setup node-bin criu k8s-bin
+	GOWORK=off $(GO) -C $(BENCH_MOD) run . drain $(BENCHDRAINFLAGS)
 
 ## bench-webhook: admission latency of the webhook through a real kube-apiserver (WEBHOOK_PODS pods)
 WEBHOOK_PODS ?= 300
