@@ -313,13 +313,13 @@ func TestKubectlDrainWithAFailedMigration(t *testing.T) {
 	r := startKubectlDrain(t, ctx, l, node1, sel, 10*time.Minute)
 	pods := l.Client.CoreV1().Pods(lab.Namespace)
 	var why string
-	testenv.Eventually(t, 6*time.Minute, "the bad consumer's migration Failed and the others moved", func() bool {
+	testenv.Eventually(t, 6*time.Minute, "the bad consumer's migration failed and the others moved", func() bool {
 		p, err := pods.Get(ctx, bad.src.Name, metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
 		st := migrationStatus(t, p)
-		if st.Phase != contract.PhaseFailed {
+		if st.Phase != contract.PhaseFailed && st.Phase != contract.PhaseRolledBack {
 			return false
 		}
 		why = st.Message

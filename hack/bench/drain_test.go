@@ -95,7 +95,7 @@ func TestDrainReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(md), "| 4 | 2 | 1 of 2 | 40.00 |") {
+	if !strings.Contains(string(md), "| 4 | 2 | 1 of 2 (0) | 40.00 |") {
 		t.Errorf("section.md lacks the row of 4 consumers at limit 2:\n%s", md)
 	}
 	o2 := drainBenchOptions{out: filepath.Join(t.TempDir(), "again"), from: filepath.Join(o.out, "results.json")}
