@@ -102,7 +102,8 @@ func expectMovedOff(t *testing.T, ctx context.Context, l *lab.Lab, d *drainee, n
 	st := migrationStatus(t, target)
 	t.Logf("%s/%s: %s on %s by %s, %s", d.kind, d.image, target.Name, target.Spec.NodeName, st.Strategy, st.Message)
 	if target.UID == d.src.UID || target.Spec.NodeName == node || st.Phase != contract.PhaseSucceeded || st.Evacuation != node {
-		t.Errorf("%s %s: %s on %s, status %s evacuation %q; want a restore on another node by an evacuation off %s", d.kind, d.name, target.Name, target.Spec.NodeName, st.Phase, st.Evacuation, node)
+		t.Errorf("%s %s: %s on %s, status %s evacuation %q; want a restore on another node by an evacuation off %s (status %s, restored from %s)", d.kind, d.name, target.Name, target.Spec.NodeName, st.Phase, st.Evacuation, node,
+			target.Annotations[contract.AnnotationMigrationStatus], target.Annotations[contract.AnnotationRestoredFrom])
 		return target.Spec.NodeName
 	}
 	expectExact(t, ctx, d.prod, target)
