@@ -291,6 +291,10 @@ func runDrainBench(ctx context.Context, o drainBenchOptions) (err error) {
 			}
 			r.Round = run
 			res.Drains = append(res.Drains, r)
+			// What ran so far, for -from should the run stop early.
+			if err := writeJSON(filepath.Join(o.out, "results.json"), res); err != nil {
+				return err
+			}
 			var gaps []float64
 			for _, pd := range r.Pods {
 				if pd.ProcessingGapMs != nil {
