@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/inject"
 )
 
 // EvictionRetry is the Retry-After the refusal of an eviction suggests:
@@ -143,7 +144,8 @@ func evictionDryRun(raw []byte) bool {
 }
 
 // restoredBy is the migration pod was restored by, from its restore
-// annotations or its contract.AnnotationRestoredFrom record, or "".
+// annotations, its contract.AnnotationRestoredFrom record or its
+// injection status, or "".
 func restoredBy(pod *corev1.Pod) string {
 	if m := pod.Annotations[contract.AnnotationMigrationName]; m != "" {
 		return m
@@ -153,6 +155,12 @@ func restoredBy(pod *corev1.Pod) string {
 	}
 	if raw := pod.Annotations[contract.AnnotationRestoredFrom]; raw != "" && json.Unmarshal([]byte(raw), &from) == nil {
 		return from.Migration
+	}
+	// The restore annotations go at injection: what remains is the
+	// injection's status (seen on real nodes: a StatefulSet's pod back
+	// on its target, evicted by name by kubectl drain, carried only this).
+	if r, ok := inject.RestoredFromPod(pod); ok {
+		return r.Migration
 	}
 	return ""
 }

@@ -215,10 +215,19 @@ func TestEvictionOfAStatefulSetPodBackOnTheTarget(t *testing.T) {
 	// none yet.
 	from, _ := json.Marshal(map[string]string{"migration": "m1"})
 	running, _ := json.Marshal(map[string]any{"name": "m1", "phase": contract.PhaseRunning, "source": drained, "target": target, "evacuation": drained, "started": "2026-01-01T00:00:00Z"})
+	// As the webhook leaves a restore: its injection status names the
+	// migration, the restore annotations are gone.
+	var inj map[string]any
+	if err := json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &inj); err != nil {
+		t.Fatalf("the suite's webhook did not inject pod %s: %v", pod.Name, err)
+	}
+	inj["restore"] = "m1"
+	restored, _ := json.Marshal(inj)
 	for _, tc := range []struct {
 		name string
 		ann  map[string]any
 	}{
+		{"only the injection's status says m1", map[string]any{contract.AnnotationStatus: string(restored)}},
 		{"no status yet", map[string]any{contract.AnnotationRestoredFrom: string(from)}},
 		{"its migration Running", map[string]any{contract.AnnotationMigrationStatus: string(running)}},
 	} {
