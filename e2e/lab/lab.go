@@ -201,25 +201,35 @@ func (l *Lab) push(ctx context.Context, img string, im v1.Image) error {
 	return nil
 }
 
-// CRIUConfig writes runc's CRIU configuration file, whose options override
-// the ones runc passes: tcp-close, so that a container with TCP connections
-// can be checkpointed and restored on another node (it finds them closed
-// and reconnects), and the nftables network lock, because there is no
-// iptables. Real nodes need the same (docs/install.md). It refuses to
-// change a file with other contents.
+// CRIUConfig writes CRIU's configuration for runc: /etc/criu/runc.conf,
+// whose options override the ones runc passes, with tcp-close, so that a
+// container with TCP connections can be checkpointed and restored on
+// another node (it finds them closed and reconnects), and the nftables
+// network lock, because there is no iptables; and /etc/criu/default.conf,
+// which every CRIU reads first, with skip-in-flight, so that a connection
+// the app has not accepted yet (a probe or a client dialling its listener
+// at the freeze) does not fail the dump: the dialler sees it reset, and
+// the app never had it. Real nodes need the same (docs/install.md). It
+// refuses to change a file with other contents.
 func CRIUConfig() error {
-	const path = "/etc/criu/runc.conf"
-	want := "tcp-close\nnetwork-lock nftables\n"
-	if b, err := os.ReadFile(path); err == nil {
-		if string(b) != want {
-			return fmt.Errorf("%s exists with other options (%q); the lab needs %q", path, b, want)
+	for _, f := range []struct{ path, want string }{
+		{"/etc/criu/runc.conf", "tcp-close\nnetwork-lock nftables\n"},
+		{"/etc/criu/default.conf", "skip-in-flight\n"},
+	} {
+		if b, err := os.ReadFile(f.path); err == nil {
+			if string(b) != f.want {
+				return fmt.Errorf("%s exists with other options (%q); the lab needs %q", f.path, b, f.want)
+			}
+			continue
 		}
-		return nil
+		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.path, []byte(f.want), 0o644); err != nil {
+			return err
+		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(want), 0o644)
+	return nil
 }
 
 // BuildStatic builds a static linux/amd64 binary of the main package pkg

@@ -140,9 +140,35 @@ func (p *pingpong) Chunk(ctx context.Context, c soak.Chunk) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("TestPingPong: %w (its log: %s)", err, logPath)
+		kept := filepath.Join(p.logs, "pingpong-"+c.ID+"-cluster")
+		if cerr := keepLogs(filepath.Join(p.o.state, "logs"), kept); cerr != nil {
+			fmt.Fprintf(p.stderr, "soak: keep the cluster's logs: %v\n", cerr)
+		}
+		return fmt.Errorf("TestPingPong: %w (its log: %s; the cluster's, the controller's included: %s)", err, logPath, kept)
 	}
 	return nil
+}
+
+// keepLogs copies the *.log files of the local cluster's log folder to
+// dst: the next chunk's cluster starts with an empty one, and a failed
+// chunk's controller log is what says why.
+func keepLogs(src, dst string) error {
+	logs, err := filepath.Glob(filepath.Join(src, "*.log"))
+	if err != nil || len(logs) == 0 {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, filepath.Base(l)), b, 0o644)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // lockFile takes an exclusive flock on path, waiting in the kernel's

@@ -81,6 +81,25 @@ type Timings struct {
 // the target may have taken over: the caller finds out (Switched) before it
 // resumes the source or deletes the target.
 func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Timings, error) {
+	o = o.withDefaults()
+	var t Timings
+	lag, err := catchUp(ctx, source, target, o)
+	if err != nil {
+		return t, err
+	}
+	t.LagAtStop = lag
+
+	// Stop the source at a cutoff.
+	stop, err := source.Stop(ctx, 60*time.Second)
+	if err != nil {
+		return t, fmt.Errorf("handover: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
+	}
+	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued
+	return waitSwitch(ctx, target, o, t)
+}
+
+// withDefaults fills in the options left zero.
+func (o HandoverOptions) withDefaults() HandoverOptions {
 	if o.SwitchTimeout <= 0 {
 		o.SwitchTimeout = 5 * time.Minute
 	}
@@ -93,60 +112,61 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 	if o.CatchUpTimeout <= 0 {
 		o.CatchUpTimeout = o.SwitchTimeout
 	}
-	var t Timings
-	catchUpBy := time.Now().Add(o.CatchUpTimeout)
+	return o
+}
 
-	// 1. Let the target catch up: lag is the source's last delivery ID
-	// minus the last one the target's app has the effects of (the last
-	// replayed one it acked, or the checkpoint ID if it acked none).
+// catchUp waits until the target may take over: its replay lag (the
+// source's last delivery ID minus the last one the target's app has the
+// effects of: the last replayed one it acked, or the checkpoint ID if it
+// acked none) is at most MaxLag, StopAt says so, or Deadline passed. It
+// returns the lag then. Every error matches ErrBeforeStop.
+func catchUp(ctx context.Context, source, target Client, o HandoverOptions) (uint64, error) {
+	by := time.Now().Add(o.CatchUpTimeout)
 	for {
 		st, err := target.State(ctx)
 		if err != nil {
-			return t, fmt.Errorf("handover: read the target's state: %w: %w", err, ErrBeforeStop)
+			return 0, fmt.Errorf("handover: read the target's state: %w: %w", err, ErrBeforeStop)
 		}
-		if st.Source == nil || st.ReplayLag == nil {
-			return t, fmt.Errorf("handover: the target at %s is not in replay mode (start it with MS2M_REPLAY_START): %w", target.URL, ErrBeforeStop)
-		}
-		if st.Source.Error != "" {
-			return t, fmt.Errorf("handover: the target cannot replay: %s: %w", st.Source.Error, ErrBeforeStop)
-		}
-		if err := st.interrupted(); err != nil {
-			return t, fmt.Errorf("handover: %w: %w", err, ErrBeforeStop)
+		if err := st.replayable(); err != nil {
+			return 0, fmt.Errorf("handover: %w (target %s): %w", err, target.URL, ErrBeforeStop)
 		}
 		src, err := source.State(ctx)
 		if err != nil {
-			return t, fmt.Errorf("handover: read the source's state: %w: %w", err, ErrBeforeStop)
+			return 0, fmt.Errorf("handover: read the source's state: %w: %w", err, ErrBeforeStop)
 		}
 		lag := st.lagBehind(src.Log.LastID)
-		if st.Ready && lag <= o.MaxLag {
-			t.LagAtStop = lag
-			break
-		}
-		if st.Ready && o.StopAt != nil && o.StopAt(lag) {
-			t.LagAtStop = lag
-			break
-		}
-		if !o.Deadline.IsZero() && time.Now().After(o.Deadline) {
-			t.LagAtStop = lag
-			break
-		}
-		if o.Deadline.IsZero() && time.Now().After(catchUpBy) {
-			return t, fmt.Errorf("handover: the target did not catch up in %s (lag %d deliveries, want <= %d; ready %t): it replays slower than the source consumes, or its app does not ack; the source keeps serving: %w", o.CatchUpTimeout, lag, o.MaxLag, st.Ready, ErrBeforeStop)
+		switch {
+		case st.Ready && lag <= o.MaxLag,
+			st.Ready && o.StopAt != nil && o.StopAt(lag),
+			!o.Deadline.IsZero() && time.Now().After(o.Deadline):
+			return lag, nil
+		case o.Deadline.IsZero() && time.Now().After(by):
+			return 0, fmt.Errorf("handover: the target did not catch up in %s (lag %d deliveries, want <= %d; ready %t): it replays slower than the source consumes, or its app does not ack; the source keeps serving: %w", o.CatchUpTimeout, lag, o.MaxLag, st.Ready, ErrBeforeStop)
 		}
 		if err := sleep(ctx, o.Poll); err != nil {
-			return t, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w: %w", lag, o.MaxLag, err, ErrBeforeStop)
+			return 0, fmt.Errorf("handover: wait for the target to catch up (lag %d, want <= %d): %w: %w", lag, o.MaxLag, err, ErrBeforeStop)
 		}
 	}
+}
 
-	// 2. Stop the source at a cutoff.
-	stop, err := source.Stop(ctx, 60*time.Second)
-	if err != nil {
-		return t, fmt.Errorf("handover: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
+// replayable is an error if a target before the stop cannot take over:
+// it is not in replay mode, cannot read its log, or its app's replay was
+// interrupted.
+func (st State) replayable() error {
+	if st.Source == nil || st.ReplayLag == nil {
+		return errors.New("the target is not in replay mode (start it with MS2M_REPLAY_START)")
 	}
-	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued
+	if st.Source.Error != "" {
+		return fmt.Errorf("the target cannot replay: %s", st.Source.Error)
+	}
+	return st.interrupted()
+}
 
-	// 3. Wait for the target to replay to the cutoff and switch. From here
-	// a failed read is retried: the target may be taking over.
+// waitSwitch waits, once the source is stopped at t.CutoffID, until the
+// target has replayed up to it and consumes the primary queue, and fills
+// in t's switch timings. Failed reads are retried: the target may be
+// taking over.
+func waitSwitch(ctx context.Context, target Client, o HandoverOptions, t Timings) (Timings, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.SwitchTimeout)
 	defer cancel()
 	for {
@@ -154,13 +174,7 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 		if err != nil {
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but reading the target failed: %w", t.CutoffID, err)
 		}
-		if st.Source != nil && st.Source.Error != "" {
-			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target cannot replay: %s", t.CutoffID, st.Source.Error)
-		}
-		if st.Replay != nil && st.Replay.Error != "" {
-			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target's replay failed: %s", t.CutoffID, st.Replay.Error)
-		}
-		if err := st.interrupted(); err != nil {
+		if err := st.replayFailed(); err != nil {
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but %w", t.CutoffID, err)
 		}
 		if r := st.Replay; st.Source != nil && st.Source.Complete && st.switched() {
@@ -178,6 +192,18 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but the target did not switch to the primary queue in %s: %w", t.CutoffID, o.SwitchTimeout, err)
 		}
 	}
+}
+
+// replayFailed is an error if a target's replay cannot go on: it cannot
+// read its log, its replay failed, or its app's replay was interrupted.
+func (st State) replayFailed() error {
+	if st.Source != nil && st.Source.Error != "" {
+		return fmt.Errorf("the target cannot replay: %s", st.Source.Error)
+	}
+	if st.Replay != nil && st.Replay.Error != "" {
+		return fmt.Errorf("the target's replay failed: %s", st.Replay.Error)
+	}
+	return st.interrupted()
 }
 
 // Back-off between retried reads: from the poll interval, doubling, up to
@@ -222,19 +248,11 @@ func (c Client) WaitSwitched(ctx context.Context, timeout time.Duration) (time.T
 	for {
 		st, err := c.State(ctx)
 		if err == nil {
-			if st.Source != nil && st.Source.Error != "" {
-				return time.Time{}, fmt.Errorf("the target cannot replay: %s", st.Source.Error)
+			if ferr := st.replayFailed(); ferr != nil {
+				return time.Time{}, ferr
 			}
-			if r := st.Replay; r != nil {
-				if r.Error != "" {
-					return time.Time{}, fmt.Errorf("the target's replay failed: %s", r.Error)
-				}
-				if err := st.interrupted(); err != nil {
-					return time.Time{}, err
-				}
-				if st.switched() {
-					return *r.SwitchedAt, nil
-				}
+			if st.switched() {
+				return *st.Replay.SwitchedAt, nil
 			}
 		}
 		if serr := sleep(ctx, 20*time.Millisecond); serr != nil {

@@ -102,278 +102,412 @@ func readableRef(s *corev1.EnvVarSource) bool {
 // address with placeholder credentials, and the sidecar gets the same
 // reference. TLS (amqps://, SPRING_RABBITMQ_SSL_ENABLED) moves to the
 // sidecar. brokerEnv is the ms2m.io/broker-env annotation.
+//
+// It walks the env once (rewriteVar), then picks the one broker the
+// sidecar proxies (choose), hands it to the sidecar (setUpstream) and
+// builds the app's new env (newEnv). app is not modified.
 func rewriteBroker(app *corev1.Container, brokerEnv string, listenPort int32) brokerRewrite {
-	var r brokerRewrite
-	extra := splitList(brokerEnv)
-	kindOf := func(name string) varKind {
-		switch name {
-		case envAMQPURL, envRabbitMQURL:
-			return kindURL
-		case envSpringHost:
-			return kindSpringHost
-		case envSpringAddresses:
-			return kindSpringAddrs
-		}
-		if slices.Contains(extra, name) {
-			return kindURLOrAddr
-		}
-		return kindNone
+	w := newBrokerRewriter(app, brokerEnv, listenPort)
+	for i, e := range app.Env {
+		w.rewriteVar(i, e)
 	}
-	listen := strconv.Itoa(int(listenPort))
+	for _, name := range w.extra {
+		if !w.seen[name] {
+			w.r.skipped = append(w.r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", contract.AnnotationBrokerEnv, name, app.Name))
+		}
+	}
+	w.r.considered = len(w.seen)
+	chosen, ok := w.choose()
+	if !ok {
+		return w.r
+	}
+	w.setUpstream(chosen)
+	w.r.env = w.newEnv()
+	return w.r
+}
 
-	sslIdx, portIdx := -1, -1 // the last of each: the one that takes effect
+// brokerRewriter is rewriteBroker's state: what it read of the app's
+// Spring settings up front, and what it found and decided var by var.
+type brokerRewriter struct {
+	app        *corev1.Container
+	extra      []string // the vars that ms2m.io/broker-env names
+	listenPort int32
+	listen     string // listenPort, as text
+	sslIdx     int    // the last SPRING_RABBITMQ_SSL_ENABLED (the one that takes effect), or -1
+	portIdx    int    // the last SPRING_RABBITMQ_PORT, or -1
+	springTLS  bool   // SPRING_RABBITMQ_SSL_ENABLED is the literal "true"
+
+	edits      map[int]corev1.EnvVar // env index → new entry
+	added      *corev1.EnvVar        // SPRING_RABBITMQ_PORT, added after the host
+	addedAfter int                   // the env index added follows, or -1
+	portDone   bool                  // SPRING_RABBITMQ_PORT rewritten or added already
+	seen       map[string]bool       // the broker vars the container sets
+	hits       []hit
+	r          brokerRewrite
+}
+
+// newBrokerRewriter reads the app's Spring SSL and port settings, which
+// the other vars' rewriting depends on.
+func newBrokerRewriter(app *corev1.Container, brokerEnv string, listenPort int32) *brokerRewriter {
+	w := &brokerRewriter{
+		app:        app,
+		extra:      splitList(brokerEnv),
+		listenPort: listenPort,
+		listen:     strconv.Itoa(int(listenPort)),
+		sslIdx:     -1,
+		portIdx:    -1,
+		edits:      map[int]corev1.EnvVar{},
+		addedAfter: -1,
+		seen:       map[string]bool{},
+	}
 	for i, e := range app.Env {
 		switch e.Name {
 		case envSpringSSL:
-			sslIdx = i
+			w.sslIdx = i
 		case envSpringPort:
-			portIdx = i
+			w.portIdx = i
 		}
 	}
-	springTLS := sslIdx >= 0 && app.Env[sslIdx].ValueFrom == nil && strings.EqualFold(strings.TrimSpace(app.Env[sslIdx].Value), "true")
+	if w.sslIdx >= 0 {
+		s := app.Env[w.sslIdx]
+		w.springTLS = s.ValueFrom == nil && strings.EqualFold(strings.TrimSpace(s.Value), "true")
+	}
+	return w
+}
 
-	edits := map[int]corev1.EnvVar{} // env index → new entry
-	var added *corev1.EnvVar         // SPRING_RABBITMQ_PORT, added after the host
-	addedAfter := -1
-	portDone := false // SPRING_RABBITMQ_PORT rewritten or added already
-	seen := map[string]bool{}
-	var hits []hit
-	literal := func(i int, v string) { edits[i] = corev1.EnvVar{Name: app.Env[i].Name, Value: v} }
-	for i, e := range app.Env {
-		kind := kindOf(e.Name)
-		if kind == kindNone {
-			continue
-		}
-		seen[e.Name] = true
-		if e.ValueFrom != nil && !(readableRef(e.ValueFrom) && kind != kindURLOrAddr) {
-			why := "cannot rewrite; set it as a literal or list a literal var in " + contract.AnnotationBrokerEnv
-			if kind == kindURLOrAddr && readableRef(e.ValueFrom) {
-				why = "a var named by " + contract.AnnotationBrokerEnv + " must be a literal (from a reference, ms2m cannot tell a URL from host:port); use AMQP_URL or RABBITMQ_URL for a URL in a Secret"
-			}
-			r.skipped = append(r.skipped, fmt.Sprintf("%s comes from %s: %s", e.Name, valueSource(e.ValueFrom), why))
-			continue
-		}
-		if e.ValueFrom == nil && e.Value == "" {
-			r.skipped = append(r.skipped, e.Name+" is empty: cannot rewrite")
-			continue
-		}
-		switch kind {
-		case kindURL, kindURLOrAddr:
-			if e.ValueFrom != nil {
-				literal(i, placeholderURL+":"+listen+"/")
-				r.rewritten = append(r.rewritten, fmt.Sprintf("%s: from %s → %s:%s/ (the sidecar reads the URL from the same reference and puts its credentials, virtual host and TLS into the connection)",
-					e.Name, refName(e.ValueFrom), maskValue(placeholderURL), listen))
-				hits = append(hits, hit{name: e.Name, ref: []corev1.EnvVar{{Name: envUpstream, ValueFrom: e.ValueFrom.DeepCopy()}}})
-				continue
-			}
-			a, err := parseBrokerAddr(e.Value)
-			if err == nil && a.scheme == "" && kind == kindURL {
-				err = errors.New("not an amqp:// or amqps:// URL")
-			}
-			if err == nil && a.scheme == "" && a.port == "" {
-				err = errors.New("neither an amqp:// URL nor host:port")
-			}
-			if reason := addrProblem(e.Name, e.Value, a, err); reason != "" {
-				r.skipped = append(r.skipped, reason)
-				continue
-			}
-			n := a.plain(localhost, listenPort)
-			literal(i, n.String())
-			line := fmt.Sprintf("%s: %s → %s", e.Name, a.masked(), n.masked())
-			if a.isTLS() {
-				line += " (TLS to the broker moves to the sidecar)"
-			}
-			r.rewritten = append(r.rewritten, line)
-			hits = append(hits, hit{name: e.Name, upstream: a.upstream(), tls: a.isTLS()})
+// kindOf says how the var called name is read, or kindNone when it does
+// not hold the broker's address.
+func (w *brokerRewriter) kindOf(name string) varKind {
+	switch name {
+	case envAMQPURL, envRabbitMQURL:
+		return kindURL
+	case envSpringHost:
+		return kindSpringHost
+	case envSpringAddresses:
+		return kindSpringAddrs
+	}
+	if slices.Contains(w.extra, name) {
+		return kindURLOrAddr
+	}
+	return kindNone
+}
 
-		case kindSpringHost:
-			upstreamHost := ""
-			if e.ValueFrom == nil {
-				a, err := parseBrokerAddr(e.Value)
-				if err == nil && (a.scheme != "" || a.userinfo != "" || a.port != "" || a.rest != "") {
-					err = errors.New("not a host name")
-				}
-				if reason := addrProblem(e.Name, e.Value, a, err); reason != "" {
-					r.skipped = append(r.skipped, reason)
-					continue
-				}
-				upstreamHost = a.hostText()
-			}
-			port := "5672"
-			if springTLS {
-				port = "5671"
-			}
-			if portIdx >= 0 {
-				p := app.Env[portIdx]
-				if p.ValueFrom != nil {
-					r.skipped = append(r.skipped,
-						fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), contract.AnnotationBrokerEnv),
-						fmt.Sprintf("%s: not rewritten, because %s cannot be read", e.Name, envSpringPort))
-					continue
-				}
-				if _, err := parsePort(strings.TrimSpace(p.Value)); err != nil {
-					r.skipped = append(r.skipped, fmt.Sprintf("%s: not rewritten, because %s is %s, not a port number (1 to 65535)", e.Name, envSpringPort, quote(p.Value)))
-					continue
-				}
-				port = strings.TrimSpace(p.Value)
-			}
-			literal(i, localhost)
-			h := hit{name: e.Name, spring: true}
-			if e.ValueFrom != nil {
-				ref := appEnvPrefix + e.Name
-				h.ref = []corev1.EnvVar{
-					{Name: ref, ValueFrom: e.ValueFrom.DeepCopy()},
-					{Name: envUpstream, Value: "$(" + ref + "):" + port},
-				}
-				r.rewritten = append(r.rewritten, fmt.Sprintf("%s: from %s → %s (the sidecar gets the same reference)", e.Name, refName(e.ValueFrom), localhost))
-			} else {
-				h.upstream = strings.ToLower(upstreamHost) + ":" + port
-				r.rewritten = append(r.rewritten, fmt.Sprintf("%s: %s → %s", e.Name, e.Value, localhost))
-			}
-			switch {
-			case portDone:
-			case portIdx >= 0:
-				for j, p := range app.Env {
-					if p.Name == envSpringPort {
-						literal(j, listen)
-					}
-				}
-				if old := app.Env[portIdx].Value; old != listen {
-					r.rewritten = append(r.rewritten, fmt.Sprintf("%s: %s → %s", envSpringPort, old, listen))
-				}
-			default:
-				added = &corev1.EnvVar{Name: envSpringPort, Value: listen}
-				addedAfter = i
-				r.rewritten = append(r.rewritten, fmt.Sprintf("%s: (unset) → %s", envSpringPort, listen))
-			}
-			portDone = true
-			hits = append(hits, h)
+// literal replaces the app's env entry i by the literal v.
+func (w *brokerRewriter) literal(i int, v string) {
+	w.edits[i] = corev1.EnvVar{Name: w.app.Env[i].Name, Value: v}
+}
 
-		case kindSpringAddrs:
-			if e.ValueFrom != nil {
-				v := upstream.PlaceholderUser + ":" + upstream.PlaceholderPassword + "@" + localhost + ":" + listen
-				literal(i, v)
-				r.rewritten = append(r.rewritten, fmt.Sprintf("%s: from %s → %s (the sidecar reads the addresses from the same reference, keeps them all and fails over among them)",
-					e.Name, refName(e.ValueFrom), maskValue(v)))
-				hits = append(hits, hit{name: e.Name, spring: true, ref: append([]corev1.EnvVar{{Name: envUpstream, ValueFrom: e.ValueFrom.DeepCopy()}}, springCredentials(app)...)})
-				continue
-			}
-			entries := splitList(e.Value)
-			var first brokerAddr
-			var upstreams []string
-			var reason string
-			tls := springTLS
-			for k, s := range entries {
-				a, err := parseBrokerAddr(s)
-				if reason = addrProblem(e.Name, e.Value, a, err); reason != "" {
-					break
-				}
-				if k == 0 {
-					first = a
-				}
-				if k > 0 && a.isTLS() != first.isTLS() {
-					reason = fmt.Sprintf("%s lists brokers with and without amqps:// (%s): the sidecar uses TLS for all or none; use one", e.Name, maskValue(e.Value))
-					break
-				}
-				tls = tls || a.isTLS()
-				if u := a.upstreamWithDefault(springTLS || a.isTLS()); !slices.Contains(upstreams, u) {
-					upstreams = append(upstreams, u)
-				}
-			}
-			if len(entries) == 0 {
-				reason = e.Name + " lists no address: cannot rewrite"
-			}
-			if reason != "" {
-				r.skipped = append(r.skipped, reason)
-				continue
-			}
-			n := first.plain(localhost, listenPort)
-			literal(i, n.String())
-			line := fmt.Sprintf("%s: %s → %s", e.Name, maskValue(e.Value), n.masked())
-			if len(upstreams) > 1 {
-				line += fmt.Sprintf(" (the sidecar keeps all %d brokers and fails over among them in this order)", len(upstreams))
-			}
-			r.rewritten = append(r.rewritten, line)
-			hits = append(hits, hit{name: e.Name, upstream: strings.Join(upstreams, ","), tls: tls, spring: true})
+// skip records why a var was not rewritten.
+func (w *brokerRewriter) skip(reasons ...string) {
+	w.r.skipped = append(w.r.skipped, reasons...)
+}
+
+// rewriteVar rewrites the app's env entry i, e, if it holds the broker's
+// address, or records why it cannot.
+func (w *brokerRewriter) rewriteVar(i int, e corev1.EnvVar) {
+	kind := w.kindOf(e.Name)
+	if kind == kindNone {
+		return
+	}
+	w.seen[e.Name] = true
+	if reason := unrewritable(e, kind); reason != "" {
+		w.skip(reason)
+		return
+	}
+	switch kind {
+	case kindURL, kindURLOrAddr:
+		w.rewriteURL(i, e, kind)
+	case kindSpringHost:
+		w.rewriteSpringHost(i, e)
+	case kindSpringAddrs:
+		w.rewriteSpringAddrs(i, e)
+	}
+}
+
+// unrewritable is why a broker var of this kind cannot be rewritten
+// whatever its value says: it comes from a source the sidecar cannot be
+// given, or it is empty. "" when it may be.
+func unrewritable(e corev1.EnvVar, kind varKind) string {
+	if e.ValueFrom != nil && (!readableRef(e.ValueFrom) || kind == kindURLOrAddr) {
+		why := "cannot rewrite; set it as a literal or list a literal var in " + contract.AnnotationBrokerEnv
+		if kind == kindURLOrAddr && readableRef(e.ValueFrom) {
+			why = "a var named by " + contract.AnnotationBrokerEnv + " must be a literal (from a reference, ms2m cannot tell a URL from host:port); use AMQP_URL or RABBITMQ_URL for a URL in a Secret"
+		}
+		return fmt.Sprintf("%s comes from %s: %s", e.Name, valueSource(e.ValueFrom), why)
+	}
+	if e.ValueFrom == nil && e.Value == "" {
+		return e.Name + " is empty: cannot rewrite"
+	}
+	return ""
+}
+
+// rewriteURL rewrites a URL var (AMQP_URL, RABBITMQ_URL), or a var named by
+// ms2m.io/broker-env, which may also hold host:port. One from a reference
+// becomes the placeholder URL, and the sidecar reads the same reference.
+func (w *brokerRewriter) rewriteURL(i int, e corev1.EnvVar, kind varKind) {
+	if e.ValueFrom != nil {
+		w.literal(i, placeholderURL+":"+w.listen+"/")
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: from %s → %s:%s/ (the sidecar reads the URL from the same reference and puts its credentials, virtual host and TLS into the connection)",
+			e.Name, refName(e.ValueFrom), maskValue(placeholderURL), w.listen))
+		w.hits = append(w.hits, hit{name: e.Name, ref: []corev1.EnvVar{{Name: envUpstream, ValueFrom: e.ValueFrom.DeepCopy()}}})
+		return
+	}
+	a, err := parseBrokerAddr(e.Value)
+	if err == nil && a.scheme == "" && kind == kindURL {
+		err = errors.New("not an amqp:// or amqps:// URL")
+	}
+	if err == nil && a.scheme == "" && a.port == "" {
+		err = errors.New("neither an amqp:// URL nor host:port")
+	}
+	if reason := addrProblem(e.Name, e.Value, a, err); reason != "" {
+		w.skip(reason)
+		return
+	}
+	n := a.plain(localhost, w.listenPort)
+	w.literal(i, n.String())
+	line := fmt.Sprintf("%s: %s → %s", e.Name, a.masked(), n.masked())
+	if a.isTLS() {
+		line += " (TLS to the broker moves to the sidecar)"
+	}
+	w.r.rewritten = append(w.r.rewritten, line)
+	w.hits = append(w.hits, hit{name: e.Name, upstream: a.upstream(), tls: a.isTLS()})
+}
+
+// rewriteSpringHost rewrites SPRING_RABBITMQ_HOST to 127.0.0.1 and points
+// SPRING_RABBITMQ_PORT at the sidecar, adding it when the app leaves it
+// unset. The broker's port is the app's SPRING_RABBITMQ_PORT, else
+// Spring's default for the app's TLS setting.
+func (w *brokerRewriter) rewriteSpringHost(i int, e corev1.EnvVar) {
+	upstreamHost := ""
+	if e.ValueFrom == nil {
+		a, err := parseBrokerAddr(e.Value)
+		if err == nil && (a.scheme != "" || a.userinfo != "" || a.port != "" || a.rest != "") {
+			err = errors.New("not a host name")
+		}
+		if reason := addrProblem(e.Name, e.Value, a, err); reason != "" {
+			w.skip(reason)
+			return
+		}
+		upstreamHost = a.hostText()
+	}
+	port, reasons := w.springPort(e.Name)
+	if reasons != nil {
+		w.skip(reasons...)
+		return
+	}
+	w.literal(i, localhost)
+	h := hit{name: e.Name, spring: true}
+	if e.ValueFrom != nil {
+		ref := appEnvPrefix + e.Name
+		h.ref = []corev1.EnvVar{
+			{Name: ref, ValueFrom: e.ValueFrom.DeepCopy()},
+			{Name: envUpstream, Value: "$(" + ref + "):" + port},
+		}
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: from %s → %s (the sidecar gets the same reference)", e.Name, refName(e.ValueFrom), localhost))
+	} else {
+		h.upstream = strings.ToLower(upstreamHost) + ":" + port
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: %s → %s", e.Name, e.Value, localhost))
+	}
+	w.pointSpringPort(i)
+	w.hits = append(w.hits, h)
+}
+
+// springPort is the broker's port for the Spring host var called host:
+// the app's SPRING_RABBITMQ_PORT, else 5672, or 5671 with Spring's TLS on.
+// reasons is set, and the host must be skipped, when the app's port cannot
+// be read.
+func (w *brokerRewriter) springPort(host string) (port string, reasons []string) {
+	if w.portIdx < 0 {
+		if w.springTLS {
+			return "5671", nil
+		}
+		return "5672", nil
+	}
+	p := w.app.Env[w.portIdx]
+	if p.ValueFrom != nil {
+		return "", []string{
+			fmt.Sprintf("%s comes from %s: cannot rewrite; set it as a literal or list a literal var in %s", p.Name, valueSource(p.ValueFrom), contract.AnnotationBrokerEnv),
+			fmt.Sprintf("%s: not rewritten, because %s cannot be read", host, envSpringPort),
 		}
 	}
-
-	for _, name := range extra {
-		if !seen[name] {
-			r.skipped = append(r.skipped, fmt.Sprintf("%s names %s, which container %q does not set", contract.AnnotationBrokerEnv, name, app.Name))
-		}
+	if _, err := parsePort(strings.TrimSpace(p.Value)); err != nil {
+		return "", []string{fmt.Sprintf("%s: not rewritten, because %s is %s, not a port number (1 to 65535)", host, envSpringPort, quote(p.Value))}
 	}
+	return strings.TrimSpace(p.Value), nil
+}
 
-	r.considered = len(seen)
-	if len(hits) == 0 {
-		if len(seen) == 0 {
-			r.noneSet = true
-			msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",
-				app.Name, strings.Join(wellKnownBrokerEnv, ", "), contract.AnnotationBrokerEnv)
-			if len(app.EnvFrom) > 0 {
-				msg += " (its envFrom sources are Secrets or ConfigMaps only through their keys: set the broker var with valueFrom instead, which ms2m passes to the sidecar by reference)"
+// pointSpringPort sets every SPRING_RABBITMQ_PORT to the sidecar's port,
+// or adds one after the host var at index host, once.
+func (w *brokerRewriter) pointSpringPort(host int) {
+	switch {
+	case w.portDone:
+	case w.portIdx >= 0:
+		for j, p := range w.app.Env {
+			if p.Name == envSpringPort {
+				w.literal(j, w.listen)
 			}
-			r.fatal = msg
-		} else {
-			r.fatal = fmt.Sprintf("no broker setting of container %q could be rewritten, so the sidecar has no broker to proxy", app.Name)
 		}
-		return r
+		if old := w.app.Env[w.portIdx].Value; old != w.listen {
+			w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: %s → %s", envSpringPort, old, w.listen))
+		}
+	default:
+		w.added = &corev1.EnvVar{Name: envSpringPort, Value: w.listen}
+		w.addedAfter = host
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: (unset) → %s", envSpringPort, w.listen))
 	}
-	chosen := hits[0]
-	for _, h := range hits[1:] {
+	w.portDone = true
+}
+
+// rewriteSpringAddrs rewrites SPRING_RABBITMQ_ADDRESSES to the sidecar's
+// address; the sidecar keeps the whole list and fails over among it. One
+// from a reference gets placeholder credentials, and the sidecar the same
+// reference and the app's Spring credentials.
+func (w *brokerRewriter) rewriteSpringAddrs(i int, e corev1.EnvVar) {
+	if e.ValueFrom != nil {
+		v := upstream.PlaceholderUser + ":" + upstream.PlaceholderPassword + "@" + localhost + ":" + w.listen
+		w.literal(i, v)
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: from %s → %s (the sidecar reads the addresses from the same reference, keeps them all and fails over among them)",
+			e.Name, refName(e.ValueFrom), maskValue(v)))
+		w.hits = append(w.hits, hit{name: e.Name, spring: true, ref: append([]corev1.EnvVar{{Name: envUpstream, ValueFrom: e.ValueFrom.DeepCopy()}}, springCredentials(w.app)...)})
+		return
+	}
+	first, upstreams, tls, reason := springAddresses(e.Name, e.Value, w.springTLS)
+	if reason != "" {
+		w.skip(reason)
+		return
+	}
+	n := first.plain(localhost, w.listenPort)
+	w.literal(i, n.String())
+	line := fmt.Sprintf("%s: %s → %s", e.Name, maskValue(e.Value), n.masked())
+	if len(upstreams) > 1 {
+		line += fmt.Sprintf(" (the sidecar keeps all %d brokers and fails over among them in this order)", len(upstreams))
+	}
+	w.r.rewritten = append(w.r.rewritten, line)
+	w.hits = append(w.hits, hit{name: e.Name, upstream: strings.Join(upstreams, ","), tls: tls, spring: true})
+}
+
+// springAddresses reads the literal value of the SPRING_RABBITMQ_ADDRESSES
+// var called name: its first entry, the brokers in order without repeats
+// (host:port, with the default port for TLS when springTLS or amqps://
+// says so), and whether TLS is on. reason says why it cannot be rewritten:
+// an entry does not parse or points inside the pod, the entries mix TLS and
+// plain, or there are none.
+func springAddresses(name, value string, springTLS bool) (first brokerAddr, upstreams []string, tls bool, reason string) {
+	entries := splitList(value)
+	if len(entries) == 0 {
+		return brokerAddr{}, nil, false, name + " lists no address: cannot rewrite"
+	}
+	tls = springTLS
+	for k, s := range entries {
+		a, err := parseBrokerAddr(s)
+		if reason = addrProblem(name, value, a, err); reason != "" {
+			return first, upstreams, tls, reason
+		}
+		if k == 0 {
+			first = a
+		}
+		if k > 0 && a.isTLS() != first.isTLS() {
+			return first, upstreams, tls, fmt.Sprintf("%s lists brokers with and without amqps:// (%s): the sidecar uses TLS for all or none; use one", name, maskValue(value))
+		}
+		tls = tls || a.isTLS()
+		if u := a.upstreamWithDefault(springTLS || a.isTLS()); !slices.Contains(upstreams, u) {
+			upstreams = append(upstreams, u)
+		}
+	}
+	return first, upstreams, tls, ""
+}
+
+// choose picks the rewritten var whose broker the sidecar proxies. It sets
+// r.fatal and returns false when no var could be rewritten, or when two
+// literals point at different brokers. A reference wins over a literal
+// beside it, which is likely a default.
+func (w *brokerRewriter) choose() (hit, bool) {
+	if len(w.hits) == 0 {
+		w.r.noneSet = len(w.seen) == 0
+		w.r.fatal = noBrokerReason(w.app, w.r.noneSet)
+		return hit{}, false
+	}
+	chosen := w.hits[0]
+	for _, h := range w.hits[1:] {
 		switch {
 		case h.ref != nil || chosen.ref != nil:
 			if h.ref != nil && chosen.ref == nil {
-				chosen = h // a reference is the app's real setting; a literal beside it is likely a default
+				chosen = h
 			}
 		case h.upstream != chosen.upstream:
 			var parts []string
-			for _, h := range hits {
+			for _, h := range w.hits {
 				parts = append(parts, h.name+" → "+h.upstream)
 			}
-			r.fatal = fmt.Sprintf("container %q points at different brokers (%s): the sidecar proxies one broker list; point them at the same one",
-				app.Name, strings.Join(parts, ", "))
-			return r
+			w.r.fatal = fmt.Sprintf("container %q points at different brokers (%s): the sidecar proxies one broker list; point them at the same one",
+				w.app.Name, strings.Join(parts, ", "))
+			return hit{}, false
 		}
 	}
-	if len(hits) > 1 && (chosen.ref != nil || hits[0].ref != nil) {
-		r.skipped = append(r.skipped, fmt.Sprintf("%d broker vars set and not all can be read: the sidecar proxies the broker of %s", len(hits), chosen.name))
+	if len(w.hits) > 1 && (chosen.ref != nil || w.hits[0].ref != nil) {
+		w.skip(fmt.Sprintf("%d broker vars set and not all can be read: the sidecar proxies the broker of %s", len(w.hits), chosen.name))
 	}
+	return chosen, true
+}
+
+// noBrokerReason is the fatal reason of an app none of whose broker vars
+// could be rewritten; noneSet when it sets none at all.
+func noBrokerReason(app *corev1.Container, noneSet bool) string {
+	if !noneSet {
+		return fmt.Sprintf("no broker setting of container %q could be rewritten, so the sidecar has no broker to proxy", app.Name)
+	}
+	msg := fmt.Sprintf("container %q sets none of %s: name the var that holds the broker's address in %s",
+		app.Name, strings.Join(wellKnownBrokerEnv, ", "), contract.AnnotationBrokerEnv)
+	if len(app.EnvFrom) > 0 {
+		msg += " (its envFrom sources are Secrets or ConfigMaps only through their keys: set the broker var with valueFrom instead, which ms2m passes to the sidecar by reference)"
+	}
+	return msg
+}
+
+// setUpstream gives the sidecar the chosen broker, and the TLS to it: from
+// an amqps:// URL, or from SPRING_RABBITMQ_SSL_ENABLED, which the app then
+// has set to false.
+func (w *brokerRewriter) setUpstream(chosen hit) {
 	if chosen.ref != nil {
-		r.upstream = chosen.ref
+		w.r.upstream = chosen.ref
 	} else {
-		r.upstream = []corev1.EnvVar{{Name: envUpstream, Value: chosen.upstream}}
+		w.r.upstream = []corev1.EnvVar{{Name: envUpstream, Value: chosen.upstream}}
 	}
 	if chosen.tls {
-		r.upstream = append(r.upstream, corev1.EnvVar{Name: envUpstreamTLS, Value: "true"})
+		w.r.upstream = append(w.r.upstream, corev1.EnvVar{Name: envUpstreamTLS, Value: "true"})
 	}
-	if chosen.spring && sslIdx >= 0 {
-		s := app.Env[sslIdx]
-		switch {
-		case s.ValueFrom != nil && readableRef(s.ValueFrom):
-			r.upstream = append(r.upstream, corev1.EnvVar{Name: envUpstreamTLS, ValueFrom: s.ValueFrom.DeepCopy()})
-			literal(sslIdx, "false")
-			r.rewritten = append(r.rewritten, fmt.Sprintf("%s: from %s → false (the sidecar gets the same reference: TLS to the broker is its)", envSpringSSL, refName(s.ValueFrom)))
-		case springTLS:
-			if !chosen.tls {
-				r.upstream = append(r.upstream, corev1.EnvVar{Name: envUpstreamTLS, Value: "true"})
-			}
-			literal(sslIdx, "false")
-			r.rewritten = append(r.rewritten, fmt.Sprintf("%s: %s → false (TLS to the broker moves to the sidecar)", envSpringSSL, s.Value))
+	if !chosen.spring || w.sslIdx < 0 {
+		return
+	}
+	s := w.app.Env[w.sslIdx]
+	switch {
+	case s.ValueFrom != nil && readableRef(s.ValueFrom):
+		w.r.upstream = append(w.r.upstream, corev1.EnvVar{Name: envUpstreamTLS, ValueFrom: s.ValueFrom.DeepCopy()})
+		w.literal(w.sslIdx, "false")
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: from %s → false (the sidecar gets the same reference: TLS to the broker is its)", envSpringSSL, refName(s.ValueFrom)))
+	case w.springTLS:
+		if !chosen.tls {
+			w.r.upstream = append(w.r.upstream, corev1.EnvVar{Name: envUpstreamTLS, Value: "true"})
 		}
+		w.literal(w.sslIdx, "false")
+		w.r.rewritten = append(w.r.rewritten, fmt.Sprintf("%s: %s → false (TLS to the broker moves to the sidecar)", envSpringSSL, s.Value))
 	}
+}
 
-	r.env = make([]corev1.EnvVar, 0, len(app.Env)+1)
-	for i, e := range app.Env {
-		if v, ok := edits[i]; ok {
+// newEnv is the app's env with the edits made, and SPRING_RABBITMQ_PORT
+// added after the host var when the app did not set it.
+func (w *brokerRewriter) newEnv() []corev1.EnvVar {
+	env := make([]corev1.EnvVar, 0, len(w.app.Env)+1)
+	for i, e := range w.app.Env {
+		if v, ok := w.edits[i]; ok {
 			e = v
 		}
-		r.env = append(r.env, e)
-		if i == addedAfter {
-			r.env = append(r.env, *added)
+		env = append(env, e)
+		if i == w.addedAfter {
+			env = append(env, *w.added)
 		}
 	}
-	return r
+	return env
 }
 
 // springCredentials is the sidecar's env that carries the Spring app's

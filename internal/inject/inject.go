@@ -77,6 +77,11 @@ func Inject(in Input, cfg Config) (Result, error) {
 // decide is Inject before the image check. carried is set to the verified
 // restore instruction of a pod that is left alone because it was restored
 // by it already (the webhook called again after another webhook's change).
+//
+// It checks, in order: the config, the inject annotation, an earlier
+// injection, the opt-in, a foreign container of the sidecar's name, the
+// ms2m.io/ annotations and the restore request; then it injects (inject),
+// or makes an earlier injection's sidecar replay (restoreInjected).
 func decide(in Input, cfg Config, carried **Migration) (Result, error) {
 	if in.Pod == nil {
 		return Result{}, errors.New("inject: Input.Pod is nil")
@@ -94,27 +99,12 @@ func decide(in Input, cfg Config, carried **Migration) (Result, error) {
 	asked, askedName := restoreAsked(pod, in.Pending)
 	status, injected := injectedStatus(pod)
 	if injected && (!asked || (askedName != "" && askedName == status.Restore)) {
-		// A pod can carry the sidecar and the status from its author, not
-		// from ms2m: its log must still be its namespace's.
-		if msg := checkInjectedLogName(pod); msg != "" {
-			return Result{}, denyf("%s", msg)
-		}
-		if asked {
-			if m, _, err := restoreRequest(pod, in.Pending, cfg); err == nil {
-				*carried = m
-			}
-		}
-		return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
+		return alreadyInjected(in, cfg, asked, carried)
 	}
 
-	var warnings []string
-	if reason, ok := optedIn(pod, in.NamespaceLabels); !ok {
-		if !asked {
-			return Result{Skipped: []string{ReasonNotOptedIn + reason}}, nil
-		}
-		if pod.Annotations[contract.AnnotationInject] == "false" || pod.Labels[contract.LabelInject] == "false" {
-			warnings = append(warnings, fmt.Sprintf("%s is \"false\", but the pod is a restore target: injected all the same", contract.AnnotationInject))
-		}
+	skip, warnings := optInCheck(pod, in.NamespaceLabels, asked)
+	if skip != "" {
+		return Result{Skipped: []string{skip}}, nil
 	}
 
 	if !injected {
@@ -135,76 +125,103 @@ func decide(in Input, cfg Config, carried **Migration) (Result, error) {
 		return Result{Warnings: warnings}, err
 	}
 
-	// leaveAlone skips the pod, or denies it when it is a restore target:
-	// a restore must not start without its sidecar and replay.
-	leaveAlone := func(reasons []string) (Result, error) {
-		if restore != nil {
-			return Result{Warnings: warnings}, denyf("the pod is the restore target of migration %s, but ms2m cannot inject it: %s",
-				restore.Name, strings.Join(reasons, "; "))
-		}
-		return Result{Skipped: reasons, Warnings: warnings}, nil
-	}
-
+	d := &decision{pod: pod, cfg: cfg, restore: restore, warnings: warnings}
 	if reasons := podProblems(pod, cfg); len(reasons) > 0 {
-		return leaveAlone(reasons)
+		return d.leaveAlone(reasons)
 	}
 	out := pod.DeepCopy()
 	app := appContainer(out)
 	if app == nil {
-		return leaveAlone([]string{"the pod has no containers"})
+		return d.leaveAlone([]string{"the pod has no containers"})
 	}
-
 	if injected {
-		// A copy of an injected pod: the app's settings point at the
-		// sidecar already; make that sidecar replay.
-		sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
-		if restore != nil && isNATSSidecar(sidecar) {
-			return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
-		}
-		lines := applyRestore(out, app, sidecar, restore)
-		var kept []string
-		for _, l := range status.Rewritten {
-			if !isRestoreLine(l) {
-				kept = append(kept, l)
-			}
-		}
-		st := Status{Version: StatusVersion, Sidecar: sidecar.Image, Rewritten: append(kept, lines...), Restore: restore.Name}
-		if err := setStatus(out, st); err != nil {
-			return Result{Warnings: warnings}, err
-		}
-		return Result{Pod: out, Rewritten: lines, Warnings: warnings, Restore: restore}, nil
+		return d.restoreInjected(out, app, status)
 	}
+	return d.inject(out, app)
+}
 
-	br := rewriteBroker(app, pod.Annotations[contract.AnnotationBrokerEnv], cfg.ListenPort)
-	nats := false
-	if br.fatal != "" && br.considered == 0 {
-		// No AMQP setting at all: a NATS app, perhaps.
-		nb, considered := rewriteNATS(app, cfg.NATSListenPort)
-		switch {
-		case considered == 0:
-		case nb.fatal != "":
-			return leaveAlone(append(nb.skipped, nb.fatal))
-		case cfg.NATSURL.Name == "":
-			return leaveAlone(append(nb.skipped, fmt.Sprintf("container %q speaks NATS (%s), but the webhook has no natsURL configured for the replay log",
-				app.Name, strings.Join(wellKnownNATSEnv, ", "))))
-		default:
-			br, nats = nb, true
+// alreadyInjected is decide for a pod that has the sidecar and the status
+// annotation, and asks for no restore its status does not record: it is
+// left alone. Its log name is checked all the same, since a pod can carry
+// the sidecar and the status from its author, not from ms2m; and the
+// restore it was made by is carried for the image check.
+func alreadyInjected(in Input, cfg Config, asked bool, carried **Migration) (Result, error) {
+	if msg := checkInjectedLogName(in.Pod); msg != "" {
+		return Result{}, denyf("%s", msg)
+	}
+	if asked {
+		if m, _, err := restoreRequest(in.Pod, in.Pending, cfg); err == nil {
+			*carried = m
 		}
 	}
-	if !nats && br.fatal != "" && br.noneSet && pod.Annotations[contract.AnnotationBrokerEnv] == "" {
-		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
-			br = fa
+	return Result{Skipped: []string{ReasonAlreadyInjected}}, nil
+}
+
+// optInCheck says whether a pod that did not opt in is skipped, and why
+// (skip), and warns when a restore target opted out: it is injected all the
+// same, since a restore must not start without its sidecar.
+func optInCheck(pod *corev1.Pod, nsLabels map[string]string, asked bool) (skip string, warnings []string) {
+	reason, ok := optedIn(pod, nsLabels)
+	if ok {
+		return "", nil
+	}
+	if !asked {
+		return ReasonNotOptedIn + reason, nil
+	}
+	if pod.Annotations[contract.AnnotationInject] == "false" || pod.Labels[contract.LabelInject] == "false" {
+		warnings = append(warnings, fmt.Sprintf("%s is \"false\", but the pod is a restore target: injected all the same", contract.AnnotationInject))
+	}
+	return "", warnings
+}
+
+// decision is what decide has settled about a pod once its annotations and
+// restore request are checked: the steps that mutate the pod share it.
+type decision struct {
+	pod      *corev1.Pod // the pod as created; never modified
+	cfg      Config      // with defaults
+	restore  *Migration  // the restore to apply, or nil
+	warnings []string
+}
+
+// leaveAlone skips the pod, or denies it when it is a restore target:
+// a restore must not start without its sidecar and replay.
+func (d *decision) leaveAlone(reasons []string) (Result, error) {
+	if d.restore != nil {
+		return Result{Warnings: d.warnings}, denyf("the pod is the restore target of migration %s, but ms2m cannot inject it: %s",
+			d.restore.Name, strings.Join(reasons, "; "))
+	}
+	return Result{Skipped: reasons, Warnings: d.warnings}, nil
+}
+
+// restoreInjected is decide for a copy of an injected pod that is a restore
+// target: the app's settings point at the sidecar already; it makes that
+// sidecar replay, and replaces the earlier restore's lines in the status.
+func (d *decision) restoreInjected(out *corev1.Pod, app *corev1.Container, status Status) (Result, error) {
+	sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
+	if d.restore != nil && isNATSSidecar(sidecar) {
+		return Result{Warnings: d.warnings}, denyf("%s", errNATSRestore)
+	}
+	lines := applyRestore(out, app, sidecar, d.restore)
+	var kept []string
+	for _, l := range status.Rewritten {
+		if !isRestoreLine(l) {
+			kept = append(kept, l)
 		}
 	}
-	if !nats {
-		if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
-			br.fatal = fatal
-		} else if warning != "" {
-			br.skipped = append(br.skipped, warning)
-		}
+	st := Status{Version: StatusVersion, Sidecar: sidecar.Image, Rewritten: append(kept, lines...), Restore: d.restore.Name}
+	if err := setStatus(out, st); err != nil {
+		return Result{Warnings: d.warnings}, err
 	}
-	if br.fatal != "" {
-		return leaveAlone(append(br.skipped, br.fatal))
+	return Result{Pod: out, Rewritten: lines, Warnings: d.warnings, Restore: d.restore}, nil
+}
+
+// inject is decide for a pod without the sidecar: it points the app at the
+// sidecar, adds the sidecar with its TLS settings, applies the restore if
+// any, and records the status. out is the pod's copy, app its app container.
+func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error) {
+	br, nats, reasons := chooseBroker(d.pod, out, app, d.cfg)
+	if reasons != nil {
+		return d.leaveAlone(reasons)
 	}
 	app.Env = br.env
 	rewritten := br.rewritten
@@ -215,45 +232,94 @@ func decide(in Input, cfg Config, carried **Migration) (Result, error) {
 		skipped = append(skipped, reason)
 	}
 
-	spec := sidecarSpec{upstream: br.upstream, logName: defaultLogNameValue, nats: nats}
-	if v, ok := pod.Annotations[contract.AnnotationLogName]; ok {
-		spec.logName = v
-	} else if msg := checkDefaultLogName(pod); msg != "" && restore == nil {
-		return Result{Warnings: warnings}, denyf("%s", msg)
+	spec, err := d.sidecarSettings(br.upstream, nats)
+	if err != nil {
+		return Result{Warnings: d.warnings}, err
 	}
-	spec.logMaxAge = cfg.LogMaxAge
-	if v, ok := pod.Annotations[contract.AnnotationLogMaxAge]; ok {
-		spec.logMaxAge = v
+	if nats && d.restore != nil {
+		return Result{Warnings: d.warnings}, denyf("%s", errNATSRestore)
 	}
-	if cfg.LogMaxBytes > 0 {
-		spec.logMaxBytes = fmt.Sprint(cfg.LogMaxBytes)
-	}
-	if v, ok := pod.Annotations[contract.AnnotationLogMaxBytes]; ok {
-		spec.logMaxBytes = v
-	}
-	if nats && restore != nil {
-		return Result{Warnings: warnings}, denyf("%s", errNATSRestore)
-	}
-	sc := sidecarContainer(cfg, spec)
+	sc := sidecarContainer(d.cfg, spec)
 	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts
 	out.Spec.InitContainers = append(out.Spec.InitContainers, sc)
-	tlsLines, err := applyUpstreamTLS(out, &out.Spec.InitContainers[len(out.Spec.InitContainers)-1])
+	sidecar := &out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
+	tlsLines, err := applyUpstreamTLS(out, sidecar)
 	if err != nil {
-		return Result{Warnings: warnings}, err
+		return Result{Warnings: d.warnings}, err
 	}
 	rewritten = append(rewritten, tlsLines...)
 
-	st := Status{Version: StatusVersion, Sidecar: cfg.SidecarImage}
-	if restore != nil {
-		sidecar := &out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
-		rewritten = append(rewritten, applyRestore(out, app, sidecar, restore)...)
-		st.Restore = restore.Name
+	st := Status{Version: StatusVersion, Sidecar: d.cfg.SidecarImage}
+	if d.restore != nil {
+		rewritten = append(rewritten, applyRestore(out, app, sidecar, d.restore)...)
+		st.Restore = d.restore.Name
 	}
 	st.Rewritten = rewritten
 	if err := setStatus(out, st); err != nil {
-		return Result{Warnings: warnings}, err
+		return Result{Warnings: d.warnings}, err
 	}
-	return Result{Pod: out, Skipped: skipped, Rewritten: rewritten, Warnings: warnings, Restore: restore}, nil
+	return Result{Pod: out, Skipped: skipped, Rewritten: rewritten, Warnings: d.warnings, Restore: d.restore}, nil
+}
+
+// chooseBroker rewrites the app container's broker settings: AMQP ones,
+// else NATS ones when it has no AMQP setting at all, else, for an app that
+// sets no broker var and names none in ms2m.io/broker-env, the sources it
+// reads its settings from (fromAppSettings). pod is the pod as created,
+// out its copy. reasons is set when the pod must be left alone.
+func chooseBroker(pod, out *corev1.Pod, app *corev1.Container, cfg Config) (br brokerRewrite, nats bool, reasons []string) {
+	br = rewriteBroker(app, pod.Annotations[contract.AnnotationBrokerEnv], cfg.ListenPort)
+	if br.fatal != "" && br.considered == 0 {
+		// No AMQP setting at all: a NATS app, perhaps.
+		nb, considered := rewriteNATS(app, cfg.NATSListenPort)
+		switch {
+		case considered == 0:
+		case nb.fatal != "":
+			return brokerRewrite{}, false, append(nb.skipped, nb.fatal)
+		case cfg.NATSURL.Name == "":
+			return brokerRewrite{}, false, append(nb.skipped, fmt.Sprintf("container %q speaks NATS (%s), but the webhook has no natsURL configured for the replay log",
+				app.Name, strings.Join(wellKnownNATSEnv, ", ")))
+		default:
+			return nb, true, nil
+		}
+	}
+	if br.fatal != "" && br.noneSet && pod.Annotations[contract.AnnotationBrokerEnv] == "" {
+		if fa, ok := fromAppSettings(out, app, cfg.ListenPort); ok {
+			br = fa
+		}
+	}
+	if fatal, warning := springAbove(app); fatal != "" && br.fatal == "" {
+		br.fatal = fatal
+	} else if warning != "" {
+		br.skipped = append(br.skipped, warning)
+	}
+	if br.fatal != "" {
+		return brokerRewrite{}, false, append(br.skipped, br.fatal)
+	}
+	return br, false, nil
+}
+
+// sidecarSettings is the sidecar's spec for the broker upstream: the
+// replay log's name and limits, from the pod's annotations over the
+// config's. It denies a pod that takes the default log name where that
+// name would not be its own, unless it is a restore target.
+func (d *decision) sidecarSettings(upstream []corev1.EnvVar, nats bool) (sidecarSpec, error) {
+	spec := sidecarSpec{upstream: upstream, logName: defaultLogNameValue, nats: nats}
+	if v, ok := d.pod.Annotations[contract.AnnotationLogName]; ok {
+		spec.logName = v
+	} else if msg := checkDefaultLogName(d.pod); msg != "" && d.restore == nil {
+		return sidecarSpec{}, denyf("%s", msg)
+	}
+	spec.logMaxAge = d.cfg.LogMaxAge
+	if v, ok := d.pod.Annotations[contract.AnnotationLogMaxAge]; ok {
+		spec.logMaxAge = v
+	}
+	if d.cfg.LogMaxBytes > 0 {
+		spec.logMaxBytes = fmt.Sprint(d.cfg.LogMaxBytes)
+	}
+	if v, ok := d.pod.Annotations[contract.AnnotationLogMaxBytes]; ok {
+		spec.logMaxBytes = v
+	}
+	return spec, nil
 }
 
 // optedIn says whether the pod opted in, and if not, why not.

@@ -171,6 +171,10 @@ func (p *Parser) Buffered() int { return len(p.buf) }
 // order. The *Msg passed to fn, and everything it points to, is valid only
 // until fn returns. An error returned by fn stops parsing and is returned as
 // is; after any error the Parser is unusable.
+//
+// At a message boundary (stateOpStart), a message that lies wholly in data
+// is delivered in place; the rest of data is buffered. A message split
+// across calls is completed by continueLine and continuePayload.
 func (p *Parser) Parse(data []byte, fn func(*Msg) error) error {
 	if p.state == stateFailed {
 		return p.err
@@ -204,58 +208,81 @@ func (p *Parser) Parse(data []byte, fn func(*Msg) error) error {
 				return err
 			}
 			data = data[size:]
-
 		case stateLine:
-			nl := bytes.IndexByte(data, '\n')
-			take := len(data)
-			if nl >= 0 {
-				take = nl + 1
-			}
-			if len(p.buf)+take > p.maxLine {
-				return p.fail(protoErrorf("control line longer than %d bytes", p.maxLine))
-			}
-			p.buf = append(p.buf, data[:take]...)
-			data = data[take:]
-			if nl < 0 {
-				return nil
-			}
-			lineLen := len(p.buf)
-			size, err := p.parseLine(p.buf)
-			if err != nil {
-				return p.fail(err)
-			}
-			if size == lineLen {
-				if err := p.deliver(p.buf, lineLen, fn); err != nil {
-					return err
-				}
-				p.reset()
-				continue
-			}
-			p.need = size
-			p.state = statePayload
-
-		case statePayload:
-			n := min(p.need-len(p.buf), len(data))
-			p.buf = append(p.buf, data[:n]...)
-			data = data[n:]
-			if len(p.buf) < p.need {
-				return nil
-			}
-			lineLen := bytes.IndexByte(p.buf, '\n') + 1
-			// The line was checked when it completed; parse it again to
-			// point msg's fields into buf (its address may have changed).
-			if _, err := p.parseLine(p.buf[:lineLen]); err != nil {
-				return p.fail(err)
-			}
-			if err := p.deliver(p.buf, lineLen, fn); err != nil {
+			var err error
+			if data, err = p.continueLine(data, fn); err != nil {
 				return err
 			}
-			p.reset()
+		case statePayload:
+			var err error
+			if data, err = p.continuePayload(data, fn); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
+// continueLine adds data, up to the end of the control line, to the part
+// of the line in buf. Once the line is complete it delivers a message
+// without payload, or moves on to statePayload. It returns what is left of
+// data; an error has failed the Parser.
+func (p *Parser) continueLine(data []byte, fn func(*Msg) error) ([]byte, error) {
+	nl := bytes.IndexByte(data, '\n')
+	take := len(data)
+	if nl >= 0 {
+		take = nl + 1
+	}
+	if len(p.buf)+take > p.maxLine {
+		return nil, p.fail(protoErrorf("control line longer than %d bytes", p.maxLine))
+	}
+	p.buf = append(p.buf, data[:take]...)
+	data = data[take:]
+	if nl < 0 {
+		return data, nil
+	}
+	lineLen := len(p.buf)
+	size, err := p.parseLine(p.buf)
+	if err != nil {
+		return nil, p.fail(err)
+	}
+	if size == lineLen {
+		if err := p.deliver(p.buf, lineLen, fn); err != nil {
+			return nil, err
+		}
+		p.reset()
+		return data, nil
+	}
+	p.need = size
+	p.state = statePayload
+	return data, nil
+}
+
+// continuePayload adds data, up to the end of the message, to the message
+// in buf, and delivers it once it is complete. It returns what is left of
+// data; an error has failed the Parser.
+func (p *Parser) continuePayload(data []byte, fn func(*Msg) error) ([]byte, error) {
+	n := min(p.need-len(p.buf), len(data))
+	p.buf = append(p.buf, data[:n]...)
+	data = data[n:]
+	if len(p.buf) < p.need {
+		return data, nil
+	}
+	lineLen := bytes.IndexByte(p.buf, '\n') + 1
+	// The line was checked when it completed; parse it again to point
+	// msg's fields into buf (its address may have changed).
+	if _, err := p.parseLine(p.buf[:lineLen]); err != nil {
+		return nil, p.fail(err)
+	}
+	if err := p.deliver(p.buf, lineLen, fn); err != nil {
+		return nil, err
+	}
+	p.reset()
+	return data, nil
+}
+
+// reset readies the Parser for the next message, keeping a buffer that
+// is not too large.
 func (p *Parser) reset() {
 	p.state = stateOpStart
 	if cap(p.buf) > keepBufCap {
@@ -282,91 +309,22 @@ func (p *Parser) parseLine(line []byte) (int, error) {
 	}
 	op := body[:opEnd]
 	rest := trimLeft(body[opEnd:])
-	var args [6][]byte
+	var err error
 	switch {
-	case eqFold(op, "MSG"), eqFold(op, "HMSG"), eqFold(op, "PUB"), eqFold(op, "HPUB"):
-		hdr := len(op) == 4 // HMSG, HPUB
-		switch {
-		case eqFold(op, "MSG"):
-			m.Op = OpMsg
-		case eqFold(op, "HMSG"):
-			m.Op = OpHMsg
-		case eqFold(op, "PUB"):
-			m.Op = OpPub
-		default:
-			m.Op = OpHPub
-		}
-		n := splitArgs(rest, args[:])
-		sizes := 1
-		if hdr {
-			sizes = 2
-		}
-		fixed := sizes + 1 // subject and sizes
-		if m.Op == OpMsg || m.Op == OpHMsg {
-			fixed++ // sid
-		}
-		if n != fixed && n != fixed+1 {
-			return 0, protoErrorf("%s: %d arguments, want %d or %d", m.Op, n, fixed, fixed+1)
-		}
-		i := 0
-		m.Subject = args[i]
-		i++
-		if m.Op == OpMsg || m.Op == OpHMsg {
-			m.SID = args[i]
-			i++
-		}
-		if n == fixed+1 {
-			m.Reply = args[i]
-			i++
-		}
-		hlen := 0
-		if hdr {
-			h, ok := parseSize(args[i])
-			if !ok {
-				return 0, protoErrorf("%s: bad header size %q", m.Op, args[i])
-			}
-			hlen = h
-			i++
-		}
-		total, ok := parseSize(args[i])
-		if !ok {
-			return 0, protoErrorf("%s: bad size %q", m.Op, args[i])
-		}
-		if total > p.maxPayload {
-			return 0, protoErrorf("%s %s: payload of %d bytes exceeds max_payload %d", m.Op, m.Subject, total, p.maxPayload)
-		}
-		if hlen > total {
-			return 0, protoErrorf("%s %s: header size %d exceeds total size %d", m.Op, m.Subject, hlen, total)
-		}
-		p.hlen = hlen
-		return len(line) + total + 2, nil
+	case eqFold(op, "MSG"):
+		m.Op = OpMsg
+	case eqFold(op, "HMSG"):
+		m.Op = OpHMsg
+	case eqFold(op, "PUB"):
+		m.Op = OpPub
+	case eqFold(op, "HPUB"):
+		m.Op = OpHPub
 	case eqFold(op, "SUB"):
 		m.Op = OpSub
-		n := splitArgs(rest, args[:])
-		switch n {
-		case 2:
-			m.Subject, m.SID = args[0], args[1]
-		case 3:
-			m.Subject, m.Queue, m.SID = args[0], args[1], args[2]
-		default:
-			return 0, protoErrorf("SUB: %d arguments, want 2 or 3", n)
-		}
+		err = parseSubArgs(m, rest)
 	case eqFold(op, "UNSUB"):
 		m.Op = OpUnsub
-		n := splitArgs(rest, args[:])
-		switch n {
-		case 1:
-			m.SID = args[0]
-		case 2:
-			m.SID = args[0]
-			v, ok := parseSize(args[1])
-			if !ok {
-				return 0, protoErrorf("UNSUB: bad max %q", args[1])
-			}
-			m.Max = v
-		default:
-			return 0, protoErrorf("UNSUB: %d arguments, want 1 or 2", n)
-		}
+		err = parseUnsubArgs(m, rest)
 	case eqFold(op, "PING"):
 		m.Op = OpPing
 	case eqFold(op, "PONG"):
@@ -382,7 +340,108 @@ func (p *Parser) parseLine(line []byte) (int, error) {
 	default:
 		return 0, protoErrorf("unknown operation %q", truncate(op, 16))
 	}
-	return len(line), nil
+	if err != nil {
+		return 0, err
+	}
+	if !m.Op.HasPayload() {
+		return len(line), nil
+	}
+	total, err := p.parsePayloadArgs(rest)
+	if err != nil {
+		return 0, err
+	}
+	return len(line) + total + 2, nil
+}
+
+// parsePayloadArgs parses the arguments of a MSG, HMSG, PUB or HPUB line
+// (p.msg.Op set) into p.msg and p.hlen, and returns the payload's size,
+// checked against the limit and against the header's size:
+//
+//	MSG  <subject> <sid> [reply] <#total>
+//	HMSG <subject> <sid> [reply] <#header> <#total>
+//	PUB  <subject> [reply] <#total>
+//	HPUB <subject> [reply] <#header> <#total>
+func (p *Parser) parsePayloadArgs(rest []byte) (int, error) {
+	m := &p.msg
+	var args [6][]byte
+	n := splitArgs(rest, args[:])
+	hdr := m.Op == OpHMsg || m.Op == OpHPub
+	hasSID := m.Op == OpMsg || m.Op == OpHMsg
+	fixed := 2 // subject and total size
+	if hdr {
+		fixed++ // header size
+	}
+	if hasSID {
+		fixed++
+	}
+	if n != fixed && n != fixed+1 {
+		return 0, protoErrorf("%s: %d arguments, want %d or %d", m.Op, n, fixed, fixed+1)
+	}
+	i := 0
+	m.Subject = args[i]
+	i++
+	if hasSID {
+		m.SID = args[i]
+		i++
+	}
+	if n == fixed+1 {
+		m.Reply = args[i]
+		i++
+	}
+	hlen := 0
+	if hdr {
+		h, ok := parseSize(args[i])
+		if !ok {
+			return 0, protoErrorf("%s: bad header size %q", m.Op, args[i])
+		}
+		hlen = h
+		i++
+	}
+	total, ok := parseSize(args[i])
+	if !ok {
+		return 0, protoErrorf("%s: bad size %q", m.Op, args[i])
+	}
+	if total > p.maxPayload {
+		return 0, protoErrorf("%s %s: payload of %d bytes exceeds max_payload %d", m.Op, m.Subject, total, p.maxPayload)
+	}
+	if hlen > total {
+		return 0, protoErrorf("%s %s: header size %d exceeds total size %d", m.Op, m.Subject, hlen, total)
+	}
+	p.hlen = hlen
+	return total, nil
+}
+
+// parseSubArgs parses SUB's arguments into m: <subject> [queue] <sid>.
+func parseSubArgs(m *Msg, rest []byte) error {
+	var args [6][]byte
+	switch n := splitArgs(rest, args[:]); n {
+	case 2:
+		m.Subject, m.SID = args[0], args[1]
+	case 3:
+		m.Subject, m.Queue, m.SID = args[0], args[1], args[2]
+	default:
+		return protoErrorf("SUB: %d arguments, want 2 or 3", n)
+	}
+	return nil
+}
+
+// parseUnsubArgs parses UNSUB's arguments into m: <sid> [max].
+func parseUnsubArgs(m *Msg, rest []byte) error {
+	var args [6][]byte
+	switch n := splitArgs(rest, args[:]); n {
+	case 1:
+		m.SID = args[0]
+	case 2:
+		m.SID = args[0]
+		v, ok := parseSize(args[1])
+		if !ok {
+			return protoErrorf("UNSUB: bad max %q", args[1])
+		}
+		m.Max = v
+	default:
+		return protoErrorf("UNSUB: %d arguments, want 1 or 2", n)
+	}
+	return nil
 }
 
 // deliver fills in the payload fields of p.msg from raw (the whole message,

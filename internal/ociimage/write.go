@@ -78,90 +78,139 @@ func WriteOCIArchive(path, ref string, img v1.Image) error {
 	})
 }
 
+// writeOCIArchive writes img to w as the tar of an OCI image layout whose
+// index names it ref, in this order:
+//
+//	oci-layout
+//	index.json
+//	blobs/
+//	blobs/sha256/
+//	blobs/sha256/<manifest digest>
+//	blobs/sha256/<config digest>
+//	blobs/sha256/<layer digest>   once per distinct layer, streamed
 func writeOCIArchive(w io.Writer, ref string, img v1.Image) error {
-	rawManifest, err := img.RawManifest()
+	parts, err := readImage(ref, img)
 	if err != nil {
-		return fmt.Errorf("read manifest: %w", err)
+		return err
+	}
+	aw := archiveWriter{tw: tar.NewWriter(w)}
+	if err := aw.bytesFile("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return err
+	}
+	if err := aw.bytesFile("index.json", parts.index); err != nil {
+		return err
+	}
+	if err := aw.dir("blobs/"); err != nil {
+		return err
+	}
+	if err := aw.dir("blobs/sha256/"); err != nil {
+		return err
+	}
+	if err := aw.bytesFile(archiveBlob(parts.digest), parts.rawManifest); err != nil {
+		return err
+	}
+	if err := aw.bytesFile(archiveBlob(parts.configName), parts.rawConfig); err != nil {
+		return err
+	}
+	if err := aw.layers(parts.layers); err != nil {
+		return err
+	}
+	return aw.tw.Close()
+}
+
+// imageParts is what an OCI archive holds of an image, read before the
+// first byte is written: its manifest and config as they are, the index
+// that names it, and its layers, which are read as they are written.
+type imageParts struct {
+	rawManifest []byte
+	digest      v1.Hash // the manifest's
+	rawConfig   []byte
+	configName  v1.Hash // the config's digest
+	index       []byte  // index.json
+	layers      []v1.Layer
+}
+
+// readImage reads the parts of img for an archive whose index names it
+// ref, with its platform when its config has one.
+func readImage(ref string, img v1.Image) (imageParts, error) {
+	var p imageParts
+	var err error
+	if p.rawManifest, err = img.RawManifest(); err != nil {
+		return p, fmt.Errorf("read manifest: %w", err)
 	}
 	mt, err := img.MediaType()
 	if err != nil {
-		return fmt.Errorf("read media type: %w", err)
+		return p, fmt.Errorf("read media type: %w", err)
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return fmt.Errorf("read digest: %w", err)
+	if p.digest, err = img.Digest(); err != nil {
+		return p, fmt.Errorf("read digest: %w", err)
 	}
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return fmt.Errorf("read config: %w", err)
+	if p.rawConfig, err = img.RawConfigFile(); err != nil {
+		return p, fmt.Errorf("read config: %w", err)
 	}
-	configName, err := img.ConfigName()
-	if err != nil {
-		return fmt.Errorf("read config digest: %w", err)
+	if p.configName, err = img.ConfigName(); err != nil {
+		return p, fmt.Errorf("read config digest: %w", err)
 	}
 	desc := v1.Descriptor{
 		MediaType:   mt,
-		Size:        int64(len(rawManifest)),
-		Digest:      digest,
+		Size:        int64(len(p.rawManifest)),
+		Digest:      p.digest,
 		Annotations: refAnnotations(ref),
 	}
 	if cf, err := img.ConfigFile(); err == nil {
 		desc.Platform = cf.Platform()
 	}
-	index, err := json.Marshal(v1.IndexManifest{
+	if p.index, err = json.Marshal(v1.IndexManifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
 		Manifests:     []v1.Descriptor{desc},
-	})
-	if err != nil {
-		return fmt.Errorf("encode index: %w", err)
+	}); err != nil {
+		return p, fmt.Errorf("encode index: %w", err)
 	}
-	layers, err := img.Layers()
-	if err != nil {
-		return fmt.Errorf("read layers: %w", err)
+	if p.layers, err = img.Layers(); err != nil {
+		return p, fmt.Errorf("read layers: %w", err)
 	}
+	return p, nil
+}
 
-	tw := tar.NewWriter(w)
-	epoch := time.Unix(0, 0)
-	dir := func(name string) error {
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: epoch})
-	}
-	file := func(name string, size int64, r io.Reader) error {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: epoch}); err != nil {
-			return err
-		}
-		n, err := io.Copy(tw, r)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		if n != size {
-			return fmt.Errorf("%s: wrote %d bytes, want %d; did the file change?", name, n, size)
-		}
-		return nil
-	}
-	bytesFile := func(name string, b []byte) error {
-		return file(name, int64(len(b)), bytes.NewReader(b))
-	}
-	blob := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
+// archiveWriter writes the entries of an OCI archive, each with the same
+// mode and a zero time, so that an image makes the same archive every
+// time.
+type archiveWriter struct {
+	tw *tar.Writer
+}
 
-	if err := bytesFile("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+// archiveEpoch is every entry's modification time.
+var archiveEpoch = time.Unix(0, 0)
+
+// dir writes a directory entry.
+func (a archiveWriter) dir(name string) error {
+	return a.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: archiveEpoch})
+}
+
+// file writes a file entry of size bytes read from r, and fails when r
+// holds fewer.
+func (a archiveWriter) file(name string, size int64, r io.Reader) error {
+	if err := a.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: archiveEpoch}); err != nil {
 		return err
 	}
-	if err := bytesFile("index.json", index); err != nil {
-		return err
+	n, err := io.Copy(a.tw, r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	if err := dir("blobs/"); err != nil {
-		return err
+	if n != size {
+		return fmt.Errorf("%s: wrote %d bytes, want %d; did the file change?", name, n, size)
 	}
-	if err := dir("blobs/sha256/"); err != nil {
-		return err
-	}
-	if err := bytesFile(blob(digest), rawManifest); err != nil {
-		return err
-	}
-	if err := bytesFile(blob(configName), rawConfig); err != nil {
-		return err
-	}
+	return nil
+}
+
+// bytesFile writes a file entry holding b.
+func (a archiveWriter) bytesFile(name string, b []byte) error {
+	return a.file(name, int64(len(b)), bytes.NewReader(b))
+}
+
+// layers streams each distinct layer's compressed blob into its entry.
+func (a archiveWriter) layers(layers []v1.Layer) error {
 	written := map[v1.Hash]bool{}
 	for _, l := range layers {
 		d, err := l.Digest()
@@ -180,15 +229,20 @@ func writeOCIArchive(w io.Writer, ref string, img v1.Image) error {
 		if err != nil {
 			return fmt.Errorf("open layer %s: %w", d, err)
 		}
-		err = file(blob(d), size, rc)
+		err = a.file(archiveBlob(d), size, rc)
 		rc.Close()
 		if err != nil {
 			return err
 		}
 	}
-	return tw.Close()
+	return nil
 }
 
+// archiveBlob is the entry of the blob of digest h.
+func archiveBlob(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
+
+// refAnnotations names an image ref in an OCI index, for the layout and
+// for containerd.
 func refAnnotations(ref string) map[string]string {
 	return map[string]string{AnnotationRefName: ref, AnnotationContainerdImageName: ref}
 }

@@ -90,13 +90,54 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	ctlLn, err := net.Listen("tcp", cfg.ControlListen)
-	if err != nil {
+	if err := s.serveControl(ctx, reg); err != nil {
 		cancel()
-		return nil, fmt.Errorf("listen for the control API on MS2M_CONTROL_LISTEN=%s: %w", cfg.ControlListen, err)
+		return nil, err
+	}
+
+	rlog, last, err := s.prepareLog(ctx)
+	if err != nil {
+		return nil, s.abort(err)
+	}
+	if opts.WrapLog != nil {
+		rlog = opts.WrapLog(rlog)
+	}
+	s.replay = rlog
+	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{
+		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
+		MaxBatch: cfg.logMaxBatch(),
+	})
+	s.registerLogMetrics(reg)
+	s.goRun(func() error { return s.tee.Run(ctx) })
+
+	if cfg.Broker == BrokerNATS {
+		s.startNATSProxy(reg, opts.Dial)
+	} else if err := s.startAMQPProxy(reg, opts.Dial); err != nil {
+		return nil, s.abort(err)
+	}
+	if err := s.listen(ctx, last); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// abort stops a sidecar that failed to start, and returns err with the
+// errors of what had started.
+func (s *Sidecar) abort(err error) error {
+	s.fail(err)
+	return errors.Join(err, s.Wait())
+}
+
+// serveControl listens on MS2M_CONTROL_LISTEN and serves the control API
+// and the metrics in reg until ctx is done, then shuts the server down
+// within a short grace.
+func (s *Sidecar) serveControl(ctx context.Context, reg *prometheus.Registry) error {
+	ctlLn, err := net.Listen("tcp", s.cfg.ControlListen)
+	if err != nil {
+		return fmt.Errorf("listen for the control API on MS2M_CONTROL_LISTEN=%s: %w", s.cfg.ControlListen, err)
 	}
 	s.ctlAddr = ctlLn.Addr()
-	srv := &http.Server{Handler: control.Handler(api{s}, cfg.ControlToken, reg), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: control.Handler(api{s}, s.cfg.ControlToken, reg), ReadHeaderTimeout: 10 * time.Second}
 	s.goRun(func() error {
 		go func() {
 			<-ctx.Done()
@@ -111,116 +152,122 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 		}
 		return nil
 	})
+	return nil
+}
 
-	if _, isTarget, _ := cfg.Replay(); isTarget {
+// prepareLog opens the replay log and returns it with the record the tee
+// continues after. A target first checks that the log exists, and then
+// replays from it (startReplay); its tee continues after the cutoff, once
+// replay is done, so last is the zero record.
+func (s *Sidecar) prepareLog(ctx context.Context) (rlog shadowqueue.Log, last shadowqueue.Record, err error) {
+	rng, isTarget, _ := s.cfg.Replay()
+	if isTarget {
 		if err := s.requireLog(ctx); err != nil {
-			s.fail(err)
-			return nil, errors.Join(err, s.Wait())
+			return nil, shadowqueue.Record{}, err
 		}
 	}
-	rlog, last, err := s.openLog(ctx)
+	rlog, last, err = s.openLog(ctx)
 	if err != nil {
-		s.fail(err)
-		return nil, errors.Join(err, s.Wait())
+		return nil, shadowqueue.Record{}, err
 	}
-	var src *replay.Source
-	if rng, ok, _ := cfg.Replay(); ok {
-		follower, isFollower := rlog.(replay.Follower)
-		if !isFollower {
-			err := fmt.Errorf("replay mode: the replay log %q cannot be followed", cfg.LogName)
-			s.fail(err)
-			return nil, errors.Join(err, s.Wait())
+	if !isTarget {
+		return rlog, last, nil
+	}
+	if err := s.startReplay(ctx, rlog, rng, last); err != nil {
+		return nil, shadowqueue.Record{}, err
+	}
+	return rlog, shadowqueue.Record{}, nil
+}
+
+// startReplay starts replaying rng from the replay log rlog, whose last
+// record is last, in the background until ctx is done, and sets s.source.
+func (s *Sidecar) startReplay(ctx context.Context, rlog shadowqueue.Log, rng replay.Range, last shadowqueue.Record) error {
+	follower, isFollower := rlog.(replay.Follower)
+	if !isFollower {
+		return fmt.Errorf("replay mode: the replay log %q cannot be followed", s.cfg.LogName)
+	}
+	// What the log holds now: a cutoff of "end", and deliveries beyond
+	// the cutoff that this pod's identity took before (replay.Range).
+	rng.LogEnd, rng.LogEndEpoch = last.ID, last.Epoch
+	src, err := replay.NewSource(follower, rng)
+	if err != nil {
+		return err
+	}
+	src.Logger = s.log
+	s.source = src
+	go func() {
+		if err := src.Run(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("replay stopped: the app gets no more replayed messages and nothing is consumed upstream", "range", rng.String(), "err", err)
 		}
-		// What the log holds now: a cutoff of "end", and deliveries beyond
-		// the cutoff that this pod's identity took before (replay.Range).
-		rng.LogEnd, rng.LogEndEpoch = last.ID, last.Epoch
-		if src, err = replay.NewSource(follower, rng); err != nil {
-			s.fail(err)
-			return nil, errors.Join(err, s.Wait())
-		}
-		src.Logger = s.log
-		s.source = src
-		last = shadowqueue.Record{} // the tee continues after the cutoff, once replay is done
-		go func() {
-			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("replay stopped: the app gets no more replayed messages and nothing is consumed upstream", "range", rng.String(), "err", err)
-			}
-		}()
-		s.log.Info("replay mode", "range", rng.String(), "log", cfg.LogName)
-	}
-	if opts.WrapLog != nil {
-		rlog = opts.WrapLog(rlog)
-	}
-	s.replay = rlog
-	s.tee = shadowqueue.NewTee(rlog, last, shadowqueue.TeeOptions{
-		Logger: s.log, MaxPendingBytes: cfg.LogPendingMaxBytes, MaxPendingRecords: cfg.LogPendingMaxRecords,
-		MaxBatch: cfg.logMaxBatch(),
+	}()
+	s.log.Info("replay mode", "range", rng.String(), "log", s.cfg.LogName)
+	return nil
+}
+
+// startNATSProxy makes a NATS proxy, teeing into s.tee, the proxy in front
+// of the app, and exports its counters in reg.
+func (s *Sidecar) startNATSProxy(reg *prometheus.Registry, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
+	np := natsproxy.New(s.tee, natsproxy.Options{
+		Upstream:       s.cfg.Upstream,
+		ConnectTimeout: s.cfg.UpstreamConnectTimeout,
+		DrainTimeout:   s.cfg.DrainTimeout,
+		Logger:         s.log,
+		Dial:           dial,
 	})
-	s.registerLogMetrics(reg)
-	s.goRun(func() error { return s.tee.Run(ctx) })
+	registerNATSMetrics(reg, np)
+	s.front = np
+	s.upstreamDesc = s.cfg.Upstream
+}
 
-	if cfg.Broker == BrokerNATS {
-		np := natsproxy.New(s.tee, natsproxy.Options{
-			Upstream:       cfg.Upstream,
-			ConnectTimeout: cfg.UpstreamConnectTimeout,
-			DrainTimeout:   cfg.DrainTimeout,
-			Logger:         s.log,
-			Dial:           opts.Dial,
-		})
-		registerNATSMetrics(reg, np)
-		s.front = np
-		s.upstreamDesc = cfg.Upstream
-		if err := s.listen(ctx, last); err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
-
-	ucfg, err := cfg.UpstreamConfig()
+// startAMQPProxy makes an AMQP proxy, teeing into s.tee and replaying from
+// s.source on a target, the proxy in front of the app, and exports its
+// metrics in reg. It fails when the MS2M_UPSTREAM* settings do not make a
+// dialer.
+func (s *Sidecar) startAMQPProxy(reg *prometheus.Registry, dial func(ctx context.Context, network, addr string) (net.Conn, error)) error {
+	ucfg, err := s.cfg.UpstreamConfig()
 	if err == nil {
-		ucfg.AttemptTimeout = min(2*time.Second, cfg.UpstreamConnectTimeout)
+		ucfg.AttemptTimeout = min(2*time.Second, s.cfg.UpstreamConnectTimeout)
 	}
-	dialer, err := upstream.NewDialer(ucfg, opts.Dial)
+	dialer, err := upstream.NewDialer(ucfg, dial)
 	if err != nil {
-		err = fmt.Errorf("the broker (MS2M_UPSTREAM*): %w", err)
-		s.fail(err)
-		return nil, errors.Join(err, s.Wait())
+		return fmt.Errorf("the broker (MS2M_UPSTREAM*): %w", err)
 	}
 	s.upstreamDesc = dialer.String()
-	metrics := proxy.NewMetrics(reg)
 	popts := proxy.Options{
 		Upstream:          dialer,
-		ConnectTimeout:    cfg.UpstreamConnectTimeout,
-		DrainTimeout:      cfg.DrainTimeout,
+		ConnectTimeout:    s.cfg.UpstreamConnectTimeout,
+		DrainTimeout:      s.cfg.DrainTimeout,
 		Logger:            s.log,
-		Metrics:           metrics,
-		CheckPublishes:    cfg.PublishCheck,
-		RequeueHeldOnStop: cfg.StopHeld == "requeue",
+		Metrics:           proxy.NewMetrics(reg),
+		CheckPublishes:    s.cfg.PublishCheck,
+		RequeueHeldOnStop: s.cfg.StopHeld == "requeue",
 	}
-	if src != nil {
-		popts.Replay = src
+	if s.source != nil {
+		popts.Replay = s.source
 	}
 	s.proxy = proxy.New(s.tee, popts)
 	s.front = s.proxy
-	if src != nil {
-		reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
-				func() float64 { return float64(s.replayLag()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_reader_reconnecting", Help: "1 while the replay log reader has lost its connection to the broker and is reconnecting (targets only)."},
-				func() float64 {
-					if s.source.Status().Reader == replay.ReaderReconnecting {
-						return 1
-					}
-					return 0
-				}),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
-				func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
-		)
+	if s.source != nil {
+		s.registerReplayMetrics(reg)
 	}
-	if err := s.listen(ctx, last); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
+}
+
+// registerReplayMetrics exports a target's replay progress.
+func (s *Sidecar) registerReplayMetrics(reg *prometheus.Registry) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_lag", Help: "Records in the replay log beyond the last one replayed to the app (targets only)."},
+			func() float64 { return float64(s.replayLag()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ms2m_sidecar_replay_reader_reconnecting", Help: "1 while the replay log reader has lost its connection to the broker and is reconnecting (targets only)."},
+			func() float64 {
+				if s.source.Status().Reader == replay.ReaderReconnecting {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
+			func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
+	)
 }
 
 // listen starts serving the app. On error the sidecar is stopped.

@@ -101,99 +101,26 @@ func LoadConfig() (Config, error) {
 	return cfg, nil
 }
 
+// check reports every setting that is wrong, each naming its variable,
+// then checks the injector's configuration that the settings make.
 func (c *Config) check() error {
-	var errs []error
-	bad := func(name string, value any, want string) {
-		errs = append(errs, fmt.Errorf("%s=%v: %s", name, value, want))
-	}
+	var errs configErrors
 	if c.Port < 1 || c.Port > 65535 {
-		bad("MS2M_WEBHOOK_PORT", c.Port, "want a port from 1 to 65535")
+		errs.bad("MS2M_WEBHOOK_PORT", c.Port, "want a port from 1 to 65535")
 	}
 	if c.CertDir == "" {
-		bad("MS2M_WEBHOOK_CERT_DIR", `""`, "want the folder that holds tls.crt and tls.key")
+		errs.bad("MS2M_WEBHOOK_CERT_DIR", `""`, "want the folder that holds tls.crt and tls.key")
 	}
 	switch corev1.PullPolicy(c.SidecarPullPolicy) {
 	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
-		bad("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", c.SidecarPullPolicy, "want Always, IfNotPresent or Never (or leave it unset)")
+		errs.bad("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", c.SidecarPullPolicy, "want Always, IfNotPresent or Never (or leave it unset)")
 	}
-	secrets := []struct{ name, value string }{{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET", c.ControlTokenSecret}}
-	switch {
-	case c.BrokerUsers && c.StreamURISecret != "":
-		bad("MS2M_WEBHOOK_STREAM_URI_SECRET", fmt.Sprintf("%q", c.StreamURISecret), fmt.Sprintf(
-			"with MS2M_WEBHOOK_BROKER_USERS=true each namespace's sidecars use the namespace's own broker user (Secret %s); one stream URI for every namespace would reach every namespace's replay logs: unset it",
-			contract.BrokerUserSecret))
-	case !c.BrokerUsers:
-		secrets = append(secrets, struct{ name, value string }{"MS2M_WEBHOOK_STREAM_URI_SECRET", c.StreamURISecret})
-	}
-	for _, s := range secrets {
-		if msgs := validation.IsDNS1123Subdomain(s.value); len(msgs) > 0 {
-			bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret name: "+strings.Join(msgs, "; "))
-		}
-	}
-	if c.NATSURLSecret != "" {
-		if msgs := validation.IsDNS1123Subdomain(c.NATSURLSecret); len(msgs) > 0 {
-			bad("MS2M_WEBHOOK_NATS_URL_SECRET", fmt.Sprintf("%q", c.NATSURLSecret), "want a Secret name: "+strings.Join(msgs, "; "))
-		}
-	}
-	for _, s := range []struct{ name, value string }{
-		{"MS2M_WEBHOOK_NATS_URL_SECRET_KEY", c.NATSURLSecretKey},
-		{"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY", c.StreamURISecretKey},
-		{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY", c.ControlTokenSecretKey},
-	} {
-		if msgs := validation.IsConfigMapKey(s.value); len(msgs) > 0 {
-			bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret key: "+strings.Join(msgs, "; "))
-		}
-	}
-	for _, p := range []struct {
-		name string
-		port int32
-	}{{"MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", c.SidecarListenPort}, {"MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", c.SidecarControlPort}, {"MS2M_WEBHOOK_SIDECAR_NATS_LISTEN_PORT", c.SidecarNATSListenPort}} {
-		if p.port < 1 || p.port > 65535 {
-			bad(p.name, p.port, "want a port from 1 to 65535")
-		}
-	}
-	if c.SidecarListenPort == c.SidecarControlPort {
-		errs = append(errs, fmt.Errorf("MS2M_WEBHOOK_SIDECAR_LISTEN_PORT and MS2M_WEBHOOK_SIDECAR_CONTROL_PORT are both %d: the sidecar needs two ports", c.SidecarListenPort))
-	}
-	if c.SidecarRunAsUser < 1 {
-		bad("MS2M_WEBHOOK_SIDECAR_RUN_AS_USER", c.SidecarRunAsUser, "want a uid above 0: the sidecar runs as a non-root user")
-	}
-	if d, err := time.ParseDuration(c.LogMaxAge); err != nil || d < 0 {
-		bad("MS2M_WEBHOOK_LOG_MAX_AGE", fmt.Sprintf("%q", c.LogMaxAge), "want a Go duration such as 24h (0 keeps records forever)")
-	}
-	if c.LogMaxBytes < 0 {
-		bad("MS2M_WEBHOOK_LOG_MAX_BYTES", c.LogMaxBytes, "want a byte count of 0 or more (0 means no size limit)")
-	}
-	for _, a := range []struct{ name, value string }{
-		{"MS2M_WEBHOOK_METRICS_ADDR", c.MetricsAddr},
-		{"MS2M_WEBHOOK_HEALTH_ADDR", c.HealthAddr},
-	} {
-		if a.value == "0" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(a.value); err != nil {
-			bad(a.name, fmt.Sprintf("%q", a.value), "want host:port such as :8080, or 0 to turn it off")
-		}
-	}
+	c.checkSecretRefs(&errs)
+	c.checkSidecarSettings(&errs)
+	c.checkServeAddrs(&errs)
 	if c.SelfSigned {
-		if msgs := validation.IsDNS1123Label(c.ServiceName); len(msgs) > 0 {
-			bad("MS2M_WEBHOOK_SERVICE_NAME", fmt.Sprintf("%q", c.ServiceName), "want the webhook Service's name: "+strings.Join(msgs, "; "))
-		}
-		if msgs := validation.IsDNS1123Label(c.ServiceNamespace); len(msgs) > 0 {
-			bad("MS2M_WEBHOOK_SERVICE_NAMESPACE", fmt.Sprintf("%q", c.ServiceNamespace), "want the webhook Service's namespace (required with MS2M_WEBHOOK_SELF_SIGNED=true; set it from the pod's metadata.namespace)")
-		}
-		if msgs := validation.IsDNS1123Subdomain(c.ConfigName); len(msgs) > 0 {
-			bad("MS2M_WEBHOOK_CONFIG_NAME", fmt.Sprintf("%q", c.ConfigName), "want the name of the MutatingWebhookConfiguration whose caBundle to set: "+strings.Join(msgs, "; "))
-		}
-		if c.CertValidity < time.Hour {
-			bad("MS2M_WEBHOOK_CERT_VALIDITY", c.CertValidity, "want at least 1h")
-		}
-		for _, h := range c.CertHosts {
-			if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
-				bad("MS2M_WEBHOOK_CERT_HOSTS", fmt.Sprintf("%q", strings.Join(c.CertHosts, ",")), fmt.Sprintf("%q is neither a DNS name nor an IP address", h))
-			}
-		}
+		c.checkSelfSigned(&errs)
 	}
 	if _, err := c.Level(); err != nil {
 		errs = append(errs, err)
@@ -205,6 +132,111 @@ func (c *Config) check() error {
 		return err
 	}
 	return nil
+}
+
+// configErrors collects what check finds wrong, in the order it checks.
+type configErrors []error
+
+// bad records that variable name's value is wrong, and what is wanted.
+func (e *configErrors) bad(name string, value any, want string) {
+	*e = append(*e, fmt.Errorf("%s=%v: %s", name, value, want))
+}
+
+// checkSecretRefs checks the names and keys of the Secrets that the
+// sidecar's stream URI, NATS URL and control token come from. With broker
+// users, there must be no one stream URI for every namespace.
+func (c *Config) checkSecretRefs(errs *configErrors) {
+	secrets := []struct{ name, value string }{{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET", c.ControlTokenSecret}}
+	switch {
+	case c.BrokerUsers && c.StreamURISecret != "":
+		errs.bad("MS2M_WEBHOOK_STREAM_URI_SECRET", fmt.Sprintf("%q", c.StreamURISecret), fmt.Sprintf(
+			"with MS2M_WEBHOOK_BROKER_USERS=true each namespace's sidecars use the namespace's own broker user (Secret %s); one stream URI for every namespace would reach every namespace's replay logs: unset it",
+			contract.BrokerUserSecret))
+	case !c.BrokerUsers:
+		secrets = append(secrets, struct{ name, value string }{"MS2M_WEBHOOK_STREAM_URI_SECRET", c.StreamURISecret})
+	}
+	for _, s := range secrets {
+		if msgs := validation.IsDNS1123Subdomain(s.value); len(msgs) > 0 {
+			errs.bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret name: "+strings.Join(msgs, "; "))
+		}
+	}
+	if c.NATSURLSecret != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.NATSURLSecret); len(msgs) > 0 {
+			errs.bad("MS2M_WEBHOOK_NATS_URL_SECRET", fmt.Sprintf("%q", c.NATSURLSecret), "want a Secret name: "+strings.Join(msgs, "; "))
+		}
+	}
+	for _, s := range []struct{ name, value string }{
+		{"MS2M_WEBHOOK_NATS_URL_SECRET_KEY", c.NATSURLSecretKey},
+		{"MS2M_WEBHOOK_STREAM_URI_SECRET_KEY", c.StreamURISecretKey},
+		{"MS2M_WEBHOOK_CONTROL_TOKEN_SECRET_KEY", c.ControlTokenSecretKey},
+	} {
+		if msgs := validation.IsConfigMapKey(s.value); len(msgs) > 0 {
+			errs.bad(s.name, fmt.Sprintf("%q", s.value), "want a Secret key: "+strings.Join(msgs, "; "))
+		}
+	}
+}
+
+// checkSidecarSettings checks the sidecar's ports, its user and its replay
+// log's limits.
+func (c *Config) checkSidecarSettings(errs *configErrors) {
+	for _, p := range []struct {
+		name string
+		port int32
+	}{{"MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", c.SidecarListenPort}, {"MS2M_WEBHOOK_SIDECAR_CONTROL_PORT", c.SidecarControlPort}, {"MS2M_WEBHOOK_SIDECAR_NATS_LISTEN_PORT", c.SidecarNATSListenPort}} {
+		if p.port < 1 || p.port > 65535 {
+			errs.bad(p.name, p.port, "want a port from 1 to 65535")
+		}
+	}
+	if c.SidecarListenPort == c.SidecarControlPort {
+		*errs = append(*errs, fmt.Errorf("MS2M_WEBHOOK_SIDECAR_LISTEN_PORT and MS2M_WEBHOOK_SIDECAR_CONTROL_PORT are both %d: the sidecar needs two ports", c.SidecarListenPort))
+	}
+	if c.SidecarRunAsUser < 1 {
+		errs.bad("MS2M_WEBHOOK_SIDECAR_RUN_AS_USER", c.SidecarRunAsUser, "want a uid above 0: the sidecar runs as a non-root user")
+	}
+	if d, err := time.ParseDuration(c.LogMaxAge); err != nil || d < 0 {
+		errs.bad("MS2M_WEBHOOK_LOG_MAX_AGE", fmt.Sprintf("%q", c.LogMaxAge), "want a Go duration such as 24h (0 keeps records forever)")
+	}
+	if c.LogMaxBytes < 0 {
+		errs.bad("MS2M_WEBHOOK_LOG_MAX_BYTES", c.LogMaxBytes, "want a byte count of 0 or more (0 means no size limit)")
+	}
+}
+
+// checkServeAddrs checks the metrics and health addresses: host:port, or
+// "0" for off.
+func (c *Config) checkServeAddrs(errs *configErrors) {
+	for _, a := range []struct{ name, value string }{
+		{"MS2M_WEBHOOK_METRICS_ADDR", c.MetricsAddr},
+		{"MS2M_WEBHOOK_HEALTH_ADDR", c.HealthAddr},
+	} {
+		if a.value == "0" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.value); err != nil {
+			errs.bad(a.name, fmt.Sprintf("%q", a.value), "want host:port such as :8080, or 0 to turn it off")
+		}
+	}
+}
+
+// checkSelfSigned checks what a self-signed webhook needs to make its
+// certificate and set its caBundle.
+func (c *Config) checkSelfSigned(errs *configErrors) {
+	if msgs := validation.IsDNS1123Label(c.ServiceName); len(msgs) > 0 {
+		errs.bad("MS2M_WEBHOOK_SERVICE_NAME", fmt.Sprintf("%q", c.ServiceName), "want the webhook Service's name: "+strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Label(c.ServiceNamespace); len(msgs) > 0 {
+		errs.bad("MS2M_WEBHOOK_SERVICE_NAMESPACE", fmt.Sprintf("%q", c.ServiceNamespace), "want the webhook Service's namespace (required with MS2M_WEBHOOK_SELF_SIGNED=true; set it from the pod's metadata.namespace)")
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.ConfigName); len(msgs) > 0 {
+		errs.bad("MS2M_WEBHOOK_CONFIG_NAME", fmt.Sprintf("%q", c.ConfigName), "want the name of the MutatingWebhookConfiguration whose caBundle to set: "+strings.Join(msgs, "; "))
+	}
+	if c.CertValidity < time.Hour {
+		errs.bad("MS2M_WEBHOOK_CERT_VALIDITY", c.CertValidity, "want at least 1h")
+	}
+	for _, h := range c.CertHosts {
+		if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
+			errs.bad("MS2M_WEBHOOK_CERT_HOSTS", fmt.Sprintf("%q", strings.Join(c.CertHosts, ",")), fmt.Sprintf("%q is neither a DNS name nor an IP address", h))
+		}
+	}
 }
 
 // Level is the slog level of LogLevel.

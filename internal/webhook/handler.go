@@ -128,8 +128,11 @@ func (h *Handler) handle(ctx context.Context, req admission.Request) (admission.
 	}
 }
 
+// create admits a pod at its creation: it reads what Inject needs (the
+// namespace's labels, a pending migration), runs Inject, and answers with
+// a denial, the pod unchanged, or a patch to the mutated pod, with an Event
+// saying which.
 func (h *Handler) create(ctx context.Context, req admission.Request) (admission.Response, string) {
-	log := logf.FromContext(ctx)
 	pod := &corev1.Pod{}
 	if err := h.decoder.Decode(req, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the pod: %w", err)), outcomeError
@@ -148,9 +151,7 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 	if in.Pending, err = h.pendingMigration(ctx, pod); err != nil {
 		var deny *inject.DenyError
 		if errors.As(err, &deny) {
-			log.Info("denied", "pod", podName(pod), "reason", deny.Msg)
-			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
-			return admission.Denied(deny.Msg), outcomeDenied
+			return h.deny(ctx, req, pod, deny.Msg), outcomeDenied
 		}
 		// Fail closed: admitting a StatefulSet pod that should have been a
 		// restore would start it from scratch and lose its state. The
@@ -162,20 +163,12 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 	if err != nil {
 		var deny *inject.DenyError
 		if errors.As(err, &deny) {
-			log.Info("denied", "pod", podName(pod), "reason", deny.Msg)
-			h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", deny.Msg)
-			return admission.Denied(deny.Msg).WithWarnings(res.Warnings...), outcomeDenied
+			return h.deny(ctx, req, pod, deny.Msg).WithWarnings(res.Warnings...), outcomeDenied
 		}
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("inject pod %s: %w", podName(pod), err)), outcomeError
 	}
-
 	if res.Pod == nil {
-		reason := strings.Join(res.Skipped, "; ")
-		if asked(pod, in.NamespaceLabels) {
-			log.Info("skipped", "pod", podName(pod), "reasons", res.Skipped)
-			h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonSkipped, "Skip", reason)
-		}
-		return admission.Allowed(reason).WithWarnings(res.Warnings...), outcomeSkipped
+		return h.skip(ctx, req, pod, in.NamespaceLabels, res), outcomeSkipped
 	}
 
 	if req.DryRun == nil || !*req.DryRun {
@@ -183,36 +176,72 @@ func (h *Handler) create(ctx context.Context, req admission.Request) (admission.
 			return admission.Errored(http.StatusInternalServerError, err), outcomeError
 		}
 	}
+	resp, err := mutationResponse(req, pod, origNamespace, res)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), outcomeError
+	}
+	if !resp.Allowed {
+		return resp, outcomeError
+	}
+	return resp, h.reportMutation(ctx, req, pod, res)
+}
+
+// deny logs a denial of pod and records it as a Warning Event.
+func (h *Handler) deny(ctx context.Context, req admission.Request, pod *corev1.Pod, msg string) admission.Response {
+	logf.FromContext(ctx).Info("denied", "pod", podName(pod), "reason", msg)
+	h.event(ctx, req, pod, corev1.EventTypeWarning, contract.ReasonDenied, "Deny", msg)
+	return admission.Denied(msg)
+}
+
+// skip admits pod unchanged, for the reasons in res.Skipped, which it logs
+// and records as an Event when the pod or its namespace asked for ms2m.
+func (h *Handler) skip(ctx context.Context, req admission.Request, pod *corev1.Pod, nsLabels map[string]string, res inject.Result) admission.Response {
+	reason := strings.Join(res.Skipped, "; ")
+	if asked(pod, nsLabels) {
+		logf.FromContext(ctx).Info("skipped", "pod", podName(pod), "reasons", res.Skipped)
+		h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonSkipped, "Skip", reason)
+	}
+	return admission.Allowed(reason).WithWarnings(res.Warnings...)
+}
+
+// mutationResponse is the patch from the request's pod to res.Pod, without
+// the namespace when the request's pod had none, and without removals of
+// fields that only the decoding lost (keepUnknownFields). pod is the
+// decoded pod, its namespace filled in from the request.
+func mutationResponse(req admission.Request, pod *corev1.Pod, origNamespace string, res inject.Result) (admission.Response, error) {
 	mutated := res.Pod
 	if origNamespace == "" {
 		mutated.Namespace = ""
 	}
 	raw, err := json.Marshal(mutated)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encode the mutated pod %s: %w", podName(pod), err)), outcomeError
+		return admission.Response{}, fmt.Errorf("encode the mutated pod %s: %w", podName(pod), err)
 	}
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw).WithWarnings(res.Warnings...)
 	if !resp.Allowed {
-		return resp, outcomeError
+		return resp, nil
 	}
 	decoded := *pod // Inject never changes in.Pod; only the namespace was filled in
 	decoded.Namespace = origNamespace
-	if resp, err = keepUnknownFields(resp, req.Object.Raw, &decoded); err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), outcomeError
-	}
-	if res.Restore != nil {
-		r := res.Restore
+	return keepUnknownFields(resp, req.Object.Raw, &decoded)
+}
+
+// reportMutation logs what was done to pod, a restore or an injection, and
+// records it as an Event; it returns the outcome for the metrics.
+func (h *Handler) reportMutation(ctx context.Context, req admission.Request, pod *corev1.Pod, res inject.Result) string {
+	log := logf.FromContext(ctx)
+	if r := res.Restore; r != nil {
 		log.Info("restored", "pod", podName(pod), "migration", r.Name, "image", r.Image, "node", r.Node,
 			"log", r.LogName, "replayStart", r.ReplayStart, "replayCutoff", r.ReplayCutoff, "skipped", res.Skipped)
 		h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonRestored, "Restore",
 			withSkips(fmt.Sprintf("restore of migration %s: image %s on node %s, replaying log %s after %s up to %s",
 				r.Name, r.Image, r.Node, r.LogName, r.ReplayStart, r.ReplayCutoff), res.Skipped))
-		return resp, outcomeRestored
+		return outcomeRestored
 	}
 	log.Info("injected", "pod", podName(pod), "rewritten", res.Rewritten, "skipped", res.Skipped)
 	h.event(ctx, req, pod, corev1.EventTypeNormal, contract.ReasonInjected, "Inject",
 		withSkips(injectedNote(res.Rewritten), res.Skipped))
-	return resp, outcomeInjected
+	return outcomeInjected
 }
 
 // update validates the ms2m annotations of an updated pod when they changed

@@ -76,18 +76,59 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	if err != nil {
 		return err
 	}
-	var self *selfSignedTLS
-	var tlsOpts []func(*tls.Config)
-	if cfg.SelfSigned {
-		hosts := append(ServiceHosts(cfg.ServiceName, cfg.ServiceNamespace), cfg.CertHosts...)
-		if self, err = newSelfSignedTLS(hosts, cfg.CertDir, cfg.CertValidity, cfg.ConfigName, log); err != nil {
+	self, tlsOpts, err := serverTLS(cfg, log)
+	if err != nil {
+		return err
+	}
+	mgr, err := newManager(restCfg, cfg, tlsOpts, log)
+	if err != nil {
+		return err
+	}
+	m, err := NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	if _, err := Setup(mgr, ic, m, nil); err != nil {
+		return err
+	}
+	if self != nil {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return self.run(ctx, mgr.GetClient()) })); err != nil {
 			return err
 		}
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.GetCertificate = self.getCertificate })
-	} else if err := certsPresent(cfg.CertDir); err != nil {
+	}
+	if err := addChecks(mgr, cfg.ConfigName, self); err != nil {
 		return err
 	}
 
+	if len(ic.RestoreKey) == 0 {
+		log.Error(nil, "no signing key (MS2M_WEBHOOK_SIGNING_KEY_FILE): every restore is refused, so no migration can complete; mount the controller's Secret ms2m-migration-status-key")
+	}
+	if ic.CheckpointRepository == "" {
+		log.Error(nil, "no checkpoint repository (MS2M_WEBHOOK_CHECKPOINT_REPOSITORY): pods that name a checkpoint image, another pod's memory, in their image are not denied; set it to the migrator's MS2M_IMAGE_REPO")
+	}
+	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned, "signingKey", len(ic.RestoreKey) > 0, "checkpointRepository", ic.CheckpointRepository)
+	return mgr.Start(ctx)
+}
+
+// serverTLS is where the serving certificate comes from: with
+// cfg.SelfSigned, the webhook's own CA and certificate, made now (self,
+// whose run renews them and sets the caBundle); else the files in
+// cfg.CertDir, which must be there.
+func serverTLS(cfg Config, log logr.Logger) (self *selfSignedTLS, tlsOpts []func(*tls.Config), err error) {
+	if !cfg.SelfSigned {
+		return nil, nil, certsPresent(cfg.CertDir)
+	}
+	hosts := append(ServiceHosts(cfg.ServiceName, cfg.ServiceNamespace), cfg.CertHosts...)
+	if self, err = newSelfSignedTLS(hosts, cfg.CertDir, cfg.CertValidity, cfg.ConfigName, log); err != nil {
+		return nil, nil, err
+	}
+	return self, []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = self.getCertificate }}, nil
+}
+
+// newManager makes the controller-runtime manager that serves the webhook:
+// it caches namespace metadata only, and reads the rest straight from the
+// API server.
+func newManager(restCfg *rest.Config, cfg Config, tlsOpts []func(*tls.Config), log logr.Logger) (manager.Manager, error) {
 	mgr, err := manager.New(restCfg, manager.Options{
 		Scheme: Scheme(),
 		Logger: log,
@@ -104,22 +145,15 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 		WebhookServer:          webhook.NewServer(webhook.Options{Port: cfg.Port, CertDir: cfg.CertDir, TLSOpts: tlsOpts}),
 	})
 	if err != nil {
-		return fmt.Errorf("set up the controller-runtime manager: %w", err)
+		return nil, fmt.Errorf("set up the controller-runtime manager: %w", err)
 	}
-	m, err := NewMetrics(ctrlmetrics.Registry)
-	if err != nil {
-		return fmt.Errorf("register metrics: %w", err)
-	}
-	if _, err := Setup(mgr, ic, m, nil); err != nil {
-		return err
-	}
+	return mgr, nil
+}
 
-	if self != nil {
-		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return self.run(ctx, mgr.GetClient()) })); err != nil {
-			return err
-		}
-	}
-
+// addChecks adds /healthz and /readyz's checks: ready once the webhook
+// server has started, the namespace cache has synced, and, when self is
+// set, the caBundle of the MutatingWebhookConfiguration configName is.
+func addChecks(mgr manager.Manager, configName string, self *selfSignedTLS) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -136,23 +170,12 @@ func Run(ctx context.Context, cfg Config, restCfg *rest.Config, log logr.Logger)
 	}); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("ca-bundle", func(*http.Request) error {
+	return mgr.AddReadyzCheck("ca-bundle", func(*http.Request) error {
 		if self != nil && !self.ready.Load() {
-			return fmt.Errorf("the caBundle of MutatingWebhookConfiguration %s is not set yet", cfg.ConfigName)
+			return fmt.Errorf("the caBundle of MutatingWebhookConfiguration %s is not set yet", configName)
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-
-	if len(ic.RestoreKey) == 0 {
-		log.Error(nil, "no signing key (MS2M_WEBHOOK_SIGNING_KEY_FILE): every restore is refused, so no migration can complete; mount the controller's Secret ms2m-migration-status-key")
-	}
-	if ic.CheckpointRepository == "" {
-		log.Error(nil, "no checkpoint repository (MS2M_WEBHOOK_CHECKPOINT_REPOSITORY): pods that name a checkpoint image, another pod's memory, in their image are not denied; set it to the migrator's MS2M_IMAGE_REPO")
-	}
-	log.Info("starting", "port", cfg.Port, "path", Path, "sidecarImage", ic.SidecarImage, "selfSigned", cfg.SelfSigned, "signingKey", len(ic.RestoreKey) > 0, "checkpointRepository", ic.CheckpointRepository)
-	return mgr.Start(ctx)
+	})
 }
 
 // patchCABundleUntilDone sets the caBundle, retrying with back-off until it
