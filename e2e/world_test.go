@@ -107,7 +107,7 @@ func needCluster(t *testing.T) *lab.Lab {
 			return
 		}
 		opts := cluster.Options{
-			Nodes:          2,
+			Nodes:          3,
 			StateDir:       envOr("MS2M_E2E_STATE", "/var/tmp/ms2m-e2e"),
 			RepoDir:        root,
 			BinDir:         filepath.Join(root, "bin"),

@@ -75,6 +75,18 @@ type InstalledComponent struct {
 // Start put in place. It replaces an installation that runs, and returns
 // once every part answers its health check. The cluster's Down stops them.
 func (l *Lab) Install(ctx context.Context) (*Installed, error) {
+	return l.InstallWith(ctx, InstallOptions{})
+}
+
+// InstallOptions change what Install runs.
+type InstallOptions struct {
+	// ControllerEnv is added to the controller's environment, after the
+	// lab's own settings (so it wins): MS2M_EVACUATE_PER_NODE=1, say.
+	ControllerEnv []string
+}
+
+// InstallWith is Install with o.
+func (l *Lab) InstallWith(ctx context.Context, o InstallOptions) (*Installed, error) {
 	if l.Cluster == nil {
 		return nil, fmt.Errorf("install ms2m: the lab has no local cluster")
 	}
@@ -141,7 +153,7 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 	}
 
 	// The controller.
-	pid, log, err = l.Cluster.StartAddon(cluster.Addon{Name: addonController, Bin: migrator, Args: []string{"controller"}, Env: []string{
+	pid, log, err = l.Cluster.StartAddon(cluster.Addon{Name: addonController, Bin: migrator, Args: []string{"controller"}, Env: append([]string{
 		"KUBECONFIG=" + l.Cluster.Kubeconfig(),
 		"MS2M_IMAGE_REPO=" + in.ImageRepo,
 		"MS2M_AGENT_PORT=" + strconv.Itoa(AgentPort),
@@ -154,7 +166,7 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 		"MS2M_HEALTH_ADDR=" + installedControlHealth,
 		"MS2M_METRICS_ADDR=" + installedControlMetrics,
 		"MS2M_LOG_LEVEL=debug",
-	}})
+	}, o.ControllerEnv...)})
 	if err != nil {
 		return nil, err
 	}
@@ -162,6 +174,7 @@ func (l *Lab) Install(ctx context.Context) (*Installed, error) {
 		return nil, err
 	}
 	started(addonController, pid, log, "health http://"+installedControlHealth+", metrics http://"+installedControlMetrics+"/metrics")
+	l.installed = true
 	return in, nil
 }
 

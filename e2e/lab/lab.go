@@ -65,6 +65,9 @@ type Lab struct {
 	webhook *Webhook
 	// chart is set while InstallChart's release is installed (chart.go).
 	chart bool
+	// installed is set once Install has run ms2m as the cluster's addons
+	// (install.go).
+	installed bool
 }
 
 // Start brings the cluster up (or attaches to one that is up) and puts the

@@ -66,11 +66,11 @@ type Webhook struct {
 func (w *Webhook) PID() int { return w.cmd.Process.Pid }
 
 // WebhookRunning reports whether the lab's webhook runs, or the lab is on
-// an external cluster with ms2m installed, or InstallChart installed it:
-// then the webhook, not Admit, injects pods and turns migration targets
-// into restores.
+// an external cluster with ms2m installed, or InstallChart or Install
+// installed it: then the webhook, not Admit, injects pods and turns
+// migration targets into restores.
 func (l *Lab) WebhookRunning() bool {
-	if l.External || l.chart {
+	if l.External || l.chart || l.installed {
 		return true
 	}
 	if l.webhook == nil {

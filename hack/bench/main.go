@@ -170,6 +170,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "drain" {
+		mainDrain(os.Args[2:])
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "memory" {
 		mainMemory(os.Args[2:])
 		return

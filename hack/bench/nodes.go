@@ -33,6 +33,7 @@ const (
 // nodeOptions are the flags of the cluster parts.
 type nodeOptions struct {
 	stateDir       string
+	nodes          int // the cluster's nodes; 0 is 2
 	criuRounds     int
 	criuMB         []int // ballast sizes, MiB
 	criuBig        bool  // run the big sizes whatever the free memory
@@ -125,8 +126,12 @@ func (n *nodeLab) get(ctx context.Context) (*lab.Lab, error) {
 		return nil, err
 	}
 	n.repo = repo
+	nodes := n.o.nodes
+	if nodes == 0 {
+		nodes = 2
+	}
 	n.opts = cluster.Options{
-		Nodes:    2,
+		Nodes:    nodes,
 		StateDir: n.o.stateDir,
 		RepoDir:  repo,
 		BinDir:   filepath.Join(repo, "bin"),
@@ -147,7 +152,7 @@ func (n *nodeLab) get(ctx context.Context) (*lab.Lab, error) {
 		return nil, fmt.Errorf("bring up the local cluster in %s: %w", n.o.stateDir, err)
 	}
 	n.lab = l
-	env := nodeEnvOf(ctx, n.opts.BinDir)
+	env := nodeEnvOf(ctx, n.opts.BinDir, nodes)
 	n.env = &env
 	progress("local cluster up", "took", time.Since(t0).Round(100*time.Millisecond), "kubeconfig", l.Cluster.Kubeconfig())
 	return l, nil
@@ -194,10 +199,10 @@ type nodeEnv struct {
 	MemAvailableMiB int    `json:"memAvailableMiBAtStart"`
 }
 
-func nodeEnvOf(ctx context.Context, bin string) nodeEnv {
+func nodeEnvOf(ctx context.Context, bin string, nodes int) nodeEnv {
 	total, avail := meminfoMiB()
 	return nodeEnv{
-		Nodes:           2,
+		Nodes:           nodes,
 		Kubelet:         command(ctx, filepath.Join(bin, "k8s", "kubelet"), "--version"),
 		Containerd:      command(ctx, filepath.Join(bin, "containerd", "containerd"), "--version"),
 		Runc:            command(ctx, "runc", "--version"),

@@ -8,6 +8,7 @@
 //   - kubelet, kube-proxy, kube-controller-manager and kube-scheduler: the
 //     rest of a real node and control plane, for checkpoint and restore
 //     through the kubelet and for Service routing (`make node-bin`).
+//   - kubectl: the real `kubectl drain` of the e2e drain test (`make node-bin`).
 package tools
 
 import (
@@ -16,5 +17,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )

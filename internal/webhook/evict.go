@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/inject"
 )
 
 // EvictionRetry is the Retry-After the refusal of an eviction suggests:
@@ -104,10 +105,12 @@ func (h *Handler) evict(ctx context.Context, req admission.Request) (admission.R
 	}
 
 	// A pod restored by a migration whose outcome is not recorded on it
-	// yet (a StatefulSet's pod, back under its name): wait for the
-	// record, which says whether it just left the node being drained.
-	if mig := restoredBy(pod); mig != "" && !(hasStatus && st.knows(mig)) {
-		return refuse(fmt.Sprintf("pod %s/%s was just restored by migration %s, which is not recorded yet; retry", pod.Namespace, pod.Name, mig)), outcomeDenied
+	// yet (a StatefulSet's pod, back under its name), or is recorded as
+	// still running: wait for the outcome, which says whether it just
+	// left the node being drained. Marked now, it would be moved on again,
+	// off a node nobody drains.
+	if mig := restoredBy(pod); mig != "" && !(hasStatus && st.knows(mig) && !(st.Name == mig && st.Phase == contract.PhaseRunning)) {
+		return refuse(fmt.Sprintf("pod %s/%s was just restored by migration %s, which has not ended yet; retry", pod.Namespace, pod.Name, mig)), outcomeDenied
 	}
 
 	evacuate := pod.Annotations[contract.AnnotationEvacuate]
@@ -117,6 +120,8 @@ func (h *Handler) evict(ctx context.Context, req admission.Request) (admission.R
 			return refuse(fmt.Sprintf("ms2m: pod %s/%s is to migrate instead of being evicted, but it could not be marked: %v; retry", pod.Namespace, pod.Name, err)), outcomeError
 		}
 		evacuate = node
+		logf.FromContext(ctx).Info("eviction refused: marked to migrate", "pod", pod.Namespace+"/"+pod.Name, "node", node,
+			"restoredBy", restoredBy(pod), "status", st.Name, "phase", st.Phase, "evacuation", st.Evacuation)
 		h.podEvent(pod, corev1.EventTypeNormal, contract.ReasonEvictionRefused, "Evict",
 			fmt.Sprintf("eviction refused: the pod migrates off node %s instead (%s: %s)", node, contract.AnnotationOnEvict, contract.OnEvictMigrate))
 	}
@@ -139,7 +144,8 @@ func evictionDryRun(raw []byte) bool {
 }
 
 // restoredBy is the migration pod was restored by, from its restore
-// annotations or its contract.AnnotationRestoredFrom record, or "".
+// annotations, its contract.AnnotationRestoredFrom record or its
+// injection status, or "".
 func restoredBy(pod *corev1.Pod) string {
 	if m := pod.Annotations[contract.AnnotationMigrationName]; m != "" {
 		return m
@@ -149,6 +155,12 @@ func restoredBy(pod *corev1.Pod) string {
 	}
 	if raw := pod.Annotations[contract.AnnotationRestoredFrom]; raw != "" && json.Unmarshal([]byte(raw), &from) == nil {
 		return from.Migration
+	}
+	// The restore annotations go at injection: what remains is the
+	// injection's status (seen on real nodes: a StatefulSet's pod back
+	// on its target, evicted by name by kubectl drain, carried only this).
+	if r, ok := inject.RestoredFromPod(pod); ok {
+		return r.Migration
 	}
 	return ""
 }

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 // evictCode asks the API server to evict ns/name (policy/v1, as kubectl
@@ -163,5 +165,87 @@ func TestEvictionBecomesMigration(t *testing.T) {
 	bad := appPod(ns, "bad", map[string]string{contract.AnnotationInject: "true", contract.AnnotationOnEvict: "yes"})
 	if err := c.Create(ctx, bad); err == nil || !strings.Contains(err.Error(), contract.AnnotationOnEvict) {
 		t.Errorf("pod with %s=yes: %v, want a denial naming the annotation", contract.AnnotationOnEvict, err)
+	}
+}
+
+// TestEvictionOfAStatefulSetPodBackOnTheTarget: kubectl drain evicts by
+// name, so once a StatefulSet's pod has left the node being drained and
+// come back under its name on the target, drain asks to evict it there.
+// While its migration is not recorded as ended, the eviction is refused
+// and the pod is not marked (a mark would move it on again, off a node
+// nobody drains); once the migration is recorded as Succeeded, evacuated
+// off the cordoned node, the answer is "not found" and drain goes on.
+func TestEvictionOfAStatefulSetPodBackOnTheTarget(t *testing.T) {
+	c := requireSuite(t)
+	cs, err := kubernetes.NewForConfig(suite.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	ns := newNamespace(t, c, nil)
+	drained, target := testenv.UniqueName("node-a"), testenv.UniqueName("node-b")
+	for _, n := range []struct {
+		name     string
+		cordoned bool
+	}{{drained, true}, {target, false}} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: corev1.NodeSpec{Unschedulable: n.cordoned}}
+		if err := c.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.WithoutCancel(ctx), node) })
+	}
+	pod := runningPod(t, c, appPod(ns, "consumer-0", map[string]string{contract.AnnotationInject: "true", contract.AnnotationOnEvict: contract.OnEvictMigrate}), target)
+	patch := func(ann map[string]any) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+		if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
+			t.Fatalf("annotate %s: %v", pod.Name, err)
+		}
+	}
+	marked := func() string {
+		t.Helper()
+		p := &corev1.Pod{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: pod.Name}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations[contract.AnnotationEvacuate]
+	}
+	// Restored by migration m1 (its restore record), its migration still
+	// running: the status on the pod is the one the source carried, or
+	// none yet.
+	from, _ := json.Marshal(map[string]string{"migration": "m1"})
+	running, _ := json.Marshal(map[string]any{"name": "m1", "phase": contract.PhaseRunning, "source": drained, "target": target, "evacuation": drained, "started": "2026-01-01T00:00:00Z"})
+	// As the webhook leaves a restore: its injection status names the
+	// migration, the restore annotations are gone.
+	var inj map[string]any
+	if err := json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &inj); err != nil {
+		t.Fatalf("the suite's webhook did not inject pod %s: %v", pod.Name, err)
+	}
+	inj["restore"] = "m1"
+	restored, _ := json.Marshal(inj)
+	for _, tc := range []struct {
+		name string
+		ann  map[string]any
+	}{
+		{"only the injection's status says m1", map[string]any{contract.AnnotationStatus: string(restored)}},
+		{"no status yet", map[string]any{contract.AnnotationRestoredFrom: string(from)}},
+		{"its migration Running", map[string]any{contract.AnnotationMigrationStatus: string(running)}},
+	} {
+		patch(tc.ann)
+		code, msg := evictCode(t, cs, ns, pod.Name, false)
+		if code != http.StatusTooManyRequests || !strings.Contains(msg, "m1") {
+			t.Errorf("%s: eviction %d %q, want 429 naming m1", tc.name, code, msg)
+		}
+		if m := marked(); m != "" {
+			t.Fatalf("%s: the pod back on the target was marked %s=%s", tc.name, contract.AnnotationEvacuate, m)
+		}
+	}
+	succeeded, _ := json.Marshal(map[string]any{"name": "m1", "phase": contract.PhaseSucceeded, "source": drained, "target": target, "evacuation": drained, "started": "2026-01-01T00:00:00Z"})
+	patch(map[string]any{contract.AnnotationMigrationStatus: string(succeeded)})
+	if code, msg := evictCode(t, cs, ns, pod.Name, false); code != http.StatusNotFound {
+		t.Errorf("eviction once m1 Succeeded off the cordoned %s: %d %q, want 404", drained, code, msg)
+	}
+	if m := marked(); m != "" {
+		t.Errorf("the pod back on the target was marked %s=%s", contract.AnnotationEvacuate, m)
 	}
 }

@@ -126,7 +126,16 @@ type Options struct {
 	// X is what Run.Rate holds: the default is the message rate; the
 	// memory sweep puts the state's size there.
 	X Axis
+	// Y names the time figures' panels: the default is the migration's
+	// total time and downtime; the drain bench draws a drain's time and
+	// its pods' processing gap there.
+	Y YLabels
 }
+
+// YLabels name what a time figure's two panels show (TotalS above,
+// DowntimeS below) and its title after the strategy; an empty field keeps
+// the default.
+type YLabels struct{ Total, Downtime, Title string }
 
 // Axis names the x axis: Name goes into the time figures' file names
 // (time-vs-<name>-<strategy>.png), Label under the axis.
@@ -166,7 +175,7 @@ func Write(dir string, runs []Run, o Options) ([]string, error) {
 		if len(Series(runs, s, Total)) == 0 {
 			continue
 		}
-		total, down, err := timePlots(runs, s, o.X.Label)
+		total, down, err := timePlots(runs, s, o.X.Label, o.Y)
 		if err != nil {
 			return files, err
 		}
@@ -248,7 +257,17 @@ type axis struct {
 
 // timePlots are one strategy's total time and downtime against the rate,
 // means with min-max bars (the paper's Figs 5-8).
-func timePlots(runs []Run, strategy, xLabel string) (total, downtime *plot.Plot, err error) {
+func timePlots(runs []Run, strategy, xLabel string, y YLabels) (total, downtime *plot.Plot, err error) {
+	ta, da, title := totalAxis, downtimeAxis, strategy+": migration time and downtime"
+	if y.Total != "" {
+		ta.label = y.Total
+	}
+	if y.Downtime != "" {
+		da.label = y.Downtime
+	}
+	if y.Title != "" {
+		title = strategy + ": " + y.Title
+	}
 	panel := func(m Metric, a axis, title string) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
@@ -271,10 +290,10 @@ func timePlots(runs []Run, strategy, xLabel string) (total, downtime *plot.Plot,
 		p.Y.Min = 0
 		return p, nil
 	}
-	if total, err = panel(Total, totalAxis, strategy+": migration time and downtime"); err != nil {
+	if total, err = panel(Total, ta, title); err != nil {
 		return nil, nil, err
 	}
-	downtime, err = panel(Downtime, downtimeAxis, "")
+	downtime, err = panel(Downtime, da, "")
 	return total, downtime, err
 }
 
