@@ -93,6 +93,7 @@ type Cluster struct {
 	logs      map[string]*Log
 	logf      func(format string, args ...any)
 	inject    inject.Config
+	broker    broker // the sidecars' broker (CutBroker)
 }
 
 // Missing says what Start needs that this machine lacks, or "".
@@ -137,48 +138,12 @@ func Start(o Options) (c *Cluster, err error) {
 	if err := c.startRegistry(); err != nil {
 		return c, err
 	}
-	if c.SigningKey, err = sign.NewKey(); err != nil {
+	if err := c.configureInjection(); err != nil {
 		return c, err
 	}
-	c.inject = inject.Config{
-		RestoreKey:   c.SigningKey,
-		SidecarImage: c.RegistryHost + "/ms2m/sidecar:sim",
-		StreamURI:    inject.SecretKey{Name: Secret, Key: "stream-uri"},
-		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},
-	}
-	c.inject.CheckpointRepository = c.ImageRepo()
-
-	path := strings.TrimPrefix(webhook.Path, "/") // envtest joins host:port and path with a slash
-	c.env = &envtest.Environment{
-		BinaryAssetsDirectory: o.Assets,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			LocalServingHost: "127.0.0.1",
-			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{webhook.Registration{
-				Name:              "ms2m-sim",
-				ClientConfig:      admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ms2m-webhook", Namespace: "default", Path: &path}},
-				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{NamespaceLabel: "true"}},
-			}.Configuration()},
-		},
-	}
-	if c.Config, err = c.env.Start(); err != nil {
-		return c, fmt.Errorf("start kube-apiserver and etcd from %s: %w", o.Assets, err)
-	}
-	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+	if err := c.startAPIServer(o.Assets); err != nil {
 		return c, err
 	}
-	admin, err := c.env.AddUser(envtest.User{Name: "sim-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return c, err
-	}
-	kc, err := admin.KubeConfig()
-	if err != nil {
-		return c, err
-	}
-	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
-	if err := os.WriteFile(c.Kubeconfig, kc, 0o600); err != nil {
-		return c, err
-	}
-
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	if err := c.startWebhook(ctx); err != nil {
@@ -192,22 +157,77 @@ func Start(o Options) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	for _, name := range o.Nodes {
+	return c, c.startNodes(ctx, o.Nodes)
+}
+
+// configureInjection makes the controller's signing key and the webhook's
+// settings, as the chart does.
+func (c *Cluster) configureInjection() (err error) {
+	if c.SigningKey, err = sign.NewKey(); err != nil {
+		return err
+	}
+	c.inject = inject.Config{
+		RestoreKey:   c.SigningKey,
+		SidecarImage: c.RegistryHost + "/ms2m/sidecar:sim",
+		StreamURI:    inject.SecretKey{Name: Secret, Key: "stream-uri"},
+		ControlToken: inject.SecretKey{Name: Secret, Key: "control-token"},
+	}
+	c.inject.CheckpointRepository = c.ImageRepo()
+	return nil
+}
+
+// startAPIServer starts etcd and kube-apiserver (envtest) with the
+// webhook's registration, and writes an admin kubeconfig for processes.
+func (c *Cluster) startAPIServer(assets string) (err error) {
+	path := strings.TrimPrefix(webhook.Path, "/") // envtest joins host:port and path with a slash
+	c.env = &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{
+			LocalServingHost: "127.0.0.1",
+			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{webhook.Registration{
+				Name:              "ms2m-sim",
+				ClientConfig:      admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "ms2m-webhook", Namespace: "default", Path: &path}},
+				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{NamespaceLabel: "true"}},
+			}.Configuration()},
+		},
+	}
+	if c.Config, err = c.env.Start(); err != nil {
+		return fmt.Errorf("start kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return err
+	}
+	admin, err := c.env.AddUser(envtest.User{Name: "sim-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	return os.WriteFile(c.Kubeconfig, kc, 0o600)
+}
+
+// startNodes starts the simulated nodes, each on an address of the
+// cluster's network namespace.
+func (c *Cluster) startNodes(ctx context.Context, names []string) error {
+	for _, name := range names {
 		ip, err := c.ns.take()
 		if err != nil {
-			return c, err
+			return err
 		}
 		n := &Node{Name: name, IP: ip, CheckpointDir: filepath.Join(c.dir, name, "checkpoints"), c: c,
 			fail: map[Step]Failure{}, holds: map[Step]*Hold{}, pods: map[types.UID]*SimPod{}, images: map[string]AppState{}}
 		if err := os.MkdirAll(n.CheckpointDir, 0o700); err != nil {
-			return c, err
+			return err
 		}
 		c.Nodes[name] = n
 		if err := n.start(ctx); err != nil {
-			return c, err
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // startRegistry serves go-containerregistry's in-memory registry on

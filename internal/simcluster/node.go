@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -60,6 +61,8 @@ const (
 	// the pod's app container in CrashLoopBackOff, as a failed CRIU
 	// restore does.
 	StepRestore Step = "restore"
+	// StepPull is the agent's pull of the app's image on the target.
+	StepPull Step = "pull"
 )
 
 // Failure is what an armed step answers: an HTTP status and body for the
@@ -104,9 +107,18 @@ type Node struct {
 	images map[string]AppState
 	calls  []string // kubelet and agent requests, in order
 	pulls  []string
-	srvs   []*http.Server
-	stop   context.CancelFunc
-	done   chan struct{}
+	// base is the node's context; the pod loop runs under stop and done
+	// (StopKubelet ends it).
+	base context.Context
+	stop context.CancelFunc
+	done chan struct{}
+	// The kubelet's and the agent's servers, and what a restart serves
+	// again (StopKubelet, KillAgent).
+	ksrv, asrv     *http.Server
+	kubeletTLS     *tls.Config
+	agentH         http.Handler
+	kubeletStopped bool
+	agentKilled    bool
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -119,6 +131,9 @@ type SimPod struct {
 	Restored        bool // started from a checkpoint image
 	srv             *http.Server
 	stateReads      atomic.Int64
+	// sidecarDown: the sidecar container is dead (KillSidecar), its
+	// control API drops every request.
+	sidecarDown atomic.Bool
 	// starting is set (under Node.mu) while run starts the pod: a pod
 	// gone meanwhile is stopped by run once it is done, so that its
 	// address returns to the pool only after its listener is closed.
@@ -316,6 +331,12 @@ func (n *Node) record(s string) {
 // Pull implements agent.Puller: the image is recorded, and must exist in
 // the cluster's registry when it is one of its images.
 func (n *Node) Pull(ctx context.Context, ref string) error {
+	if f, ok := n.gate(ctx, StepPull); ok {
+		return errors.New(f.Body)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // killed (KillAgent) while held
+	}
 	n.mu.Lock()
 	n.pulls = append(n.pulls, ref)
 	n.mu.Unlock()
@@ -360,6 +381,30 @@ func (n *Node) Probe(context.Context) contract.NodeCapabilities {
 // start brings the node up: its Node object, its kubelet and agent, and
 // the loop that runs the pods bound to it.
 func (n *Node) start(ctx context.Context) error {
+	if err := n.register(ctx); err != nil {
+		return err
+	}
+	cert, kubeletCA, err := servingCert(n.IP)
+	if err != nil {
+		return err
+	}
+	n.kubeletTLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	if err := n.serveKubelet(); err != nil {
+		return err
+	}
+	if n.agentH, err = n.newAgent(kubeletCA); err != nil {
+		return err
+	}
+	if err := n.serveAgent(); err != nil {
+		return err
+	}
+	n.base = ctx
+	n.startPods()
+	return nil
+}
+
+// register creates the Node object, Ready, without the not-ready taint.
+func (n *Node) register(ctx context.Context) error {
 	c := n.c
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{corev1.LabelHostname: n.Name}},
@@ -396,23 +441,32 @@ func (n *Node) start(ctx context.Context) error {
 			return fmt.Errorf("node %s: remove the not-ready taint: %w", n.Name, err)
 		}
 	}
+	return nil
+}
 
-	cert, kubeletCA, err := servingCert(n.IP)
+// serveKubelet serves the kubelet's API on the node's address.
+func (n *Node) serveKubelet() error {
+	kl, err := n.c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)))
 	if err != nil {
 		return err
 	}
-	kl, err := c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)))
-	if err != nil {
-		return err
-	}
-	ksrv := &http.Server{Handler: http.HandlerFunc(n.kubelet), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
-	go ksrv.ServeTLS(kl, "", "")
+	srv := &http.Server{Handler: http.HandlerFunc(n.kubelet), TLSConfig: n.kubeletTLS, ReadHeaderTimeout: 10 * time.Second}
+	n.mu.Lock()
+	n.ksrv = srv
+	n.mu.Unlock()
+	go srv.ServeTLS(kl, "", "")
+	return nil
+}
 
+// newAgent makes the node's real agent, wrapped in the faults a test can
+// arm: its API, as the node serves it on AgentPort.
+func (n *Node) newAgent(kubeletCA *x509.CertPool) (http.Handler, error) {
+	c := n.c
 	// The agent asks its own kubelet for checkpoints, with a token that
 	// the simulated kubelet takes as it comes.
 	tokenFile := filepath.Join(filepath.Dir(n.CheckpointDir), "agent-sa-token")
 	if err := os.WriteFile(tokenFile, []byte("sim-agent-sa-token"), 0o600); err != nil {
-		return err
+		return nil, err
 	}
 	kubelet := &agent.Kubelet{URL: "https://" + net.JoinHostPort(n.IP, strconv.Itoa(KubeletPort)), TokenFile: tokenFile,
 		HTTP: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: kubeletCA, MinVersion: tls.VersionTLS12}}}}
@@ -422,14 +476,10 @@ func (n *Node) start(ctx context.Context) error {
 		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
-		return err
-	}
-	al, err := c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(AgentPort)))
-	if err != nil {
-		return err
+		return nil, err
 	}
 	ah := as.Handler()
-	asrv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.record("agent " + r.Method + " " + r.URL.Path)
 		n.mu.Lock()
 		old := n.oldAgent
@@ -444,18 +494,39 @@ func (n *Node) start(ctx context.Context) error {
 				return
 			}
 		}
+		if r.Context().Err() != nil {
+			return // killed (KillAgent) while held: a dead agent does nothing more
+		}
 		ah.ServeHTTP(w, r)
-	})}
-	go asrv.Serve(al)
-	n.srvs = append(n.srvs, ksrv, asrv)
+	}), nil
+}
 
-	ctx, n.stop = context.WithCancel(ctx)
-	n.done = make(chan struct{})
+// serveAgent serves the agent's API on the node's address.
+func (n *Node) serveAgent() error {
+	al, err := n.c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(AgentPort)))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: n.agentH}
+	n.mu.Lock()
+	n.asrv = srv
+	n.mu.Unlock()
+	go srv.Serve(al)
+	return nil
+}
+
+// startPods starts the loop that runs the pods bound to the node, the
+// kubelet's part (StopKubelet stops it).
+func (n *Node) startPods() {
+	ctx, stop := context.WithCancel(n.base)
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.stop, n.done = stop, done
+	n.mu.Unlock()
 	go func() {
-		defer close(n.done)
+		defer close(done)
 		n.runPods(ctx)
 	}()
-	return nil
 }
 
 // kubelet answers the checkpoint API the way the kubelet does: POST
@@ -560,7 +631,7 @@ func (n *Node) runPods(ctx context.Context) {
 				_, known := n.pods[pod.UID]
 				n.mu.Unlock()
 				if !known && pod.Status.PodIP == "" {
-					go n.run(ctx, pod)
+					go n.run(n.base, pod) // a pod being started is started, even if the loop stops meanwhile
 				}
 			}
 		}
@@ -658,7 +729,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		n.mu.Lock()
 		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
-		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter)
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter, &n.c.broker)
 		port, token, err := migrate.SidecarGiven(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -669,7 +740,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		}
 		h := control.Handler(sp.Sidecar, token, prometheus.NewRegistry())
 		sp.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if n.cut(r.URL.Path) {
+			if n.cut(r.URL.Path) || sp.sidecarDown.Load() {
 				dropConn(w)
 				return
 			}
@@ -680,7 +751,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		})}
 		go sp.srv.Serve(ln)
 	} else {
-		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0)
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0, &n.c.broker)
 	}
 	return n.setRunning(ctx, pod, ip, imageID)
 }
@@ -846,12 +917,17 @@ func (c *Cluster) restoreState(ctx context.Context, image string) (AppState, err
 }
 
 func (n *Node) close() {
-	if n.stop != nil {
-		n.stop()
-		<-n.done
+	n.mu.Lock()
+	stop, done, srvs := n.stop, n.done, []*http.Server{n.ksrv, n.asrv}
+	n.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
 	}
-	for _, s := range n.srvs {
-		s.Close()
+	for _, s := range srvs {
+		if s != nil {
+			s.Close()
+		}
 	}
 	n.mu.Lock()
 	uids := make([]types.UID, 0, len(n.pods))
@@ -864,11 +940,11 @@ func (n *Node) close() {
 	}
 }
 
-// Reset forgets the calls and pulls recorded so far, and disarms every
-// failure and hold: a test starts with a clean node.
+// Reset forgets the calls and pulls recorded so far, disarms every
+// failure and hold, and starts a stopped kubelet and a killed agent again:
+// a test starts with a clean node.
 func (n *Node) Reset() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.calls, n.pulls = nil, nil
 	n.fail = map[Step]Failure{}
 	for _, h := range n.holds {
@@ -879,6 +955,18 @@ func (n *Node) Reset() {
 	n.controlCut, n.cutOn = false, ""
 	n.degrade, n.oldAgent = nil, false
 	n.holdAfter = 0
+	kubelet, agent := n.kubeletStopped, n.agentKilled
+	n.mu.Unlock()
+	if kubelet {
+		if err := n.StopKubelet()(); err != nil {
+			n.c.logf("node %s: start the kubelet again: %v", n.Name, err)
+		}
+	}
+	if agent {
+		if err := n.KillAgent()(); err != nil {
+			n.c.logf("node %s: start the agent again: %v", n.Name, err)
+		}
+	}
 }
 
 // HoldReplaysAfter makes every target that starts on the node from now on

@@ -160,6 +160,14 @@ type Sidecar struct {
 	// unreplayable are queues the app consumes that a migration cannot
 	// carry over, as the real sidecar reports them (SetUnreplayable).
 	unreplayable []proxy.UnreplayableQueue
+	// broker is the cluster's broker, which an outage takes away
+	// (Cluster.CutBroker); nil: always there.
+	broker *broker
+	// pendingMarker: a stop whose cutoff marker could not be written (the
+	// broker was away until the stop's context ended); the marker goes to
+	// the log once the broker is back, as the real tee's queued marker
+	// does.
+	pendingMarker *Marker
 }
 
 // SetUnreplayable makes the sidecar report qs in /state, as the real one
@@ -174,8 +182,8 @@ func (s *Sidecar) SetUnreplayable(qs []proxy.UnreplayableQueue) {
 // newSidecar starts a sidecar on log; rp is nil for a serving one. A
 // target's replay starts held (Hold) or holds after holdAfter records
 // (HoldAfter), set before its first step.
-func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Sidecar {
-	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
+func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64, b *broker) *Sidecar {
+	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{}), broker: b}
 	if rp != nil {
 		s.held, s.holdAfter = held, holdAfter
 		s.mode = ModeReplaying
@@ -191,16 +199,16 @@ func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64) *Si
 			s.cutoff = max(s.logEnd, rp.Start)
 		}
 	}
-	go s.run()
+	go s.run(s.stopped)
 	return s
 }
 
-func (s *Sidecar) run() {
+func (s *Sidecar) run(stopped <-chan struct{}) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stopped:
+		case <-stopped:
 			return
 		case now := <-t.C:
 			s.tick(now)
@@ -213,6 +221,15 @@ func (s *Sidecar) run() {
 func (s *Sidecar) tick(now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.broker.down() {
+		return // no deliveries, no log reads or writes; the queue keeps what comes meanwhile
+	}
+	if m := s.pendingMarker; m != nil {
+		s.log.mu.Lock()
+		s.log.markers = append(s.log.markers, *m)
+		s.log.mu.Unlock()
+		s.pendingMarker = nil
+	}
 	switch s.mode {
 	case ModeServing:
 		if s.next.IsZero() {
@@ -324,6 +341,35 @@ func (s *Sidecar) close() {
 	}
 }
 
+// restart brings a dead sidecar back, as the kubelet restarts a sidecar
+// container that exited: it knows nothing of its quiesce or stop before,
+// and starts as its MS2M_* variables say, serving, or a restored pod's
+// replaying its range again (the real one does the same: docs/faults.md's
+// known gaps).
+func (s *Sidecar) restart() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode != ModeDead {
+		return
+	}
+	s.mode, s.handed, s.next, s.stopped = ModeServing, 0, time.Time{}, make(chan struct{})
+	if rp := s.replay; rp != nil {
+		s.mode, s.replayed, s.switched, s.lastRep, s.interrupted = ModeReplaying, rp.Start, nil, nil, 0
+		s.log.mu.Lock()
+		s.logEnd, s.logEndEpoch = s.log.lastID, s.log.epoch
+		s.log.mu.Unlock()
+		s.cutoff = s.extend(rp.Cutoff, rp.Epoch)
+		if rp.ToEnd {
+			s.cutoff = max(s.logEnd, rp.Start)
+		}
+	}
+	go s.run(s.stopped)
+}
+
+// errDead is what a dead sidecar's control API would not answer; the
+// simulated pod's server drops the request before it gets here.
+var errDead = errors.New("the sidecar is not running")
+
 // State is GET /state, in the real sidecar's shape.
 func (s *Sidecar) State() control.State {
 	s.mu.Lock()
@@ -360,19 +406,31 @@ func (s *Sidecar) State() control.State {
 var ErrReplaying = fmt.Errorf("%w: the sidecar is still replaying", control.ErrConflict)
 
 // Quiesce holds deliveries back and returns the checkpoint ID and epoch.
-func (s *Sidecar) Quiesce(context.Context) (control.Cut, error) {
+// As the real one waits for the app's acks to be upstream, it waits for
+// the broker while it is away (until ctx ends: the sidecar stays
+// quiesced).
+func (s *Sidecar) Quiesce(ctx context.Context) (control.Cut, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch s.mode {
 	case ModeReplaying:
+		s.mu.Unlock()
 		return control.Cut{}, ErrReplaying
 	case ModeStopped:
+		s.mu.Unlock()
 		return control.Cut{}, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+	case ModeDead:
+		s.mu.Unlock()
+		return control.Cut{}, errDead
 	}
 	s.mode = ModeQuiesced
 	s.log.mu.Lock()
-	defer s.log.mu.Unlock()
-	return control.Cut{ID: max(s.handed, s.app.State().Last), Epoch: s.log.epoch}, nil
+	cut := control.Cut{ID: max(s.handed, s.app.State().Last), Epoch: s.log.epoch}
+	s.log.mu.Unlock()
+	s.mu.Unlock()
+	if err := s.broker.wait(ctx); err != nil {
+		return control.Cut{}, fmt.Errorf("quiesce: the acks are not upstream: %w", err)
+	}
+	return cut, nil
 }
 
 // Resume serves again after a quiesce or a stop.
@@ -390,19 +448,38 @@ func (s *Sidecar) Resume(context.Context) error {
 }
 
 // Stop ends the sidecar's tenure: it takes no more deliveries and writes
-// a cutoff marker at its last one, of a new epoch.
-func (s *Sidecar) Stop(context.Context) (control.StopResult, error) {
+// a cutoff marker at its last one, of a new epoch. While the broker is
+// away it waits for it, stopped (until ctx ends; the marker is then
+// written once the broker is back), as the real one waits for its marker
+// to be durable.
+func (s *Sidecar) Stop(ctx context.Context) (control.StopResult, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	started := time.Now()
 	switch s.mode {
 	case ModeReplaying:
+		s.mu.Unlock()
 		return control.StopResult{}, ErrReplaying
 	case ModeStopped:
+		s.mu.Unlock()
 		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, proxy.ErrStopped)
+	case ModeDead:
+		s.mu.Unlock()
+		return control.StopResult{}, errDead
 	}
 	s.mode = ModeStopped
 	cut := max(s.handed, s.app.State().Last)
+	s.mu.Unlock()
+	if err := s.broker.wait(ctx); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.log.mu.Lock()
+		s.log.epoch++
+		s.pendingMarker = &Marker{ID: cut, Epoch: s.log.epoch}
+		s.log.mu.Unlock()
+		return control.StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", cut, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.log.mu.Lock()
 	s.log.epoch++
 	m := Marker{ID: cut, Epoch: s.log.epoch}
