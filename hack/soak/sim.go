@@ -62,10 +62,22 @@ const (
 	faultAPIDelay       = "api-delay"          // the controller's writes to the API held 0.2-3 s
 	faultAPIFail        = "api-writes-fail"    // the controller's writes to the API fail (500) for a window
 	faultControlCut     = "control-cut"        // the target node's sidecar control APIs cut off for a window
+	// The node's processes and the broker (simfaults.go).
+	faultAgentCheckpoint = "agent-killed-checkpoint" // the source node's agent killed while the kubelet checkpoints, back after a window
+	faultAgentImage      = "agent-killed-image"      // ... while it builds and pushes the image
+	faultAgentPull       = "agent-killed-pull"       // the target node's agent killed while it pulls the app's image
+	faultBroker          = "broker-restart"          // the broker away from every sidecar for a window, at a drawn moment
+	faultBrokerReplay    = "broker-restart-replay"   // ... once the target replays
+	faultKubeletSource   = "kubelet-stop-source"     // the source node's kubelet stopped for a window, at a drawn moment
+	faultKubeletTarget   = "kubelet-stop-target"     // ... the target node's
+	faultSourceApp       = "source-app-killed"       // the source's app killed after the checkpoint (a restored source: it comes back from its image)
+	faultSourceSidecar   = "source-sidecar-killed"   // the source's sidecar killed for a window, at a drawn moment (a source that was not restored)
 )
 
 var simFaults = []string{faultNone, faultCheckpoint, faultPush, faultRestore, faultKillCheckpoint, faultKillImage,
-	faultKillRestore, faultKillReplay, faultKillSwitch, faultAPIDelay, faultAPIFail, faultControlCut}
+	faultKillRestore, faultKillReplay, faultKillSwitch, faultAPIDelay, faultAPIFail, faultControlCut,
+	faultAgentCheckpoint, faultAgentImage, faultAgentPull, faultBroker, faultBrokerReplay, faultKubeletSource,
+	faultKubeletTarget, faultSourceApp, faultSourceSidecar}
 
 // simWorkload is one workload the sim mode moves: a Deployment or a
 // StatefulSet with one pod, in a namespace of its own.
@@ -270,7 +282,7 @@ func (s *sim) draw(seed int64, i int) draw {
 		d.fault = faultKillRestore // the switch patch is ms2m's
 	}
 	d.delay = time.Duration(200+r.IntN(2800)) * time.Millisecond
-	if d.fault == faultAPIFail || d.fault == faultControlCut {
+	if d.fault == faultAPIFail || d.fault == faultControlCut || nodeFaults[d.fault] {
 		d.delay = time.Duration(300+r.IntN(4700)) * time.Millisecond
 	}
 	d.after = time.Duration(r.IntN(800)) * time.Millisecond // a migration on the simulated nodes takes about that
@@ -286,6 +298,11 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 	w, err := s.workload(ctx, d.kind)
 	if err != nil {
 		return r, err
+	}
+	if d.fault == faultSourceSidecar {
+		if w, err = s.fresh(ctx, w); err != nil {
+			return r, err
+		}
 	}
 	pods := s.c.Client.CoreV1().Pods(w.ns)
 	src, err := s.serving(ctx, w)
@@ -304,8 +321,17 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 
 	// Arm the fault.
 	var reached <-chan struct{}
-	var release func()
+	var release, fire func()
 	from, dst := s.c.Nodes[src.Spec.NodeName], s.c.Nodes[to]
+	if nodeFaults[d.fault] {
+		nf := s.armNodeFault(ctx, d, w, src, from, dst)
+		defer func() {
+			if nf.heal() {
+				r.Fault += " (missed)"
+			}
+		}()
+		reached, fire, release = nf.reached, nf.fire, nf.release
+	}
 	switch d.fault {
 	case faultCheckpoint:
 		from.Fail(simcluster.StepCheckpoint, simcluster.Failure{Code: http.StatusInternalServerError, Body: "soak: the checkpoint fails"})
@@ -398,6 +424,13 @@ func (s *sim) migrate(ctx context.Context, c soak.Chunk, i int) (r soak.Record, 
 		for deadline := time.Now().Add(time.Minute); !killed && time.Now().Before(deadline); {
 			select {
 			case <-reached:
+				if fire != nil {
+					fire()
+					release()
+					release = nil
+					killed = true
+					break
+				}
 				s.killController()
 				release()
 				release = nil
