@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -202,7 +203,26 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := time.Now()
+	entry, done, err := s.jan.begin(req.Namespace, req.Pod, req.Container)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err)
+		return
+	}
+	defer done()
 	archive, err := s.cfg.Kubelet.Checkpoint(r.Context(), req.Namespace, req.Pod, req.Container, time.Duration(req.TimeoutSeconds)*time.Second)
+	if err == nil {
+		err = s.jan.taken(entry, archive)
+	}
+	if err == nil && r.Context().Err() != nil {
+		// The caller went away while the kubelet checkpointed: nobody
+		// will build from the archive.
+		if !s.cfg.KeepArchives && filepath.Dir(filepath.Clean(archive)) == filepath.Clean(s.cfg.CheckpointDir) {
+			if rerr := os.Remove(archive); rerr == nil {
+				s.jan.built(archive)
+			}
+		}
+		return
+	}
 	if err != nil {
 		code := http.StatusBadGateway
 		var ke *KubeletError

@@ -45,6 +45,11 @@ type Config struct {
 	// process's whole memory, is removed as soon as the image is in the
 	// registry.
 	KeepArchives bool
+	// ArchiveGrace is how long the archive of a checkpoint the agent asked
+	// for may stay without an image built from it (the migration ended
+	// first, the build failed, or the agent died): then SweepArchives
+	// removes it. Zero: DefaultArchiveGrace.
+	ArchiveGrace time.Duration
 	// Token authenticates callers (Authorization: Bearer). A checkpoint
 	// takes a token derived from it instead (CheckpointToken).
 	Token string
@@ -81,6 +86,7 @@ type Server struct {
 	cfg  Config
 	repo *name.Repository // nil: Config.Repository is empty
 	log  *slog.Logger
+	jan  *janitor
 }
 
 // NewServer checks cfg and returns a Server.
@@ -97,7 +103,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, jan: newJanitor(cfg)}
 	if cfg.Repository != "" {
 		repo, err := name.NewRepository(strings.TrimSuffix(cfg.Repository, "/"), name.WeakValidation)
 		if err != nil {
@@ -165,6 +171,7 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
+	defer s.jan.building(archive)()
 	tag, err := name.NewTag(req.Ref, name.WeakValidation)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, fmt.Errorf("ref %q is not an image tag: %w", req.Ref, err))
@@ -187,6 +194,14 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusForbidden, fmt.Errorf("push to %s refused: %w", req.Ref, err))
 		return
 	}
+	// From here on a failed build removes the archive: no migration
+	// builds from one checkpoint twice, and it holds the process's memory.
+	ok := false
+	defer func() {
+		if !ok {
+			s.dropArchive(f, archive)
+		}
+	}()
 	// The image reads the archive through the open file (its /proc link
 	// reopens the same inode): a symlink swapped in after the check cannot
 	// make it read another file.
@@ -206,10 +221,21 @@ func (s *Server) build(w http.ResponseWriter, r *http.Request) {
 	}
 	res := BuildResponse{Image: tag.Context().Digest(d.String()).String(), Size: st.Size(), Took: time.Since(t0)}
 	s.log.Info("checkpoint image pushed", "archive", req.Archive, "image", res.Image, "bytes", res.Size, "took", res.Took)
+	ok = true
 	if !s.cfg.KeepArchives {
 		s.removeArchive(f, archive)
 	}
+	s.jan.built(archive)
 	writeJSON(w, res)
+}
+
+// dropArchive removes an archive whose build failed: no migration builds
+// from a checkpoint twice, and it holds the process's memory.
+func (s *Server) dropArchive(f *os.File, archive string) {
+	if !s.cfg.KeepArchives {
+		s.removeArchive(f, archive)
+	}
+	s.jan.built(archive)
 }
 
 // deleteImage deletes a checkpoint image this agent may have pushed

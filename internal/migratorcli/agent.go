@@ -47,6 +47,10 @@ type AgentConfig struct {
 	// KeepArchives leaves kubelet checkpoint archives on the node after
 	// their push, for debugging; the default removes them.
 	KeepArchives bool `env:"MS2M_AGENT_KEEP_ARCHIVES" envDefault:"false"`
+	// ArchiveGrace is how long the archive of a checkpoint the agent took
+	// may stay without an image built from it before the agent removes it
+	// (a migration that ended, or an agent that died, in between).
+	ArchiveGrace time.Duration `env:"MS2M_AGENT_ARCHIVE_GRACE" envDefault:"35m"`
 	// CgroupRoot is where the host's cgroup hierarchies are mounted, for
 	// the freeze watch (which also needs the host's PID namespace).
 	CgroupRoot string `env:"MS2M_AGENT_CGROUP_ROOT" envDefault:"/sys/fs/cgroup"`
@@ -159,6 +163,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		LogDirs:       cfg.LogDirs,
 		Repository:    cfg.ImageRepo,
 		KeepArchives:  cfg.KeepArchives,
+		ArchiveGrace:  cfg.ArchiveGrace,
 		Token:         token,
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
@@ -187,6 +192,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		kubeletURL = kubelet.URL
 	}
 	log.Info("agent ready", "listen", ln.Addr().String(), "tls", tlsCfg != nil, "node", cfg.NodeName, "kubelet", kubeletURL, "checkpoints", cfg.CheckpointDir, "runtime", cfg.RuntimeEndpoint, "repository", cfg.ImageRepo, "keepArchives", cfg.KeepArchives)
+	go s.SweepArchives(ctx)
 	err = s.Serve(ctx, ln)
 	if errors.Is(err, context.Canceled) {
 		return nil

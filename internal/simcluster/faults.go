@@ -2,12 +2,10 @@ package simcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,11 +86,12 @@ func (c *Cluster) CutBroker() (restore func()) {
 // refused, until restart serves the agent again on the same address.
 func (n *Node) KillAgent() (restart func() error) {
 	n.mu.Lock()
-	srv, killed := n.asrv, n.agentKilled
+	srv, stop, killed := n.asrv, n.agentStop, n.agentKilled
 	n.agentKilled = true
 	n.mu.Unlock()
 	if !killed && srv != nil {
 		srv.Close()
+		stop()
 	}
 	return func() error {
 		n.mu.Lock()
@@ -215,23 +214,4 @@ func (n *Node) Archives() ([]string, error) {
 		out = append(out, filepath.Join(n.CheckpointDir, e.Name()))
 	}
 	return out, nil
-}
-
-// WaitArchivesGone waits until the node's checkpoint folder is empty, or
-// returns what is still there after limit.
-func (n *Node) WaitArchivesGone(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		left, err := n.Archives()
-		if err != nil {
-			return err
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New(fmt.Sprint("checkpoint archives left on node ", n.Name, ": ", left))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -116,7 +116,8 @@ type Node struct {
 	// again (StopKubelet, KillAgent).
 	ksrv, asrv     *http.Server
 	kubeletTLS     *tls.Config
-	agentH         http.Handler
+	kubeletCA      *x509.CertPool
+	agentStop      context.CancelFunc // the agent's janitor
 	kubeletStopped bool
 	agentKilled    bool
 }
@@ -392,13 +393,10 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.serveKubelet(); err != nil {
 		return err
 	}
-	if n.agentH, err = n.newAgent(kubeletCA); err != nil {
-		return err
-	}
+	n.kubeletCA, n.base = kubeletCA, ctx
 	if err := n.serveAgent(); err != nil {
 		return err
 	}
-	n.base = ctx
 	n.startPods()
 	return nil
 }
@@ -458,9 +456,14 @@ func (n *Node) serveKubelet() error {
 	return nil
 }
 
+// ArchiveGrace is the simulated agents' agent.Config.ArchiveGrace: an
+// archive no image was built from goes after 2 s, not half an hour.
+const ArchiveGrace = 2 * time.Second
+
 // newAgent makes the node's real agent, wrapped in the faults a test can
-// arm: its API, as the node serves it on AgentPort.
-func (n *Node) newAgent(kubeletCA *x509.CertPool) (http.Handler, error) {
+// arm: its API, as the node serves it on AgentPort. Its archive janitor
+// runs until ctx ends.
+func (n *Node) newAgent(ctx context.Context, kubeletCA *x509.CertPool) (http.Handler, error) {
 	c := n.c
 	// The agent asks its own kubelet for checkpoints, with a token that
 	// the simulated kubelet takes as it comes.
@@ -473,11 +476,12 @@ func (n *Node) newAgent(kubeletCA *x509.CertPool) (http.Handler, error) {
 	as, err := agent.NewServer(agent.Config{
 		NodeName: n.Name, Kubelet: kubelet,
 		CheckpointDir: n.CheckpointDir, Token: c.AgentToken, Push: ociimage.PushOptions{Insecure: true}, Repository: c.ImageRepo(),
-		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler),
+		Puller: n, Node: n, Logger: slog.New(slog.DiscardHandler), ArchiveGrace: ArchiveGrace,
 	})
 	if err != nil {
 		return nil, err
 	}
+	go as.SweepArchives(ctx)
 	ah := as.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.record("agent " + r.Method + " " + r.URL.Path)
@@ -501,15 +505,24 @@ func (n *Node) newAgent(kubeletCA *x509.CertPool) (http.Handler, error) {
 	}), nil
 }
 
-// serveAgent serves the agent's API on the node's address.
+// serveAgent starts a new agent (a new process: KillAgent kills the one
+// before) and serves its API on the node's address.
 func (n *Node) serveAgent() error {
-	al, err := n.c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(AgentPort)))
+	ctx, stop := context.WithCancel(n.base)
+	h, err := n.newAgent(ctx, n.kubeletCA)
 	if err != nil {
+		stop()
 		return err
 	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: n.agentH}
+	al, err := n.c.ns.listen(net.JoinHostPort(n.IP, strconv.Itoa(AgentPort)))
+	if err != nil {
+		stop()
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: h}
+	srv.RegisterOnShutdown(stop)
 	n.mu.Lock()
-	n.asrv = srv
+	n.asrv, n.agentStop = srv, stop
 	n.mu.Unlock()
 	go srv.Serve(al)
 	return nil
@@ -604,6 +617,10 @@ func writeArchive(path, ns, podName, container string, app AppState) error {
 func (n *Node) runPods(ctx context.Context) {
 	sel := fields.OneTermEqualSelector("spec.nodeName", n.Name).String()
 	for ctx.Err() == nil {
+		if err := n.forgetGone(ctx, sel); err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		w, err := n.c.Client.CoreV1().Pods("").Watch(ctx, metav1.ListOptions{FieldSelector: sel})
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
@@ -637,6 +654,32 @@ func (n *Node) runPods(ctx context.Context) {
 		}
 		w.Stop()
 	}
+}
+
+// forgetGone stops the pods that were deleted while nobody watched (the
+// kubelet was stopped, or its watch broke), as a kubelet that starts
+// kills the containers of pods it no longer finds.
+func (n *Node) forgetGone(ctx context.Context, sel string) error {
+	list, err := n.c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return err
+	}
+	there := map[types.UID]bool{}
+	for _, p := range list.Items {
+		there[p.UID] = true
+	}
+	n.mu.Lock()
+	var gone []types.UID
+	for uid, p := range n.pods {
+		if !there[uid] && !p.starting {
+			gone = append(gone, uid)
+		}
+	}
+	n.mu.Unlock()
+	for _, uid := range gone {
+		n.gone(uid)
+	}
+	return nil
 }
 
 // gone stops a pod's simulation.
