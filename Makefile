@@ -67,7 +67,7 @@ test: setup k8s-bin node-setup node-bin criu helm-bin consumer-spring
 	$(MAKE) --no-print-directory lint
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m $$($(GO) list ./... | grep -v /e2e)
 	cd $(BENCH_MOD) && GOWORK=off $(GO) test $(GOFLAGS) -count=1 -timeout 10m ./...
-	$(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 ./e2e/...
+	MS2M_E2E_FAULTS=$(MS2M_E2E_FAULTS) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 ./e2e/...
 	$(MAKE) --no-print-directory chart-test
 
 ## e2e: the end-to-end suite against an existing cluster with ms2m installed, given by
@@ -80,6 +80,8 @@ E2E_RUN ?=
 ## MS2M_E2E_PINGPONG(_STS): how often TestPingPong migrates the Deployment's (the StatefulSet's) pod (make test: 3 and 2).
 MS2M_E2E_PINGPONG ?= 20
 MS2M_E2E_PINGPONG_STS ?= 10
+## MS2M_E2E_FAULTS: 1 runs the fault matrix's real-node sample (TestNodeAgentKilledOnRealNodes, on the suite's own cluster).
+MS2M_E2E_FAULTS ?= 1
 .PHONY: e2e
 e2e:
 ifeq ($(strip $(KUBECONFIG)),)
@@ -88,7 +90,7 @@ ifeq ($(strip $(KUBECONFIG)),)
 	@echo "(make test runs it on a cluster of its own)"
 else
 	@$(MAKE) --no-print-directory setup
-	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) MS2M_E2E_PINGPONG=$(MS2M_E2E_PINGPONG) MS2M_E2E_PINGPONG_STS=$(MS2M_E2E_PINGPONG_STS) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
+	MS2M_E2E_KUBECONFIG=$(abspath $(KUBECONFIG)) MS2M_E2E_PINGPONG=$(MS2M_E2E_PINGPONG) MS2M_E2E_PINGPONG_STS=$(MS2M_E2E_PINGPONG_STS) MS2M_E2E_FAULTS=$(MS2M_E2E_FAULTS) $(GO) test $(GOFLAGS) -count=1 -timeout 40m -p 1 -v ./e2e/ $(if $(E2E_RUN),-run '$(E2E_RUN)')
 endif
 
 ## soak: migrate again and again, check every migration, one JSON record each in out/soak/<mode>.jsonl;

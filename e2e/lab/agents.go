@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -140,8 +141,12 @@ func (l *Lab) AgentClient(ctx context.Context) (nodeagent.Client, error) {
 // as in a cluster where the agent is a host-network DaemonSet) and over its
 // node's folders and containerd socket.
 type Agents struct {
-	procs []*exec.Cmd
-	logs  map[string]string // node -> log file
+	procs  []*exec.Cmd
+	logs   map[string]string // node -> log file
+	l      *Lab
+	bin    string
+	files  AgentFiles
+	byNode map[string]*exec.Cmd
 }
 
 // StartAgents builds cmd/migrator and starts an agent on every node, and
@@ -155,32 +160,68 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{logs: map[string]string{}}
+	a := &Agents{logs: map[string]string{}, l: l, bin: bin, files: files, byNode: map[string]*exec.Cmd{}}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
-		n := l.Cluster.Node(i)
-		logf, err := os.Create(filepath.Join(l.Opts.StateDir, "logs", n.Name+"-agent.log"))
-		if err != nil {
-			a.Stop()
-			return nil, err
-		}
-		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
-		cmd.Env = append(os.Environ(), agentEnv(n, l.ImageRepo(), files)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			a.Stop()
-			return nil, fmt.Errorf("start the agent on %s: %w", n.Name, err)
-		}
-		logf.Close()
-		a.procs = append(a.procs, cmd)
-		a.logs[n.Name] = logf.Name()
-		if err := waitAgent(ctx, n, files, logf.Name(), func() (bool, string) { return false, "" }); err != nil {
+		if err := a.start(ctx, l.Cluster.Node(i), nil); err != nil {
 			a.Stop()
 			return nil, err
 		}
 	}
 	return a, nil
+}
+
+// start starts the agent on n, with extra variables, and waits until it
+// answers; its log goes on in the node's agent log.
+func (a *Agents) start(ctx context.Context, n cluster.NodeInfo, extra []string) error {
+	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	if _, again := a.logs[n.Name]; !again {
+		flags |= os.O_TRUNC
+	}
+	logf, err := os.OpenFile(filepath.Join(a.l.Opts.StateDir, "logs", n.Name+"-agent.log"), flags, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", "--net="+n.Netns, a.bin, "agent")
+	cmd.Env = append(append(os.Environ(), agentEnv(n, a.l.ImageRepo(), a.files)...), extra...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start the agent on %s: %w", n.Name, err)
+	}
+	logf.Close()
+	a.procs = append(a.procs, cmd)
+	a.byNode[n.Name] = cmd
+	a.logs[n.Name] = logf.Name()
+	return waitAgent(ctx, n, a.files, logf.Name(), func() (bool, string) { return false, "" })
+}
+
+// Kill kills node's agent (SIGKILL), as a node's OOM killer or a crash
+// does, and waits until it has exited.
+func (a *Agents) Kill(node string) error {
+	cmd := a.byNode[node]
+	if cmd == nil {
+		return fmt.Errorf("no agent runs on %s", node)
+	}
+	delete(a.byNode, node)
+	// nsenter execs the agent: the process is the agent's.
+	if err := cmd.Process.Kill(); err != nil {
+		return err
+	}
+	_ = cmd.Wait() // "signal: killed"
+	a.procs = slices.DeleteFunc(a.procs, func(c *exec.Cmd) bool { return c == cmd })
+	return nil
+}
+
+// Restart starts node's agent again, after Kill, with extra variables
+// (MS2M_AGENT_ARCHIVE_GRACE, say).
+func (a *Agents) Restart(ctx context.Context, node string, extra ...string) error {
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		if n := a.l.Cluster.Node(i); n.Name == node {
+			return a.start(ctx, n, extra)
+		}
+	}
+	return fmt.Errorf("no node %s in the lab", node)
 }
 
 // agentEnv configures `migrator agent` for node n: it listens on the

@@ -111,6 +111,39 @@ func atStart(fire func(t *testing.T, c *simcluster.Cluster, w *workload) func())
 	}
 }
 
+// atSourceStop fires once the source's sidecar has stopped.
+func atSourceStop(fire func(t *testing.T, c *simcluster.Cluster, w *workload) func()) func(t *testing.T, c *simcluster.Cluster, w *workload) (<-chan struct{}, func(), func()) {
+	return func(t *testing.T, c *simcluster.Cluster, w *workload) (<-chan struct{}, func(), func()) {
+		reached, stop := make(chan struct{}), make(chan struct{})
+		sp := c.Nodes[nodeA].Pod(w.ns, w.pod.Name)
+		go func() {
+			for sp.Sidecar.Mode() != simcluster.ModeStopped {
+				select {
+				case <-stop:
+					return
+				case <-time.After(2 * time.Millisecond):
+				}
+			}
+			close(reached)
+		}()
+		heal := func() {}
+		var mu sync.Mutex
+		var once sync.Once
+		return reached, func() {
+				undo := fire(t, c, w)
+				mu.Lock()
+				heal = undo
+				mu.Unlock()
+			}, func() {
+				once.Do(func() { close(stop) })
+				mu.Lock()
+				undo := heal
+				mu.Unlock()
+				undo()
+			}
+	}
+}
+
 // The faults' fire functions: each returns its heal.
 
 func killAgent(node string) func(*testing.T, *simcluster.Cluster, *workload) func() {
@@ -171,6 +204,7 @@ var matrix = []matrixCell{
 	{fault: "source app killed", phase: "after the checkpoint", f: fault{arm: atHold(nodeA, simcluster.StepImage, killSourceApp)}, want: completed},
 	{fault: "source sidecar killed", phase: "pre (before the quiesce)", f: fault{arm: atHold(nodeB, simcluster.StepPull, killSourceSidecar), down: time.Second}, want: rolledBack},
 	{fault: "source sidecar killed", phase: "checkpoint", f: fault{arm: atHold(nodeA, simcluster.StepCheckpoint, killSourceSidecar)}, want: rolledBack},
+	{fault: "source sidecar killed", phase: "after the stop", f: fault{arm: atSourceStop(killSourceSidecar)}, want: either},
 }
 
 // TestFaultMatrix runs the matrix's cells, for each of their strategies.
