@@ -427,12 +427,31 @@ func (r *run) copyCheckpoint(srcEP control.Client, stopped *control.StopResult) 
 				r.phase("stop")
 				return nil
 			}, undo: []undoStep{r.undoResume(srcEP)}},
-			r.checkpointPhase(src), r.imagePhase(src),
+			r.checkpointPhase(src),
+			{name: "still stopped", do: func(ctx context.Context) error { return stillStopped(ctx, srcEP, stopped.CutoffID) }},
+			r.imagePhase(src),
 		}, nil
 	case contract.StrategyCRIUAlone:
 		return []phase{r.checkpointPhase(src), r.imagePhase(src)}, nil
 	}
 	return nil, fmt.Errorf("migration %s: unknown strategy %q (want one of %s)", p.Name, p.Strategy, strings.Join(contract.StrategyNames(), ", "))
+}
+
+// stillStopped checks, once the checkpoint is taken, that the source's
+// sidecar is still stopped at the cutoff: a sidecar that restarted since
+// (it starts serving, knowing nothing of its stop) or that was resumed
+// has handed its app deliveries after the cutoff, which the checkpoint
+// may hold and the target would never get. The checkpoint is then
+// discarded and the migration rolled back.
+func stillStopped(ctx context.Context, ep control.Client, cutoff uint64) error {
+	st, err := ep.State(ctx)
+	if err != nil {
+		return fmt.Errorf("read the source's sidecar after the checkpoint: %w", err)
+	}
+	if st.Mode != control.ModeStopped {
+		return fmt.Errorf("the source's sidecar is %s after the checkpoint, not stopped at the cutoff %d: it restarted or was resumed, and may have consumed deliveries after the cutoff, so the checkpoint is discarded (no image is built from it): migrate again", st.Mode, cutoff)
+	}
+	return nil
 }
 
 // copyTakeover is the phase in which a copy strategy's target, once
