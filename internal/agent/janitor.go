@@ -56,7 +56,12 @@ func newJanitor(cfg Config) *janitor {
 
 // begin notes a checkpoint of container of ns/pod before it is asked
 // for; done is called once the kubelet answered.
+// With KeepArchives there is no journal: nothing is removed, and the
+// checkpoint folder may be read-only.
 func (j *janitor) begin(ns, pod, container string) (entry string, done func(), err error) {
+	if j.keep {
+		return "", func() {}, nil
+	}
 	if err := os.MkdirAll(j.dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("the checkpoint journal %s: %w", j.dir, err)
 	}
@@ -78,6 +83,9 @@ func (j *janitor) begin(ns, pod, container string) (entry string, done func(), e
 
 // taken records the archive of entry's checkpoint.
 func (j *janitor) taken(entry, archive string) error {
+	if entry == "" {
+		return nil
+	}
 	return os.WriteFile(entry, []byte(archive), 0o600)
 }
 
@@ -98,6 +106,9 @@ func (j *janitor) building(archive string) (done func()) {
 // built forgets the entries of archive: its build ended, and removed it
 // or kept it as configured.
 func (j *janitor) built(archive string) {
+	if j.keep {
+		return
+	}
 	ents, err := os.ReadDir(j.dir)
 	if err != nil {
 		return
@@ -155,6 +166,9 @@ func (j *janitor) entries() ([]entry, error) {
 // came, those of its container taken from its time until the next entry
 // of the same container; an archive another entry answered is that one's.
 func (j *janitor) sweep(now time.Time) ([]string, error) {
+	if j.keep {
+		return nil, nil
+	}
 	all, err := j.entries()
 	if err != nil {
 		return nil, err
