@@ -161,7 +161,17 @@ func (n *Node) KillSidecar(ctx context.Context, ns, name string) (restart func(c
 		if !sp.sidecarDown.Load() {
 			return nil
 		}
-		sp.Sidecar.restart()
+		// Under the node's lock: a pod deleted meanwhile is stopped after
+		// this (gone closes its sidecar once it is out of n.pods).
+		n.mu.Lock()
+		there := n.pods[sp.UID] == sp
+		if there {
+			sp.Sidecar.restart()
+		}
+		n.mu.Unlock()
+		if !there {
+			return nil // the pod is gone: nothing restarts its containers
+		}
 		sp.sidecarDown.Store(false)
 		return n.sidecarStatus(ctx, sp, true)
 	}, nil
