@@ -144,10 +144,24 @@ func (s *sim) armNodeFault(ctx context.Context, d draw, w *simWorkload, src *cor
 // fresh replaces w, whose pod may have been restored, with a new workload
 // of its kind, and deletes w's namespace: its pod was exact (a workload
 // that is not is dropped at once and kept for a look).
+//
+// The simulated cluster runs no garbage collector or namespace controller,
+// and its nodes have 60 addresses: the workload's controller and pods are
+// deleted one by one.
 func (s *sim) fresh(ctx context.Context, w *simWorkload) (*simWorkload, error) {
 	s.replace(w)
-	if err := s.c.Client.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{}); err != nil {
-		s.say("delete namespace %s: %v", w.ns, err)
+	apps, core := s.c.Client.AppsV1(), s.c.Client.CoreV1()
+	all := metav1.ListOptions{}
+	for _, err := range []error{
+		apps.Deployments(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		apps.ReplicaSets(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		apps.StatefulSets(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		core.Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all),
+		core.Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{}),
+	} {
+		if err != nil {
+			s.say("remove the workload in %s: %v", w.ns, err)
+		}
 	}
 	return s.workload(ctx, w.kind)
 }

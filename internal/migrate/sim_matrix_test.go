@@ -248,6 +248,7 @@ func runCell(t *testing.T, c *simcluster.Cluster, cell matrixCell, s contract.St
 		owner = "StatefulSet"
 	}
 	w := deploy(t, c, ns, owner, true)
+	defer removeWorkload(t, c, w)
 	p := plan(w, s)
 	if cell.timeout != 0 {
 		p.Timeout = cell.timeout
@@ -306,6 +307,31 @@ func runCell(t *testing.T, c *simcluster.Cluster, cell matrixCell, s contract.St
 		t.Errorf("the migration failed, but %s serves on %s", served.Name, on)
 	}
 	expectNothingLeft(t, c, w, p, r.rep, served)
+}
+
+// removeWorkload deletes w's controller and pods and waits until the
+// nodes ran them down: the simulated cluster runs no garbage collector or
+// namespace controller, and its nodes have 60 addresses for all the
+// suite's pods.
+func removeWorkload(t *testing.T, c *simcluster.Cluster, w *workload) {
+	ctx := context.WithoutCancel(t.Context())
+	apps := c.Client.AppsV1()
+	var errs []error
+	switch w.owner {
+	case "Deployment":
+		errs = append(errs, apps.Deployments(w.ns).Delete(ctx, "consumer", metav1.DeleteOptions{}),
+			apps.ReplicaSets(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+	case "StatefulSet":
+		errs = append(errs, apps.StatefulSets(w.ns).Delete(ctx, "consumer", metav1.DeleteOptions{}))
+	}
+	errs = append(errs, c.Client.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+	if err := errors.Join(errs...); err != nil {
+		t.Logf("remove the workload: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(c.Nodes[nodeA].Pods(w.ns))+len(c.Nodes[nodeB].Pods(w.ns)) > 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // expectOneServesExact waits until the workload has one pod, running, and
