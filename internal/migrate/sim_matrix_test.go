@@ -430,3 +430,40 @@ func waitArchivesGone(n *simcluster.Node, ns string, limit time.Duration) error 
 		}
 	}
 }
+
+// TestSourceSidecarRestartAfterStopIsReported: the open defect's loss is
+// not silent. A source sidecar that restarts between its stop and the
+// target's switch serves again; the migrator finds it serving before it
+// deletes the source and says in the report that the deliveries it took
+// after the cutoff are not on the target.
+func TestSourceSidecarRestartAfterStopIsReported(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deploy(t, c, "sim-restart-after-stop-"+suffix(), "Deployment", true)
+	defer removeWorkload(t, c, w)
+	reached, fire, heal := atSourceStop(killSourceSidecar)(t, c, w)
+	defer heal()
+	done := make(chan migrate.Report, 1)
+	go func() {
+		rep, err := migrate.Run(t.Context(), env(c, c.Client), plan(w, contract.StrategyMS2M))
+		if err != nil {
+			t.Errorf("migrate: %v", err)
+		}
+		done <- rep
+	}()
+	select {
+	case <-reached:
+		fire()
+		heal() // at once: the sidecar restarts serving
+	case <-done:
+		t.Fatal("the migration ended before the source stopped")
+	}
+	rep := <-done
+	for _, warn := range rep.Warnings {
+		if strings.Contains(warn, "restarted after its stop") && strings.Contains(warn, "not on the target") {
+			return
+		}
+	}
+	t.Errorf("the report does not say that the source served again after its stop: warnings %q", rep.Warnings)
+}
