@@ -177,6 +177,27 @@ func (n *Node) KillSidecar(ctx context.Context, ns, name string) (restart func(c
 	}, nil
 }
 
+// RestartSidecar restarts the sidecar container of pod ns/name at once, as
+// a crash the kubelet restarts it from within a moment: it starts as its
+// MS2M_* variables say and knows nothing of what it did before.
+func (n *Node) RestartSidecar(ctx context.Context, ns, name string) error {
+	sp := n.Pod(ns, name)
+	if sp == nil || sp.Sidecar == nil || sp.srv == nil {
+		return fmt.Errorf("node %s runs no pod %s/%s with a sidecar", n.Name, ns, name)
+	}
+	n.mu.Lock()
+	there := n.pods[sp.UID] == sp
+	if there {
+		sp.Sidecar.close()
+		sp.Sidecar.restart()
+	}
+	n.mu.Unlock()
+	if !there {
+		return fmt.Errorf("pod %s/%s is gone", ns, name)
+	}
+	return n.sidecarStatus(ctx, sp, true)
+}
+
 // sidecarStatus reports sp's sidecar container as the kubelet does when it
 // died (not ready) and when it runs again (ready, one more restart).
 func (n *Node) sidecarStatus(ctx context.Context, sp *SimPod, running bool) error {
