@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,23 @@ import (
 type faultyAgent struct {
 	nodeagent.Client
 	onCheckpoint, onPull func()
+	// onFrozen fires when the agent's freeze watch sees the app frozen:
+	// CRIU is dumping it.
+	onFrozen func()
+}
+
+func (a faultyAgent) WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (func() error, error) {
+	wait, err := a.Client.WatchFreeze(ctx, node, podUID, containerID, state, timeout)
+	if err != nil || a.onFrozen == nil || state != "frozen" {
+		return wait, err
+	}
+	return func() error {
+		err := wait()
+		if err == nil {
+			go a.onFrozen()
+		}
+		return err
+	}, nil
 }
 
 func (a faultyAgent) Checkpoint(ctx context.Context, node, ns, pod, container string, timeout time.Duration) (string, error) {
@@ -75,9 +93,13 @@ func TestNodeAgentKilledOnRealNodes(t *testing.T) {
 		arm  func(a *faultyAgent, kill func())
 	}{
 		{"in the checkpoint", src, func(a *faultyAgent, kill func()) {
-			// CRIU's dump of the consumer takes a second or more: the
-			// agent dies while the kubelet waits for it.
-			a.onCheckpoint = func() { time.Sleep(300 * time.Millisecond); kill() }
+			// The agent dies once its freeze watch sees CRIU freeze the
+			// app: while the kubelet waits for the dump. (If the watch
+			// never says so, 100 ms into the call; a checkpoint and its
+			// image took less than 300 ms here.)
+			var once sync.Once
+			a.onFrozen = func() { once.Do(kill) }
+			a.onCheckpoint = func() { time.Sleep(100 * time.Millisecond); once.Do(kill) }
 		}},
 		{"in the pull", tgt, func(a *faultyAgent, kill func()) { a.onPull = kill }},
 	} {
