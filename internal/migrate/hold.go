@@ -210,7 +210,7 @@ type holdResult struct {
 func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) holdResult {
 	h := &underHold{s: s, now: s.now, res: holdResult{events: holdEvents{Quiesce: quiesced}, thawNo: s.thawNo}}
 	if h.now == nil {
-		h.now = time.Now
+		h.now = SystemClock.Now
 	}
 	h.awaitDump()
 	wctx, cancel := context.WithCancel(ctx)

@@ -66,9 +66,12 @@ type Clock interface {
 	Now() time.Time
 }
 
-type realClock struct{}
+// SystemClock is the system's clock, the default of Env.Clock.
+var SystemClock Clock = systemClock{}
 
-func (realClock) Now() time.Time { return time.Now() }
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
 
 // discard is the logger of an Env without one.
 var discard = logr.Discard()

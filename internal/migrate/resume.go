@@ -37,7 +37,7 @@ func ContinueShadow(ctx context.Context, env Env, p Plan) (Report, error) {
 	if err == nil {
 		r.dropServedImages(ctx)
 	}
-	r.rep.Total = time.Since(r.began)
+	r.rep.Total = r.now().Sub(r.began)
 	return r.rep, err
 }
 
@@ -118,7 +118,7 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 		return out, fmt.Errorf("migration %s: %w", out.Migration, err)
 	}
 	if why != "" {
-		if err := deleteConfirmed(ctx, env.Client, pod, timeout); err != nil {
+		if err := deleteConfirmed(ctx, r.env.Clock, env.Client, pod, timeout); err != nil {
 			return out, fmt.Errorf("migration %s: %s, so the restored pod %s/%s is made again; %w", out.Migration, why, ns, name, err)
 		}
 		out.Redone, out.Waiting = why, "the StatefulSet to make pod "+name+" again"
@@ -289,7 +289,7 @@ func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Mig
 		return "", nil
 	}
 	if shadow != nil {
-		if err := deleteConfirmed(ctx, r.env.Client, shadow, timeout); err != nil {
+		if err := deleteConfirmed(ctx, r.env.Clock, r.env.Client, shadow, timeout); err != nil {
 			return "", fmt.Errorf("the shadow %s %s, so it is deleted before the restored pod replays to the log's end; %w", shadow.Name, why, err)
 		}
 	}
@@ -318,14 +318,14 @@ func (r *run) shadowDead(ctx context.Context, shadow *corev1.Pod) (bool, string)
 	if !podReady(shadow) {
 		return true, "does not run (" + describe(shadow) + ")"
 	}
-	deadline := time.Now().Add(r.env.ReadRetry)
+	deadline := r.now().Add(r.env.ReadRetry)
 	wait := 100 * time.Millisecond
 	for {
 		_, err := r.endpoint(shadow).Inspect(ctx)
 		if err == nil {
 			return false, ""
 		}
-		if time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+		if r.now().Add(wait).After(deadline) || ctx.Err() != nil {
 			return true, fmt.Sprintf("does not answer (%v)", err)
 		}
 		select {
@@ -339,8 +339,9 @@ func (r *run) shadowDead(ctx context.Context, shadow *corev1.Pod) (bool, string)
 // deleteConfirmed deletes pod gracefully and waits until it is gone: its
 // node has confirmed that its containers stopped, so nothing of it runs
 // on (a forced delete would not know). A pod that does not go within
-// timeout (its node is down) is an error, and is left to the next try.
-func deleteConfirmed(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) error {
+// timeout by clk (its node is down) is an error, and is left to the next
+// try.
+func deleteConfirmed(ctx context.Context, clk Clock, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) error {
 	grace := int64(1) // never 0: that deletes the object without the node
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g > grace {
 		grace = *g
@@ -350,13 +351,13 @@ func deleteConfirmed(ctx context.Context, cs kubernetes.Interface, pod *corev1.P
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := clk.Now().Add(timeout)
 	for {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID) {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("pod %s/%s was deleted but is still there after %s (%v): is its node down? it goes once its kubelet confirms that its containers stopped", pod.Namespace, pod.Name, timeout, err)
 		}
 		select {

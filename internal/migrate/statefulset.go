@@ -194,7 +194,7 @@ func (r *run) restoreOnSource(ctx context.Context, restore Restore, failed *core
 	if err := r.writePending(ctx, back); err != nil {
 		return failed, notBack(err)
 	}
-	if err := deleteConfirmed(ctx, r.env.Client, failed, r.p.Timeout); err != nil {
+	if err := deleteConfirmed(ctx, r.env.Clock, r.env.Client, failed, r.p.Timeout); err != nil {
 		return failed, notBack(err)
 	}
 	pod, err := waitRecreated(ctx, r, failed, restore.Migration)
@@ -255,7 +255,7 @@ func (r *run) waitSwitched(ctx context.Context, pod *corev1.Pod) (time.Time, err
 // until the restore it records has taken over (and the record, and a
 // shadow, are gone), for up to the plan's Timeout.
 func (r *run) finishPending(ctx context.Context) error {
-	deadline := time.Now().Add(r.p.Timeout)
+	deadline := r.now().Add(r.p.Timeout)
 	for {
 		out, err := FinishPending(ctx, r.env, r.source.Namespace, r.source.Name, r.p.Timeout)
 		switch {
@@ -263,7 +263,7 @@ func (r *run) finishPending(ctx context.Context) error {
 			return nil
 		case err == nil && !out.Ours:
 			return fmt.Errorf("pod %s/%s is not the restore its pending-migration record asks for", r.source.Namespace, r.source.Name)
-		case time.Now().After(deadline):
+		case r.now().After(deadline):
 			if err == nil {
 				err = fmt.Errorf("still waiting for %s after %s", out.Waiting, r.p.Timeout)
 			}
@@ -308,7 +308,7 @@ func (r *run) statefulSetShadow(ctx context.Context) error {
 			if _, err := r.env.Client.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("create the shadow pod %s: %w", shadowName, err)
 			}
-			if shadowPod, err = WaitRunning(ctx, r.env.Client, p.Namespace, shadowName, p.Timeout); err != nil {
+			if shadowPod, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, shadowName, p.Timeout); err != nil {
 				return fmt.Errorf("the shadow's restore failed: %w", err)
 			}
 			r.phase("shadow restore")
@@ -547,7 +547,7 @@ func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration strin
 			if err := json.Unmarshal([]byte(p.Annotations[contract.AnnotationStatus]), &st); err != nil || st.Restore != migration {
 				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", contract.AnnotationStatus, migration)
 			}
-			return WaitRunning(ctx, cs, old.Namespace, old.Name, deadline.Sub(r.now()))
+			return waitRunning(ctx, r.env.Clock, cs, old.Namespace, old.Name, deadline.Sub(r.now()))
 		}
 		if r.now().After(deadline) {
 			return nil, fmt.Errorf("no new pod %s after %s: is the StatefulSet's controller running?", old.Name, r.p.Timeout)

@@ -250,7 +250,7 @@ func newRun(env Env, p Plan) *run {
 		env.ReadRetry = control.DefaultReadRetry
 	}
 	if env.Clock == nil {
-		env.Clock = realClock{}
+		env.Clock = SystemClock
 	}
 	if env.RestoreValidity <= 0 {
 		env.RestoreValidity = inject.DefaultRestoreValidity
@@ -378,7 +378,7 @@ func (r *run) podCopy(ctx context.Context) error {
 			return r.createTarget(ctx, src, restore)
 		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
-			if running, err = WaitRunning(ctx, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
+			if running, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
 				return fmt.Errorf("the restore failed: %w", err)
 			}
 			r.phase("restore")
@@ -387,7 +387,7 @@ func (r *run) podCopy(ctx context.Context) error {
 		r.copyTakeover(srcEP, &running, &stopped),
 		phase{name: "took over", do: func(context.Context) error { r.commit(); return nil }},
 		phase{name: "finalise", do: func(ctx context.Context) error {
-			if err := handBack(ctx, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
+			if err := handBack(ctx, r.env.Clock, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
 				return &AfterTakeover{fmt.Errorf("the target serves, but: %w", err)}
 			}
 			r.served(ctx, p.TargetPod)
