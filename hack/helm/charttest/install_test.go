@@ -2,7 +2,6 @@ package charttest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -69,7 +68,7 @@ secrets:
 	}
 	secret := func(ns, name, key string) []byte {
 		t.Helper()
-		s, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		s, err := c.cs.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("Secret %s/%s: %v", ns, name, err)
 		}
@@ -86,14 +85,14 @@ secrets:
 	if got := secret(ns, "inst-ms2m-agent-token", "token"); !bytes.Equal(got, agentToken) {
 		t.Error("the upgrade changed the agents' token: the running agents and the migrator would disagree")
 	}
-	d, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{})
+	d, err := c.cs.AppsV1().Deployments(ns).Get(t.Context(), "inst-ms2m-webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if envMap(d.Spec.Template.Spec.Containers[0])["MS2M_WEBHOOK_LOG_LEVEL"].Value != "debug" {
 		t.Error("the upgrade did not reach the webhook Deployment")
 	}
-	cd, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-controller", metav1.GetOptions{})
+	cd, err := c.cs.AppsV1().Deployments(ns).Get(t.Context(), "inst-ms2m-controller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +101,11 @@ secrets:
 	}
 
 	run("uninstall", rel, "-n", ns)
-	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after uninstall the MutatingWebhookConfiguration is still there (%v): it would block pods", err)
 	}
 	for _, name := range []string{"inst-ms2m-migrator", "inst-ms2m-controller"} {
-		if _, err := c.cs.RbacV1().ClusterRoles().Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.cs.RbacV1().ClusterRoles().Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("after uninstall ClusterRole %s is still there (%v)", name, err)
 		}
 	}
@@ -179,7 +178,7 @@ webhook:
 	})
 	// The signing key file, with what the chart's Secret holds (the
 	// controller's key, which the webhook checks restores with).
-	keySec, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), "ms2m-migration-status-key", metav1.GetOptions{})
+	keySec, err := c.cs.CoreV1().Secrets(ns).Get(t.Context(), "ms2m-migration-status-key", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the signing key Secret: %v", err)
 	}
@@ -251,7 +250,7 @@ webhook:
 		return resp.StatusCode == http.StatusOK, nil
 	})
 
-	ctx := context.Background()
+	ctx := t.Context()
 	pod := func(ns, name string, labels, annotations map[string]string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
@@ -385,7 +384,7 @@ brokerUsers:
   adminSecret: {name: rabbit-admin}
 `))
 	c.createNamespaces(t, ns, shop)
-	if _, err := c.cs.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+	if _, err := c.cs.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "rabbit-admin", Namespace: ns},
 		StringData: map[string]string{"username": mgmt.user, "password": mgmt.password},
 	}, metav1.CreateOptions{}); err != nil {
@@ -398,7 +397,7 @@ brokerUsers:
 		}
 	}
 	c.applyAll(t, objs)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "migrator")
