@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // kubeconfig writes a kubeconfig for user on the test control plane.
@@ -76,7 +78,7 @@ secrets:
 	}
 
 	out := run(append([]string{"install", rel, chartDir, "-n", ns, "--create-namespace"}, withBase(t, vals)...)...)
-	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "ms2m.io/migrate-to=<node>") {
+	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, contract.AnnotationMigrateTo+"=<node>") {
 		t.Errorf("helm install says:\n%s", out)
 	}
 	agentToken := secret(ns, "inst-ms2m-agent-token", "token")
@@ -260,7 +262,7 @@ webhook:
 			}}},
 		}
 	}
-	optIn := map[string]string{"ms2m.io/inject": "true"}
+	optIn := map[string]string{contract.AnnotationInject: "true"}
 	sidecar := func(p *corev1.Pod) *corev1.Container {
 		for i := range p.Spec.InitContainers {
 			if p.Spec.InitContainers[i].Name == "ms2m-sidecar" {
@@ -319,8 +321,8 @@ webhook:
 	})
 
 	// A bad annotation is denied: the API server really calls the webhook.
-	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{"ms2m.io/inject": "maybe"}), metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "ms2m.io/inject") {
+	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{contract.AnnotationInject: "maybe"}), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), contract.AnnotationInject) {
 		t.Errorf("a pod with ms2m.io/inject=maybe: %v, want a denial naming the annotation", err)
 	}
 
@@ -330,8 +332,8 @@ webhook:
 		t.Errorf("the webhook did not start with the signing key from Secret ms2m-migration-status-key (%v); its log:\n%s", err, b)
 	}
 	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-restore", nil, map[string]string{
-		"ms2m.io/restore-image": "registry.example.com/ms2m/checkpoints/other/consumer@sha256:00", "ms2m.io/restore-node": "node-b",
-		"ms2m.io/replay-start": "0", "ms2m.io/replay-cutoff": "marker", "ms2m.io/log-name": shop + ".consumer", "ms2m.io/migration": "m1",
+		contract.AnnotationRestoreImage: "registry.example.com/ms2m/checkpoints/other/consumer@sha256:00", contract.AnnotationRestoreNode: "node-b",
+		contract.AnnotationReplayStart: "0", contract.AnnotationReplayCutoff: "marker", contract.AnnotationLogName: shop + ".consumer", contract.AnnotationMigrationName: "m1",
 	}), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "has no signature") {
 		t.Errorf("an unsigned restore: %v, want a denial saying it has no signature", err)
@@ -342,7 +344,7 @@ webhook:
 	// namespaces and a pod in the release namespace are not injected,
 	// whatever their annotations say.
 	for _, p := range []*corev1.Pod{
-		pod(shop, "opted-out", map[string]string{"ms2m.io/inject": "false"}, optIn),
+		pod(shop, "opted-out", map[string]string{contract.LabelInject: "false"}, optIn),
 		pod(elsewhere, "consumer-0", nil, optIn),
 		pod(ns, "consumer-0", nil, optIn),
 	} {
@@ -561,7 +563,7 @@ brokerUsers:
 	// touched but the record on the pod and the Event.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-0", Namespace: shop, Annotations: map[string]string{
-			"ms2m.io/status": "{}", "ms2m.io/migrate-to": "node-b",
+			contract.AnnotationStatus: "{}", contract.AnnotationMigrateTo: "node-b",
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/consumer:1"}}},
 	}
@@ -575,7 +577,7 @@ brokerUsers:
 		if err != nil {
 			return false, err
 		}
-		raw, ok := p.Annotations["ms2m.io/migration-status"]
+		raw, ok := p.Annotations[contract.AnnotationMigrationStatus]
 		if !ok {
 			return false, nil
 		}
