@@ -74,8 +74,9 @@ type Config struct {
 	// process alone, with which a restarted controller cannot roll back
 	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
-	// Clock names and times the migrations (and is handed to them).
-	// Default: the system's clock.
+	// Clock names and times the migrations, ends the controller's own
+	// retries, and is handed to each migration (migrate.Env.Clock).
+	// Default: migrate.SystemClock.
 	Clock migrate.Clock
 	// KeepImages keeps checkpoint images once a migration's target serves
 	// (for debugging); by default they are deleted then.
