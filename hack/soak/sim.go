@@ -286,6 +286,9 @@ func (s *sim) draw(seed int64, i int) draw {
 		d.delay = time.Duration(300+r.IntN(4700)) * time.Millisecond
 	}
 	d.after = time.Duration(r.IntN(800)) * time.Millisecond // a migration on the simulated nodes takes about that
+	if d.fault == faultSourceSidecar {
+		d.after /= 4 // a fresh workload's migration is quick: most kills at 0-0.8 s came after it
+	}
 	return d
 }
 

@@ -39,6 +39,9 @@ func (s *sim) armNodeFault(ctx context.Context, d draw, w *simWorkload, src *cor
 	fired := false
 	take := func(f func() func()) {
 		u := f()
+		if u == nil {
+			return // it could not fire (the pod was gone): missed
+		}
 		mu.Lock()
 		undo, fired = u, true
 		mu.Unlock()
@@ -129,7 +132,7 @@ func (s *sim) armNodeFault(ctx context.Context, d draw, w *simWorkload, src *cor
 			restart, err := from.KillSidecar(ctx, w.ns, src.Name)
 			if err != nil {
 				s.say("kill the source's sidecar: %v", err)
-				return func() {}
+				return nil
 			}
 			return func() {
 				if err := restart(context.WithoutCancel(ctx)); err != nil {
