@@ -177,3 +177,25 @@ func TestNewServerNeedsTokenAndFolder(t *testing.T) {
 	}
 
 }
+
+// TestFailedPushRemovesTheArchive: a build whose push fails (here to a
+// registry that refuses connections) removes the archive, the process's
+// memory: no migration builds from one checkpoint twice. A request
+// refused before the build (a reference outside the repository) leaves it.
+func TestFailedPushRemovesTheArchive(t *testing.T) {
+	const reg = "127.0.0.1:1" // nothing listens on port 1
+	c, archive, _, _ := setup(t, func(cfg *Config) { cfg.Repository = reg + "/ckpt" })
+	ctx := t.Context()
+	if _, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", "elsewhere.test/x/default:m1"); err == nil {
+		t.Fatal("a push outside the repository was accepted")
+	}
+	if _, err := os.Stat(archive); err != nil {
+		t.Fatalf("a refused request removed the archive: %v", err)
+	}
+	if _, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", reg+"/ckpt/default:m1"); err == nil {
+		t.Fatal("the push to a registry that refuses connections succeeded")
+	}
+	if _, err := os.Stat(archive); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the archive is left after the failed push (stat: %v)", err)
+	}
+}
