@@ -86,13 +86,12 @@ func TestNodeAgentKilledOnRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, tgt := cluster.NodeName(1), cluster.NodeName(2)
 	for _, tc := range []struct {
 		name string
 		node string // whose agent is killed
 		arm  func(a *faultyAgent, kill func())
 	}{
-		{"in the checkpoint", src, func(a *faultyAgent, kill func()) {
+		{"in the checkpoint", cluster.NodeName(1), func(a *faultyAgent, kill func()) {
 			// The agent dies once its freeze watch sees CRIU freeze the
 			// app: while the kubelet waits for the dump. (If the watch
 			// never says so, 100 ms into the call; a checkpoint and its
@@ -101,66 +100,72 @@ func TestNodeAgentKilledOnRealNodes(t *testing.T) {
 			a.onFrozen = func() { once.Do(kill) }
 			a.onCheckpoint = func() { time.Sleep(100 * time.Millisecond); once.Do(kill) }
 		}},
-		{"in the pull", tgt, func(a *faultyAgent, kill func()) { a.onPull = kill }},
+		{"in the pull", cluster.NodeName(2), func(a *faultyAgent, kill func()) { a.onPull = kill }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			name := testenv.UniqueName("agentkill")
-			pod, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: src, WorkMS: 50})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, name+"-target") })
-			prod := produce(t, pod, name, 10, 100, 10)
-
-			killed := make(chan error, 1)
-			fa := faultyAgent{Client: ac}
-			tc.arm(&fa, func() { killed <- agents.Kill(tc.node) })
-			env := l.Env(nil)
-			env.Agent = fa
-			plan := migrate.Plan{Name: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
-				TargetNode: tgt, TargetPod: name + "-target", Strategy: contract.StrategyMS2M}
-			rep, err := migrate.Run(ctx, env, plan)
-			select {
-			case kerr := <-killed:
-				if kerr != nil {
-					t.Fatalf("kill the agent on %s: %v", tc.node, kerr)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("the agent on %s was never killed: the migration ended (%v) without the call the fault waits for", tc.node, err)
-			}
-			if rerr := agents.Restart(ctx, tc.node, "MS2M_AGENT_ARCHIVE_GRACE=5s"); rerr != nil {
-				t.Fatalf("restart the agent on %s: %v", tc.node, rerr)
-			}
-			t.Logf("migrate with the agent on %s killed: %v", tc.node, err)
-			if err == nil {
-				t.Fatalf("the migration succeeded with the agent on %s killed %s", tc.node, tc.name)
-			}
-			testenv.Eventually(t, time.Minute, "no target", func() bool {
-				_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
-				return apierrors.IsNotFound(err)
-			})
-			if mode := sidecarMode(t, pod); mode != "serving" {
-				t.Errorf("the source's sidecar is %s, want serving", mode)
-			}
-			if rep.Image != "" {
-				t.Errorf("a checkpoint image %s was reported", rep.Image)
-			}
-			dir := l.Cluster.Node(1).CheckpointDir
-			var left []string
-			testenv.Eventually(t, time.Minute, "no checkpoint archive of "+name+" on "+src, func() bool {
-				ents, err := os.ReadDir(dir)
-				if err != nil {
-					return false
-				}
-				left = left[:0]
-				for _, e := range ents {
-					if strings.HasPrefix(e.Name(), "checkpoint-"+name+"_") {
-						left = append(left, filepath.Join(dir, e.Name()))
-					}
-				}
-				return len(left) == 0
-			})
-			expectExact(t, ctx, prod, pod)
-		})
+		t.Run(tc.name, func(t *testing.T) { agentKilled(t, ctx, l, agents, ac, tc.node, tc.arm) })
 	}
+}
+
+// agentKilled is one case of TestNodeAgentKilledOnRealNodes: a consumer on
+// node 1 migrated to node 2 by ms2m, with node's agent killed as arm
+// says.
+func agentKilled(t *testing.T, ctx context.Context, l *lab.Lab, agents *lab.Agents, ac nodeagent.Client, node string, arm func(a *faultyAgent, kill func())) {
+	src, tgt := cluster.NodeName(1), cluster.NodeName(2)
+	name := testenv.UniqueName("agentkill")
+	pod, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: src, WorkMS: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, name+"-target") })
+	prod := produce(t, pod, name, 10, 100, 10)
+
+	killed := make(chan error, 1)
+	fa := faultyAgent{Client: ac}
+	arm(&fa, func() { killed <- agents.Kill(node) })
+	env := l.Env(nil)
+	env.Agent = fa
+	plan := migrate.Plan{Name: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
+		TargetNode: tgt, TargetPod: name + "-target", Strategy: contract.StrategyMS2M}
+	rep, err := migrate.Run(ctx, env, plan)
+	select {
+	case kerr := <-killed:
+		if kerr != nil {
+			t.Fatalf("kill the agent on %s: %v", node, kerr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the agent on %s was never killed: the migration ended (%v) without the call the fault waits for", node, err)
+	}
+	if rerr := agents.Restart(ctx, node, "MS2M_AGENT_ARCHIVE_GRACE=5s"); rerr != nil {
+		t.Fatalf("restart the agent on %s: %v", node, rerr)
+	}
+	t.Logf("migrate with the agent on %s killed: %v", node, err)
+	if err == nil {
+		t.Fatalf("the migration succeeded with the agent on %s killed", node)
+	}
+	testenv.Eventually(t, time.Minute, "no target", func() bool {
+		_, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if mode := sidecarMode(t, pod); mode != "serving" {
+		t.Errorf("the source's sidecar is %s, want serving", mode)
+	}
+	if rep.Image != "" {
+		t.Errorf("a checkpoint image %s was reported", rep.Image)
+	}
+	dir := l.Cluster.Node(1).CheckpointDir
+	var left []string
+	testenv.Eventually(t, time.Minute, "no checkpoint archive of "+name+" on "+src, func() bool {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return false
+		}
+		left = left[:0]
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "checkpoint-"+name+"_") {
+				left = append(left, filepath.Join(dir, e.Name()))
+			}
+		}
+		return len(left) == 0
+	})
+	expectExact(t, ctx, prod, pod)
 }

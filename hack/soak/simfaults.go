@@ -31,76 +31,61 @@ type nodeFault struct {
 	heal    func() (missed bool)
 }
 
+// window is a fault's time: taken away when it fires, back d.delay later
+// or at heal, whichever comes first.
+type window struct {
+	mu    sync.Mutex
+	undo  func()
+	fired bool
+	delay time.Duration
+}
+
+// take fires f, which returns what brings back what it took (nil: it
+// could not fire, say the pod was gone: missed).
+func (w *window) take(f func() func()) {
+	u := f()
+	if u == nil {
+		return
+	}
+	w.mu.Lock()
+	w.undo, w.fired = u, true
+	w.mu.Unlock()
+	time.AfterFunc(w.delay, func() { w.heal() })
+}
+
+// heal brings back what was taken, once, and says whether the fault never
+// fired.
+func (w *window) heal() (missed bool) {
+	w.mu.Lock()
+	u, fired := w.undo, w.fired
+	w.undo = nil
+	w.mu.Unlock()
+	if u != nil {
+		u()
+	}
+	return !fired
+}
+
 // armNodeFault arms d.fault, a node fault, for the migration of w's pod
 // src from node from to node dst.
 func (s *sim) armNodeFault(ctx context.Context, d draw, w *simWorkload, src *corev1.Pod, from, dst *simcluster.Node) nodeFault {
-	var mu sync.Mutex
-	var undo func()
-	fired := false
-	take := func(f func() func()) {
-		u := f()
-		if u == nil {
-			return // it could not fire (the pod was gone): missed
-		}
-		mu.Lock()
-		undo, fired = u, true
-		mu.Unlock()
-		time.AfterFunc(d.delay, func() {
-			mu.Lock()
-			u := undo
-			undo = nil
-			mu.Unlock()
-			if u != nil {
-				u()
-			}
-		})
-	}
-	heal := func() bool {
-		mu.Lock()
-		u, f := undo, fired
-		undo = nil
-		mu.Unlock()
-		if u != nil {
-			u()
-		}
-		return !f
-	}
-	agent := func(n *simcluster.Node) func() func() {
-		return func() func() {
-			restart := n.KillAgent()
-			return func() {
-				if err := restart(); err != nil {
-					s.say("restart the agent on %s: %v", n.Name, err)
-				}
-			}
-		}
-	}
-	kubelet := func(n *simcluster.Node) func() func() {
-		return func() func() {
-			start := n.StopKubelet()
-			return func() {
-				if err := start(); err != nil {
-					s.say("start the kubelet on %s: %v", n.Name, err)
-				}
-			}
-		}
-	}
-	broker := func() func() { return s.c.CutBroker() }
+	win := &window{delay: d.delay}
 	held := func(n *simcluster.Node, step simcluster.Step, f func() func()) nodeFault {
 		h := n.HoldStep(step)
-		return nodeFault{reached: h.Reached, fire: func() { take(f) }, release: h.Release, heal: func() bool { heal(); return false }}
+		return nodeFault{reached: h.Reached, fire: func() { win.take(f) }, release: h.Release, heal: func() bool { win.heal(); return false }}
 	}
 	timed := func(f func() func()) nodeFault {
-		t := time.AfterFunc(d.after, func() { take(f) })
-		return nodeFault{heal: func() bool { t.Stop(); return heal() }}
+		t := time.AfterFunc(d.after, func() { win.take(f) })
+		return nodeFault{heal: func() bool { t.Stop(); return win.heal() }}
 	}
+	broker := func() func() { return s.c.CutBroker() }
 	switch d.fault {
 	case faultAgentCheckpoint:
-		return held(from, simcluster.StepCheckpoint, agent(from))
+		return held(from, simcluster.StepCheckpoint, s.killAgent(from))
 	case faultAgentImage:
-		return held(from, simcluster.StepImage, agent(from))
+		return held(from, simcluster.StepImage, s.killAgent(from))
 	case faultAgentPull:
-		return held(dst, simcluster.StepPull, agent(dst))
+		return held(dst, simcluster.StepPull, s.killAgent(dst))
 	case faultSourceApp:
 		sp := from.Pod(w.ns, src.Name)
 		if sp == nil || !sp.Restored {
@@ -119,29 +104,59 @@ func (s *sim) armNodeFault(ctx context.Context, d draw, w *simWorkload, src *cor
 		ch, stop := make(chan struct{}), make(chan struct{})
 		go watchReplaying(dst, w.ns, ch, stop)
 		var once sync.Once
-		return nodeFault{reached: ch, fire: func() { take(broker) }, release: func() { once.Do(func() { close(stop); dst.HoldReplays(false) }) },
-			heal: func() bool { heal(); return false }}
+		return nodeFault{reached: ch, fire: func() { win.take(broker) }, release: func() { once.Do(func() { close(stop); dst.HoldReplays(false) }) },
+			heal: func() bool { win.heal(); return false }}
 	case faultBroker:
 		return timed(broker)
 	case faultKubeletSource:
-		return timed(kubelet(from))
+		return timed(s.stopKubelet(from))
 	case faultKubeletTarget:
-		return timed(kubelet(dst))
+		return timed(s.stopKubelet(dst))
 	case faultSourceSidecar:
-		return timed(func() func() {
-			restart, err := from.KillSidecar(ctx, w.ns, src.Name)
-			if err != nil {
-				s.say("kill the source's sidecar: %v", err)
-				return nil
-			}
-			return func() {
-				if err := restart(context.WithoutCancel(ctx)); err != nil {
-					s.say("restart the source's sidecar: %v", err)
-				}
-			}
-		})
+		return timed(s.killSidecar(ctx, from, w.ns, src.Name))
 	}
 	panic(fmt.Sprintf("armNodeFault: %q is not a node fault", d.fault))
+}
+
+// killAgent kills n's agent; what it returns starts a new one.
+func (s *sim) killAgent(n *simcluster.Node) func() func() {
+	return func() func() {
+		restart := n.KillAgent()
+		return func() {
+			if err := restart(); err != nil {
+				s.say("restart the agent on %s: %v", n.Name, err)
+			}
+		}
+	}
+}
+
+// stopKubelet stops n's kubelet; what it returns starts it again.
+func (s *sim) stopKubelet(n *simcluster.Node) func() func() {
+	return func() func() {
+		start := n.StopKubelet()
+		return func() {
+			if err := start(); err != nil {
+				s.say("start the kubelet on %s: %v", n.Name, err)
+			}
+		}
+	}
+}
+
+// killSidecar kills the sidecar of pod ns/name on n (nil if the pod is
+// gone); what it returns restarts it.
+func (s *sim) killSidecar(ctx context.Context, n *simcluster.Node, ns, name string) func() func() {
+	return func() func() {
+		restart, err := n.KillSidecar(ctx, ns, name)
+		if err != nil {
+			s.say("kill the source's sidecar: %v", err)
+			return nil
+		}
+		return func() {
+			if err := restart(context.WithoutCancel(ctx)); err != nil {
+				s.say("restart the source's sidecar: %v", err)
+			}
+		}
+	}
 }
 
 // fresh replaces w, whose pod may have been restored, with a new workload
