@@ -511,7 +511,9 @@ func watchReplaying(n *simcluster.Node, ns string, reached, stop chan struct{}) 
 	}
 }
 
-// statusNames are the migrations named in the statuses of ns's pods.
+// statusNames are the migrations in the statuses of ns's pods, by name and
+// start (statusKey): two requests of a pod within a second may get the
+// same name.
 func statusNames(ctx context.Context, c *simcluster.Cluster, ns string) map[string]bool {
 	seen := map[string]bool{}
 	list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
@@ -520,11 +522,14 @@ func statusNames(ctx context.Context, c *simcluster.Cluster, ns string) map[stri
 	}
 	for _, p := range list.Items {
 		if st, err := controller.DecodeStatus(p.Annotations[contract.AnnotationMigrationStatus]); err == nil {
-			seen[st.Name] = true
+			seen[statusKey(st)] = true
 		}
 	}
 	return seen
 }
+
+// statusKey tells migrations apart: their name and when they started.
+func statusKey(st controller.Status) string { return st.Name + "@" + st.Started.UTC().Format(time.RFC3339Nano) }
 
 // waitEnded waits for a status in ns of a migration not in seen that has
 // ended.
@@ -549,7 +554,7 @@ func endedStatus(ctx context.Context, c *simcluster.Cluster, ns string, seen map
 			continue
 		}
 		st, err := controller.DecodeStatus(v)
-		if err == nil && !seen[st.Name] && st.Phase != contract.PhaseRunning && st.Phase != "" {
+		if err == nil && !seen[statusKey(st)] && st.Phase != contract.PhaseRunning && st.Phase != "" {
 			return st, true
 		}
 	}
