@@ -169,6 +169,9 @@ func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
 // BrokerAMQPAddr is where pods reach RabbitMQ's AMQP port.
 func (c *Cluster) BrokerAMQPAddr() string { return hostAddr(AMQPPort) }
 
+// NATSAddr is where pods reach the NATS server.
+func (c *Cluster) NATSAddr() string { return hostAddr(NATSPort) }
+
 // BrokerStreamAddr is where pods reach RabbitMQ's stream port.
 func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
 
