@@ -364,6 +364,11 @@ func (c *conn) readApp(ctx context.Context) error {
 						if c.p.onReplayAck(m.Subject, m.Body) {
 							c.replaySettled.Add(1)
 						}
+						if len(m.Reply) > 0 { // AckSync: the server would confirm it
+							if sid := c.sidFor(string(m.Reply)); sid != nil {
+								_ = c.writeApp(natswire.AppendMsg(nil, m.Reply, sid, nil, nil, nil)) // a failed write ends the connection anyway
+							}
+						}
 						return nil // a replayed delivery's: the server never sent it
 					}
 					if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
