@@ -822,7 +822,7 @@ func startHelper(ctx context.Context, l layout, opts Options, p *progress) error
 		return fmt.Errorf("host services: registry not answering on %s: %w\n--- last lines of %s:\n%s",
 			hostAddr(RegistryPort), err, l.log(compHost), tail(l.log(compHost), 30))
 	}
-	p.say("host services up: registry %s, broker forwarders %s and %s", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort))
+	p.say("host services up: registry %s, broker forwarders %s, %s and %s (NATS)", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort), hostAddr(NATSPort))
 	return nil
 }
 
