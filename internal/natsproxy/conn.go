@@ -52,6 +52,9 @@ type conn struct {
 	mode    proxy.Mode
 	held    [][]byte // JetStream deliveries held back while quiesced, raw
 	dropped int      // deliveries dropped while stopped
+	// jsSIDs are the app's subscriptions that got JetStream deliveries:
+	// a stop takes them off the server.
+	jsSIDs map[string]bool
 
 	// queued counts the app's chunks not yet written to the server.
 	queued atomic.Int64
@@ -82,6 +85,7 @@ func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
 		payloadCh: make(chan int, 1),
 		aborted:   make(chan struct{}),
 		subs:      map[string]appSub{},
+		jsSIDs:    map[string]bool{},
 		feeds:     map[string]*pushFeed{},
 		replaying: map[*keyReplay]bool{},
 	}
@@ -162,16 +166,17 @@ func (c *conn) downstream(ctx context.Context) error {
 						return nil // the answer to the proxy's own PING
 					}
 				case natswire.OpMsg, natswire.OpHMsg:
-					if isJSDelivery(m) {
-						c.markJS(m.SID, false)
+					js := isJSDelivery(m)
+					if js && !c.jsSIDs[string(m.SID)] && len(c.jsSIDs) < maxSubs {
+						c.jsSIDs[string(m.SID)] = true
 					}
-					if isJSDelivery(m) && c.noTeeYet() {
+					if js && c.noTeeYet() {
 						// A target before the cutoff is known: the delivery
 						// cannot be numbered yet. The server redelivers it.
 						c.dropped++
 						return nil
 					}
-					if c.mode != proxy.Serving && isJSDelivery(m) {
+					if c.mode != proxy.Serving && js {
 						if c.mode == proxy.Quiesced {
 							c.held = append(c.held, bytes.Clone(m.Raw))
 						} else {
@@ -386,7 +391,7 @@ func (c *conn) readApp(ctx context.Context) error {
 					}
 					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) {
 						if sid := c.sidFor(string(m.Reply)); sid != nil {
-							c.markJS(sid, true)
+							c.markPull(sid)
 						}
 						if h, ok := c.parsePull(m); ok {
 							if c.p.rp != nil && !c.p.rp.key(h.stream, h.consumer).isSwitched() {

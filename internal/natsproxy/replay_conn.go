@@ -17,7 +17,6 @@ import (
 type appSub struct {
 	subject, queue string
 	raw            []byte // the app's SUB, to send again on a resume after a stop
-	js             bool   // it gets JetStream deliveries (push or pull replies)
 	pull           bool   // the reply subject of the app's pull requests
 	unsubscribed   bool   // a stop took it off the server
 }
@@ -51,12 +50,13 @@ func (c *conn) untrackSub(m *natswire.Msg) (held bool) {
 	return held
 }
 
-// markJS notes that the app's subscription sid gets JetStream deliveries.
-func (c *conn) markJS(sid []byte, pull bool) {
+// markPull notes that the app's subscription sid is the reply subject of
+// its pull requests.
+func (c *conn) markPull(sid []byte) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	if s, ok := c.subs[string(sid)]; ok && (!s.js || pull && !s.pull) {
-		s.js, s.pull = true, s.pull || pull
+	if s, ok := c.subs[string(sid)]; ok && !s.pull {
+		s.pull = true
 		c.subs[string(sid)] = s
 	}
 }
@@ -563,10 +563,16 @@ func (c *conn) onPong() bool {
 // delivery the server made before has then arrived (and is held, the
 // proxy being quiesced).
 func (c *conn) endJS(ctx context.Context) error {
+	c.mu.Lock()
+	js := make(map[string]bool, len(c.jsSIDs))
+	for sid := range c.jsSIDs {
+		js[sid] = true
+	}
+	c.mu.Unlock()
 	c.subMu.Lock()
 	var out []byte
 	for sid, s := range c.subs {
-		if s.js && !s.unsubscribed {
+		if (js[sid] || s.pull) && !s.unsubscribed {
 			out = natswire.AppendUnsub(out, []byte(sid), 0)
 			s.unsubscribed = true
 			c.subs[sid] = s
