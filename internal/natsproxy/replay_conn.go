@@ -176,7 +176,7 @@ func (c *conn) feedPush(ctx context.Context, f *pushFeed) {
 	k := f.k
 	for ctx.Err() == nil {
 		if k.isSwitched() {
-			c.sendUp(f.raw)
+			c.releaseFeed(f)
 			return
 		}
 		wake := k.wake()
@@ -196,7 +196,7 @@ func (c *conn) feedPush(ctx context.Context, f *pushFeed) {
 			return
 		case done == doneAll:
 			c.p.switchKey(k)
-			c.sendUp(f.raw)
+			c.releaseFeed(f)
 			return
 		case done == doneUnacked:
 			if !waitOn(ctx, wake) {
@@ -204,6 +204,18 @@ func (c *conn) feedPush(ctx context.Context, f *pushFeed) {
 			}
 		}
 	}
+}
+
+// releaseFeed sends the held subscription f to the server: from now on
+// it is an ordinary one (an UNSUB of the app's goes to the server too).
+func (c *conn) releaseFeed(f *pushFeed) {
+	c.subMu.Lock() // held over the write: an UNSUB of the app's goes after it
+	defer c.subMu.Unlock()
+	if c.feeds[string(f.sid)] != f {
+		return // the app unsubscribed meanwhile
+	}
+	delete(c.feeds, string(f.sid))
+	c.sendUp(f.raw)
 }
 
 // Outcomes of replayOne.
