@@ -307,7 +307,6 @@ type heldPull struct {
 	reply, sid       []byte
 	req              pullRequest
 	deadline         time.Time // zero: none
-	raw              []byte
 }
 
 // parsePull reads the app's pull request m. ok is false when the sidecar
@@ -319,7 +318,7 @@ func (c *conn) parsePull(m *natswire.Msg) (*heldPull, bool) {
 	if i <= 0 || i == len(rest)-1 || strings.ContainsAny(rest[i+1:], ".*>") || len(m.Reply) == 0 {
 		return nil, false
 	}
-	h := &heldPull{stream: rest[:i], consumer: rest[i+1:], reply: bytes.Clone(m.Reply), raw: bytes.Clone(m.Raw)}
+	h := &heldPull{stream: rest[:i], consumer: rest[i+1:], reply: bytes.Clone(m.Reply)}
 	if len(bytes.TrimSpace(m.Body)) > 0 {
 		if json.Unmarshal(m.Body, &h.req) != nil {
 			return nil, false
@@ -357,8 +356,9 @@ func (c *conn) endEarly(h *heldPull, left int) {
 }
 
 // servePull answers the app's pull request h from the log on a target:
-// up to its batch of records, then, once the consumer is switched, the
-// rest with a 408, on which the app asks the server; at its expiry, a 408 as the server sends.
+// with up to its batch of records; once the consumer is switched, what is
+// left of it with a 408, on which the app asks the server; at its expiry,
+// with the 408 the server sends then.
 func (c *conn) servePull(ctx context.Context, h *heldPull) {
 	k := c.p.rp.key(h.stream, h.consumer)
 	c.startReplaying(k)
