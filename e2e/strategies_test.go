@@ -173,7 +173,9 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 				t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
 			}
 			waitEvent(t, ctx, l, src, contract.ReasonMigrationStarted)
-			waitEvent(t, ctx, l, src, contract.ReasonMigrationPhase)
+			for _, ph := range rep.Phases { // each phase its own Event, with its own note
+				waitEventSaying(t, ctx, l, src, contract.ReasonMigrationPhase, ": "+ph.Name+" took ")
+			}
 			waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 			if tc.kind == lab.StatefulSet {
 				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, contract.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {

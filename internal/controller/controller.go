@@ -387,7 +387,11 @@ func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port
 		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
 		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages, CheckpointThroughAPIServer: r.cfg.CheckpointThroughAPIServer,
 		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+			// The action names the phase: the Events recorder folds Events
+			// of the same type, reason, action and object into one series
+			// that keeps the first note, so with one action for every phase
+			// only the first phase's note would ever be shown.
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate "+phase, "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
 	}
 }
