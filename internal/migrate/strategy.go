@@ -856,6 +856,16 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 	return nil
 }
 
+// natsStrategy is an error if src's app speaks NATS and strategy does not
+// cover NATS consumers: only ms2m does so far (docs/nats.md).
+func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
+	if !inject.SpeaksNATS(src) || strategy == contract.StrategyMS2M {
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s's app speaks NATS, and strategy %s does not migrate NATS consumers yet: only %s does (see docs/nats.md); set annotation %s to %s",
+		src.Namespace, src.Name, strategy, contract.StrategyMS2M, contract.AnnotationStrategy, contract.StrategyMS2M)
+}
+
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
 	if !p.Strategy.Valid() {
@@ -893,6 +903,9 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, contract.StrategyStatefulSetShadow, contract.StrategyStatefulSet, contract.StrategyAuto)
 	case !sts && (p.Strategy == contract.StrategyStatefulSet || p.Strategy == contract.StrategyStatefulSetShadow):
 		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
+	}
+	if err := natsStrategy(src, p.Strategy); err != nil {
+		return err
 	}
 	found := false
 	for _, c := range src.Spec.Containers {
