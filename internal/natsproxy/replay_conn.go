@@ -189,7 +189,7 @@ func (c *conn) feedPush(ctx context.Context, f *pushFeed) {
 		if !k.lockFeed(ctx) {
 			return
 		}
-		done, err := c.replayOne(ctx, k, f.sid, nil)
+		done, err := c.replayOne(ctx, k, f.sid)
 		k.unlockFeed()
 		switch {
 		case err != nil:
@@ -225,10 +225,13 @@ const (
 	doneAll            // none left, all settled: the key may switch
 )
 
-// replayOne hands the app the next record of k, on sid, to reply (nil: a
-// push subscription, whose messages carry the record's own subject).
-// Callers hold k's feed.
-func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid, reply []byte) (int, error) {
+// replayOne hands the app the next record of k on the subscription sid:
+// the app's subscription on a push consumer's deliver subject, or the one
+// that gets its pull request's replies. Either way the message carries the
+// record's own subject, as the server's deliveries do: only the sid routes
+// it. (nats.js takes a message on its pull inbox's own subject for a status
+// and drops it.) Callers hold k's feed.
+func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte) (int, error) {
 	idx, redelivered := k.claim()
 	rec, done, err := c.p.rp.src.Next(ctx, k.key, idx)
 	if err == nil && !done {
@@ -249,11 +252,7 @@ func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid, reply []byte) (
 		}
 		return doneUnacked, nil
 	}
-	subject := []byte(rec.RoutingKey)
-	if reply != nil {
-		subject = reply
-	}
-	out := natswire.AppendMsg(nil, subject, sid, replayReply(&rec, redelivered), rec.Properties, rec.Body)
+	out := natswire.AppendMsg(nil, []byte(rec.RoutingKey), sid, replayReply(&rec, redelivered), rec.Properties, rec.Body)
 	now := time.Now()
 	k.handedOut(rec.ID, idx, c)
 	if err := c.writeApp(out); err != nil {
@@ -380,7 +379,7 @@ func (c *conn) servePull(ctx context.Context, h *heldPull) {
 		if h.req.NoWait {
 			rctx, rcancel = context.WithTimeout(ctx, 50*time.Millisecond)
 		}
-		done, err := c.replayOne(rctx, k, h.sid, h.reply)
+		done, err := c.replayOne(rctx, k, h.sid)
 		rcancel()
 		k.unlockFeed()
 		switch {
