@@ -13,6 +13,7 @@ const http = require("node:http");
 const { connect } = require("nats");
 
 const ACK = new TextEncoder().encode("+ACK");
+const RESULT = new TextEncoder().encode("result-");
 
 const USAGE = `Usage: node consumer.js
 
@@ -30,6 +31,9 @@ Environment:
   PREFETCH   pull: messages asked for per pull request (default 1)
   WORK_MS    milliseconds of work per message (default 50)
   HTTP_ADDR  address of the state server (default 127.0.0.1:8080)
+  RESULT_SUBJECT  publish "result-" + body to this subject with a JetStream
+             publish (waiting for the server's publish ack) before acking
+             each message, a side effect (default unset: none)
 `;
 
 class ConfigError extends Error {}
@@ -51,6 +55,7 @@ function loadConfig(env) {
     consumer: env.CONSUMER || "worker",
     mode: env.MODE || "pull",
     httpAddr: env.HTTP_ADDR || "127.0.0.1:8080",
+    result: env.RESULT_SUBJECT || "",
   };
   if (cfg.mode !== "push" && cfg.mode !== "pull") {
     throw new ConfigError(`MODE=${JSON.stringify(cfg.mode)}: want push or pull`);
@@ -134,6 +139,16 @@ async function run(cfg, st, stopped) {
   const work = async (data) => {
     if (cfg.workMs > 0) await sleep(cfg.workMs);
     st.fold(data);
+    if (cfg.result) {
+      const out = new Uint8Array(RESULT.length + data.length);
+      out.set(RESULT);
+      out.set(data, RESULT.length);
+      try {
+        await js.publish(cfg.result, out);
+      } catch (e) {
+        console.error(`result publish to ${cfg.result} failed: ${e.message}`);
+      }
+    }
   };
   st.setConnected(true);
   console.error(`consuming stream ${cfg.stream} consumer ${cfg.consumer} mode ${cfg.mode}, state at http://${cfg.httpAddr}/state`);

@@ -44,6 +44,9 @@ Environment:
   PREFETCH   pull: messages asked for per pull request (default 1)
   WORK_MS    milliseconds of work per message (default 50)
   HTTP_ADDR  address of the state server (default 127.0.0.1:8080)
+  RESULT_SUBJECT  publish "result-" + body to this subject with a JetStream
+             publish (waiting for the server's publish ack) before acking
+             each message, a side effect (default unset: none)
 """
 
 log = logging.getLogger("consumer-nats-python")
@@ -73,6 +76,7 @@ class Config:
         self.consumer = env.get("CONSUMER") or "worker"
         self.mode = env.get("MODE") or "pull"
         self.http_addr = env.get("HTTP_ADDR") or "127.0.0.1:8080"
+        self.result = env.get("RESULT_SUBJECT") or ""
         if self.mode not in ("push", "pull"):
             raise ConfigError(f"MODE={self.mode!r}: want push or pull")
         self.prefetch = _int(env, "PREFETCH", 1, 1, 1 << 20)
@@ -161,6 +165,11 @@ async def run(cfg, st):
     async def handle(msg):
         await asyncio.sleep(cfg.work)
         st.fold(msg.data)
+        if cfg.result:
+            try:
+                await js.publish(cfg.result, b"result-" + msg.data)
+            except Exception as e:
+                log.warning("result publish to %s failed: %s", cfg.result, e)
         try:
             await msg.ack()
         except Exception as e:  # the message comes again after the ack wait

@@ -38,10 +38,14 @@ Environment:
   PREFETCH   pull: messages asked for per pull request (default 1)
   WORK_MS    milliseconds of work per message (default 50)
   HTTP_ADDR  address of the state server (default 127.0.0.1:8080)
+  RESULT_SUBJECT  publish "result-" + body to this subject with a JetStream
+             publish (waiting for the server's publish ack) before acking
+             each message, a side effect (default unset: none)
 `
 
 type config struct {
 	url, stream, consumer, mode, httpAddr string
+	result                                string
 	prefetch                              int
 	work                                  time.Duration
 }
@@ -80,6 +84,7 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 	env("CONSUMER", &cfg.consumer)
 	env("MODE", &cfg.mode)
 	env("HTTP_ADDR", &cfg.httpAddr)
+	env("RESULT_SUBJECT", &cfg.result)
 	if cfg.mode != "push" && cfg.mode != "pull" {
 		return cfg, fmt.Errorf("MODE=%q: want push or pull", cfg.mode)
 	}
@@ -180,6 +185,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	handle := func(m jetstream.Msg) {
 		time.Sleep(cfg.work)
 		st.fold(m.Data())
+		if cfg.result != "" {
+			if _, err := js.Publish(ctx, cfg.result, append([]byte("result-"), m.Data()...)); err != nil {
+				log.Warn("result publish failed", "subject", cfg.result, "err", err)
+			}
+		}
 		if err := m.Ack(); err != nil {
 			log.Warn("ack failed; the message comes again", "err", err)
 		}
