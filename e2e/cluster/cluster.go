@@ -120,7 +120,10 @@ type NodeInfo struct {
 	// kubelet checks it against.
 	KubeletCert    string
 	ContainerdSock string // containerd's socket, for ctr -a
-	Netns          string // /run/netns/<Name>
+	// ContainerdConfig is containerd's config.toml, which the agents'
+	// preflight reads.
+	ContainerdConfig string
+	Netns            string // /run/netns/<Name>
 }
 
 // Cluster is a running local cluster.
@@ -148,14 +151,15 @@ func (c *Cluster) Nodes() int { return c.nodes }
 func (c *Cluster) Node(i int) NodeInfo {
 	n := c.l.node(i)
 	return NodeInfo{
-		Name:           NodeName(i),
-		IP:             NodeIP(i),
-		PodCIDR:        PodCIDR(i),
-		KubeletRoot:    n.kubeletRoot(),
-		CheckpointDir:  filepath.Join(n.kubeletRoot(), "checkpoints"),
-		KubeletCert:    filepath.Join(n.kubeletCerts(), "kubelet.crt"),
-		ContainerdSock: n.containerdSock(),
-		Netns:          netnsPath(i),
+		Name:             NodeName(i),
+		IP:               NodeIP(i),
+		PodCIDR:          PodCIDR(i),
+		KubeletRoot:      n.kubeletRoot(),
+		CheckpointDir:    filepath.Join(n.kubeletRoot(), "checkpoints"),
+		KubeletCert:      filepath.Join(n.kubeletCerts(), "kubelet.crt"),
+		ContainerdSock:   n.containerdSock(),
+		ContainerdConfig: n.containerdConfig(),
+		Netns:            netnsPath(i),
 	}
 }
 

@@ -133,6 +133,9 @@ func (l *Lab) Down() error {
 	return errors.Join(l.StopWebhook(), cluster.Down(l.Opts))
 }
 
+// CRIUPath is the nodes' criu, the one their runtime runs (bin/criu).
+func (l *Lab) CRIUPath() string { return filepath.Join(l.Opts.BinDir, "criu", "criu") }
+
 // ImageRepo is where checkpoint images go in the lab's registry.
 func (l *Lab) ImageRepo() string { return l.Registry + "/ms2m/checkpoints" }
 
