@@ -18,6 +18,7 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/pullsecret"
 )
 
 // ByOwner is the strategy auto picks for pod.
@@ -40,8 +41,10 @@ type NodeAgent interface {
 	// PullImage makes ref (name@digest) present on node. A restore needs
 	// the image the checkpoint is based on, and the runtime's restore path
 	// pulls it without the node's registry configuration (containerd's
-	// default resolver), so it is pulled ahead, the way pods pull theirs.
-	PullImage(ctx context.Context, node, ref string) error
+	// default resolver), so it is pulled ahead, the way pods pull theirs:
+	// with auth, the credentials for ref's registry among the pod's
+	// imagePullSecrets (nil: none, the node's own apply).
+	PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error
 }
 
 // Checkpointer is an optional NodeAgent method: it has node's kubelet
@@ -335,7 +338,16 @@ func (r *run) do(ctx context.Context) error {
 	if base == "" {
 		return fmt.Errorf("migration %s: pod %s/%s reports no image ID for container %s", p.Name, p.Namespace, p.Pod, p.Container)
 	}
-	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base); err != nil {
+	// With the pod's own pull secret for the image's registry, as the
+	// kubelet pulled it on the source node.
+	auth, unreadable, err := pullsecret.ForPod(ctx, r.env.Client, src, base)
+	if err != nil {
+		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
+	}
+	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base, auth); err != nil {
+		if len(unreadable) > 0 {
+			err = fmt.Errorf("%w (the migrator may not read the pod's imagePullSecrets %s: list their names in the chart's migrator.pullSecretNames, docs/security.md)", err, strings.Join(unreadable, ", "))
+		}
 		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
 	}
 	r.phase("prepare target")
