@@ -170,6 +170,32 @@ func (c *Cluster) APIServer() string { return "https://" + hostAddr(APIServerPor
 // nodes and the pods. containerd pulls from it over plain HTTP.
 func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
 
+// PlainHTTPRegistry has every node's containerd pull from the registry at
+// addr (host:port, on HostIP: a test's own) over plain HTTP, as from the
+// cluster's registry: a hosts.toml in each node's registry folder, which
+// containerd reads at each pull. The returned func removes them.
+func (c *Cluster) PlainHTTPRegistry(addr string) (undo func() error, err error) {
+	var dirs []string
+	undo = func() error {
+		var errs []error
+		for _, d := range dirs {
+			errs = append(errs, os.RemoveAll(d))
+		}
+		return errors.Join(errs...)
+	}
+	for i := 1; i <= c.nodes; i++ {
+		d := filepath.Join(c.l.node(i).registryHosts(), addr)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, errors.Join(err, undo())
+		}
+		dirs = append(dirs, d)
+		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(plainHTTPHostsTOML(addr)), 0o644); err != nil {
+			return nil, errors.Join(err, undo())
+		}
+	}
+	return undo, nil
+}
+
 // BrokerAMQPAddr is where pods reach RabbitMQ's AMQP port.
 func (c *Cluster) BrokerAMQPAddr() string { return hostAddr(AMQPPort) }
 
