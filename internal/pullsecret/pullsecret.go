@@ -90,7 +90,7 @@ func Match(secrets []*corev1.Secret, image string) (*contract.RegistryAuth, erro
 			}
 			a, err := e.auth(registry)
 			if err != nil {
-				return nil, fmt.Errorf("Secret %s/%s, key %q: %w", s.Namespace, s.Name, key, err)
+				return nil, fmt.Errorf("secret %s/%s, key %q: %w", s.Namespace, s.Name, key, err)
 			}
 			best, bestLen = a, n
 		}
@@ -110,12 +110,12 @@ func parse(s *corev1.Secret) (map[string]entry, error) {
 		return nil, nil
 	}
 	if len(raw) > maxConfig {
-		return nil, fmt.Errorf("Secret %s/%s: its docker config is %d bytes, over %d", s.Namespace, s.Name, len(raw), maxConfig)
+		return nil, fmt.Errorf("secret %s/%s: its docker config is %d bytes, over %d", s.Namespace, s.Name, len(raw), maxConfig)
 	}
 	if s.Type == corev1.SecretTypeDockercfg {
 		var m map[string]entry
 		if json.Unmarshal(raw, &m) != nil { // the error would quote the content
-			return nil, fmt.Errorf("Secret %s/%s: %s is not a docker config (JSON object of registries)", s.Namespace, s.Name, corev1.DockerConfigKey)
+			return nil, fmt.Errorf("secret %s/%s: %s is not a docker config (JSON object of registries)", s.Namespace, s.Name, corev1.DockerConfigKey)
 		}
 		return m, nil
 	}
@@ -123,7 +123,7 @@ func parse(s *corev1.Secret) (map[string]entry, error) {
 		Auths map[string]entry `json:"auths"`
 	}
 	if json.Unmarshal(raw, &c) != nil {
-		return nil, fmt.Errorf("Secret %s/%s: %s is not a docker config.json", s.Namespace, s.Name, corev1.DockerConfigJsonKey)
+		return nil, fmt.Errorf("secret %s/%s: %s is not a docker config.json", s.Namespace, s.Name, corev1.DockerConfigJsonKey)
 	}
 	return c.Auths, nil
 }

@@ -100,7 +100,7 @@ func TestMatch(t *testing.T) {
 			secrets: []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "s"}, Type: corev1.SecretTypeDockerConfigJson,
 				Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`hunter2-not-json`)}}},
 			image:   "reg.example/app:1",
-			wantErr: "Secret a/s: .dockerconfigjson is not a docker config.json",
+			wantErr: "secret a/s: .dockerconfigjson is not a docker config.json",
 		},
 		"bad auth, not quoted": {
 			secrets: []*corev1.Secret{dockerConfig("a", "s", `"reg.example":{"auth":"hunter2!!"}`)},
