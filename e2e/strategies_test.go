@@ -40,6 +40,10 @@ import (
 // has a G bare pod on a server-named queue refused before any checkpoint
 // (unreplayable_test.go).
 //
+// NATS: TestNATSMigration moves the NATS consumer (examples/consumer-nats,
+// nats.go; push and pull) as a bare pod by ms2m, the one strategy the
+// migrator takes for NATS pods (nats_test.go).
+//
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
 // annotation (pingpong_test.go).
@@ -169,7 +173,9 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 				t.Errorf("ms2m-cutoff sized T_cutoff %v from λ %v μ %v: want measured rates", rep.TCutoff, rep.Lambda, rep.Mu)
 			}
 			waitEvent(t, ctx, l, src, contract.ReasonMigrationStarted)
-			waitEvent(t, ctx, l, src, contract.ReasonMigrationPhase)
+			for _, ph := range rep.Phases { // each phase its own Event, with its own note
+				waitEventSaying(t, ctx, l, src, contract.ReasonMigrationPhase, ": "+ph.Name+" took ")
+			}
 			waitEvent(t, ctx, l, target, contract.ReasonMigrationSucceeded)
 			if tc.kind == lab.StatefulSet {
 				if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, contract.PendingConfigMapName(src.Name), metav1.GetOptions{}); err == nil {

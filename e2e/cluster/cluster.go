@@ -199,6 +199,9 @@ func (c *Cluster) PlainHTTPRegistry(addr string) (undo func() error, err error) 
 // BrokerAMQPAddr is where pods reach RabbitMQ's AMQP port.
 func (c *Cluster) BrokerAMQPAddr() string { return hostAddr(AMQPPort) }
 
+// NATSAddr is where pods reach the NATS server.
+func (c *Cluster) NATSAddr() string { return hostAddr(NATSPort) }
+
 // BrokerStreamAddr is where pods reach RabbitMQ's stream port.
 func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
 
@@ -849,7 +852,7 @@ func startHelper(ctx context.Context, l layout, opts Options, p *progress) error
 		return fmt.Errorf("host services: registry not answering on %s: %w\n--- last lines of %s:\n%s",
 			hostAddr(RegistryPort), err, l.log(compHost), tail(l.log(compHost), 30))
 	}
-	p.say("host services up: registry %s, broker forwarders %s and %s", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort))
+	p.say("host services up: registry %s, broker forwarders %s, %s and %s (NATS)", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort), hostAddr(NATSPort))
 	return nil
 }
 

@@ -51,8 +51,9 @@ type Lab struct {
 	Images map[string]string
 	Inject inject.Config
 	// Registry is where the images go and the nodes pull them from
-	// (host:port); BrokerAMQP is where pods reach the broker.
-	Registry, BrokerAMQP string
+	// (host:port); BrokerAMQP is where pods reach the broker, NATSAddr
+	// the NATS server.
+	Registry, BrokerAMQP, NATSAddr string
 	// Kubeconfig is the admin kubeconfig's path.
 	Kubeconfig string
 	// External is set for a cluster that the lab did not make (External):
@@ -91,14 +92,14 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		return nil, err
 	}
 	l := &Lab{Cluster: c, Opts: opts, Images: map[string]string{}, log: opts.Log,
-		Registry: c.RegistryAddr(), BrokerAMQP: c.BrokerAMQPAddr(), Kubeconfig: c.Kubeconfig()}
+		Registry: c.RegistryAddr(), BrokerAMQP: c.BrokerAMQPAddr(), NATSAddr: c.NATSAddr(), Kubeconfig: c.Kubeconfig()}
 	if l.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return l, err
 	}
 	if err := l.dropStaleWebhook(ctx); err != nil { // webhook.go
 		return l, err
 	}
-	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python"); err != nil {
+	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python", "consumer-nats"); err != nil {
 		return l, err
 	}
 	// Each sidecar reaches the replay logs as its namespace's own broker
@@ -109,20 +110,30 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		StreamURI:    inject.BrokerUserStreamURI,
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 		RestoreKey:   []byte(SigningKey),
+		// NATS apps' sidecars keep their logs on the host's nats-server.
+		NATSURL: inject.SecretKey{Name: "ms2m-nats", Key: "nats-url"},
 
 		CheckpointRepository: l.ImageRepo(),
 	}
 	if err := l.ProvisionBrokerUser(ctx, Namespace, c.BrokerStreamAddr()); err != nil {
 		return l, err
 	}
-	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
-		StringData: map[string]string{"control-token": ControlToken(Namespace)},
-	}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = nil // a cluster that stayed up
+	for name, data := range map[string]map[string]string{
+		"ms2m":      {"control-token": ControlToken(Namespace)},
+		"ms2m-nats": {"nats-url": "nats://" + c.NATSAddr()},
+	} {
+		_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			StringData: data,
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil // a cluster that stayed up
+		}
+		if err != nil {
+			return l, err
+		}
 	}
-	return l, err
+	return l, nil
 }
 
 // Down stops the lab's webhook, if it runs, and takes the cluster down. It
@@ -149,7 +160,7 @@ func (l *Lab) pushImages(ctx context.Context, images ...string) error {
 	for _, img := range images {
 		want[img] = true
 	}
-	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer"} {
+	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer", "consumer-nats": "examples/consumer-nats"} {
 		if !want[img] {
 			continue
 		}

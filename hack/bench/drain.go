@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -646,31 +645,14 @@ func writeDrain(o drainBenchOptions, res *drainResults) error {
 		}
 		res.Files = append(res.Files, files...)
 	}
-	if err := os.WriteFile(filepath.Join(o.out, "results.csv"), drainCSV(res.Drains), 0o644); err != nil {
-		return err
-	}
-	if err := writeJSON(filepath.Join(o.out, "results.json"), *res); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(o.out, "section.md"), []byte(drainMarkdown(*res)), 0o644); err != nil {
-		return err
-	}
-	progress("drain: results written", "out", o.out, "figures", len(res.Files))
-	for _, g := range res.Goals {
-		fmt.Printf("%s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
-	}
-	return nil
+	return writeResults(o.out, "drain", drainCSV(res.Drains), *res, drainMarkdown(*res), res.Goals, len(res.Files))
 }
 
 // drainAgain writes the outputs of an earlier run from its results.json.
 func drainAgain(o drainBenchOptions) error {
-	b, err := os.ReadFile(o.from)
-	if err != nil {
-		return fmt.Errorf("-from: %w", err)
-	}
 	var res drainResults
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("-from=%s: %w", o.from, err)
+	if err := readResults(o.from, &res); err != nil {
+		return err
 	}
 	res.Summary = drainSummary(res.Drains)
 	res.Goals = drainGoals(res)
@@ -678,19 +660,4 @@ func drainAgain(o drainBenchOptions) error {
 }
 
 // mainDrain runs the drain subcommand.
-func mainDrain(args []string) {
-	o, err := parseDrainFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench drain: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	if err := runDrainBench(ctx, o); err != nil {
-		fmt.Fprintf(os.Stderr, "bench drain: %v\n", err)
-		os.Exit(1)
-	}
-}
+func mainDrain(args []string) { runSubcommand("drain", args, parseDrainFlags, runDrainBench) }

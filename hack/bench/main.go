@@ -240,21 +240,56 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 // mainPaper runs the paper subcommand (paper.go).
-func mainPaper(args []string) {
-	o, err := parsePaperFlags(args)
+func mainPaper(args []string) { runSubcommand("paper", args, parsePaperFlags, runPaper) }
+
+// runSubcommand parses a subcommand's flags and runs it under
+// signalContext: bad flags exit 2, a failed run 1, -h 0.
+func runSubcommand[O any](name string, args []string, parse func([]string) (O, error), run func(context.Context, O) error) {
+	o, err := parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench paper: %v\n", err)
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", name, err)
 		os.Exit(2)
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	if err := runPaper(ctx, o); err != nil {
-		fmt.Fprintf(os.Stderr, "bench paper: %v\n", err)
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// readResults reads an earlier run's results.json (-from) into res.
+func readResults(from string, res any) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("-from: %w", err)
+	}
+	if err := json.Unmarshal(b, res); err != nil {
+		return fmt.Errorf("-from=%s: %w", from, err)
+	}
+	return nil
+}
+
+// writeResults writes a run's files into out (results.csv, results.json
+// and the section as the bench wrote it, section.md) and prints its goals.
+func writeResults(out, name string, csv []byte, res any, section string, goals []paperGoal, figures int) error {
+	if err := os.WriteFile(filepath.Join(out, "results.csv"), csv, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(out, "results.csv"), err)
+	}
+	if err := writeJSON(filepath.Join(out, "results.json"), res); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "section.md"), []byte(section), 0o644); err != nil {
+		return err
+	}
+	progress(name+": results written", "out", out, "figures", figures)
+	for _, g := range goals {
+		fmt.Printf("%s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
+	}
+	return nil
 }
 
 func run(ctx context.Context, o options) (err error) {

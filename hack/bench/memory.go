@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -443,33 +442,14 @@ func writeMemory(o memoryOptions, res *memoryResults) error {
 		return err
 	}
 	res.Files = files
-	csvPath := filepath.Join(o.out, "results.csv")
-	if err := os.WriteFile(csvPath, memoryCSV(res.Runs), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", csvPath, err)
-	}
-	if err := writeJSON(filepath.Join(o.out, "results.json"), *res); err != nil {
-		return err
-	}
-	md := memoryMarkdown(*res)
-	if err := os.WriteFile(filepath.Join(o.out, "section.md"), []byte(md), 0o644); err != nil {
-		return err
-	}
-	progress("memory: results written", "out", o.out, "figures", len(files))
-	for _, g := range res.Goals {
-		fmt.Printf("%s %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)
-	}
-	return nil
+	return writeResults(o.out, "memory", memoryCSV(res.Runs), *res, memoryMarkdown(*res), res.Goals, len(files))
 }
 
 // memoryAgain writes the outputs of an earlier run from its results.json.
 func memoryAgain(o memoryOptions) error {
-	b, err := os.ReadFile(o.from)
-	if err != nil {
-		return fmt.Errorf("-from: %w", err)
-	}
 	var res memoryResults
-	if err := json.Unmarshal(b, &res); err != nil {
-		return fmt.Errorf("-from=%s: %w", o.from, err)
+	if err := readResults(o.from, &res); err != nil {
+		return err
 	}
 	res.Summary = memorySummary(res.Runs)
 	res.Goals = memoryGoals(res)
@@ -477,19 +457,4 @@ func memoryAgain(o memoryOptions) error {
 }
 
 // mainMemory runs the memory subcommand.
-func mainMemory(args []string) {
-	o, err := parseMemoryFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench memory: %v\n", err)
-		os.Exit(2)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	if err := runMemory(ctx, o); err != nil {
-		fmt.Fprintf(os.Stderr, "bench memory: %v\n", err)
-		os.Exit(1)
-	}
-}
+func mainMemory(args []string) { runSubcommand("memory", args, parseMemoryFlags, runMemory) }

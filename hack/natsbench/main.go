@@ -47,40 +47,20 @@ type result struct {
 }
 
 func main() {
-	var o options
-	var windows string
-	flag.StringVar(&o.server, "server", "127.0.0.1:4222", "the NATS server (host:port), with JetStream")
-	flag.IntVar(&o.messages, "messages", 30000, "messages per drain")
-	flag.IntVar(&o.size, "size", 100, "message body size in bytes")
-	flag.IntVar(&o.rounds, "rounds", 3, "rounds per path and window")
-	flag.StringVar(&windows, "windows", "100,1000", "ack windows (the consumer's max_ack_pending and the pull batch), comma-separated")
-	flag.StringVar(&o.out, "out", "", "write the raw results as JSON here")
-	flag.DurationVar(&o.work, "work", 0, "time the consumer spends on each message before its ack (a sleep; 0: ack at once, the worst case for the sidecar)")
-	flag.IntVar(&o.maxBatch, "max-batch", 0, "records per replay log write (the Tee's MaxBatch; 0: its default)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
-	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "natsbench:", err)
-			os.Exit(2)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(os.Stderr, "natsbench:", err)
-			os.Exit(2)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close() // a profile cut short is still worth reading
-		}()
+	o, cpuprofile, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
 	}
-	for _, w := range splitInts(windows) {
-		if w <= 0 {
-			fmt.Fprintf(os.Stderr, "natsbench: -windows=%q: want positive numbers\n", windows)
-			os.Exit(2)
-		}
-		o.windows = append(o.windows, w)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "natsbench:", err)
+		os.Exit(2)
 	}
+	stopProfile, err := startProfile(cpuprofile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "natsbench:", err)
+		os.Exit(2)
+	}
+	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -88,6 +68,53 @@ func main() {
 		stop()
 		os.Exit(1) // the deferred profile stop is skipped: a failed run needs no profile
 	}
+}
+
+// parseFlags reads the command line: the options, and where to write a
+// CPU profile of the whole run ("": none).
+func parseFlags(args []string) (options, string, error) {
+	var o options
+	var windows string
+	fs := flag.NewFlagSet("natsbench", flag.ContinueOnError)
+	fs.StringVar(&o.server, "server", "127.0.0.1:4222", "the NATS server (host:port), with JetStream")
+	fs.IntVar(&o.messages, "messages", 30000, "messages per drain")
+	fs.IntVar(&o.size, "size", 100, "message body size in bytes")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds per path and window")
+	fs.StringVar(&windows, "windows", "100,1000", "ack windows (the consumer's max_ack_pending and the pull batch), comma-separated")
+	fs.StringVar(&o.out, "out", "", "write the raw results as JSON here")
+	fs.DurationVar(&o.work, "work", 0, "time the consumer spends on each message before its ack (a sleep; 0: ack at once, the worst case for the sidecar)")
+	fs.IntVar(&o.maxBatch, "max-batch", 0, "records per replay log write (the Tee's MaxBatch; 0: its default)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
+	if err := fs.Parse(args); err != nil {
+		return o, "", err
+	}
+	for _, w := range splitInts(windows) {
+		if w <= 0 {
+			return o, "", fmt.Errorf("-windows=%q: want positive numbers", windows)
+		}
+		o.windows = append(o.windows, w)
+	}
+	return o, *cpuprofile, nil
+}
+
+// startProfile starts a CPU profile into the file path (none for ""),
+// and returns what stops it.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close() // a profile cut short is still worth reading
+	}, nil
 }
 
 func splitInts(s string) []int {

@@ -159,16 +159,29 @@ func TestCheckpointKubeletErrorsAreQuoted(t *testing.T) {
 }
 
 func TestParseCheckpointResponse(t *testing.T) {
-	for body, want := range map[string]string{
-		`{"items":["/a.tar"]}`:          "/a.tar",
-		`{"items":[]}`:                  "",
-		`{"items":["/a.tar","/b.tar"]}`: "",
-		`not json`:                      "",
+	for name, tc := range map[string]struct {
+		body    string
+		want    string
+		wantErr string
+	}{
+		"one archive":   {body: `{"items":["/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"]}`, want: "/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"},
+		"no items":      {body: `{"items":[]}`, wantErr: "want one archive path"},
+		"two items":     {body: `{"items":["/a.tar","/b.tar"]}`, wantErr: "want one archive path"},
+		"not json":      {body: `checkpointing failed`, wantErr: "not the expected JSON"},
+		"empty archive": {body: `{"items":[""]}`, wantErr: "want one archive path"},
 	} {
-		got, err := ParseCheckpointResponse([]byte(body))
-		if got != want || (err == nil) != (want != "") {
-			t.Errorf("%s: %q, %v; want %q", body, got, err, want)
-		}
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseCheckpointResponse([]byte(tc.body))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("= %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }
 

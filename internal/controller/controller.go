@@ -43,7 +43,13 @@ type Recorder interface {
 
 // Config is what the controller needs.
 type Config struct {
-	Client    kubernetes.Interface
+	// Client reads from and writes to the API server.
+	Client kubernetes.Interface
+	// Reader reads pods and pending-migration ConfigMaps from the
+	// manager's cache where a read that lags is safe (read.go).
+	// SetupWithManager sets it to the manager's client; without it, every
+	// read goes to the API server.
+	Reader    client.Reader
 	Events    Recorder
 	Agent     migrate.NodeAgent
 	ImageRepo string
@@ -68,8 +74,9 @@ type Config struct {
 	// process alone, with which a restarted controller cannot roll back
 	// what it left, and the webhook refuses every restore.
 	StatusKey []byte
-	// Clock names and times the migrations (and is handed to them).
-	// Default: the system's clock.
+	// Clock names and times the migrations, ends the controller's own
+	// retries, and is handed to each migration (migrate.Env.Clock).
+	// Default: migrate.SystemClock.
 	Clock migrate.Clock
 	// KeepImages keeps checkpoint images once a migration's target serves
 	// (for debugging); by default they are deleted then.
@@ -115,7 +122,7 @@ func New(cfg Config) *Reconciler {
 		cfg.EvacuateMax = cfg.Concurrent
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = systemClock{}
+		cfg.Clock = migrate.SystemClock
 	}
 	if len(cfg.StatusKey) == 0 {
 		key, err := sign.NewKey()
@@ -127,16 +134,15 @@ func New(cfg Config) *Reconciler {
 	return &Reconciler{cfg: cfg, http: &http.Client{Timeout: migrate.DefaultTimeouts.Sidecar}}
 }
 
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // SetupWithManager registers the controller: it sees only pods that carry
 // a migration request.
 // A second controller sees the pending-migration records of StatefulSet
 // migrations, to complete one whose migrator stopped after it deleted the
 // source.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.cfg.Reader == nil {
+		r.cfg.Reader = mgr.GetClient()
+	}
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("migration").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -172,8 +178,10 @@ func PendingSelector() labels.Selector {
 
 // Reconcile acts on one pod that asks to migrate.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	cs := r.cfg.Client
-	pod, err := cs.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	// Fresh: the answer rests on the migration status this controller
+	// wrote; a cache that has not seen a migration's end yet would have it
+	// roll back what ended.
+	pod, err := r.freshPod(ctx, req.Namespace, req.Name)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil
 	}
@@ -289,7 +297,9 @@ func (r *Reconciler) restoredOnSource(ctx context.Context, pod *corev1.Pod, st S
 	st.Phase, st.Message, st.TargetPod = contract.PhaseRolledBack, back.Error(), pod.Name
 	log.FromContext(ctx).Info("rolled back: restored on the source's node", "migration", st.Name, "err", back.Err.Error())
 	r.cfg.Metrics.record(ResultRolledBack, st)
-	now, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	// Fresh: the StatefulSet made this pod again moments ago, under the
+	// same name; a cache may still hold the one deleted.
+	now, err := r.freshPod(ctx, pod.Namespace, pod.Name)
 	if err != nil {
 		now = pod
 	}
@@ -303,17 +313,19 @@ func (r *Reconciler) restoredOnSource(ctx context.Context, pod *corev1.Pod, st S
 // the pod that asked is gone (or, a StatefulSet's, is the target, which
 // carries no request), and the migration would be recorded nowhere.
 func (r *Reconciler) recordOnTarget(ctx context.Context, pod *corev1.Pod, st Status) error {
-	deadline := time.Now().Add(r.cfg.Timeout)
+	deadline := r.cfg.Clock.Now().Add(r.cfg.Timeout)
 	wait := 200 * time.Millisecond
 	for {
-		target, err := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
+		// Fresh: a StatefulSet's target has the source's name; a cache
+		// may still hold the source, and the Event would go to it.
+		target, err := r.freshPod(ctx, pod.Namespace, st.TargetPod)
 		if err == nil {
 			if err = r.setStatus(ctx, target, st); err == nil {
 				r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonMigrationSucceeded, "Migrate", "migration %s from %s: %s", st.Name, pod.Spec.NodeName, st.Message)
 				return nil
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if r.cfg.Clock.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("migration %s succeeded, but its outcome could not be recorded on the target %s: %w", st.Name, st.TargetPod, err)
 		}
 		select {
@@ -338,16 +350,16 @@ func (r *Reconciler) servesAfterAll(ctx context.Context, pod *corev1.Pod, st Sta
 	st.Report.Warnings = append(st.Report.Warnings, after.Error())
 	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: %v; trying again", st.Name, after)
 	log.FromContext(ctx).Info("migration's target serves, its last steps failed; trying them again", "migration", st.Name, "target", st.TargetPod, "error", after.Error())
-	deadline := time.Now().Add(r.cfg.Timeout)
+	deadline := r.cfg.Clock.Now().Add(r.cfg.Timeout)
 	wait := 200 * time.Millisecond
 	finished := false
 	for !finished {
-		err := migrate.Finish(ctx, r.cfg.Client, pod, st.TargetPod, r.cfg.Timeout)
+		err := migrate.Finish(ctx, r.cfg.Clock, r.cfg.Client, pod, st.TargetPod, r.cfg.Timeout)
 		if err == nil {
 			finished = true
 			break
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if r.cfg.Clock.Now().After(deadline) || ctx.Err() != nil {
 			rerr := fmt.Errorf("migration %s: finish after the takeover: %w", st.Name, err)
 			st.Report.Warnings = append(st.Report.Warnings, rerr.Error())
 			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "%v; the target serves: delete the source %s by hand", rerr, pod.Name)
@@ -375,7 +387,11 @@ func (r *Reconciler) env(ctx context.Context, pod *corev1.Pod, name string, port
 		ControlToken: token, ControlPort: port, HTTP: r.http, Log: log.FromContext(ctx), Clock: r.cfg.Clock,
 		SigningKey: r.cfg.StatusKey, KeepImages: r.cfg.KeepImages, CheckpointThroughAPIServer: r.cfg.CheckpointThroughAPIServer,
 		Progress: func(phase string, took time.Duration) {
-			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate", "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
+			// The action names the phase: the Events recorder folds Events
+			// of the same type, reason, action and object into one series
+			// that keeps the first note, so with one action for every phase
+			// only the first phase's note would ever be shown.
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationPhase, "Migrate "+phase, "migration %s: %s took %s", name, phase, took.Round(time.Millisecond))
 		},
 	}
 }
@@ -509,9 +525,10 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 	if s := contract.Strategy(st.Strategy); s == contract.StrategyStatefulSet || s == contract.StrategyStatefulSetShadow {
 		return r.rollBackStatefulSet(ctx, pod, st)
 	}
-	cs := r.cfg.Client
 	port, token, ctlErr := migrate.SidecarControl(pod, r.cfg.StatusKey)
-	target, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, st.TargetPod, metav1.GetOptions{})
+	// Fresh: whether the target is gone decides between deleting it and
+	// resuming the source, and completing the migration.
+	target, err := r.freshPod(ctx, pod.Namespace, st.TargetPod)
 	switch {
 	case apierrors.IsNotFound(err):
 		target = nil
@@ -519,7 +536,7 @@ func (r *Reconciler) rollBack(ctx context.Context, pod *corev1.Pod, st Status) e
 		return fmt.Errorf("migration %s: the target %s: %w", st.Name, st.TargetPod, err)
 	}
 	if target != nil && ctlErr == nil {
-		switch v, err := migrate.TargetTakeover(ctx, target, control.ClientAt(target.Status.PodIP, port, token, r.http), 0); v {
+		switch v, err := migrate.TargetTakeover(ctx, r.cfg.Clock, target, control.ClientAt(target.Status.PodIP, port, token, r.http), 0); v {
 		case migrate.TakeoverUnknown:
 			// Deleting a target that serves would lose what it processed,
 			// resuming the source beside it would count twice.
@@ -590,7 +607,7 @@ func (r *Reconciler) dropServedImages(ctx context.Context, pod *corev1.Pod, st S
 // rollForward completes a migration whose target had taken over when the
 // controller that drove it stopped.
 func (r *Reconciler) rollForward(ctx context.Context, pod, target *corev1.Pod, st Status) error {
-	if err := migrate.Finish(ctx, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
+	if err := migrate.Finish(ctx, r.cfg.Clock, r.cfg.Client, pod, target.Name, r.cfg.Timeout); err != nil {
 		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationRollForwardFailed, "Migrate", "migration %s: the target %s serves, but: %v", st.Name, target.Name, err)
 		return err // retried
 	}

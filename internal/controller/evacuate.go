@@ -60,8 +60,10 @@ func PlaceholderName(uid types.UID) string { return "ms2m-placeholder-" + string
 // pod's evictions with why, until the operator overrides or removes the
 // mark.
 func (r *Reconciler) reconcileEvacuation(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	cs := r.cfg.Client
-	pod, err := cs.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	// Cached: the request this ends in is written guarded by the
+	// resourceVersion read, and a placeholder dropped on a stale read is
+	// made again.
+	pod, err := r.cachedPod(ctx, req.Namespace, req.Name)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil // its placeholder goes with it (owner reference)
 	}
@@ -126,6 +128,8 @@ func (r *Reconciler) waiting(pod *corev1.Pod, why string) {
 // limits, and a StatefulSet pod's PodDisruptionBudgets allow a
 // disruption.
 func (r *Reconciler) evacuationSlot(ctx context.Context, pod *corev1.Pod) (string, error) {
+	// Fresh: the count must include the placeholder the previous
+	// evacuation made moments ago, which a cache may not hold yet.
 	pods, err := r.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("count the evacuations under way: %w", err)
@@ -202,7 +206,9 @@ func ownedByStatefulSet(pod *corev1.Pod) bool {
 // bound.
 func (r *Reconciler) scheduledTarget(ctx context.Context, pod *corev1.Pod) (string, string, error) {
 	pods := r.cfg.Client.CoreV1().Pods(pod.Namespace)
-	ph, err := pods.Get(ctx, PlaceholderName(pod.UID), metav1.GetOptions{})
+	// Cached: a placeholder the cache does not hold yet is created again,
+	// and found there (AlreadyExists).
+	ph, err := r.cachedPod(ctx, pod.Namespace, PlaceholderName(pod.UID))
 	if apierrors.IsNotFound(err) {
 		_, err = pods.Create(ctx, Placeholder(pod, r.cfg.PlaceholderImage), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,28 +47,17 @@ func (r *Reconciler) setupRebuild(mgr ctrl.Manager) error {
 // and, when the state cannot be rebuilt, as the pod condition
 // contract.ConditionStateNotRebuilt; the pod's sidecar then stays stopped.
 func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	pod, err := r.cfg.Client.CoreV1().Pods(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return reconcile.Result{}, nil
+	// Cached first: every status change of every restored pod comes here,
+	// and few need a rebuild.
+	pod, res, err := r.toRebuild(ctx, req, r.cachedPod)
+	if pod == nil {
+		return res, err
 	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-		return reconcile.Result{}, nil
-	}
-	restarted, was, now := migrate.AppRestartedSince(pod)
-	if !restarted {
-		return reconcile.Result{}, nil
-	}
-	if c := stateNotRebuilt(pod); c != nil && c.Reason == contract.ConditionReasonRetention {
-		return reconcile.Result{}, nil // said once; nothing can mend it
-	}
-	if _, asked := pod.Annotations[contract.AnnotationMigrateTo]; asked {
-		return reconcile.Result{RequeueAfter: requeueAfter}, nil // the migration's reconcile goes first
-	}
-	if st, has, err := statusOf(pod); err == nil && has && st.Phase == contract.PhaseRunning {
-		return reconcile.Result{RequeueAfter: requeueAfter}, nil // a migration of it runs, or is to be rolled back
+	// Fresh before acting: a cache that has not yet seen the end of a
+	// rebuild that just ran (the pod replaced or marked) would start
+	// another.
+	if pod, res, err = r.toRebuild(ctx, req, r.freshPod); pod == nil {
+		return res, err
 	}
 	key := "rebuild/" + string(pod.UID)
 	if _, busy := r.running.LoadOrStore(key, true); busy {
@@ -84,6 +74,52 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	r.running.Store(migrate.MigrationLabel(name), true)
 	defer r.running.Delete(migrate.MigrationLabel(name))
 	logger := log.FromContext(ctx).WithValues("rebuild", name)
+	rep, err := migrate.Rebuild(ctx, r.rebuildEnv(ctx, pod, name, port, token, logger),
+		migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
+	if errors.Is(err, migrate.ErrRebuildNotYet) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	var after *migrate.AfterTakeover
+	if err == nil || errors.As(err, &after) {
+		return r.rebuilt(ctx, pod, name, rep, after, logger), nil
+	}
+	return r.notRebuilt(ctx, pod, name, err, logger), nil
+}
+
+// toRebuild reads the pod of req with get and returns it if its state is
+// to be rebuilt now: it runs, its app restarted since it took over, and
+// neither a migration of it nor an earlier verdict stands in the way.
+// Otherwise it returns nil and what the reconcile answers.
+func (r *Reconciler) toRebuild(ctx context.Context, req reconcile.Request, get func(ctx context.Context, ns, name string) (*corev1.Pod, error)) (*corev1.Pod, reconcile.Result, error) {
+	pod, err := get(ctx, req.Namespace, req.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, reconcile.Result{}, nil
+	}
+	if err != nil {
+		return nil, reconcile.Result{}, err
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return nil, reconcile.Result{}, nil
+	}
+	if restarted, _, _ := migrate.AppRestartedSince(pod); !restarted {
+		return nil, reconcile.Result{}, nil
+	}
+	if c := stateNotRebuilt(pod); c != nil && c.Reason == contract.ConditionReasonRetention {
+		return nil, reconcile.Result{}, nil // said once; nothing can mend it
+	}
+	if _, asked := pod.Annotations[contract.AnnotationMigrateTo]; asked {
+		return nil, reconcile.Result{RequeueAfter: requeueAfter}, nil // the migration's reconcile goes first
+	}
+	if st, has, err := statusOf(pod); err == nil && has && st.Phase == contract.PhaseRunning {
+		return nil, reconcile.Result{RequeueAfter: requeueAfter}, nil // a migration of it runs, or is to be rolled back
+	}
+	return pod, reconcile.Result{}, nil
+}
+
+// rebuildEnv is the migrate.Env of rebuild name of pod: its phases become
+// Events, the first of them (the stop) said why.
+func (r *Reconciler) rebuildEnv(ctx context.Context, pod *corev1.Pod, name string, port int, token string, logger logr.Logger) migrate.Env {
+	_, was, now := migrate.AppRestartedSince(pod)
 	env := r.env(ctx, pod, name, port, token)
 	phaseEvent := env.Progress
 	env.Progress = func(phase string, took time.Duration) {
@@ -94,27 +130,36 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 		}
 		phaseEvent(phase, took)
 	}
-	rep, err := migrate.Rebuild(ctx, env, migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
-	if errors.Is(err, migrate.ErrRebuildNotYet) {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
+	return env
+}
+
+// rebuilt records the rebuild of pod's state (name, rep) with an Event on
+// pod and on the pod that serves it now; after, if set, says what failed
+// once it served (tried again later).
+func (r *Reconciler) rebuilt(ctx context.Context, pod *corev1.Pod, name string, rep migrate.Report, after *migrate.AfterTakeover, logger logr.Logger) reconcile.Result {
+	msg := fmt.Sprintf("%s: the state was rebuilt: %s replayed the log after checkpoint %d to the stop's cutoff %d, leaving out %d deliveries the broker had requeued when the app left without acking them, and serves (downtime %s)",
+		name, rep.TargetPod, rep.Start, rep.CutoffID, rep.Skipped, rep.Downtime.Round(time.Millisecond))
+	if after != nil {
+		msg += "; but " + after.Error()
 	}
-	var after *migrate.AfterTakeover
-	if err == nil || errors.As(err, &after) {
-		msg := fmt.Sprintf("%s: the state was rebuilt: %s replayed the log after checkpoint %d to the stop's cutoff %d, leaving out %d deliveries the broker had requeued when the app left without acking them, and serves (downtime %s)",
-			name, rep.TargetPod, rep.Start, rep.CutoffID, rep.Skipped, rep.Downtime.Round(time.Millisecond))
-		if after != nil {
-			msg += "; but " + after.Error()
-		}
-		r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonStateRebuilt, "Rebuild", "%s", msg)
-		if target, gerr := r.cfg.Client.CoreV1().Pods(pod.Namespace).Get(ctx, rep.TargetPod, metav1.GetOptions{}); gerr == nil && target.UID != pod.UID {
-			r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonStateRebuilt, "Rebuild", "%s", msg)
-		}
-		logger.Info("state rebuilt", "pod", rep.TargetPod, "downtime", rep.Downtime)
-		if after != nil {
-			return reconcile.Result{RequeueAfter: rebuildRetry}, nil
-		}
-		return reconcile.Result{}, nil
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonStateRebuilt, "Rebuild", "%s", msg)
+	// Fresh: the pod was made moments ago (a StatefulSet's under pod's
+	// own name).
+	if target, gerr := r.freshPod(ctx, pod.Namespace, rep.TargetPod); gerr == nil && target.UID != pod.UID {
+		r.cfg.Events.Eventf(target, nil, corev1.EventTypeNormal, contract.ReasonStateRebuilt, "Rebuild", "%s", msg)
 	}
+	logger.Info("state rebuilt", "pod", rep.TargetPod, "downtime", rep.Downtime)
+	if after != nil {
+		return reconcile.Result{RequeueAfter: rebuildRetry}
+	}
+	return reconcile.Result{}
+}
+
+// notRebuilt records that rebuild name of pod's state failed with err: a
+// Warning Event and the condition contract.ConditionStateNotRebuilt. A
+// log that lost the records (migrate.ErrStateLost) is final; anything
+// else is tried again.
+func (r *Reconciler) notRebuilt(ctx context.Context, pod *corev1.Pod, name string, err error, logger logr.Logger) reconcile.Result {
 	reason := contract.ConditionReasonFailed
 	next := "; tried again in " + rebuildRetry.String()
 	if errors.Is(err, migrate.ErrStateLost) {
@@ -130,9 +175,9 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 		logger.Error(cerr, "record the condition", "condition", contract.ConditionStateNotRebuilt)
 	}
 	if reason == contract.ConditionReasonRetention {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}
 	}
-	return reconcile.Result{RequeueAfter: rebuildRetry}, nil
+	return reconcile.Result{RequeueAfter: rebuildRetry}
 }
 
 // stateNotRebuilt returns pod's contract.ConditionStateNotRebuilt, if set.

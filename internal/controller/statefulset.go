@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ms2m/ms2m/internal/contract"
@@ -28,7 +27,6 @@ import (
 // rollBackStatefulSet ends StatefulSet migration st of pod, the source,
 // which still exists.
 func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, st Status) error {
-	cs := r.cfg.Client
 	port, token, err := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	if err != nil {
 		return fmt.Errorf("migration %s: %w", st.Name, err)
@@ -36,7 +34,9 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 	endpoint := func(p *corev1.Pod) control.Client {
 		return control.ClientAt(p.Status.PodIP, port, token, r.http)
 	}
-	shadow, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, migrate.ShadowName(st.Name), metav1.GetOptions{})
+	// Fresh: whether the shadow is gone decides between rolling back and
+	// continuing from it.
+	shadow, err := r.freshPod(ctx, pod.Namespace, migrate.ShadowName(st.Name))
 	switch {
 	case apierrors.IsNotFound(err):
 		shadow = nil
@@ -44,7 +44,7 @@ func (r *Reconciler) rollBackStatefulSet(ctx context.Context, pod *corev1.Pod, s
 		return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
 	}
 	if shadow != nil {
-		switch v, err := migrate.TargetTakeover(ctx, shadow, endpoint(shadow), 0); v {
+		switch v, err := migrate.TargetTakeover(ctx, r.cfg.Clock, shadow, endpoint(shadow), 0); v {
 		case migrate.TakeoverUnknown:
 			return fmt.Errorf("migration %s: the shadow: %w", st.Name, err)
 		case migrate.TookOver:
@@ -80,9 +80,9 @@ func (r *Reconciler) continueShadow(ctx context.Context, pod *corev1.Pod, st Sta
 // migration that wrote it is not driven by this process and the source is
 // gone, it completes it (migrate.FinishPending).
 func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	cs := r.cfg.Client
 	podName := strings.TrimPrefix(req.Name, contract.PendingConfigMapPrefix)
-	cm, err := cs.CoreV1().ConfigMaps(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+	// Cached: FinishPending reads the record again before it acts.
+	cm, err := r.cachedConfigMap(ctx, req.Namespace, req.Name)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{}, nil
 	}
@@ -93,7 +93,9 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 	if r.isRunning(migration) {
 		return reconcile.Result{RequeueAfter: time.Minute}, nil // ours, under way
 	}
-	pod, err := cs.CoreV1().Pods(req.Namespace).Get(ctx, podName, metav1.GetOptions{})
+	// Fresh: the StatefulSet makes this pod again under the same name; a
+	// cache may still hold the source, and the Events would go to it.
+	pod, err := r.freshPod(ctx, req.Namespace, podName)
 	if apierrors.IsNotFound(err) {
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil // the StatefulSet makes it again
 	}
@@ -132,7 +134,8 @@ func (r *Reconciler) reconcilePending(ctx context.Context, req reconcile.Request
 // succeeded records st, a migration completed by a restarted controller,
 // on the pod that serves now.
 func (r *Reconciler) succeeded(ctx context.Context, ns, name string, st Status) error {
-	pod, err := r.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	// Fresh: the pod was made again under the same name.
+	pod, err := r.freshPod(ctx, ns, name)
 	if err != nil {
 		return fmt.Errorf("migration %s succeeded, but its pod: %w", st.Name, err)
 	}

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/ms2m/ms2m/internal/agent"
 )
 
 // Checkpoint asks the kubelet of node to checkpoint container of pod ns/name,
@@ -43,21 +45,7 @@ func Checkpoint(ctx context.Context, rc rest.Interface, node, ns, name, containe
 		}
 		return "", fmt.Errorf("checkpoint %s/%s container %s on node %s: %w%s%s", ns, name, container, node, err, says, forbiddenHint(err))
 	}
-	return parseCheckpointResponse(body)
-}
-
-// parseCheckpointResponse reads the kubelet's answer: {"items":["<path>"]}.
-func parseCheckpointResponse(body []byte) (string, error) {
-	var out struct {
-		Items []string `json:"items"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		return "", fmt.Errorf("checkpoint: the kubelet's answer %q is not the expected JSON: %w", truncate(body), err)
-	}
-	if len(out.Items) != 1 || out.Items[0] == "" {
-		return "", fmt.Errorf("checkpoint: the kubelet answered %q, want one archive path", truncate(body))
-	}
-	return out.Items[0], nil
+	return agent.ParseCheckpointResponse(body)
 }
 
 // serverMessage digs the body that the kubelet (or the API server) sent out

@@ -208,113 +208,163 @@ type holdResult struct {
 // quiesce has the agent thaw the app once CRIU let it go; the app then
 // runs (and reads what the release handed it) while the call goes on.
 func checkpointUnderHold(ctx context.Context, s holdSteps, quiesced time.Time) holdResult {
-	res := holdResult{events: holdEvents{Quiesce: quiesced}, thawNo: s.thawNo}
-	now := s.now
-	if now == nil {
-		now = time.Now
+	h := &underHold{s: s, now: s.now, res: holdResult{events: holdEvents{Quiesce: quiesced}, thawNo: s.thawNo}}
+	if h.now == nil {
+		h.now = SystemClock.Now
 	}
-	var frozen <-chan error
-	type dumpSeen struct {
-		thawed bool
-		noThaw string
-		criu   time.Duration
-		err    error
-	}
-	var dumped <-chan dumpSeen
-	if s.thaw && s.dumped != nil {
-		ch := make(chan dumpSeen, 1)
-		go func() {
-			t, no, c, err := s.dumped()
-			ch <- dumpSeen{t, no, c, err}
-		}()
-		dumped = ch
-	}
+	h.awaitDump()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	switch {
-	case s.frozen != nil:
-		ch := make(chan error, 1)
-		go func() { ch <- s.frozen() }()
-		frozen = ch
-	case s.frozenErr != nil:
-		res.fallback = "the freeze watch did not start: " + s.frozenErr.Error()
-	default:
-		res.fallback = "the node agent cannot watch a container's freeze"
-	}
-
-	type called struct {
-		archive string
-		err     error
-	}
-	done := make(chan called, 1)
-	res.events.CallStart = now()
-	go func() {
-		a, err := s.checkpoint(ctx)
-		done <- called{a, err}
-	}()
-
-	var thawed <-chan error
+	h.awaitFreeze()
+	done := h.call(ctx)
 	for {
 		select {
-		case err := <-frozen:
-			frozen = nil
-			if err != nil {
-				res.fallback = "no freeze seen: " + err.Error()
-				continue
-			}
-			res.events.Frozen = now()
-			if s.watch == nil {
-				// no thaw to watch
-			} else if wait, err := s.watch(wctx, "thawed"); err == nil {
-				ch := make(chan error, 1)
-				go func() { ch <- wait() }()
-				thawed = ch
-			}
-			if s.atFreeze {
-				res.resumed = true
-				res.resumeErr = s.resume(ctx)
-				res.events.Resumed = now()
-			}
-		case d := <-dumped:
-			dumped = nil
-			res.criu = d.criu
-			switch {
-			case d.err != nil:
-				res.thawNo = "no dump seen: " + d.err.Error()
-			case !d.thawed:
-				res.thawNo = "the agent did not thaw the app: " + d.noThaw
-			default:
-				res.thawed, res.thawNo = true, ""
-				res.events.Dumped = now()
-			}
+		case err := <-h.frozen:
+			h.sawFreeze(ctx, wctx, err)
+		case d := <-h.dumped:
+			h.sawDump(d)
 		case c := <-done:
-			res.events.Returned = now()
-			if dumped != nil {
-				res.thawNo = "the call returned before the dump was seen"
-			}
-			res.archive, res.err = c.archive, c.err
-			if thawed != nil {
-				// The dump is over: the watch sees it within a poll.
-				select {
-				case err := <-thawed:
-					if err == nil {
-						// Heard after the call returned: the dump ended
-						// before it did.
-						res.events.Thawed = now()
-						if res.events.Thawed.After(res.events.Returned) {
-							res.events.Thawed = res.events.Returned
-						}
-					}
-				case <-time.After(time.Second):
+			h.callReturned(c)
+			return h.res
+		}
+	}
+}
+
+// underHold is a checkpoint under the hold as it goes: what it found out
+// so far, and the waits still open (nil once heard, or never started).
+type underHold struct {
+	s   holdSteps
+	now func() time.Time
+	res holdResult
+	// frozen hears the freeze watch, dumped the dump watch, and thawed
+	// the watch for the app's tasks to be free again (started at the
+	// freeze).
+	frozen <-chan error
+	dumped <-chan dumpSeen
+	thawed <-chan error
+}
+
+// dumpSeen is what the dump watch saw.
+type dumpSeen struct {
+	thawed bool
+	noThaw string
+	criu   time.Duration
+	err    error
+}
+
+// called is what the checkpoint call returned.
+type called struct {
+	archive string
+	err     error
+}
+
+// awaitDump waits for the dump watch, if the app is to be thawed at the
+// dump and the watch started.
+func (h *underHold) awaitDump() {
+	if !h.s.thaw || h.s.dumped == nil {
+		return
+	}
+	ch := make(chan dumpSeen, 1)
+	go func() {
+		t, no, c, err := h.s.dumped()
+		ch <- dumpSeen{t, no, c, err}
+	}()
+	h.dumped = ch
+}
+
+// awaitFreeze waits for the freeze watch; without one, the fallback says
+// why the hold cannot end at the freeze.
+func (h *underHold) awaitFreeze() {
+	switch {
+	case h.s.frozen != nil:
+		ch := make(chan error, 1)
+		go func() { ch <- h.s.frozen() }()
+		h.frozen = ch
+	case h.s.frozenErr != nil:
+		h.res.fallback = "the freeze watch did not start: " + h.s.frozenErr.Error()
+	default:
+		h.res.fallback = "the node agent cannot watch a container's freeze"
+	}
+}
+
+// call starts the checkpoint call.
+func (h *underHold) call(ctx context.Context) <-chan called {
+	done := make(chan called, 1)
+	h.res.events.CallStart = h.now()
+	go func() {
+		a, err := h.s.checkpoint(ctx)
+		done <- called{a, err}
+	}()
+	return done
+}
+
+// sawFreeze hears the freeze watch (err: it saw none): it watches for the
+// tasks to be free again (on wctx) and, with atFreeze, releases the hold.
+func (h *underHold) sawFreeze(ctx, wctx context.Context, err error) {
+	h.frozen = nil
+	if err != nil {
+		h.res.fallback = "no freeze seen: " + err.Error()
+		return
+	}
+	h.res.events.Frozen = h.now()
+	if h.s.watch != nil {
+		if wait, err := h.s.watch(wctx, "thawed"); err == nil {
+			ch := make(chan error, 1)
+			go func() { ch <- wait() }()
+			h.thawed = ch
+		}
+	}
+	if h.s.atFreeze {
+		h.res.resumed = true
+		h.res.resumeErr = h.s.resume(ctx)
+		h.res.events.Resumed = h.now()
+	}
+}
+
+// sawDump hears the dump watch: whether the agent thawed the app, and how
+// long CRIU held it.
+func (h *underHold) sawDump(d dumpSeen) {
+	h.dumped = nil
+	h.res.criu = d.criu
+	switch {
+	case d.err != nil:
+		h.res.thawNo = "no dump seen: " + d.err.Error()
+	case !d.thawed:
+		h.res.thawNo = "the agent did not thaw the app: " + d.noThaw
+	default:
+		h.res.thawed, h.res.thawNo = true, ""
+		h.res.events.Dumped = h.now()
+	}
+}
+
+// callReturned ends the checkpoint under the hold with what the call
+// returned: the end of the dump, if the thaw watch is still open, is
+// heard within a poll, and the fallbacks say what was not seen.
+func (h *underHold) callReturned(c called) {
+	h.res.events.Returned = h.now()
+	if h.dumped != nil {
+		h.res.thawNo = "the call returned before the dump was seen"
+	}
+	h.res.archive, h.res.err = c.archive, c.err
+	if h.thawed != nil {
+		// The dump is over: the watch sees it within a poll.
+		select {
+		case err := <-h.thawed:
+			if err == nil {
+				// Heard after the call returned: the dump ended
+				// before it did.
+				h.res.events.Thawed = h.now()
+				if h.res.events.Thawed.After(h.res.events.Returned) {
+					h.res.events.Thawed = h.res.events.Returned
 				}
 			}
-			if frozen != nil && res.fallback == "" {
-				res.fallback = "the call returned before the freeze was seen"
-			}
-			if !s.atFreeze {
-				res.fallback = ""
-			}
-			return res
+		case <-time.After(time.Second):
 		}
+	}
+	if h.frozen != nil && h.res.fallback == "" {
+		h.res.fallback = "the call returned before the freeze was seen"
+	}
+	if !h.s.atFreeze {
+		h.res.fallback = ""
 	}
 }

@@ -13,33 +13,6 @@ import (
 	"github.com/ms2m/ms2m/internal/inject"
 )
 
-func TestParseCheckpointResponse(t *testing.T) {
-	for name, tc := range map[string]struct {
-		body    string
-		want    string
-		wantErr string
-	}{
-		"one archive":   {body: `{"items":["/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"]}`, want: "/var/lib/kubelet/checkpoints/checkpoint-a_default-app-2026.tar"},
-		"no items":      {body: `{"items":[]}`, wantErr: "want one archive path"},
-		"two items":     {body: `{"items":["a","b"]}`, wantErr: "want one archive path"},
-		"not json":      {body: `checkpointing failed`, wantErr: "not the expected JSON"},
-		"empty archive": {body: `{"items":[""]}`, wantErr: "want one archive path"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := parseCheckpointResponse([]byte(tc.body))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one saying %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("= %q, %v; want %q", got, err, tc.want)
-			}
-		})
-	}
-}
-
 func TestKubeletSays(t *testing.T) {
 	status := `{"kind":"Status","message":"checkpointing of default/app/app failed: criu failed: type NOTIFY errno 0"}`
 	if got := kubeletSays([]byte(status)); !strings.Contains(got, "criu failed") || strings.Contains(got, "kind") {

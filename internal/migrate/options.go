@@ -20,8 +20,8 @@ type Timeouts struct {
 	// Checkpoint is the kubelet's checkpoint call's own timeout (CRIU's
 	// dump of the app).
 	Checkpoint time.Duration
-	// FreezeWatch bounds the node agent's watch for the app's freeze
-	// during a live checkpoint.
+	// FreezeWatch bounds the node agent's watches during a live
+	// checkpoint: for the app's freeze, and for CRIU's dump of it.
 	FreezeWatch time.Duration
 	// Sidecar bounds each HTTP request to a sidecar's control API when
 	// Env.HTTP is not set.
@@ -66,9 +66,12 @@ type Clock interface {
 	Now() time.Time
 }
 
-type realClock struct{}
+// SystemClock is the system's clock, the default of Env.Clock.
+var SystemClock Clock = systemClock{}
 
-func (realClock) Now() time.Time { return time.Now() }
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
 
 // discard is the logger of an Env without one.
 var discard = logr.Discard()

@@ -56,7 +56,8 @@ func holdBy(target, source *corev1.Pod) {
 // handBack gives target to the controller of source (if source has one)
 // and returns once that controller owns it. The source is marked as the
 // pod to scale down first, in case the controller sees both at once.
-func handBack(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, target string, timeout time.Duration) error {
+// Its deadline is by clk.
+func handBack(ctx context.Context, clk Clock, cs kubernetes.Interface, source *corev1.Pod, target string, timeout time.Duration) error {
 	owner := controllerOf(source)
 	if owner == nil {
 		return nil
@@ -69,7 +70,7 @@ func handBack(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, 
 	if err := release(ctx, cs, source.Namespace, target, source.UID); err != nil {
 		return fmt.Errorf("hand the target %s to %s %s: %w", target, owner.Kind, owner.Name, err)
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := clk.Now().Add(timeout)
 	for {
 		got, err := pods.Get(ctx, target, metav1.GetOptions{})
 		if err != nil {
@@ -81,7 +82,7 @@ func handBack(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, 
 		case c != nil && c.UID != source.UID:
 			return fmt.Errorf("the target %s was adopted by %s %s, not by the source's %s %s", target, c.Kind, c.Name, owner.Kind, owner.Name)
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("%s %s did not adopt the target %s within %s (do its selector's labels match the pod's?); the target serves and the source is kept", owner.Kind, owner.Name, target, timeout)
 		}
 		select {
@@ -115,9 +116,9 @@ func release(ctx context.Context, cs kubernetes.Interface, ns, name string, hold
 // Finish ends a migration whose target serves: the target goes to the
 // source's controller (if any), then the source is deleted. A restarted
 // migrator uses it to complete a migration that its predecessor left after
-// the target had taken over.
-func Finish(ctx context.Context, cs kubernetes.Interface, source *corev1.Pod, target string, timeout time.Duration) error {
-	if err := handBack(ctx, cs, source, target, timeout); err != nil {
+// the target had taken over. Its waits end by clk.
+func Finish(ctx context.Context, clk Clock, cs kubernetes.Interface, source *corev1.Pod, target string, timeout time.Duration) error {
+	if err := handBack(ctx, clk, cs, source, target, timeout); err != nil {
 		return err
 	}
 	if err := deleteNow(ctx, cs, source); err != nil {

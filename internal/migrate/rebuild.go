@@ -296,7 +296,7 @@ func (r *run) rebuildCopy(ctx context.Context, restore Restore, stoppedAt time.T
 		// An earlier try's copy, held by the pod: it goes on.
 	}
 	r.phase("create the copy")
-	running, err := WaitRunning(ctx, cs, p.Namespace, name, p.Timeout)
+	running, err := waitRunning(ctx, r.env.Clock, cs, p.Namespace, name, p.Timeout)
 	if err != nil {
 		return r.dropCopy(ctx, name, fmt.Errorf("rebuild %s/%s: the copy %s did not start: %w", p.Namespace, p.Pod, name, err))
 	}
@@ -311,7 +311,7 @@ func (r *run) rebuildCopy(ctx context.Context, restore Restore, stoppedAt time.T
 	r.rep.Downtime = switched.Sub(stoppedAt)
 	r.phase("replay")
 	// The copy serves with the exact state: from here on, nothing is undone.
-	if err := handBack(ctx, cs, src, name, p.Timeout); err != nil {
+	if err := handBack(ctx, r.env.Clock, cs, src, name, p.Timeout); err != nil {
 		return &AfterTakeover{fmt.Errorf("the copy %s serves, but: %w", name, err)}
 	}
 	r.served(ctx, name)

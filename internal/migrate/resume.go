@@ -37,7 +37,7 @@ func ContinueShadow(ctx context.Context, env Env, p Plan) (Report, error) {
 	if err == nil {
 		r.dropServedImages(ctx)
 	}
-	r.rep.Total = time.Since(r.began)
+	r.rep.Total = r.now().Sub(r.began)
 	return r.rep, err
 }
 
@@ -90,39 +90,13 @@ type PendingOutcome struct {
 // started with empty state.
 func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.Duration) (PendingOutcome, error) {
 	var out PendingOutcome
-	cs := env.Client
-	cmName := contract.PendingConfigMapName(name)
-	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cmName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return out, nil
-	}
-	if err != nil {
-		return out, fmt.Errorf("the pending-migration ConfigMap %s/%s: %w", ns, cmName, err)
-	}
-	var m inject.Migration
-	if err := json.Unmarshal([]byte(cm.Data[contract.PendingConfigMapKey]), &m); err != nil {
-		return out, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, cmName, contract.PendingConfigMapKey, err)
-	}
-	out.Migration, out.Strategy, out.Node = cm.Labels[contract.LabelMigration], contract.Strategy(cm.Annotations[contract.AnnotationStrategy]), m.Node
-	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		out.Ours, out.Waiting = true, "the StatefulSet to make pod "+name+" again"
-		return out, nil
-	}
-	if err != nil {
+	rec, err := readPending(ctx, env.Client, ns, name, &out)
+	if rec == nil || err != nil {
 		return out, err
 	}
-	var st inject.Status
-	if json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
-		return out, nil // the source, still there: its migration's own rollback handles the record
-	}
-	out.Ours = true
-	if !podReady(pod) {
-		if problem := podProblem(pod); problem != "" {
-			return out, fmt.Errorf("the restored pod %s/%s of migration %s does not run: %s; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state", ns, name, out.Migration, problem, ns, cmName)
-		}
-		out.Waiting = "the restored pod " + name + " to run"
-		return out, nil
+	pod, err := rec.restoredPod(ctx, env.Client, &out)
+	if pod == nil || err != nil {
+		return out, err
 	}
 	r := newRun(env, Plan{Name: out.Migration, Namespace: ns, Pod: name, Timeout: timeout})
 	r.source = pod
@@ -131,23 +105,20 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 	if err != nil {
 		return out, err
 	}
-	shadow, err := cs.CoreV1().Pods(ns).Get(ctx, ShadowName(out.Migration), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		shadow = nil
-	case err != nil:
-		return out, fmt.Errorf("the shadow of migration %s: %w", out.Migration, err)
+	shadow, err := r.shadowOf(ctx, out.Migration)
+	if err != nil {
+		return out, err
 	}
 	// A restore that cannot end its replay exactly is made again (redo):
 	// one that did not take over has consumed nothing live; one that took
 	// over after an interrupted replay has a wrong state, and the next
 	// restore replays through what it took (replay.Range.LogEnd).
-	why, err := r.redoReason(ctx, cm, m, pod, ep, shadow, switched, timeout)
+	why, err := r.redoReason(ctx, rec.cm, rec.m, pod, ep, shadow, switched, timeout)
 	if err != nil {
 		return out, fmt.Errorf("migration %s: %w", out.Migration, err)
 	}
 	if why != "" {
-		if err := deleteConfirmed(ctx, cs, pod, timeout); err != nil {
+		if err := deleteConfirmed(ctx, r.env.Clock, env.Client, pod, timeout); err != nil {
 			return out, fmt.Errorf("migration %s: %s, so the restored pod %s/%s is made again; %w", out.Migration, why, ns, name, err)
 		}
 		out.Redone, out.Waiting = why, "the StatefulSet to make pod "+name+" again"
@@ -161,21 +132,96 @@ func FinishPending(ctx context.Context, env Env, ns, name string, timeout time.D
 			return out, fmt.Errorf("migration %s: %w", out.Migration, err)
 		}
 	}
+	if err := r.dropShadowAndRecord(ctx, shadow); err != nil {
+		return out, fmt.Errorf("migration %s: the restored pod %s serves, but: %w", out.Migration, name, err)
+	}
+	r.served(ctx, name)
+	out.Done = true
+	return out, nil
+}
+
+// pendingRecord is a StatefulSet pod's pending-migration record: the
+// ConfigMap, and the restore it holds.
+type pendingRecord struct {
+	cm   *corev1.ConfigMap
+	m    inject.Migration
+	pod  string // the StatefulSet's pod it is for
+	name string // the ConfigMap's
+}
+
+// readPending reads the pending-migration record of pod ns/pod into out
+// (its migration, strategy and node); nil if there is none.
+func readPending(ctx context.Context, cs kubernetes.Interface, ns, pod string, out *PendingOutcome) (*pendingRecord, error) {
+	rec := &pendingRecord{pod: pod, name: contract.PendingConfigMapName(pod)}
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, rec.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the pending-migration ConfigMap %s/%s: %w", ns, rec.name, err)
+	}
+	rec.cm = cm
+	if err := json.Unmarshal([]byte(cm.Data[contract.PendingConfigMapKey]), &rec.m); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s, key %s: %w", ns, rec.name, contract.PendingConfigMapKey, err)
+	}
+	out.Migration, out.Strategy, out.Node = cm.Labels[contract.LabelMigration], contract.Strategy(cm.Annotations[contract.AnnotationStrategy]), rec.m.Node
+	return rec, nil
+}
+
+// restoredPod returns the record's pod once it is the record's restore
+// and runs ready; nil (and out says so) while it is not: not made again
+// yet or not running yet (Ours, Waiting), or the source, still there (not
+// Ours). A restore that cannot run is an error, and the record stays.
+func (rec *pendingRecord) restoredPod(ctx context.Context, cs kubernetes.Interface, out *PendingOutcome) (*corev1.Pod, error) {
+	ns, name := rec.cm.Namespace, rec.pod
+	pod, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		out.Ours, out.Waiting = true, "the StatefulSet to make pod "+name+" again"
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st inject.Status
+	if json.Unmarshal([]byte(pod.Annotations[contract.AnnotationStatus]), &st) != nil || st.Restore != out.Migration || out.Migration == "" {
+		return nil, nil // the source, still there: its migration's own rollback handles the record
+	}
+	out.Ours = true
+	if !podReady(pod) {
+		if problem := podProblem(pod); problem != "" {
+			return nil, fmt.Errorf("the restored pod %s/%s of migration %s does not run: %s; ConfigMap %s/%s stays, so that the pod is not started with empty state: fix the cause and delete the pod to try again, or delete the ConfigMap to let it start from its template without its state", ns, name, out.Migration, problem, ns, rec.name)
+		}
+		out.Waiting = "the restored pod " + name + " to run"
+		return nil, nil
+	}
+	return pod, nil
+}
+
+// shadowOf returns the shadow pod of migration, nil if it is gone.
+func (r *run) shadowOf(ctx context.Context, migration string) (*corev1.Pod, error) {
+	shadow, err := r.env.Client.CoreV1().Pods(r.p.Namespace).Get(ctx, ShadowName(migration), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("the shadow of migration %s: %w", migration, err)
+	}
+	return shadow, nil
+}
+
+// dropShadowAndRecord deletes, once the restored pod serves, the shadow
+// (if any) and the pending-migration record.
+func (r *run) dropShadowAndRecord(ctx context.Context, shadow *corev1.Pod) error {
 	var errs []error
 	if shadow != nil {
-		if err := deleteNow(ctx, cs, shadow); err != nil {
+		if err := deleteNow(ctx, r.env.Client, shadow); err != nil {
 			errs = append(errs, fmt.Errorf("delete the shadow %s: %w", shadow.Name, err))
 		}
 	}
 	if err := r.deletePending(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return out, fmt.Errorf("migration %s: the restored pod %s serves, but: %w", out.Migration, name, err)
-	}
-	r.served(ctx, name)
-	out.Done = true
-	return out, nil
+	return errors.Join(errs...)
 }
 
 // takeOver lets the restored pod at ep take over: from a shadow that still
@@ -243,7 +289,7 @@ func (r *run) redoReason(ctx context.Context, cm *corev1.ConfigMap, m inject.Mig
 		return "", nil
 	}
 	if shadow != nil {
-		if err := deleteConfirmed(ctx, r.env.Client, shadow, timeout); err != nil {
+		if err := deleteConfirmed(ctx, r.env.Clock, r.env.Client, shadow, timeout); err != nil {
 			return "", fmt.Errorf("the shadow %s %s, so it is deleted before the restored pod replays to the log's end; %w", shadow.Name, why, err)
 		}
 	}
@@ -272,14 +318,14 @@ func (r *run) shadowDead(ctx context.Context, shadow *corev1.Pod) (bool, string)
 	if !podReady(shadow) {
 		return true, "does not run (" + describe(shadow) + ")"
 	}
-	deadline := time.Now().Add(r.env.ReadRetry)
+	deadline := r.now().Add(r.env.ReadRetry)
 	wait := 100 * time.Millisecond
 	for {
 		_, err := r.endpoint(shadow).Inspect(ctx)
 		if err == nil {
 			return false, ""
 		}
-		if time.Now().Add(wait).After(deadline) || ctx.Err() != nil {
+		if r.now().Add(wait).After(deadline) || ctx.Err() != nil {
 			return true, fmt.Sprintf("does not answer (%v)", err)
 		}
 		select {
@@ -293,8 +339,9 @@ func (r *run) shadowDead(ctx context.Context, shadow *corev1.Pod) (bool, string)
 // deleteConfirmed deletes pod gracefully and waits until it is gone: its
 // node has confirmed that its containers stopped, so nothing of it runs
 // on (a forced delete would not know). A pod that does not go within
-// timeout (its node is down) is an error, and is left to the next try.
-func deleteConfirmed(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) error {
+// timeout by clk (its node is down) is an error, and is left to the next
+// try.
+func deleteConfirmed(ctx context.Context, clk Clock, cs kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) error {
 	grace := int64(1) // never 0: that deletes the object without the node
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g > grace {
 		grace = *g
@@ -304,13 +351,13 @@ func deleteConfirmed(ctx context.Context, cs kubernetes.Interface, pod *corev1.P
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	deadline := time.Now().Add(timeout)
+	deadline := clk.Now().Add(timeout)
 	for {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID) {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if clk.Now().After(deadline) {
 			return fmt.Errorf("pod %s/%s was deleted but is still there after %s (%v): is its node down? it goes once its kubelet confirms that its containers stopped", pod.Namespace, pod.Name, timeout, err)
 		}
 		select {

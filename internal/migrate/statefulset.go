@@ -32,93 +32,113 @@ import (
 // the pending-migration ConfigMap keeps the pod from starting without its
 // state (recreate).
 func (r *run) statefulSet(ctx context.Context) error {
-	p, src := r.p, r.source
-	srcEP := r.endpoint(src)
-	r.rep.TargetPod = src.Name
-	var (
-		stopped control.StopResult
-		running *corev1.Pod
-		// finished: FinishPending completed the migration.
-		finished bool
-		// onSource: the restore on the target failed, and the pod was
-		// restored on the source's node instead (restoreOnSource).
-		onSource error
-	)
+	srcEP := r.endpoint(r.source)
+	r.rep.TargetPod = r.source.Name
+	var m recreated
 	err := r.runPhases(ctx,
 		phase{name: "live checkpoint", do: func(ctx context.Context) error {
-			cut, err := r.liveCheckpoint(ctx, src, p.Name, "")
+			cut, err := r.liveCheckpoint(ctx, r.source, r.p.Name, "")
 			if err != nil {
 				return err
 			}
 			r.rep.Start = cut.ID
 			return nil
 		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}},
-		phase{name: "stop", do: func(ctx context.Context) (err error) {
-			if stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
-				return err
-			}
-			r.rep.CutoffID, r.rep.Epoch = stopped.CutoffID, stopped.Epoch
-			r.phase("stop")
-			r.commit()
-			return nil
-		}},
-		phase{name: "restore", do: func(ctx context.Context) (err error) {
-			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
-				Start: r.rep.Start, Cutoff: stopped.CutoffID, Epoch: stopped.Epoch}
-			// Until the source is deleted, a failed write changes nothing
-			// and is tried again (the API server may be back soon).
-			err = r.tryAgain(ctx, r.now().Add(p.Timeout), "recreate the StatefulSet's pod", func() (err error) {
-				running, err = r.recreate(ctx, restore)
-				return err
-			}, isSourceKept, nil)
-			if err != nil {
-				cause := err
-				if running, err = r.restoreOnSource(ctx, restore, running, cause); err != nil {
-					return err
-				}
-				if running.Spec.NodeName != p.TargetNode {
-					onSource = fmt.Errorf("the restore on %s failed: %w", p.TargetNode, cause)
-				}
-			}
-			r.phase("restore")
-			return nil
-		}},
-		phase{name: "switch", do: func(ctx context.Context) error {
-			switched, err := r.waitSwitched(ctx, running)
-			if err != nil {
-				// It died or its replay was interrupted: the recovery a
-				// restarted controller runs (FinishPending) makes it again
-				// from the record, and finalises.
-				if ferr := r.finishPending(ctx); ferr != nil {
-					return fmt.Errorf("the restored pod %s did not take over the queue: %w; %w", src.Name, err, ferr)
-				}
-				r.rep.Note = fmt.Sprintf("the restored pod did not take over as made (%v): it was made again from the pending-migration record, which took over", err)
-				finished = true
-				r.phase("switch")
-				return nil
-			}
-			r.rep.Downtime = switched.Sub(stopped.StartedAt)
-			r.phase("switch")
-			return nil
-		}},
-		phase{name: "finalise", do: func(ctx context.Context) error {
-			if finished {
-				return nil // FinishPending did
-			}
-			r.served(ctx, src.Name)
-			if err := r.deletePending(ctx); err != nil {
-				return fmt.Errorf("the restored pod serves, but: %w", err)
-			}
-			r.phase("finalise")
-			return nil
-		}},
+		phase{name: "stop", do: func(ctx context.Context) error { return r.stopAtCutoff(ctx, srcEP, &m) }},
+		phase{name: "restore", do: func(ctx context.Context) error { return r.restoreRecreated(ctx, &m) }},
+		phase{name: "switch", do: func(ctx context.Context) error { return r.switchRecreated(ctx, &m) }},
+		phase{name: "finalise", do: func(ctx context.Context) error { return r.finaliseRecreated(ctx, &m) }},
 	)
-	if err != nil || onSource == nil {
+	if err != nil || m.onSource == nil {
 		return err
 	}
 	r.dropServedImages(ctx)
-	return &RolledBack{Err: fmt.Errorf("migration %s: %w", p.Name, onSource),
-		How: fmt.Sprintf("the StatefulSet's pod %s was restored on the source's node %s from the same checkpoint instead, replayed to the cutoff and serves with the exact state; the pending-migration record and the checkpoint image were deleted", src.Name, src.Spec.NodeName)}
+	return &RolledBack{Err: fmt.Errorf("migration %s: %w", r.p.Name, m.onSource),
+		How: fmt.Sprintf("the StatefulSet's pod %s was restored on the source's node %s from the same checkpoint instead, replayed to the cutoff and serves with the exact state; the pending-migration record and the checkpoint image were deleted", r.source.Name, r.source.Spec.NodeName)}
+}
+
+// recreated is what the statefulset strategy's phases learn and later
+// ones use.
+type recreated struct {
+	stopped control.StopResult
+	running *corev1.Pod
+	// finished: FinishPending completed the migration.
+	finished bool
+	// onSource: the restore on the target failed, and the pod was
+	// restored on the source's node instead (restoreOnSource).
+	onSource error
+}
+
+// stopAtCutoff stops the source at a cutoff: the point of no return, from
+// which the source never consumes again.
+func (r *run) stopAtCutoff(ctx context.Context, srcEP control.Client, m *recreated) (err error) {
+	if m.stopped, err = srcEP.Stop(ctx, r.env.Timeouts.Stop); err != nil {
+		return err
+	}
+	r.rep.CutoffID, r.rep.Epoch = m.stopped.CutoffID, m.stopped.Epoch
+	r.phase("stop")
+	r.commit()
+	return nil
+}
+
+// restoreRecreated has the StatefulSet make its pod again as the restore
+// on the target node (recreate); if that fails, as the same restore on
+// the source's node (restoreOnSource).
+func (r *run) restoreRecreated(ctx context.Context, m *recreated) error {
+	p, src := r.p, r.source
+	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
+		Start: r.rep.Start, Cutoff: m.stopped.CutoffID, Epoch: m.stopped.Epoch}
+	// Until the source is deleted, a failed write changes nothing and is
+	// tried again (the API server may be back soon).
+	err := r.tryAgain(ctx, r.now().Add(p.Timeout), "recreate the StatefulSet's pod", func() (err error) {
+		m.running, err = r.recreate(ctx, restore)
+		return err
+	}, isSourceKept, nil)
+	if err != nil {
+		cause := err
+		if m.running, err = r.restoreOnSource(ctx, restore, m.running, cause); err != nil {
+			return err
+		}
+		if m.running.Spec.NodeName != p.TargetNode {
+			m.onSource = fmt.Errorf("the restore on %s failed: %w", p.TargetNode, cause)
+		}
+	}
+	r.phase("restore")
+	return nil
+}
+
+// switchRecreated waits for the restored pod to replay to the cutoff and
+// take over. One that died or whose replay was interrupted is made again
+// from the record by the recovery a restarted controller runs
+// (FinishPending), which also finalises.
+func (r *run) switchRecreated(ctx context.Context, m *recreated) error {
+	switched, err := r.waitSwitched(ctx, m.running)
+	if err != nil {
+		if ferr := r.finishPending(ctx); ferr != nil {
+			return fmt.Errorf("the restored pod %s did not take over the queue: %w; %w", r.source.Name, err, ferr)
+		}
+		r.rep.Note = fmt.Sprintf("the restored pod did not take over as made (%v): it was made again from the pending-migration record, which took over", err)
+		m.finished = true
+		r.phase("switch")
+		return nil
+	}
+	r.rep.Downtime = switched.Sub(m.stopped.StartedAt)
+	r.phase("switch")
+	return nil
+}
+
+// finaliseRecreated marks the restored pod as serving and deletes the
+// pending-migration record, unless FinishPending did.
+func (r *run) finaliseRecreated(ctx context.Context, m *recreated) error {
+	if m.finished {
+		return nil
+	}
+	r.served(ctx, r.source.Name)
+	if err := r.deletePending(ctx); err != nil {
+		return fmt.Errorf("the restored pod serves, but: %w", err)
+	}
+	r.phase("finalise")
+	return nil
 }
 
 // RolledBack is the error of a migration that failed but whose pod serves
@@ -174,7 +194,7 @@ func (r *run) restoreOnSource(ctx context.Context, restore Restore, failed *core
 	if err := r.writePending(ctx, back); err != nil {
 		return failed, notBack(err)
 	}
-	if err := deleteConfirmed(ctx, r.env.Client, failed, r.p.Timeout); err != nil {
+	if err := deleteConfirmed(ctx, r.env.Clock, r.env.Client, failed, r.p.Timeout); err != nil {
 		return failed, notBack(err)
 	}
 	pod, err := waitRecreated(ctx, r, failed, restore.Migration)
@@ -235,7 +255,7 @@ func (r *run) waitSwitched(ctx context.Context, pod *corev1.Pod) (time.Time, err
 // until the restore it records has taken over (and the record, and a
 // shadow, are gone), for up to the plan's Timeout.
 func (r *run) finishPending(ctx context.Context) error {
-	deadline := time.Now().Add(r.p.Timeout)
+	deadline := r.now().Add(r.p.Timeout)
 	for {
 		out, err := FinishPending(ctx, r.env, r.source.Namespace, r.source.Name, r.p.Timeout)
 		switch {
@@ -243,7 +263,7 @@ func (r *run) finishPending(ctx context.Context) error {
 			return nil
 		case err == nil && !out.Ours:
 			return fmt.Errorf("pod %s/%s is not the restore its pending-migration record asks for", r.source.Namespace, r.source.Name)
-		case time.Now().After(deadline):
+		case r.now().After(deadline):
 			if err == nil {
 				err = fmt.Errorf("still waiting for %s after %s", out.Waiting, r.p.Timeout)
 			}
@@ -288,7 +308,7 @@ func (r *run) statefulSetShadow(ctx context.Context) error {
 			if _, err := r.env.Client.CoreV1().Pods(p.Namespace).Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("create the shadow pod %s: %w", shadowName, err)
 			}
-			if shadowPod, err = WaitRunning(ctx, r.env.Client, p.Namespace, shadowName, p.Timeout); err != nil {
+			if shadowPod, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, shadowName, p.Timeout); err != nil {
 				return fmt.Errorf("the shadow's restore failed: %w", err)
 			}
 			r.phase("shadow restore")
@@ -527,7 +547,7 @@ func waitRecreated(ctx context.Context, r *run, old *corev1.Pod, migration strin
 			if err := json.Unmarshal([]byte(p.Annotations[contract.AnnotationStatus]), &st); err != nil || st.Restore != migration {
 				return p, fmt.Errorf("the recreated pod was admitted without the restore (annotation %s does not name migration %s): is the ms2m webhook installed, with failurePolicy Fail?", contract.AnnotationStatus, migration)
 			}
-			return WaitRunning(ctx, cs, old.Namespace, old.Name, deadline.Sub(r.now()))
+			return waitRunning(ctx, r.env.Clock, cs, old.Namespace, old.Name, deadline.Sub(r.now()))
 		}
 		if r.now().After(deadline) {
 			return nil, fmt.Errorf("no new pod %s after %s: is the StatefulSet's controller running?", old.Name, r.p.Timeout)

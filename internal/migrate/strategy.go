@@ -253,7 +253,7 @@ func newRun(env Env, p Plan) *run {
 		env.ReadRetry = control.DefaultReadRetry
 	}
 	if env.Clock == nil {
-		env.Clock = realClock{}
+		env.Clock = SystemClock
 	}
 	if env.RestoreValidity <= 0 {
 		env.RestoreValidity = inject.DefaultRestoreValidity
@@ -390,7 +390,7 @@ func (r *run) podCopy(ctx context.Context) error {
 			return r.createTarget(ctx, src, restore)
 		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
-			if running, err = WaitRunning(ctx, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
+			if running, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
 				return fmt.Errorf("the restore failed: %w", err)
 			}
 			r.phase("restore")
@@ -399,7 +399,7 @@ func (r *run) podCopy(ctx context.Context) error {
 		r.copyTakeover(srcEP, &running, &stopped),
 		phase{name: "took over", do: func(context.Context) error { r.commit(); return nil }},
 		phase{name: "finalise", do: func(ctx context.Context) error {
-			if err := handBack(ctx, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
+			if err := handBack(ctx, r.env.Clock, r.env.Client, src, p.TargetPod, p.Timeout); err != nil {
 				return &AfterTakeover{fmt.Errorf("the target serves, but: %w", err)}
 			}
 			r.served(ctx, p.TargetPod)
@@ -619,108 +619,6 @@ func (r *run) resume(ctx context.Context, err error, ep control.Client) error {
 		return errors.Join(err, rerr)
 	}
 	return fmt.Errorf("%w (%s)", err, s.done)
-}
-
-// liveCheckpoint checkpoints pod while it keeps serving: quiesce its
-// sidecar, checkpoint the app, resume, and build the checkpoint image
-// (tagged tag). Its phases are named with prefix. On an error after the
-// quiesce, pod serves again.
-func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix string) (cut control.Cut, err error) {
-	ep := r.endpoint(pod)
-	steps := holdSteps{
-		checkpoint: func(ctx context.Context) (string, error) { return r.checkpoint(ctx, pod) },
-		atFreeze:   !r.p.HoldWholeCall,
-		now:        r.now,
-	}
-	// The freeze watch starts before the quiesce, so that setting it up
-	// adds nothing to the hold; nothing freezes the app before the
-	// checkpoint call.
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	if fw, ok := r.env.Agent.(FreezeWatcher); ok {
-		if id := containerID(pod, r.p.Container); id != "" {
-			steps.watch = func(ctx context.Context, state string) (func() error, error) {
-				return fw.WatchFreeze(ctx, pod.Spec.NodeName, string(pod.UID), id, state, r.env.Timeouts.FreezeWatch)
-			}
-			steps.frozen, steps.frozenErr = steps.watch(wctx, "frozen")
-		}
-	}
-	// So does the dump watch that thaws the app, when the policy allows.
-	if steps.thaw, steps.thawNo = r.p.ThawAfterDump.thaws(pod, r.p.Container); steps.thaw {
-		dw, ok := r.env.Agent.(DumpWatcher)
-		id := containerID(pod, r.p.Container)
-		switch {
-		case !ok:
-			steps.thawNo = "the node agent cannot watch for the dump"
-		case id == "":
-			steps.thawNo = "the app container has no ID in the pod's status"
-		default:
-			wait, err := dw.WatchDump(wctx, pod.Spec.NodeName, string(pod.UID), id, true, time.Minute)
-			if err != nil {
-				steps.thawNo = "the dump watch did not start: " + err.Error()
-			} else {
-				steps.dumped = wait
-			}
-		}
-	}
-	quiesced := r.now()
-	if cut, err = ep.Quiesce(ctx, r.env.Timeouts.Quiesce); err != nil {
-		return cut, err
-	}
-	r.phase(prefix + "quiesce")
-	steps.resume = func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) }
-	held := checkpointUnderHold(ctx, steps, quiesced)
-	archive, resumeErr := held.archive, held.resumeErr
-	report := func() {
-		ht := held.events.timings()
-		ht.AtFreeze, ht.Fallback = held.resumed, held.fallback
-		ht.ThawedAtDump, ht.ThawFallback, ht.CRIU = held.thawed, held.thawNo, held.criu
-		if prefix == "" {
-			r.rep.Hold = &ht
-		} else {
-			r.rep.ShadowHold = &ht
-		}
-	}
-	if held.err != nil {
-		report()
-		if held.resumed && resumeErr == nil {
-			return cut, fmt.Errorf("%w (the source was resumed at its freeze and keeps serving)", held.err)
-		}
-		cctx, cancel := r.cleanupContext(ctx)
-		defer cancel()
-		return cut, r.resume(cctx, held.err, ep)
-	}
-	r.phase(prefix + "checkpoint")
-	if !held.resumed {
-		resumeErr = ep.ResumeHold(ctx, cut.Hold)
-		held.events.Resumed = r.now()
-	}
-	report()
-	if err := held.events.releaseErr(); err != nil {
-		return cut, fmt.Errorf("the hold invariant was broken (%w): the checkpoint %s may hold deliveries after the checkpoint ID, so it is discarded (no image is built from it): migrate again", err, filepath.Base(archive))
-	}
-	if err := resumeErr; err != nil {
-		if errors.Is(err, control.ErrConflict) {
-			// The sidecar did not stay quiesced (it restarted, say): the
-			// checkpoint may hold deliveries after cut.ID, which a target
-			// would get again. No image is built from it; the sidecar is
-			// left as it is (a restarted one serves).
-			return cut, fmt.Errorf("%w; the checkpoint %s is discarded (no image is built from it) and nothing was deleted: migrate again", err, filepath.Base(archive))
-		}
-		return cut, err
-	}
-	r.phase(prefix + "resume")
-	image, err := r.image(ctx, pod, archive, tag)
-	if err != nil {
-		return cut, err
-	}
-	r.phase(prefix + "image")
-	if prefix == "" {
-		r.rep.Archive, r.rep.Image = archive, image
-	} else {
-		r.rep.ShadowImage = image
-	}
-	return cut, nil
 }
 
 // checkpoint checkpoints pod's app container through the kubelet: asked
@@ -970,6 +868,16 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 	return nil
 }
 
+// natsStrategy is an error if src's app speaks NATS and strategy does not
+// cover NATS consumers: only ms2m does so far (docs/nats.md).
+func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
+	if !inject.SpeaksNATS(src) || strategy == contract.StrategyMS2M {
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s's app speaks NATS, and strategy %s does not migrate NATS consumers yet: only %s does (see docs/nats.md); set annotation %s to %s",
+		src.Namespace, src.Name, strategy, contract.StrategyMS2M, contract.AnnotationStrategy, contract.StrategyMS2M)
+}
+
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
 	if !p.Strategy.Valid() {
@@ -1007,6 +915,9 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, contract.StrategyStatefulSetShadow, contract.StrategyStatefulSet, contract.StrategyAuto)
 	case !sts && (p.Strategy == contract.StrategyStatefulSet || p.Strategy == contract.StrategyStatefulSetShadow):
 		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
+	}
+	if err := natsStrategy(src, p.Strategy); err != nil {
+		return err
 	}
 	found := false
 	for _, c := range src.Spec.Containers {

@@ -46,12 +46,12 @@ func (t Takeover) String() string {
 // up to retry (0: one read). A pod that never got an IP, or that no longer
 // runs, consumes nothing. The migrator's rollback after a failed handover
 // and the controller's rollback of a migration a killed migrator left both
-// decide by it.
-func TargetTakeover(ctx context.Context, target *corev1.Pod, c control.Client, retry time.Duration) (Takeover, error) {
+// decide by it. retry is by clk.
+func TargetTakeover(ctx context.Context, clk Clock, target *corev1.Pod, c control.Client, retry time.Duration) (Takeover, error) {
 	if target == nil || target.Status.PodIP == "" {
 		return NotTakenOver, nil
 	}
-	deadline := time.Now().Add(retry)
+	deadline := clk.Now().Add(retry)
 	wait := 100 * time.Millisecond
 	for {
 		switched, err := c.Switched(ctx)
@@ -62,7 +62,7 @@ func TargetTakeover(ctx context.Context, target *corev1.Pod, c control.Client, r
 			return NotTakenOver, nil
 		case target.Status.Phase != corev1.PodRunning:
 			return NotTakenOver, nil
-		case time.Now().Add(wait).After(deadline) || ctx.Err() != nil:
+		case clk.Now().Add(wait).After(deadline) || ctx.Err() != nil:
 			return TakeoverUnknown, fmt.Errorf("cannot tell whether the target %s took over: %w", target.Name, err)
 		}
 		select {
@@ -96,7 +96,7 @@ func (r *run) checkTakeover(ctx context.Context, name string) (*corev1.Pod, Take
 		case err != nil:
 			err = fmt.Errorf("cannot tell whether the target %s took over: read its pod: %w", name, err)
 		default:
-			v, err = TargetTakeover(ctx, pod, r.endpoint(pod), 0)
+			v, err = TargetTakeover(ctx, r.env.Clock, pod, r.endpoint(pod), 0)
 		}
 		if v != TakeoverUnknown || r.now().Add(wait).After(deadline) {
 			return pod, v, err
@@ -124,7 +124,7 @@ func (r *run) afterStop(ctx context.Context, err error, name string) (handled bo
 		r.rep.Note = fmt.Sprintf("the handover reported %q, but the target %s had taken over: the migration was completed; its handover timings are unknown", err, name)
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.p.Timeout)
 		defer cancel()
-		if ferr := Finish(fctx, r.env.Client, r.source, target.Name, r.p.Timeout); ferr != nil {
+		if ferr := Finish(fctx, r.env.Clock, r.env.Client, r.source, target.Name, r.p.Timeout); ferr != nil {
 			return true, fmt.Errorf("%w; but the target %s had taken over and serves, so it is kept and the source %s stays stopped; completing the migration failed: %w", err, name, r.p.Pod, ferr)
 		}
 		return true, nil

@@ -50,7 +50,7 @@ func TestTargetTakeover(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := control.Client{URL: tc.url, Token: "x", HTTP: &http.Client{Timeout: time.Second}}
-			got, err := TargetTakeover(t.Context(), tc.pod, c, 0)
+			got, err := TargetTakeover(t.Context(), SystemClock, tc.pod, c, 0)
 			if got != tc.want {
 				t.Errorf("= %s (%v), want %s", got, err, tc.want)
 			}
@@ -73,8 +73,41 @@ func TestTargetTakeoverRetries(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Status: corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning}}
-	got, err := TargetTakeover(t.Context(), p, control.Client{URL: srv.URL}, 5*time.Second)
+	got, err := TargetTakeover(t.Context(), SystemClock, p, control.Client{URL: srv.URL}, 5*time.Second)
 	if got != TookOver || err != nil || n != 3 {
 		t.Errorf("= %s, %v after %d reads; want took over after 3", got, err, n)
 	}
+}
+
+// TestTargetTakeoverGivesUpByTheClock: retry is by the clock it is given,
+// so a test's clock ends the retries without the time passing.
+func TestTargetTakeoverGivesUpByTheClock(t *testing.T) {
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n++
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "t"}, Status: corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning}}
+	clk := &steppingClock{now: time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC), step: 40 * time.Minute}
+	got, err := TargetTakeover(t.Context(), clk, p, control.Client{URL: srv.URL}, time.Hour)
+	if got != TakeoverUnknown || err == nil {
+		t.Errorf("= %s, %v; want unknown, with the read's error", got, err)
+	}
+	// Each reading of the clock is 40 minutes on: the hour is up at the
+	// second read of the sidecar (by the system's clock, after an hour).
+	if n != 2 {
+		t.Errorf("%d reads of the sidecar; want 2, ended by the clock's hour", n)
+	}
+}
+
+// steppingClock moves on by step each time it is read.
+type steppingClock struct {
+	now  time.Time
+	step time.Duration
+}
+
+func (c *steppingClock) Now() time.Time {
+	c.now = c.now.Add(c.step)
+	return c.now
 }

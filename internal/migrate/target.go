@@ -150,8 +150,15 @@ func copyMap(m map[string]string) map[string]string {
 // returns it. It fails early, with the container's own reason, when a
 // container cannot start (a failed restore shows here).
 func WaitRunning(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
+	return waitRunning(ctx, SystemClock, cs, ns, name, timeout)
+}
+
+// waitRunning is WaitRunning with its deadline by clk; the context's, the
+// same timeout by the system's clock, still bounds a call that hangs.
+func waitRunning(ctx context.Context, clk Clock, cs kubernetes.Interface, ns, name string, timeout time.Duration) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	deadline := clk.Now().Add(timeout)
 	var last *corev1.Pod
 	for {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -163,6 +170,9 @@ func WaitRunning(ctx context.Context, cs kubernetes.Interface, ns, name string, 
 			if podReady(p) {
 				return p, nil
 			}
+		}
+		if clk.Now().After(deadline) {
+			return last, fmt.Errorf("pod %s/%s not running and ready after %s: %s", ns, name, timeout, describe(last))
 		}
 		select {
 		case <-ctx.Done():

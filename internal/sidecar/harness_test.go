@@ -73,10 +73,9 @@ func (e *env) startConfig(cfg sidecar.Config, opts sidecar.Options) *sidecar.Sid
 	if opts.Logger == nil {
 		opts.Logger = testLogger()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// The sidecar lives on its context until Close (the test's cleanup):
+	// the test's own context would end it before, and differently.
 	sc, err := sidecar.Start(context.Background(), cfg, opts)
-	_ = ctx
 	if err != nil {
 		e.t.Fatalf("start sidecar: %v", err)
 	}
@@ -149,7 +148,7 @@ func (e *env) publish(queue string, bodies ...string) {
 	if err := ch.Confirm(false); err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(e.t.Context(), 10*time.Second)
 	defer cancel()
 	for _, b := range bodies {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, false, false, amqp.Publishing{Body: []byte(b)})
@@ -165,7 +164,7 @@ func (e *env) publish(queue string, bodies ...string) {
 // records reads every record of the replay log.
 func (e *env) records() []shadowqueue.Record {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(e.t.Context(), 20*time.Second)
 	defer cancel()
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{URI: e.broker.StreamURI, Name: e.log})
 	if err != nil {

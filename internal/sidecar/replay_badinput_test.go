@@ -16,7 +16,7 @@ import (
 // writeLog writes delivery records with the given IDs on queue to e's log.
 func (e *env) writeLog(queue string, ids ...uint64) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(e.t.Context(), 20*time.Second)
 	defer cancel()
 	l, err := shadowqueue.OpenStream(ctx, shadowqueue.StreamOptions{URI: e.broker.StreamURI, Name: e.log})
 	if err != nil {

@@ -116,7 +116,7 @@ func newCluster(t testing.TB, cfg *rest.Config) cluster {
 func (c cluster) createNamespaces(t testing.TB, names ...string) {
 	t.Helper()
 	for _, n := range names {
-		_, err := c.cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		_, err := c.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create namespace %s: %v", n, err)
 		}
@@ -148,7 +148,7 @@ func (c cluster) resource(u *unstructured.Unstructured) (dynamic.ResourceInterfa
 // webhook does not run does not block later pods.
 func (c cluster) applyAll(t testing.TB, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var applied []*unstructured.Unstructured
 	for _, o := range objs {
 		if customKinds[o.GroupVersionKind().Group] {
@@ -170,6 +170,7 @@ func (c cluster) applyAll(t testing.TB, objs []*unstructured.Unstructured) []*un
 		}
 		applied = append(applied, got)
 		t.Cleanup(func() {
+			// Not t.Context(): it has ended by the time cleanups run.
 			if err := ri.Delete(context.Background(), o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				t.Errorf("delete %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
@@ -253,7 +254,7 @@ kubeletCheckpointAccess:
 // attrs.
 func sar(t testing.TB, cs kubernetes.Interface, user string, groups []string, attrs authorizationv1.ResourceAttributes) bool {
 	t.Helper()
-	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+	r, err := cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs},
 	}, metav1.CreateOptions{})
 	if err != nil {

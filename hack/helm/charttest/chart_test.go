@@ -24,6 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // The main value combinations the tests render.
@@ -223,7 +225,7 @@ func TestDefaults(t *testing.T) {
 	checkAgent(t, r)
 	checkController(t, r, "ms2m", "registry.example.com:5000/ms2m/checkpoints")
 
-	for _, want := range []string{"ms2m.io/migrate-to=<node>", "migrator status <namespace>/<pod>", "get events",
+	for _, want := range []string{contract.AnnotationMigrateTo + "=<node>", "migrator status <namespace>/<pod>", "get events",
 		"rollout status deployment/ms2m-controller", "get lease ms2m-migrator", "serviceAccountName: ms2m-migrator"} {
 		if !strings.Contains(r.notes, want) {
 			t.Errorf("NOTES must say how to trigger and follow a migration (%q):\n%s", want, r.notes)
@@ -493,16 +495,16 @@ func checkRegistration(t *testing.T, r rendered, mwc *admissionregistrationv1.Mu
 		want          int
 		wantIgnoreAll bool
 	}{
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 0, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "kube-system", contract.LabelNamespaceInject: "enabled"}, labels.Set{contract.LabelInject: "true"}, 0, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
 		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": r.namespace}, labels.Set{}, 0, false},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
-		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "false"}, 1, true},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"app": "consumer"}, 1, false},
-		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"ms2m.io/inject": "true"}, 1, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", contract.LabelNamespaceInject: "enabled"}, labels.Set{contract.LabelInject: "false"}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{contract.LabelInject: "false"}, 1, true},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop", contract.LabelNamespaceInject: "enabled"}, labels.Set{"app": "consumer"}, 1, false},
+		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{contract.LabelInject: "true"}, 1, false},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{"app": "consumer"}, 1, true},
 		{"CREATE", labels.Set{"kubernetes.io/metadata.name": "shop"}, labels.Set{}, 1, true},
-		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop", "ms2m.io/inject": "enabled"}, labels.Set{"ms2m.io/inject": "true"}, 1, true},
+		{"UPDATE", labels.Set{"kubernetes.io/metadata.name": "shop", contract.LabelNamespaceInject: "enabled"}, labels.Set{contract.LabelInject: "true"}, 1, true},
 	} {
 		var called []admissionregistrationv1.MutatingWebhook
 		for _, wh := range mwc.Webhooks {
@@ -896,7 +898,7 @@ func TestConfined(t *testing.T) {
 	for ns, want := range map[string]bool{"shop": true, "jobs": true, "default": false, "kube-system": false, releaseNS: false} {
 		// Opted in by its label or not, a namespace is called for only
 		// when it is a workload namespace.
-		for _, nsLabels := range []labels.Set{{"kubernetes.io/metadata.name": ns}, {"kubernetes.io/metadata.name": ns, "ms2m.io/inject": "enabled"}} {
+		for _, nsLabels := range []labels.Set{{"kubernetes.io/metadata.name": ns}, {"kubernetes.io/metadata.name": ns, contract.LabelNamespaceInject: "enabled"}} {
 			got := false
 			for _, wh := range mwc.Webhooks {
 				sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)

@@ -2,7 +2,6 @@ package charttest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -22,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ms2m/ms2m/internal/contract"
 )
 
 // kubeconfig writes a kubeconfig for user on the test control plane.
@@ -69,7 +70,7 @@ secrets:
 	}
 	secret := func(ns, name, key string) []byte {
 		t.Helper()
-		s, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+		s, err := c.cs.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("Secret %s/%s: %v", ns, name, err)
 		}
@@ -77,7 +78,7 @@ secrets:
 	}
 
 	out := run(append([]string{"install", rel, chartDir, "-n", ns, "--create-namespace"}, withBase(t, vals)...)...)
-	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, "ms2m.io/migrate-to=<node>") {
+	if !strings.Contains(out, "STATUS: deployed") || !strings.Contains(out, contract.AnnotationMigrateTo+"=<node>") {
 		t.Errorf("helm install says:\n%s", out)
 	}
 	agentToken := secret(ns, "inst-ms2m-agent-token", "token")
@@ -86,14 +87,14 @@ secrets:
 	if got := secret(ns, "inst-ms2m-agent-token", "token"); !bytes.Equal(got, agentToken) {
 		t.Error("the upgrade changed the agents' token: the running agents and the migrator would disagree")
 	}
-	d, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{})
+	d, err := c.cs.AppsV1().Deployments(ns).Get(t.Context(), "inst-ms2m-webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if envMap(d.Spec.Template.Spec.Containers[0])["MS2M_WEBHOOK_LOG_LEVEL"].Value != "debug" {
 		t.Error("the upgrade did not reach the webhook Deployment")
 	}
-	cd, err := c.cs.AppsV1().Deployments(ns).Get(context.Background(), "inst-ms2m-controller", metav1.GetOptions{})
+	cd, err := c.cs.AppsV1().Deployments(ns).Get(t.Context(), "inst-ms2m-controller", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +103,11 @@ secrets:
 	}
 
 	run("uninstall", rel, "-n", ns)
-	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "inst-ms2m-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after uninstall the MutatingWebhookConfiguration is still there (%v): it would block pods", err)
 	}
 	for _, name := range []string{"inst-ms2m-migrator", "inst-ms2m-controller"} {
-		if _, err := c.cs.RbacV1().ClusterRoles().Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.cs.RbacV1().ClusterRoles().Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("after uninstall ClusterRole %s is still there (%v)", name, err)
 		}
 	}
@@ -179,7 +180,7 @@ webhook:
 	})
 	// The signing key file, with what the chart's Secret holds (the
 	// controller's key, which the webhook checks restores with).
-	keySec, err := c.cs.CoreV1().Secrets(ns).Get(context.Background(), "ms2m-migration-status-key", metav1.GetOptions{})
+	keySec, err := c.cs.CoreV1().Secrets(ns).Get(t.Context(), "ms2m-migration-status-key", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the signing key Secret: %v", err)
 	}
@@ -251,7 +252,7 @@ webhook:
 		return resp.StatusCode == http.StatusOK, nil
 	})
 
-	ctx := context.Background()
+	ctx := t.Context()
 	pod := func(ns, name string, labels, annotations map[string]string) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
@@ -261,7 +262,7 @@ webhook:
 			}}},
 		}
 	}
-	optIn := map[string]string{"ms2m.io/inject": "true"}
+	optIn := map[string]string{contract.AnnotationInject: "true"}
 	sidecar := func(p *corev1.Pod) *corev1.Container {
 		for i := range p.Spec.InitContainers {
 			if p.Spec.InitContainers[i].Name == "ms2m-sidecar" {
@@ -320,8 +321,8 @@ webhook:
 	})
 
 	// A bad annotation is denied: the API server really calls the webhook.
-	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{"ms2m.io/inject": "maybe"}), metav1.CreateOptions{})
-	if err == nil || !strings.Contains(err.Error(), "ms2m.io/inject") {
+	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-bad", nil, map[string]string{contract.AnnotationInject: "maybe"}), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), contract.AnnotationInject) {
 		t.Errorf("a pod with ms2m.io/inject=maybe: %v, want a denial naming the annotation", err)
 	}
 
@@ -331,8 +332,8 @@ webhook:
 		t.Errorf("the webhook did not start with the signing key from Secret ms2m-migration-status-key (%v); its log:\n%s", err, b)
 	}
 	_, err = c.cs.CoreV1().Pods(shop).Create(ctx, pod(shop, "consumer-restore", nil, map[string]string{
-		"ms2m.io/restore-image": "registry.example.com/ms2m/checkpoints/other/consumer@sha256:00", "ms2m.io/restore-node": "node-b",
-		"ms2m.io/replay-start": "0", "ms2m.io/replay-cutoff": "marker", "ms2m.io/log-name": shop + ".consumer", "ms2m.io/migration": "m1",
+		contract.AnnotationRestoreImage: "registry.example.com/ms2m/checkpoints/other/consumer@sha256:00", contract.AnnotationRestoreNode: "node-b",
+		contract.AnnotationReplayStart: "0", contract.AnnotationReplayCutoff: "marker", contract.AnnotationLogName: shop + ".consumer", contract.AnnotationMigrationName: "m1",
 	}), metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "has no signature") {
 		t.Errorf("an unsigned restore: %v, want a denial saying it has no signature", err)
@@ -343,7 +344,7 @@ webhook:
 	// namespaces and a pod in the release namespace are not injected,
 	// whatever their annotations say.
 	for _, p := range []*corev1.Pod{
-		pod(shop, "opted-out", map[string]string{"ms2m.io/inject": "false"}, optIn),
+		pod(shop, "opted-out", map[string]string{contract.LabelInject: "false"}, optIn),
 		pod(elsewhere, "consumer-0", nil, optIn),
 		pod(ns, "consumer-0", nil, optIn),
 	} {
@@ -385,7 +386,7 @@ brokerUsers:
   adminSecret: {name: rabbit-admin}
 `))
 	c.createNamespaces(t, ns, shop)
-	if _, err := c.cs.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{
+	if _, err := c.cs.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "rabbit-admin", Namespace: ns},
 		StringData: map[string]string{"username": mgmt.user, "password": mgmt.password},
 	}, metav1.CreateOptions{}); err != nil {
@@ -398,7 +399,7 @@ brokerUsers:
 		}
 	}
 	c.applyAll(t, objs)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "migrator")
@@ -562,7 +563,7 @@ brokerUsers:
 	// touched but the record on the pod and the Event.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "consumer-0", Namespace: shop, Annotations: map[string]string{
-			"ms2m.io/status": "{}", "ms2m.io/migrate-to": "node-b",
+			contract.AnnotationStatus: "{}", contract.AnnotationMigrateTo: "node-b",
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example.com/consumer:1"}}},
 	}
@@ -576,7 +577,7 @@ brokerUsers:
 		if err != nil {
 			return false, err
 		}
-		raw, ok := p.Annotations["ms2m.io/migration-status"]
+		raw, ok := p.Annotations[contract.AnnotationMigrationStatus]
 		if !ok {
 			return false, nil
 		}
