@@ -878,6 +878,27 @@ func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
 		src.Namespace, src.Name, strategy, contract.StrategyMS2M, contract.AnnotationStrategy, contract.StrategyMS2M)
 }
 
+// oneAppContainer is an error if src has more than one app container
+// and does not say which of them holds the state: ms2m checkpoints,
+// restores and logs the deliveries of one container (the one
+// contract.AnnotationContainer names, else the first); the others start
+// afresh from their images on the target, their memory gone and their
+// deliveries never logged. Naming the container says the others may.
+func oneAppContainer(src *corev1.Pod) error {
+	if len(src.Spec.Containers) < 2 {
+		return nil
+	}
+	if _, named := src.Annotations[contract.AnnotationContainer]; named {
+		return nil
+	}
+	names := make([]string, 0, len(src.Spec.Containers))
+	for _, c := range src.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	return fmt.Errorf("pod %s/%s has %d app containers (%s): ms2m moves the memory of one, and the others would start afresh on the target, their state lost and their deliveries not logged; name the one that holds the state with annotation %s (the others must not keep state), or give each stateful consumer its own pod (docs/runtimes.md, whole pods)",
+		src.Namespace, src.Name, len(names), strings.Join(names, ", "), contract.AnnotationContainer)
+}
+
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
 	if !p.Strategy.Valid() {
@@ -917,6 +938,9 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
 	}
 	if err := natsStrategy(src, p.Strategy); err != nil {
+		return err
+	}
+	if err := oneAppContainer(src); err != nil {
 		return err
 	}
 	found := false
