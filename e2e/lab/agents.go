@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -140,7 +141,10 @@ func (l *Lab) AgentClient(ctx context.Context) (nodeagent.Client, error) {
 // as in a cluster where the agent is a host-network DaemonSet) and over its
 // node's folders and containerd socket.
 type Agents struct {
-	procs []*exec.Cmd
+	l     *Lab
+	bin   string
+	files AgentFiles
+	procs map[int]*exec.Cmd // node index -> its agent
 	logs  map[string]string // node -> log file
 }
 
@@ -155,27 +159,12 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{logs: map[string]string{}}
+	a := &Agents{l: l, bin: bin, files: files, procs: map[int]*exec.Cmd{}, logs: map[string]string{}}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
-		n := l.Cluster.Node(i)
-		logf, err := os.Create(filepath.Join(l.Opts.StateDir, "logs", n.Name+"-agent.log"))
-		if err != nil {
-			a.Stop()
+		if err := os.Remove(filepath.Join(l.Opts.StateDir, "logs", l.Cluster.Node(i).Name+"-agent.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
-		cmd := exec.Command("nsenter", "--net="+n.Netns, bin, "agent")
-		cmd.Env = append(os.Environ(), agentEnv(n, l.ImageRepo(), files)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			a.Stop()
-			return nil, fmt.Errorf("start the agent on %s: %w", n.Name, err)
-		}
-		logf.Close()
-		a.procs = append(a.procs, cmd)
-		a.logs[n.Name] = logf.Name()
-		if err := waitAgent(ctx, n, files, logf.Name(), func() (bool, string) { return false, "" }); err != nil {
+		if err := a.start(ctx, i, l.CRIUPath()); err != nil {
 			a.Stop()
 			return nil, err
 		}
@@ -183,13 +172,43 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	return a, nil
 }
 
+// Restart stops node i's agent and starts it again with its preflight
+// running criu (a path that is not there: a node without CRIU), and waits
+// until it answers.
+func (a *Agents) Restart(ctx context.Context, i int, criu string) error {
+	a.stop(i)
+	return a.start(ctx, i, criu)
+}
+
+// start starts node i's agent and waits until it answers; its log is
+// appended to.
+func (a *Agents) start(ctx context.Context, i int, criu string) error {
+	n := a.l.Cluster.Node(i)
+	logf, err := os.OpenFile(filepath.Join(a.l.Opts.StateDir, "logs", n.Name+"-agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net="+n.Netns, a.bin, "agent")
+	cmd.Env = append(os.Environ(), agentEnv(n, a.l.ImageRepo(), a.files, criu)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the agent on %s: %w", n.Name, err)
+	}
+	a.procs[i] = cmd
+	a.logs[n.Name] = logf.Name()
+	return waitAgent(ctx, n, a.files, logf.Name(), func() (bool, string) { return false, "" })
+}
+
 // agentEnv configures `migrator agent` for node n: it listens on the
 // node's address, over TLS, over the node's kubelet checkpoint folder,
 // containerd socket and state folder, with the lab's token; it asks the
 // node's kubelet for checkpoints with the ServiceAccount token of files,
 // checking the kubelet's own certificate, and pushes to repo in the
-// cluster's plain-HTTP registry.
-func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles) []string {
+// cluster's plain-HTTP registry; its preflight reads the node's containerd
+// config and runs criu, the nodes' CRIU.
+func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles, criu string) []string {
 	return []string{
 		"NODE_NAME=" + n.Name,
 		"MS2M_AGENT_TLS_CERT_FILE=" + files.Cert,
@@ -204,6 +223,8 @@ func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles) []string {
 		"MS2M_AGENT_TOKEN=" + AgentToken,
 		"MS2M_AGENT_REGISTRY_INSECURE=true",
 		"MS2M_AGENT_IMAGE_REPO=" + repo,
+		"MS2M_AGENT_RUNTIME_CONFIG=" + n.ContainerdConfig,
+		"MS2M_AGENT_CRIU_PATH=" + criu,
 	}
 }
 
@@ -223,16 +244,25 @@ func (a *Agents) Log(node string) string { return a.logs[node] }
 
 // Stop ends the agents.
 func (a *Agents) Stop() {
-	for _, p := range a.procs {
-		_ = p.Process.Signal(syscall.SIGTERM) // fails only if it has exited: the wait returns then
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }() // how it ended shows in its log
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			p.Process.Kill()
-			<-done
-		}
+	for i := range a.procs {
+		a.stop(i)
 	}
-	a.procs = nil
+}
+
+// stop ends node i's agent: SIGTERM, SIGKILL after 5 s.
+func (a *Agents) stop(i int) {
+	p, ok := a.procs[i]
+	if !ok {
+		return
+	}
+	delete(a.procs, i)
+	_ = p.Process.Signal(syscall.SIGTERM) // fails only if it has exited: the wait returns then
+	done := make(chan struct{})
+	go func() { _ = p.Wait(); close(done) }() // how it ended shows in its log
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.Process.Kill()
+		<-done
+	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	nodeagent "github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -143,6 +144,9 @@ func (l *Lab) Down() error {
 	}
 	return errors.Join(l.StopWebhook(), cluster.Down(l.Opts))
 }
+
+// CRIUPath is the nodes' criu, the one their runtime runs (bin/criu).
+func (l *Lab) CRIUPath() string { return filepath.Join(l.Opts.BinDir, "criu", "criu") }
 
 // ImageRepo is where checkpoint images go in the lab's registry.
 func (l *Lab) ImageRepo() string { return l.Registry + "/ms2m/checkpoints" }
@@ -364,14 +368,21 @@ func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, 
 	}, nil
 }
 
-func (a agent) PullImage(ctx context.Context, node, ref string) error {
+// PullImage pulls ref into node's containerd with ctr, over plain HTTP,
+// with auth's username and password when given (ctr takes them in its
+// arguments, which only a test on one host may do).
+func (a agent) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {
 	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
 		n := a.l.Cluster.Node(i)
 		if n.Name != node {
 			continue
 		}
 		ctr := filepath.Join(a.l.Opts.BinDir, "containerd", "ctr")
-		out, err := exec.CommandContext(ctx, ctr, "-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()
+		args := []string{"-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http"}
+		if auth != nil {
+			args = append(args, "--user", auth.Username+":"+auth.Password)
+		}
+		out, err := exec.CommandContext(ctx, ctr, append(args, ref)...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("ctr images pull %s on %s: %v: %s", ref, node, err, out)
 		}

@@ -104,9 +104,11 @@ type Node struct {
 	images map[string]AppState
 	calls  []string // kubelet and agent requests, in order
 	pulls  []string
-	srvs   []*http.Server
-	stop   context.CancelFunc
-	done   chan struct{}
+	// pullAuths are the pulls' credentials, in the order of pulls.
+	pullAuths []*contract.RegistryAuth
+	srvs      []*http.Server
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
 // SimPod is a pod the node runs: its address, sidecar and app.
@@ -315,11 +317,20 @@ func (n *Node) record(s string) {
 
 // Pull implements agent.Puller: the image is recorded, and must exist in
 // the cluster's registry when it is one of its images.
-func (n *Node) Pull(ctx context.Context, ref string) error {
+func (n *Node) Pull(ctx context.Context, ref string, auth *contract.RegistryAuth) error {
 	n.mu.Lock()
 	n.pulls = append(n.pulls, ref)
+	n.pullAuths = append(n.pullAuths, auth)
 	n.mu.Unlock()
 	return nil
+}
+
+// PullAuths returns the credentials each pull was given (nil: none), in
+// the order of Pulls.
+func (n *Node) PullAuths() []*contract.RegistryAuth {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*contract.RegistryAuth(nil), n.pullAuths...)
 }
 
 // Degrade changes what the node's agent reports that its node can do
@@ -869,7 +880,7 @@ func (n *Node) close() {
 func (n *Node) Reset() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.calls, n.pulls = nil, nil
+	n.calls, n.pulls, n.pullAuths = nil, nil, nil
 	n.fail = map[Step]Failure{}
 	for _, h := range n.holds {
 		h.Release()

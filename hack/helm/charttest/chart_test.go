@@ -755,6 +755,19 @@ func TestAgentCheckpointsThroughTheAPIServer(t *testing.T) {
 	}
 }
 
+// TestPullSecretNames: migrator.pullSecretNames grants get on Secrets of
+// those names only, for the pre-pull with a pod's imagePullSecrets; the
+// default grants none (TestDefaults).
+func TestPullSecretNames(t *testing.T) {
+	r := render(t, values(t, `migrator: {pullSecretNames: [regcred, team-pull]}`))
+	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"regcred", "team-pull"}, Verbs: []string{"get"}},
+	})
+}
+
 // TestAgentKubeletCA: the kubelet's own self-signed certificate on the
 // node, mounted read-only, as what the agent checks its kubelet against.
 func TestAgentKubeletCA(t *testing.T) {
