@@ -20,7 +20,7 @@ import (
 // of its replay, after it settled replayed messages, makes the target say
 // so (replay.interrupted): an app restarted from the checkpoint would
 // lack those messages, so the handover gives the target up. The records
-// the app had unsettled go back to be replayed.
+// the app had unsettled go back to be replayed, each on its own subject.
 func TestNATSReplayInterrupted(t *testing.T) {
 	const count = 20
 	nt := testenv.RequireNATS(t)
@@ -104,8 +104,19 @@ func TestNATSReplayInterrupted(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "middle of the replay") {
 		t.Errorf("WaitSwitched = %v, want the interrupted replay", err)
 	}
-	// What the app had unsettled is replayed again, to the next connection.
-	var c atomic.Int64
-	consume(target.AMQPAddr(), func(m jetstream.Msg) { c.Add(1); _ = m.Ack() })
+	// What the app had unsettled is replayed again, to the next connection,
+	// each on its message's own subject, as the server sends a pull
+	// consumer's messages (nats.js drops one on its inbox's subject).
+	var c, wrongSubject atomic.Int64
+	consume(target.AMQPAddr(), func(m jetstream.Msg) {
+		if m.Subject() != work+".in" {
+			wrongSubject.Add(1)
+		}
+		c.Add(1)
+		_ = m.Ack()
+	})
 	testenv.Eventually(t, 20*time.Second, "a new connection gets the rest of the replay", func() bool { return c.Load() == count-5 })
+	if n := wrongSubject.Load(); n > 0 {
+		t.Errorf("%d replayed messages came on another subject than %s.in, the one they were published to", n, work)
+	}
 }
