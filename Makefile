@@ -5,7 +5,7 @@ BIN     := bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: images push registry all build test test-unit setup bench bench-paper bench-memory bench-drain bench-webhook fuzz demo vet clean k8s-bin
-.PHONY: node-bin criu node-setup consumer-spring
+.PHONY: node-bin criu node-setup consumer-spring consumer-nats-python consumer-nats-node
 
 # Test control plane for the envtest suites (internal/webhook): a real
 # kube-apiserver and etcd, built once from Go modules by the tools module in
@@ -61,7 +61,7 @@ setup:
 ## builds the control plane, kubelet and containerd (10-18 minutes on 2 cores)
 ## and installs CRIU; warm runs reuse them.
 test: export KUBEBUILDER_ASSETS := $(K8S_BIN)
-test: setup k8s-bin node-setup node-bin criu helm-bin consumer-spring
+test: setup k8s-bin node-setup node-bin criu helm-bin consumer-spring consumer-nats-python consumer-nats-node
 	$(GO) vet ./...
 	cd $(BENCH_MOD) && GOWORK=off $(GO) vet ./...
 	$(MAKE) --no-print-directory lint
@@ -184,6 +184,23 @@ SPRING_JAR := $(SPRING_DIR)/target/consumer-spring.jar
 consumer-spring: $(SPRING_JAR)
 $(SPRING_JAR): $(SPRING_DIR)/pom.xml $(shell find $(SPRING_DIR)/src -type f 2>/dev/null) hack/consumer-spring/build.sh
 	@bash hack/consumer-spring/build.sh
+
+## consumer-nats-python: install nats-py (pinned) for the Python sample NATS consumer into
+## examples/consumer-nats-python/pylib (ignored); warm runs do nothing
+## consumer-nats-node: install nats.js (pinned by package.json and its lockfile) into
+## examples/consumer-nats-node/node_modules (ignored); warm runs do nothing
+# Each about 1-2 s cold. Under CI=true a failed install fails; elsewhere the
+# tests that need the client skip.
+NATS_PY_VERSION := 2.16.0
+NATS_PY_STAMP   := examples/consumer-nats-python/pylib/.installed-nats-py-$(NATS_PY_VERSION)
+NATS_NODE_DIR   := examples/consumer-nats-node
+NATS_NODE_STAMP := $(NATS_NODE_DIR)/node_modules/.ms2m-installed
+consumer-nats-python: $(NATS_PY_STAMP)
+$(NATS_PY_STAMP): hack/consumer-nats/install.sh
+	@bash hack/consumer-nats/install.sh python $(NATS_PY_VERSION)
+consumer-nats-node: $(NATS_NODE_STAMP)
+$(NATS_NODE_STAMP): $(NATS_NODE_DIR)/package.json $(NATS_NODE_DIR)/package-lock.json hack/consumer-nats/install.sh
+	@bash hack/consumer-nats/install.sh node
 
 ## criu: install CRIU >= 4.2 privately into bin/criu (bin/criu/criu; about 10 s once, then a quick check)
 criu:

@@ -53,11 +53,11 @@ func (a faultyAgent) Checkpoint(ctx context.Context, node, ns, pod, container st
 	return a.Client.Checkpoint(ctx, node, ns, pod, container, timeout)
 }
 
-func (a faultyAgent) PullImage(ctx context.Context, node, ref string) error {
+func (a faultyAgent) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {
 	if a.onPull != nil {
 		go a.onPull()
 	}
-	return a.Client.PullImage(ctx, node, ref)
+	return a.Client.PullImage(ctx, node, ref, auth)
 }
 
 // TestNodeAgentKilledOnRealNodes is the fault matrix's sample on real
@@ -88,10 +88,10 @@ func TestNodeAgentKilledOnRealNodes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		node string // whose agent is killed
+		node int // whose agent is killed: 1, the source's; 2, the target's
 		arm  func(a *faultyAgent, kill func())
 	}{
-		{"in the checkpoint", cluster.NodeName(1), func(a *faultyAgent, kill func()) {
+		{"in the checkpoint", 1, func(a *faultyAgent, kill func()) {
 			// The agent dies once its freeze watch sees CRIU freeze the
 			// app: while the kubelet waits for the dump. (If the watch
 			// never says so, 100 ms into the call; a checkpoint and its
@@ -100,16 +100,17 @@ func TestNodeAgentKilledOnRealNodes(t *testing.T) {
 			a.onFrozen = func() { once.Do(kill) }
 			a.onCheckpoint = func() { time.Sleep(100 * time.Millisecond); once.Do(kill) }
 		}},
-		{"in the pull", cluster.NodeName(2), func(a *faultyAgent, kill func()) { a.onPull = kill }},
+		{"in the pull", 2, func(a *faultyAgent, kill func()) { a.onPull = kill }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { agentKilled(t, ctx, l, agents, ac, tc.node, tc.arm) })
 	}
 }
 
 // agentKilled is one case of TestNodeAgentKilledOnRealNodes: a consumer on
-// node 1 migrated to node 2 by ms2m, with node's agent killed as arm
+// node 1 migrated to node 2 by ms2m, with node i's agent killed as arm
 // says.
-func agentKilled(t *testing.T, ctx context.Context, l *lab.Lab, agents *lab.Agents, ac nodeagent.Client, node string, arm func(a *faultyAgent, kill func())) {
+func agentKilled(t *testing.T, ctx context.Context, l *lab.Lab, agents *lab.Agents, ac nodeagent.Client, i int, arm func(a *faultyAgent, kill func())) {
+	node := cluster.NodeName(i)
 	src, tgt := cluster.NodeName(1), cluster.NodeName(2)
 	name := testenv.UniqueName("agentkill")
 	pod, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: src, WorkMS: 50})
@@ -121,7 +122,7 @@ func agentKilled(t *testing.T, ctx context.Context, l *lab.Lab, agents *lab.Agen
 
 	killed := make(chan error, 1)
 	fa := faultyAgent{Client: ac}
-	arm(&fa, func() { killed <- agents.Kill(node) })
+	arm(&fa, func() { killed <- agents.Kill(i) })
 	env := l.Env(nil)
 	env.Agent = fa
 	plan := migrate.Plan{Name: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
@@ -135,7 +136,7 @@ func agentKilled(t *testing.T, ctx context.Context, l *lab.Lab, agents *lab.Agen
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the agent on %s was never killed: the migration ended (%v) without the call the fault waits for", node, err)
 	}
-	if rerr := agents.Restart(ctx, node, "MS2M_AGENT_ARCHIVE_GRACE=5s"); rerr != nil {
+	if rerr := agents.StartAgain(ctx, i, "MS2M_AGENT_ARCHIVE_GRACE=5s"); rerr != nil {
 		t.Fatalf("restart the agent on %s: %v", node, rerr)
 	}
 	t.Logf("migrate with the agent on %s killed: %v", node, err)

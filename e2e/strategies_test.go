@@ -40,6 +40,10 @@ import (
 // has a G bare pod on a server-named queue refused before any checkpoint
 // (unreplayable_test.go).
 //
+// NATS: TestNATSMigration moves the NATS consumer (examples/consumer-nats,
+// nats.go; push and pull) as a bare pod by ms2m, the one strategy the
+// migrator takes for NATS pods (nats_test.go).
+//
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
 // annotation (pingpong_test.go).

@@ -164,17 +164,27 @@ const (
 // installed ones.
 func needMS2M(t *testing.T, ctx context.Context, setup ms2mSetup) *lab.Lab {
 	t.Helper()
+	l, _ := needMS2MAgents(t, ctx, setup)
+	return l
+}
+
+// needMS2MAgents is needMS2M that also returns the agents it started
+// (nil on an external cluster, or without agents in setup).
+func needMS2MAgents(t *testing.T, ctx context.Context, setup ms2mSetup) (*lab.Lab, *lab.Agents) {
+	t.Helper()
 	l := needCluster(t)
 	if l.External {
-		return l
+		return l, nil
 	}
 	if _, err := l.StartWebhook(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.StopWebhook() })
 	a := l.Agent()
+	var agents *lab.Agents
 	if setup == withControllerAndAgents || setup == withAgents {
-		agents, err := l.StartAgents(ctx)
+		var err error
+		agents, err = l.StartAgents(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +196,7 @@ func needMS2M(t *testing.T, ctx context.Context, setup ms2mSetup) *lab.Lab {
 	if setup != withAgents {
 		startController(t, ctx, l, a)
 	}
-	return l
+	return l, agents
 }
 
 // agentToken and imageRepo are the node agents' token and the checkpoint

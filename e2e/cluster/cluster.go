@@ -120,7 +120,10 @@ type NodeInfo struct {
 	// kubelet checks it against.
 	KubeletCert    string
 	ContainerdSock string // containerd's socket, for ctr -a
-	Netns          string // /run/netns/<Name>
+	// ContainerdConfig is containerd's config.toml, which the agents'
+	// preflight reads.
+	ContainerdConfig string
+	Netns            string // /run/netns/<Name>
 }
 
 // Cluster is a running local cluster.
@@ -148,14 +151,15 @@ func (c *Cluster) Nodes() int { return c.nodes }
 func (c *Cluster) Node(i int) NodeInfo {
 	n := c.l.node(i)
 	return NodeInfo{
-		Name:           NodeName(i),
-		IP:             NodeIP(i),
-		PodCIDR:        PodCIDR(i),
-		KubeletRoot:    n.kubeletRoot(),
-		CheckpointDir:  filepath.Join(n.kubeletRoot(), "checkpoints"),
-		KubeletCert:    filepath.Join(n.kubeletCerts(), "kubelet.crt"),
-		ContainerdSock: n.containerdSock(),
-		Netns:          netnsPath(i),
+		Name:             NodeName(i),
+		IP:               NodeIP(i),
+		PodCIDR:          PodCIDR(i),
+		KubeletRoot:      n.kubeletRoot(),
+		CheckpointDir:    filepath.Join(n.kubeletRoot(), "checkpoints"),
+		KubeletCert:      filepath.Join(n.kubeletCerts(), "kubelet.crt"),
+		ContainerdSock:   n.containerdSock(),
+		ContainerdConfig: n.containerdConfig(),
+		Netns:            netnsPath(i),
 	}
 }
 
@@ -166,8 +170,37 @@ func (c *Cluster) APIServer() string { return "https://" + hostAddr(APIServerPor
 // nodes and the pods. containerd pulls from it over plain HTTP.
 func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
 
+// PlainHTTPRegistry has every node's containerd pull from the registry at
+// addr (host:port, on HostIP: a test's own) over plain HTTP, as from the
+// cluster's registry: a hosts.toml in each node's registry folder, which
+// containerd reads at each pull. The returned func removes them.
+func (c *Cluster) PlainHTTPRegistry(addr string) (undo func() error, err error) {
+	var dirs []string
+	undo = func() error {
+		var errs []error
+		for _, d := range dirs {
+			errs = append(errs, os.RemoveAll(d))
+		}
+		return errors.Join(errs...)
+	}
+	for i := 1; i <= c.nodes; i++ {
+		d := filepath.Join(c.l.node(i).registryHosts(), addr)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, errors.Join(err, undo())
+		}
+		dirs = append(dirs, d)
+		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(plainHTTPHostsTOML(addr)), 0o644); err != nil {
+			return nil, errors.Join(err, undo())
+		}
+	}
+	return undo, nil
+}
+
 // BrokerAMQPAddr is where pods reach RabbitMQ's AMQP port.
 func (c *Cluster) BrokerAMQPAddr() string { return hostAddr(AMQPPort) }
+
+// NATSAddr is where pods reach the NATS server.
+func (c *Cluster) NATSAddr() string { return hostAddr(NATSPort) }
 
 // BrokerStreamAddr is where pods reach RabbitMQ's stream port.
 func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
@@ -819,7 +852,7 @@ func startHelper(ctx context.Context, l layout, opts Options, p *progress) error
 		return fmt.Errorf("host services: registry not answering on %s: %w\n--- last lines of %s:\n%s",
 			hostAddr(RegistryPort), err, l.log(compHost), tail(l.log(compHost), 30))
 	}
-	p.say("host services up: registry %s, broker forwarders %s and %s", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort))
+	p.say("host services up: registry %s, broker forwarders %s, %s and %s (NATS)", hostAddr(RegistryPort), hostAddr(AMQPPort), hostAddr(StreamPort), hostAddr(NATSPort))
 	return nil
 }
 

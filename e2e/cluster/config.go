@@ -62,8 +62,12 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
 // registryHostsTOML tells containerd to pull from the cluster's registry
 // over plain HTTP. It goes to certs.d/<HostIP:RegistryPort>/hosts.toml.
-func registryHostsTOML() string {
-	u := "http://" + HostIP + ":" + strconv.Itoa(RegistryPort)
+func registryHostsTOML() string { return plainHTTPHostsTOML(hostAddr(RegistryPort)) }
+
+// plainHTTPHostsTOML tells containerd to pull from the registry at addr
+// over plain HTTP.
+func plainHTTPHostsTOML(addr string) string {
+	u := "http://" + addr
 	return fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", u, u)
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ms2m/ms2m/internal/agent"
 )
 
 func TestAddresses(t *testing.T) {
@@ -56,6 +58,11 @@ func TestContainerdConfig(t *testing.T) {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("containerd config lacks %q:\n%s", want, got)
 		}
+	}
+	// The agents' preflight reads the same file (MS2M_AGENT_RUNTIME_CONFIG):
+	// restore is on even where containerd's default is off.
+	if rs := agent.RuntimeSettings("containerd", "2.3.4", []string{got}); rs.Restore == nil || !*rs.Restore {
+		t.Errorf("the agent reads restore as %v in the node's containerd config (note %q), want on", rs.Restore, rs.Note)
 	}
 }
 

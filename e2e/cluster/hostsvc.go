@@ -29,7 +29,7 @@ func ServeHost(ctx context.Context, stateDir string, log *slog.Logger) error {
 	log.Info("registry up", "addr", reg.Addr(), "dir", l.registryDir())
 
 	var wg sync.WaitGroup
-	for _, port := range []int{AMQPPort, StreamPort} {
+	for _, port := range []int{AMQPPort, StreamPort, NATSPort} {
 		from, to := hostAddr(port), net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		ln, err := net.Listen("tcp", from)
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -51,6 +51,18 @@ func ServeHost(ctx context.Context, stateDir string, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	wg.Wait()
+	return nil
+}
+
+// ForwardToLoopback forwards HostIP:port to the same port on loopback
+// until ctx is done, as ServeHost does for the brokers' ports: for a test
+// whose cluster's host services started before a port was added to them.
+func ForwardToLoopback(ctx context.Context, port int, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", hostAddr(port))
+	if err != nil {
+		return fmt.Errorf("forwarder %s: %w", hostAddr(port), err)
+	}
+	go forward(ctx, ln, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log)
 	return nil
 }
 

@@ -24,6 +24,8 @@ const (
 	// to loopback.
 	AMQPPort   = 5672
 	StreamPort = 5552
+	// NATSPort is the NATS server's, forwarded from HostIP to loopback too.
+	NATSPort = 4222
 
 	// DefaultStateDir holds everything a cluster writes unless
 	// Options.StateDir says otherwise.

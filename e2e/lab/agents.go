@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -141,12 +141,11 @@ func (l *Lab) AgentClient(ctx context.Context) (nodeagent.Client, error) {
 // as in a cluster where the agent is a host-network DaemonSet) and over its
 // node's folders and containerd socket.
 type Agents struct {
-	procs  []*exec.Cmd
-	logs   map[string]string // node -> log file
-	l      *Lab
-	bin    string
-	files  AgentFiles
-	byNode map[string]*exec.Cmd
+	l     *Lab
+	bin   string
+	files AgentFiles
+	procs map[int]*exec.Cmd // node index -> its agent
+	logs  map[string]string // node -> log file
 }
 
 // StartAgents builds cmd/migrator and starts an agent on every node, and
@@ -160,9 +159,12 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agents{logs: map[string]string{}, l: l, bin: bin, files: files, byNode: map[string]*exec.Cmd{}}
+	a := &Agents{l: l, bin: bin, files: files, procs: map[int]*exec.Cmd{}, logs: map[string]string{}}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
-		if err := a.start(ctx, l.Cluster.Node(i), nil); err != nil {
+		if err := os.Remove(filepath.Join(l.Opts.StateDir, "logs", l.Cluster.Node(i).Name+"-agent.log")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if err := a.start(ctx, i, l.CRIUPath()); err != nil {
 			a.Stop()
 			return nil, err
 		}
@@ -170,58 +172,55 @@ func (l *Lab) StartAgents(ctx context.Context) (*Agents, error) {
 	return a, nil
 }
 
-// start starts the agent on n, with extra variables, and waits until it
-// answers; its log goes on in the node's agent log.
-func (a *Agents) start(ctx context.Context, n cluster.NodeInfo, extra []string) error {
-	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
-	if _, again := a.logs[n.Name]; !again {
-		flags |= os.O_TRUNC
-	}
-	logf, err := os.OpenFile(filepath.Join(a.l.Opts.StateDir, "logs", n.Name+"-agent.log"), flags, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command("nsenter", "--net="+n.Netns, a.bin, "agent")
-	cmd.Env = append(append(os.Environ(), agentEnv(n, a.l.ImageRepo(), a.files)...), extra...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start the agent on %s: %w", n.Name, err)
-	}
-	logf.Close()
-	a.procs = append(a.procs, cmd)
-	a.byNode[n.Name] = cmd
-	a.logs[n.Name] = logf.Name()
-	return waitAgent(ctx, n, a.files, logf.Name(), func() (bool, string) { return false, "" })
+// Restart stops node i's agent and starts it again with its preflight
+// running criu (a path that is not there: a node without CRIU), and waits
+// until it answers.
+func (a *Agents) Restart(ctx context.Context, i int, criu string) error {
+	a.stop(i)
+	return a.start(ctx, i, criu)
 }
 
-// Kill kills node's agent (SIGKILL), as a node's OOM killer or a crash
-// does, and waits until it has exited.
-func (a *Agents) Kill(node string) error {
-	cmd := a.byNode[node]
-	if cmd == nil {
-		return fmt.Errorf("no agent runs on %s", node)
+// Kill kills node i's agent (SIGKILL), as a crash or the OOM killer
+// does, and waits until it has exited; StartAgain starts a new one.
+func (a *Agents) Kill(i int) error {
+	p, ok := a.procs[i]
+	if !ok {
+		return fmt.Errorf("no agent runs on node %d", i)
 	}
-	delete(a.byNode, node)
+	delete(a.procs, i)
 	// nsenter execs the agent: the process is the agent's.
-	if err := cmd.Process.Kill(); err != nil {
+	if err := p.Process.Kill(); err != nil {
 		return err
 	}
-	_ = cmd.Wait() // "signal: killed"
-	a.procs = slices.DeleteFunc(a.procs, func(c *exec.Cmd) bool { return c == cmd })
+	_ = p.Wait() // "signal: killed"
 	return nil
 }
 
-// Restart starts node's agent again, after Kill, with extra variables
-// (MS2M_AGENT_ARCHIVE_GRACE, say).
-func (a *Agents) Restart(ctx context.Context, node string, extra ...string) error {
-	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
-		if n := a.l.Cluster.Node(i); n.Name == node {
-			return a.start(ctx, n, extra)
-		}
+// StartAgain starts node i's agent after Kill, with extra variables
+// (MS2M_AGENT_ARCHIVE_GRACE, say), and waits until it answers.
+func (a *Agents) StartAgain(ctx context.Context, i int, extra ...string) error {
+	return a.start(ctx, i, a.l.CRIUPath(), extra...)
+}
+
+// start starts node i's agent, with extra variables, and waits until it
+// answers; its log is appended to.
+func (a *Agents) start(ctx context.Context, i int, criu string, extra ...string) error {
+	n := a.l.Cluster.Node(i)
+	logf, err := os.OpenFile(filepath.Join(a.l.Opts.StateDir, "logs", n.Name+"-agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("no node %s in the lab", node)
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net="+n.Netns, a.bin, "agent")
+	cmd.Env = append(append(os.Environ(), agentEnv(n, a.l.ImageRepo(), a.files, criu)...), extra...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the agent on %s: %w", n.Name, err)
+	}
+	a.procs[i] = cmd
+	a.logs[n.Name] = logf.Name()
+	return waitAgent(ctx, n, a.files, logf.Name(), func() (bool, string) { return false, "" })
 }
 
 // agentEnv configures `migrator agent` for node n: it listens on the
@@ -229,8 +228,9 @@ func (a *Agents) Restart(ctx context.Context, node string, extra ...string) erro
 // containerd socket and state folder, with the lab's token; it asks the
 // node's kubelet for checkpoints with the ServiceAccount token of files,
 // checking the kubelet's own certificate, and pushes to repo in the
-// cluster's plain-HTTP registry.
-func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles) []string {
+// cluster's plain-HTTP registry; its preflight reads the node's containerd
+// config and runs criu, the nodes' CRIU.
+func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles, criu string) []string {
 	return []string{
 		"NODE_NAME=" + n.Name,
 		"MS2M_AGENT_TLS_CERT_FILE=" + files.Cert,
@@ -245,6 +245,8 @@ func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles) []string {
 		"MS2M_AGENT_TOKEN=" + AgentToken,
 		"MS2M_AGENT_REGISTRY_INSECURE=true",
 		"MS2M_AGENT_IMAGE_REPO=" + repo,
+		"MS2M_AGENT_RUNTIME_CONFIG=" + n.ContainerdConfig,
+		"MS2M_AGENT_CRIU_PATH=" + criu,
 	}
 }
 
@@ -264,16 +266,25 @@ func (a *Agents) Log(node string) string { return a.logs[node] }
 
 // Stop ends the agents.
 func (a *Agents) Stop() {
-	for _, p := range a.procs {
-		_ = p.Process.Signal(syscall.SIGTERM) // fails only if it has exited: the wait returns then
-		done := make(chan struct{})
-		go func() { _ = p.Wait(); close(done) }() // how it ended shows in its log
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			p.Process.Kill()
-			<-done
-		}
+	for i := range a.procs {
+		a.stop(i)
 	}
-	a.procs = nil
+}
+
+// stop ends node i's agent: SIGTERM, SIGKILL after 5 s.
+func (a *Agents) stop(i int) {
+	p, ok := a.procs[i]
+	if !ok {
+		return
+	}
+	delete(a.procs, i)
+	_ = p.Process.Signal(syscall.SIGTERM) // fails only if it has exited: the wait returns then
+	done := make(chan struct{})
+	go func() { _ = p.Wait(); close(done) }() // how it ended shows in its log
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.Process.Kill()
+		<-done
+	}
 }

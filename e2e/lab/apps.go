@@ -38,6 +38,9 @@ type Consumer struct {
 	// StateMiB is extra state the Go consumer holds in memory (STATE_MB),
 	// for the benchmarks' memory sweep; 0 for none.
 	StateMiB int
+	// NATSMode is, for the "consumer-nats" image, push or pull: it
+	// consumes the durable consumer "worker" of the stream Queue names.
+	NATSMode string
 }
 
 // AppPort is where the sample consumers serve their state in the pod.
@@ -68,6 +71,11 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 			{Name: "SPRING_RABBITMQ_PASSWORD", Value: BrokerPassword},
 		}
 	}
+	var extra []corev1.EnvVar
+	if c.Image == "consumer-nats" {
+		broker = []corev1.EnvVar{{Name: "NATS_URL", Value: "nats://" + l.NATSAddr}}
+		extra = []corev1.EnvVar{{Name: "STREAM", Value: c.Queue}, {Name: "CONSUMER", Value: "worker"}, {Name: "MODE", Value: c.NATSMode}, {Name: "PREFETCH", Value: "10"}}
+	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: Namespace, Labels: map[string]string{"app": c.Name},
 			Annotations: map[string]string{contract.AnnotationInject: "true"}},
@@ -79,9 +87,10 @@ func (l *Lab) Pod(c Consumer) (*corev1.Pod, error) {
 				Image:           ref,
 				SecurityContext: sc,
 				Env: append(broker,
-					corev1.EnvVar{Name: "QUEUE", Value: c.Queue},
-					corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
-					corev1.EnvVar{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)},
+					append(extra,
+						corev1.EnvVar{Name: "QUEUE", Value: c.Queue},
+						corev1.EnvVar{Name: "WORK_MS", Value: fmt.Sprint(c.WorkMS)},
+						corev1.EnvVar{Name: "HTTP_ADDR", Value: fmt.Sprintf("0.0.0.0:%d", AppPort)})...,
 				),
 				Resources: stateResources(c.StateMiB),
 			}},

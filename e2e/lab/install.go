@@ -142,7 +142,7 @@ func (l *Lab) InstallWith(ctx context.Context, o InstallOptions) (*Installed, er
 	}
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
 		n := l.Cluster.Node(i)
-		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo, files)})
+		pid, log, err := l.Cluster.StartAddon(cluster.Addon{Name: addonAgent(i), Bin: migrator, Args: []string{"agent"}, Node: i, Env: agentEnv(n, in.ImageRepo, files, l.CRIUPath())})
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/cluster"
 	nodeagent "github.com/ms2m/ms2m/internal/agent"
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
@@ -50,8 +51,9 @@ type Lab struct {
 	Images map[string]string
 	Inject inject.Config
 	// Registry is where the images go and the nodes pull them from
-	// (host:port); BrokerAMQP is where pods reach the broker.
-	Registry, BrokerAMQP string
+	// (host:port); BrokerAMQP is where pods reach the broker, NATSAddr
+	// the NATS server.
+	Registry, BrokerAMQP, NATSAddr string
 	// Kubeconfig is the admin kubeconfig's path.
 	Kubeconfig string
 	// External is set for a cluster that the lab did not make (External):
@@ -90,14 +92,14 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		return nil, err
 	}
 	l := &Lab{Cluster: c, Opts: opts, Images: map[string]string{}, log: opts.Log,
-		Registry: c.RegistryAddr(), BrokerAMQP: c.BrokerAMQPAddr(), Kubeconfig: c.Kubeconfig()}
+		Registry: c.RegistryAddr(), BrokerAMQP: c.BrokerAMQPAddr(), NATSAddr: c.NATSAddr(), Kubeconfig: c.Kubeconfig()}
 	if l.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return l, err
 	}
 	if err := l.dropStaleWebhook(ctx); err != nil { // webhook.go
 		return l, err
 	}
-	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python"); err != nil {
+	if err := l.pushImages(ctx, "sidecar", "consumer", "consumer-python", "consumer-nats"); err != nil {
 		return l, err
 	}
 	// Each sidecar reaches the replay logs as its namespace's own broker
@@ -108,20 +110,30 @@ func Start(ctx context.Context, opts cluster.Options) (*Lab, error) {
 		StreamURI:    inject.BrokerUserStreamURI,
 		ControlToken: inject.SecretKey{Name: "ms2m", Key: "control-token"},
 		RestoreKey:   []byte(SigningKey),
+		// NATS apps' sidecars keep their logs on the host's nats-server.
+		NATSURL: inject.SecretKey{Name: "ms2m-nats", Key: "nats-url"},
 
 		CheckpointRepository: l.ImageRepo(),
 	}
 	if err := l.ProvisionBrokerUser(ctx, Namespace, c.BrokerStreamAddr()); err != nil {
 		return l, err
 	}
-	_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "ms2m"},
-		StringData: map[string]string{"control-token": ControlToken(Namespace)},
-	}, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = nil // a cluster that stayed up
+	for name, data := range map[string]map[string]string{
+		"ms2m":      {"control-token": ControlToken(Namespace)},
+		"ms2m-nats": {"nats-url": "nats://" + c.NATSAddr()},
+	} {
+		_, err = l.Client.CoreV1().Secrets(Namespace).Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			StringData: data,
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil // a cluster that stayed up
+		}
+		if err != nil {
+			return l, err
+		}
 	}
-	return l, err
+	return l, nil
 }
 
 // Down stops the lab's webhook, if it runs, and takes the cluster down. It
@@ -132,6 +144,9 @@ func (l *Lab) Down() error {
 	}
 	return errors.Join(l.StopWebhook(), cluster.Down(l.Opts))
 }
+
+// CRIUPath is the nodes' criu, the one their runtime runs (bin/criu).
+func (l *Lab) CRIUPath() string { return filepath.Join(l.Opts.BinDir, "criu", "criu") }
 
 // ImageRepo is where checkpoint images go in the lab's registry.
 func (l *Lab) ImageRepo() string { return l.Registry + "/ms2m/checkpoints" }
@@ -145,7 +160,7 @@ func (l *Lab) pushImages(ctx context.Context, images ...string) error {
 	for _, img := range images {
 		want[img] = true
 	}
-	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer"} {
+	for img, pkg := range map[string]string{"sidecar": "cmd/sidecar", "consumer": "examples/consumer", "consumer-nats": "examples/consumer-nats"} {
 		if !want[img] {
 			continue
 		}
@@ -353,14 +368,21 @@ func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, 
 	}, nil
 }
 
-func (a agent) PullImage(ctx context.Context, node, ref string) error {
+// PullImage pulls ref into node's containerd with ctr, over plain HTTP,
+// with auth's username and password when given (ctr takes them in its
+// arguments, which only a test on one host may do).
+func (a agent) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {
 	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
 		n := a.l.Cluster.Node(i)
 		if n.Name != node {
 			continue
 		}
 		ctr := filepath.Join(a.l.Opts.BinDir, "containerd", "ctr")
-		out, err := exec.CommandContext(ctx, ctr, "-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()
+		args := []string{"-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http"}
+		if auth != nil {
+			args = append(args, "--user", auth.Username+":"+auth.Password)
+		}
+		out, err := exec.CommandContext(ctx, ctr, append(args, ref)...).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("ctr images pull %s on %s: %v: %s", ref, node, err, out)
 		}

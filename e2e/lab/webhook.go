@@ -360,6 +360,8 @@ func webhookEnv(ic inject.Config) ([]string, error) {
 		}
 	}
 	set("MS2M_WEBHOOK_SIGNING_KEY", string(ic.RestoreKey), len(ic.RestoreKey) > 0)
+	set("MS2M_WEBHOOK_NATS_URL_SECRET", ic.NATSURL.Name, ic.NATSURL.Name != "")
+	set("MS2M_WEBHOOK_NATS_URL_SECRET_KEY", ic.NATSURL.Key, ic.NATSURL.Key != "")
 	set("MS2M_WEBHOOK_CHECKPOINT_REPOSITORY", ic.CheckpointRepository, ic.CheckpointRepository != "")
 	set("MS2M_WEBHOOK_SIDECAR_PULL_POLICY", string(ic.ImagePullPolicy), ic.ImagePullPolicy != "")
 	set("MS2M_WEBHOOK_SIDECAR_LISTEN_PORT", strconv.Itoa(int(ic.ListenPort)), ic.ListenPort != 0)

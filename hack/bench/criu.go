@@ -348,7 +348,7 @@ func (n *nodeLab) podRound(ctx context.Context, l *lab.Lab, ref string, mb int) 
 	// without the node's registry configuration: pull it ahead, as the
 	// migrator does.
 	t0 = time.Now()
-	if err := l.Agent().PullImage(ctx, cluster.NodeName(2), containerImage(src, ballastContainer)); err != nil {
+	if err := l.Agent().PullImage(ctx, cluster.NodeName(2), containerImage(src, ballastContainer), nil); err != nil {
 		return r, err
 	}
 	r.BasePullMs = ms(time.Since(t0))

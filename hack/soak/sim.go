@@ -529,7 +529,9 @@ func statusNames(ctx context.Context, c *simcluster.Cluster, ns string) map[stri
 }
 
 // statusKey tells migrations apart: their name and when they started.
-func statusKey(st controller.Status) string { return st.Name + "@" + st.Started.UTC().Format(time.RFC3339Nano) }
+func statusKey(st controller.Status) string {
+	return st.Name + "@" + st.Started.UTC().Format(time.RFC3339Nano)
+}
 
 // waitEnded waits for a status in ns of a migration not in seen that has
 // ended.

@@ -91,9 +91,10 @@ func (c Client) DeleteCheckpointImage(ctx context.Context, node, ref string) err
 	return c.do(ctx, node, http.MethodDelete, "/v1/checkpoint-images?ref="+url.QueryEscape(ref), nil, nil)
 }
 
-// PullImage asks node's agent to pull ref through the runtime.
-func (c Client) PullImage(ctx context.Context, node, ref string) error {
-	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref}, nil)
+// PullImage asks node's agent to pull ref through the runtime, with auth
+// (the pod's pull secret for ref's registry) when it is not nil.
+func (c Client) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {
+	return c.do(ctx, node, http.MethodPost, "/v1/pulls", PullRequest{Ref: ref, Auth: auth}, nil)
 }
 
 // NodeCapabilities asks node's agent what the node's runtime can do. An

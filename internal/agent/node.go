@@ -28,7 +28,10 @@ const (
 	// 2 configs have the same key under plugins."io.containerd.grpc.v1.cri".
 	containerdRestoreSetting = `[plugins."io.containerd.cri.v1.runtime"] enable_experimental_restore_via_create = true`
 	crioCRIUSetting          = `[crio.runtime] enable_criu_support = true`
-	crioRestoreSetting       = `[crio.checkpoint_restore] container_level_enabled = "true"`
+	// containerd 2.4 removed restore through CreateContainer: no setting
+	// turns it on.
+	containerd24Note   = "containerd 2.4 and later have no restore through CreateContainer, whatever the configuration says: restore targets need containerd 2.3 until pod-level restore (docs/runtimes.md)"
+	crioRestoreSetting = `[crio.checkpoint_restore] container_level_enabled = "checkpoint_restore"`
 )
 
 // NodeProbe finds out what the node's runtime can do (GET /v1/node). Each
@@ -216,6 +219,13 @@ func RuntimeSettings(runtime, version string, texts []string) Settings {
 	switch runtime {
 	case "containerd":
 		s := Settings{Checkpoint: &yes, Setting: containerdRestoreSetting}
+		if major, minor, _, ok := semver(version); ok && (major > 2 || major == 2 && minor >= 4) {
+			// Restore through CreateContainer is gone, whatever the
+			// configuration says.
+			no := false
+			s.Restore, s.Setting, s.Note = &no, "", containerd24Note
+			return s
+		}
 		for _, k := range []string{`plugins.io.containerd.cri.v1.runtime.enable_experimental_restore_via_create`, `plugins.io.containerd.grpc.v1.cri.enable_experimental_restore_via_create`} {
 			if v, ok := kv[k]; ok {
 				b := v == "true"
@@ -240,13 +250,20 @@ func RuntimeSettings(runtime, version string, texts []string) Settings {
 			}
 		}
 		if v, ok := kv["crio.checkpoint_restore.container_level_enabled"]; ok {
+			// "none", "checkpoint_only" (the default where the option
+			// exists) or "checkpoint_restore".
 			s.Setting = crioRestoreSetting
 			var ck, rs bool
 			switch strings.ToLower(v) {
-			case "true", "enabled":
+			case "checkpoint_restore":
 				ck, rs = true, true
 			case "checkpoint_only":
 				ck = true
+			case "none":
+			default:
+				s.Checkpoint, s.Restore = nil, nil
+				s.Note = fmt.Sprintf("CRI-O's [crio.checkpoint_restore] container_level_enabled = %q is none of none, checkpoint_only, checkpoint_restore", v)
+				return s
 			}
 			s.Checkpoint, s.Restore = &ck, &rs
 		}

@@ -55,7 +55,7 @@ func TestRuntimeSettings(t *testing.T) {
 		"containerd 2.2.6, unset: on by default":  {runtime: "containerd", version: "2.2.6", wantCheckpoint: &yes, wantRestore: &yes, wantSetting: containerdRestoreSetting},
 		"containerd 2.3.3, unset: on by default":  {runtime: "containerd", version: "2.3.3", wantCheckpoint: &yes, wantRestore: &yes, wantSetting: containerdRestoreSetting},
 		"containerd 2.3.4, unset: off by default": {runtime: "containerd", version: "2.3.4", wantCheckpoint: &yes, wantRestore: &no, wantSetting: containerdRestoreSetting},
-		"containerd 2.4.0: gone":                  {runtime: "containerd", version: "2.4.0", wantCheckpoint: &yes, wantRestore: &no, wantSetting: containerdRestoreSetting},
+		"containerd 2.4.0: gone":                  {runtime: "containerd", version: "2.4.0", wantCheckpoint: &yes, wantRestore: &no, wantNote: true},
 		"containerd 1.7.20: on":                   {runtime: "containerd", version: "1.7.20", wantCheckpoint: &yes, wantRestore: &yes, wantSetting: containerdRestoreSetting},
 		"containerd unknown version, unset":       {runtime: "containerd", version: "main", wantCheckpoint: &yes, wantSetting: containerdRestoreSetting, wantNote: true},
 		"containerd 2.3.4, set true": {
@@ -67,6 +67,11 @@ func TestRuntimeSettings(t *testing.T) {
 			runtime: "containerd", version: "2.2.6",
 			texts:          []string{"[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_experimental_restore_via_create = false\n"},
 			wantCheckpoint: &yes, wantRestore: &no, wantSetting: containerdRestoreSetting,
+		},
+		"containerd 2.4, set true: gone anyway": {
+			runtime: "containerd", version: "2.4.0",
+			texts:          []string{"[plugins.'io.containerd.cri.v1.runtime']\nenable_experimental_restore_via_create = true\n"},
+			wantCheckpoint: &yes, wantRestore: &no, wantNote: true,
 		},
 		"cri-o without criu support": {
 			runtime: "cri-o", version: "1.34.0",
@@ -80,8 +85,18 @@ func TestRuntimeSettings(t *testing.T) {
 		},
 		"cri-o restore on, a drop-in wins": {
 			runtime: "cri-o", version: "1.34.0",
-			texts:          []string{"[crio.runtime]\nenable_criu_support = true\n[crio.checkpoint_restore]\ncontainer_level_enabled = \"checkpoint_only\"\n", "[crio.checkpoint_restore]\ncontainer_level_enabled = \"true\"\n"},
+			texts:          []string{"[crio.runtime]\nenable_criu_support = true\n[crio.checkpoint_restore]\ncontainer_level_enabled = \"checkpoint_only\"\n", "[crio.checkpoint_restore]\ncontainer_level_enabled = \"checkpoint_restore\"\n"},
 			wantCheckpoint: &yes, wantRestore: &yes, wantSetting: crioRestoreSetting,
+		},
+		"cri-o none": {
+			runtime: "cri-o", version: "1.34.0",
+			texts:          []string{"[crio.checkpoint_restore]\ncontainer_level_enabled = \"none\"\n"},
+			wantCheckpoint: &no, wantRestore: &no, wantSetting: crioRestoreSetting,
+		},
+		"cri-o, a value it does not take: unknown": {
+			runtime: "cri-o", version: "1.34.0",
+			texts:       []string{"[crio.checkpoint_restore]\ncontainer_level_enabled = \"true\"\n"},
+			wantSetting: crioRestoreSetting, wantNote: true,
 		},
 		"cri-o says nothing: unknown": {runtime: "cri-o", version: "1.34.0", wantSetting: crioCRIUSetting},
 		"unknown runtime":             {runtime: "sim", wantNote: true},

@@ -73,7 +73,7 @@ type Config struct {
 
 // Puller pulls an image onto the node.
 type Puller interface {
-	Pull(ctx context.Context, ref string) error
+	Pull(ctx context.Context, ref string, auth *contract.RegistryAuth) error
 }
 
 // NodeProber reports the node's capabilities (NodeProbe).
@@ -131,6 +131,11 @@ type BuildResponse struct {
 // PullRequest asks for an image on the node.
 type PullRequest struct {
 	Ref string `json:"ref"`
+	// Auth are the credentials for Ref's registry from the pod's
+	// imagePullSecrets, which the migrator read; nil: the node's own. The
+	// agent passes them to the runtime for this pull only, and never
+	// keeps or logs them.
+	Auth *contract.RegistryAuth `json:"auth,omitempty"`
 }
 
 // Handler returns the API.
@@ -274,11 +279,11 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t0 := time.Now()
-	if err := s.cfg.Puller.Pull(r.Context(), req.Ref); err != nil {
+	if err := s.cfg.Puller.Pull(r.Context(), req.Ref, req.Auth); err != nil {
 		httpError(w, http.StatusBadGateway, err)
 		return
 	}
-	s.log.Info("image pulled", "ref", req.Ref, "took", time.Since(t0))
+	s.log.Info("image pulled", "ref", req.Ref, "withPullSecret", req.Auth != nil, "took", time.Since(t0))
 	writeJSON(w, map[string]string{"ref": req.Ref})
 }
 

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -12,16 +14,21 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/ociimage"
 )
 
-type recordingPuller struct{ refs []string }
+type recordingPuller struct {
+	refs  []string
+	auths []*contract.RegistryAuth
+}
 
-func (p *recordingPuller) Pull(_ context.Context, ref string) error {
+func (p *recordingPuller) Pull(_ context.Context, ref string, auth *contract.RegistryAuth) error {
 	if strings.Contains(ref, "missing") {
 		return errors.New("not found in the registry")
 	}
 	p.refs = append(p.refs, ref)
+	p.auths = append(p.auths, auth)
 	return nil
 }
 
@@ -131,14 +138,14 @@ func TestBadRequests(t *testing.T) {
 			_, err := c.BuildCheckpointImage(ctx, "node-1", archive, "app", "UPPER CASE")
 			return err
 		}, "not an image tag"},
-		"unknown node":      {func() error { return c.PullImage(ctx, "node-9", "a/b:c") }, "no such node"},
-		"pull fails":        {func() error { return c.PullImage(ctx, "node-1", "reg/missing:1") }, "not found in the registry"},
+		"unknown node":      {func() error { return c.PullImage(ctx, "node-9", "a/b:c", nil) }, "no such node"},
+		"pull fails":        {func() error { return c.PullImage(ctx, "node-1", "reg/missing:1", nil) }, "not found in the registry"},
 		"log not a .log":    {func() error { _, err := c.ReadLog(ctx, "node-1", "/etc/passwd"); return err }, "only .log files"},
 		"log via a symlink": {func() error { _, err := c.ReadLog(ctx, "node-1", "escape.log"); return err }, "outside the log folders"},
 		"wrong token": {func() error {
 			bad := c
 			bad.Token = "nope"
-			return bad.PullImage(ctx, "node-1", "a/b:c")
+			return bad.PullImage(ctx, "node-1", "a/b:c", nil)
 		}, "wrong bearer token"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -156,11 +163,11 @@ func TestBadRequests(t *testing.T) {
 func TestPullAndLogs(t *testing.T) {
 	c, _, _, p := setup(t)
 	ctx := t.Context()
-	if err := c.PullImage(ctx, "node-1", "10.77.0.1:5000/app@sha256:"+strings.Repeat("a", 64)); err != nil {
+	if err := c.PullImage(ctx, "node-1", "10.77.0.1:5000/app@sha256:"+strings.Repeat("a", 64), nil); err != nil {
 		t.Fatal(err)
 	}
-	if len(p.refs) != 1 {
-		t.Errorf("pulled %v", p.refs)
+	if len(p.refs) != 1 || p.auths[0] != nil {
+		t.Errorf("pulled %v with %v", p.refs, p.auths)
 	}
 	log, err := c.ReadLog(ctx, "node-1", "criu-dump.log")
 	if err != nil || !strings.Contains(log, "it broke") {
@@ -197,5 +204,29 @@ func TestFailedPushRemovesTheArchive(t *testing.T) {
 	}
 	if _, err := os.Stat(archive); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the archive is left after the failed push (stat: %v)", err)
+	}
+}
+
+// TestPullWithThePodsCredentials: the credentials the migrator sends reach
+// the runtime's pull as sent, and the agent's log never shows them.
+func TestPullWithThePodsCredentials(t *testing.T) {
+	var logs bytes.Buffer
+	c, _, _, p := setup(t, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	want := &contract.RegistryAuth{Registry: "10.77.0.1:5001", Username: "puller", Password: "s3cret-pass", IdentityToken: "s3cret-id", RegistryToken: "s3cret-bearer"}
+	if err := c.PullImage(t.Context(), "node-1", "10.77.0.1:5001/app@sha256:"+strings.Repeat("a", 64), want); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.auths) != 1 || p.auths[0] == nil || *p.auths[0] != *want {
+		t.Errorf("the runtime was given %v, want the pod's credentials", p.auths)
+	}
+	if !strings.Contains(logs.String(), `"withPullSecret":true`) {
+		t.Errorf("the pull is not logged as one with a pull secret:\n%s", logs.String())
+	}
+	for _, s := range []string{"s3cret", "puller"} {
+		if strings.Contains(logs.String(), s) {
+			t.Errorf("the agent logged %q:\n%s", s, logs.String())
+		}
 	}
 }

@@ -198,9 +198,6 @@ func (d *decision) leaveAlone(reasons []string) (Result, error) {
 // sidecar replay, and replaces the earlier restore's lines in the status.
 func (d *decision) restoreInjected(out *corev1.Pod, app *corev1.Container, status Status) (Result, error) {
 	sidecar := &out.Spec.InitContainers[sidecarIndex(out.Spec.InitContainers)]
-	if d.restore != nil && isNATSSidecar(sidecar) {
-		return Result{Warnings: d.warnings}, denyf("%s", errNATSRestore)
-	}
 	lines := applyRestore(out, app, sidecar, d.restore)
 	var kept []string
 	for _, l := range status.Rewritten {
@@ -235,9 +232,6 @@ func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error
 	spec, err := d.sidecarSettings(br.upstream, nats)
 	if err != nil {
 		return Result{Warnings: d.warnings}, err
-	}
-	if nats && d.restore != nil {
-		return Result{Warnings: d.warnings}, denyf("%s", errNATSRestore)
 	}
 	sc := sidecarContainer(d.cfg, spec)
 	sc.EnvFrom, sc.VolumeMounts = br.envFrom, br.mounts

@@ -134,10 +134,13 @@ func rewriteNATS(app *corev1.Container, listenPort int32) (r brokerRewrite, cons
 	return r, considered
 }
 
-// errNATSRestore denies a migration target whose app speaks NATS: a NATS
-// sidecar cannot replay yet (docs/nats.md), and a restore must not start
-// without its replay.
-const errNATSRestore = "the pod's app speaks NATS, and a NATS sidecar cannot replay yet: NATS pods cannot be migration targets (see docs/nats.md)"
+// SpeaksNATS says whether pod's injected sidecar is a NATS one: the
+// migrator takes such a pod only by the strategies that cover NATS
+// (docs/nats.md).
+func SpeaksNATS(pod *corev1.Pod) bool {
+	i := sidecarIndex(pod.Spec.InitContainers)
+	return i >= 0 && isNATSSidecar(&pod.Spec.InitContainers[i])
+}
 
 // isNATSSidecar says whether an injected sidecar is a NATS one.
 func isNATSSidecar(c *corev1.Container) bool {

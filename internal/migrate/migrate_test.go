@@ -206,3 +206,25 @@ func TestCheckpointRef(t *testing.T) {
 		t.Errorf("tag of a long name %q (%d bytes): %v", tag, len(tag), err)
 	}
 }
+
+// TestOneAppContainer: a pod with a second app container migrates only
+// once the pod names the container that holds the state.
+func TestOneAppContainer(t *testing.T) {
+	pod := func(annotations map[string]string, names ...string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app-0", Annotations: annotations}}
+		for _, n := range names {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n})
+		}
+		return p
+	}
+	if err := oneAppContainer(pod(nil, "app")); err != nil {
+		t.Errorf("one container: %v", err)
+	}
+	err := oneAppContainer(pod(nil, "orders", "audit"))
+	if err == nil || !strings.Contains(err.Error(), "2 app containers (orders, audit)") || !strings.Contains(err.Error(), contract.AnnotationContainer) {
+		t.Errorf("two containers, none named: %v; want a refusal naming both and %s", err, contract.AnnotationContainer)
+	}
+	if err := oneAppContainer(pod(map[string]string{contract.AnnotationContainer: "orders"}, "orders", "audit")); err != nil {
+		t.Errorf("two containers, one named: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/ms2m/ms2m/internal/contract"
 )
@@ -71,6 +72,9 @@ func sourceCheckpoints(src, _ *contract.NodeCapabilities, s contract.Strategy) (
 func targetRestores(_, dst *contract.NodeCapabilities, s contract.Strategy) (string, string, bool) {
 	if dst == nil || dst.RestoreEnabled == nil || *dst.RestoreEnabled {
 		return "", "", false
+	}
+	if dst.Setting == "" { // no setting turns it on (containerd 2.4)
+		return contract.ReasonMigrationNodeNotCapable, fmt.Sprintf("the target node %s cannot restore a checkpoint (strategy %s): %s; pick another target", dst.Node, s, strings.Join(append([]string{"its " + runtimeName(dst) + " cannot"}, dst.Notes...), ": ")), true
 	}
 	return contract.ReasonMigrationNodeNotCapable, fmt.Sprintf("the target node %s cannot restore a checkpoint (strategy %s): restore is off in its %s; set %s%s and restart the runtime (docs/install.md), or pick another target", dst.Node, s, runtimeName(dst), dst.Setting, inFile(dst)), true
 }

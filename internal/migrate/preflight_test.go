@@ -34,6 +34,14 @@ func TestPreflight(t *testing.T) {
 			}),
 			wantInMsg: []string{"target node b", "enable_experimental_restore_via_create = true", "/etc/containerd/config.toml", "containerd 2.3.4"},
 		},
+		"containerd 2.4 on the target: no setting to change": {
+			src: capable("a"),
+			dst: with(capable("b"), func(c *contract.NodeCapabilities) {
+				c.RuntimeVersion, c.RestoreEnabled, c.Notes = "2.4.0", &no, []string{"containerd 2.4 and later have no restore through CreateContainer"}
+			}),
+			wantInMsg:    []string{"target node b cannot restore", "containerd 2.4.0 cannot", "no restore through CreateContainer", "pick another target"},
+			wantNotInMsg: []string{"set ", "restart the runtime"},
+		},
 		"restore off on the source is no matter": {
 			src: with(capable("a"), func(c *contract.NodeCapabilities) { c.RestoreEnabled = &no }),
 			dst: capable("b"), wantOK: true,

@@ -168,9 +168,19 @@ func podTemplate(inject bool) corev1.PodTemplateSpec {
 // runs and has served for a while.
 func deploy(t *testing.T, c *simcluster.Cluster, ns, owner string, injected bool) *workload {
 	t.Helper()
+	return deployWith(t, c, ns, owner, podTemplate(injected), nil)
+}
+
+// deployWith is deploy with the pod template tmpl, and before, if set,
+// run once the namespace is made (to make what the pods refer to).
+func deployWith(t *testing.T, c *simcluster.Cluster, ns, owner string, tmpl corev1.PodTemplateSpec, before func()) *workload {
+	t.Helper()
 	ctx := t.Context()
 	if err := c.Namespace(ctx, ns); err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before()
 	}
 	t.Cleanup(func() {
 		if err := c.Client.CoreV1().Namespaces().Delete(context.WithoutCancel(t.Context()), ns, metav1.DeleteOptions{}); err != nil {
@@ -185,12 +195,12 @@ func deploy(t *testing.T, c *simcluster.Cluster, ns, owner string, injected bool
 	case "Deployment":
 		_, err = c.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "consumer"},
-			Spec:       appsv1.DeploymentSpec{Replicas: &one, Selector: sel, Template: podTemplate(injected)},
+			Spec:       appsv1.DeploymentSpec{Replicas: &one, Selector: sel, Template: tmpl},
 		}, metav1.CreateOptions{})
 	case "StatefulSet":
 		_, err = c.Client.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "consumer"},
-			Spec:       appsv1.StatefulSetSpec{Replicas: &one, Selector: sel, Template: podTemplate(injected), ServiceName: "consumer"},
+			Spec:       appsv1.StatefulSetSpec{Replicas: &one, Selector: sel, Template: tmpl, ServiceName: "consumer"},
 		}, metav1.CreateOptions{})
 	}
 	if err != nil {

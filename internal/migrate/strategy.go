@@ -18,6 +18,7 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/pullsecret"
 )
 
 // ByOwner is the strategy auto picks for pod.
@@ -40,8 +41,10 @@ type NodeAgent interface {
 	// PullImage makes ref (name@digest) present on node. A restore needs
 	// the image the checkpoint is based on, and the runtime's restore path
 	// pulls it without the node's registry configuration (containerd's
-	// default resolver), so it is pulled ahead, the way pods pull theirs.
-	PullImage(ctx context.Context, node, ref string) error
+	// default resolver), so it is pulled ahead, the way pods pull theirs:
+	// with auth, the credentials for ref's registry among the pod's
+	// imagePullSecrets (nil: none, the node's own apply).
+	PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error
 }
 
 // Checkpointer is an optional NodeAgent method: it has node's kubelet
@@ -335,7 +338,16 @@ func (r *run) do(ctx context.Context) error {
 	if base == "" {
 		return fmt.Errorf("migration %s: pod %s/%s reports no image ID for container %s", p.Name, p.Namespace, p.Pod, p.Container)
 	}
-	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base); err != nil {
+	// With the pod's own pull secret for the image's registry, as the
+	// kubelet pulled it on the source node.
+	auth, unreadable, err := pullsecret.ForPod(ctx, r.env.Client, src, base)
+	if err != nil {
+		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
+	}
+	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base, auth); err != nil {
+		if len(unreadable) > 0 {
+			err = fmt.Errorf("%w (the migrator may not read the pod's imagePullSecrets %s: list their names in the chart's migrator.pullSecretNames, docs/security.md)", err, strings.Join(unreadable, ", "))
+		}
 		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
 	}
 	r.phase("prepare target")
@@ -893,6 +905,37 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 	return nil
 }
 
+// natsStrategy is an error if src's app speaks NATS and strategy does not
+// cover NATS consumers: only ms2m does so far (docs/nats.md).
+func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
+	if !inject.SpeaksNATS(src) || strategy == contract.StrategyMS2M {
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s's app speaks NATS, and strategy %s does not migrate NATS consumers yet: only %s does (see docs/nats.md); set annotation %s to %s",
+		src.Namespace, src.Name, strategy, contract.StrategyMS2M, contract.AnnotationStrategy, contract.StrategyMS2M)
+}
+
+// oneAppContainer is an error if src has more than one app container
+// and does not say which of them holds the state: ms2m checkpoints,
+// restores and logs the deliveries of one container (the one
+// contract.AnnotationContainer names, else the first); the others start
+// afresh from their images on the target, their memory gone and their
+// deliveries never logged. Naming the container says the others may.
+func oneAppContainer(src *corev1.Pod) error {
+	if len(src.Spec.Containers) < 2 {
+		return nil
+	}
+	if _, named := src.Annotations[contract.AnnotationContainer]; named {
+		return nil
+	}
+	names := make([]string, 0, len(src.Spec.Containers))
+	for _, c := range src.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	return fmt.Errorf("pod %s/%s has %d app containers (%s): ms2m moves the memory of one, and the others would start afresh on the target, their state lost and their deliveries not logged; name the one that holds the state with annotation %s (the others must not keep state), or give each stateful consumer its own pod (docs/runtimes.md, whole pods)",
+		src.Namespace, src.Name, len(names), strings.Join(names, ", "), contract.AnnotationContainer)
+}
+
 // preconditions checks what a migration needs before it touches anything.
 func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod, p Plan) error {
 	if !p.Strategy.Valid() {
@@ -930,6 +973,12 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		return fmt.Errorf("pod %s/%s belongs to StatefulSet %s, which would recreate it with empty state beside a copy: use strategy %s or %s (or %s)", src.Namespace, src.Name, controllerOf(src).Name, contract.StrategyStatefulSetShadow, contract.StrategyStatefulSet, contract.StrategyAuto)
 	case !sts && (p.Strategy == contract.StrategyStatefulSet || p.Strategy == contract.StrategyStatefulSetShadow):
 		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
+	}
+	if err := natsStrategy(src, p.Strategy); err != nil {
+		return err
+	}
+	if err := oneAppContainer(src); err != nil {
+		return err
 	}
 	found := false
 	for _, c := range src.Spec.Containers {

@@ -132,7 +132,7 @@ func nodeCells(r nodeRow) []string {
 		cg = "v" + strconv.Itoa(c.CgroupVersion)
 	}
 	var note []string
-	if (c.RestoreEnabled != nil && !*c.RestoreEnabled) || (c.CheckpointEnabled != nil && !*c.CheckpointEnabled) {
+	if c.Setting != "" && ((c.RestoreEnabled != nil && !*c.RestoreEnabled) || (c.CheckpointEnabled != nil && !*c.CheckpointEnabled)) {
 		note = append(note, "set "+c.Setting)
 	}
 	note = append(note, c.Notes...)

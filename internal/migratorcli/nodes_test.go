@@ -20,8 +20,8 @@ func TestNodeCells(t *testing.T) {
 			want: []string{"a", "containerd 2.3.4", "4.1", "yes", "yes", "v2", "-"},
 		},
 		"restore off names the setting": {
-			row:  nodeRow{Node: "b", Caps: &contract.NodeCapabilities{Runtime: "cri-o", RuntimeVersion: "1.34.0", CRIUFound: &no, CheckpointEnabled: &yes, RestoreEnabled: &no, Setting: `[crio.checkpoint_restore] container_level_enabled = "true"`, CgroupVersion: 1}},
-			want: []string{"b", "cri-o 1.34.0", "missing", "yes", "no", "v1", `set [crio.checkpoint_restore] container_level_enabled = "true"`},
+			row:  nodeRow{Node: "b", Caps: &contract.NodeCapabilities{Runtime: "cri-o", RuntimeVersion: "1.34.0", CRIUFound: &no, CheckpointEnabled: &yes, RestoreEnabled: &no, Setting: `[crio.checkpoint_restore] container_level_enabled = "checkpoint_restore"`, CgroupVersion: 1}},
+			want: []string{"b", "cri-o 1.34.0", "missing", "yes", "no", "v1", `set [crio.checkpoint_restore] container_level_enabled = "checkpoint_restore"`},
 		},
 		"nothing known": {
 			row:  nodeRow{Node: "c", Caps: &contract.NodeCapabilities{Notes: []string{"no runtime\nanswered"}}},

@@ -25,6 +25,7 @@ type chunk struct {
 	data  []byte
 	gate  shadowqueue.Ticket
 	gated bool
+	pings int // PINGs in data
 }
 
 // conn is one proxied connection.
@@ -51,9 +52,30 @@ type conn struct {
 	mode    proxy.Mode
 	held    [][]byte // JetStream deliveries held back while quiesced, raw
 	dropped int      // deliveries dropped while stopped
+	// jsSIDs are the app's subscriptions that got JetStream deliveries:
+	// a stop takes them off the server.
+	jsSIDs map[string]bool
 
 	// queued counts the app's chunks not yet written to the server.
 	queued atomic.Int64
+
+	// subMu guards the app's subscriptions and, on a target, the replay
+	// this connection takes part in.
+	subMu     sync.Mutex
+	subs      map[string]appSub    // by sid
+	feeds     map[string]*pushFeed // held subscriptions fed from the log, by sid
+	replaying map[*keyReplay]bool  // consumers served from the log here
+	// replaySettled counts the replayed deliveries the app settled here.
+	replaySettled atomic.Uint64
+
+	// PINGs written to the server (guarded by upMu) and PONGs read back
+	// (downstream pump): a flush of the proxy's own waits for the PONG of
+	// its PING, which does not go to the app.
+	pingsSent uint64
+	pongsSeen uint64
+	flushMu   sync.Mutex
+	flushAt   uint64        // the PONG number a flush waits for, 0 none
+	flushed   chan struct{} // closed when it comes
 }
 
 func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
@@ -62,6 +84,10 @@ func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
 		queue:     make(chan chunk, 64),
 		payloadCh: make(chan int, 1),
 		aborted:   make(chan struct{}),
+		subs:      map[string]appSub{},
+		jsSIDs:    map[string]bool{},
+		feeds:     map[string]*pushFeed{},
+		replaying: map[*keyReplay]bool{},
 	}
 }
 
@@ -96,6 +122,7 @@ func (c *conn) run(ctx context.Context) {
 		c.abort()
 	})
 	wg.Wait()
+	c.endReplay()
 }
 
 func (c *conn) isAborted() bool {
@@ -134,8 +161,22 @@ func (c *conn) downstream(ctx context.Context) error {
 						out = natswire.AppendInfo(out, info)
 						return nil
 					}
+				case natswire.OpPong:
+					if c.onPong() {
+						return nil // the answer to the proxy's own PING
+					}
 				case natswire.OpMsg, natswire.OpHMsg:
-					if c.mode != proxy.Serving && isJSDelivery(m) {
+					js := isJSDelivery(m)
+					if js && !c.jsSIDs[string(m.SID)] && len(c.jsSIDs) < maxSubs {
+						c.jsSIDs[string(m.SID)] = true
+					}
+					if js && c.noTeeYet() {
+						// A target before the cutoff is known: the delivery
+						// cannot be numbered yet. The server redelivers it.
+						c.dropped++
+						return nil
+					}
+					if c.mode != proxy.Serving && js {
 						if c.mode == proxy.Quiesced {
 							c.held = append(c.held, bytes.Clone(m.Raw))
 						} else {
@@ -222,8 +263,8 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 		if bytes.HasPrefix(m.Subject, []byte("_INBOX.")) || bytes.HasPrefix(m.Subject, []byte("$")) {
 			return nil // a reply to a request of the app's
 		}
-		if len(m.Subject) > maxName || len(m.Reply) > maxName {
-			return nil // best effort: a record cannot carry it
+		if len(m.Subject) > maxName || len(m.Reply) > maxName || c.noTeeYet() {
+			return nil // best effort: a record cannot carry it, or not yet
 		}
 		c.p.tee.Append(shadowqueue.Record{
 			RoutingKey: string(m.Subject), Exchange: string(m.Reply),
@@ -310,10 +351,31 @@ func (c *conn) readApp(ctx context.Context) error {
 			// that an absorbed ack is never half sent.
 			var ch chunk
 			ch.data = make([]byte, 0, n+parser.Buffered())
+			pings := 0
 			var pongs []byte
 			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
 				switch m.Op {
+				case natswire.OpSub:
+					c.trackSub(m)
+					if c.p.rp != nil && c.holdSub(ctx, m) {
+						return nil // fed from the log; it goes upstream at the switch
+					}
+				case natswire.OpUnsub:
+					if c.untrackSub(m) {
+						return nil // the server never had it
+					}
 				case natswire.OpPub, natswire.OpHPub:
+					if c.p.rp != nil && bytes.HasPrefix(m.Subject, []byte(replayAckPrefix)) {
+						if c.p.onReplayAck(m.Subject, m.Body) {
+							c.replaySettled.Add(1)
+						}
+						if len(m.Reply) > 0 { // AckSync: the server would confirm it
+							if sid := c.sidFor(string(m.Reply)); sid != nil {
+								_ = c.writeApp(natswire.AppendMsg(nil, m.Reply, sid, nil, nil, nil)) // a failed write ends the connection anyway
+							}
+						}
+						return nil // a replayed delivery's: the server never sent it
+					}
 					if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
 						settle := !bytes.HasPrefix(m.Body, natswire.AckProgress)
 						tk, ok := c.p.unacked.lookup(m.Subject, settle)
@@ -327,13 +389,34 @@ func (c *conn) readApp(ctx context.Context) error {
 							ch.gate, ch.gated = max(ch.gate, tk), true
 						}
 					}
-					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && c.p.Mode() != proxy.Serving {
-						c.p.pullsAbsorbed.Add(1)
-						return nil // no new deliveries while quiesced or stopped
+					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) {
+						if sid := c.sidFor(string(m.Reply)); sid != nil {
+							c.markPull(sid)
+						}
+						if h, ok := c.parsePull(m); ok {
+							if c.p.rp != nil && !c.p.rp.key(h.stream, h.consumer).isSwitched() {
+								go c.servePull(ctx, h)
+								return nil // answered from the log
+							}
+							if c.p.Mode() != proxy.Serving {
+								c.p.pullsAbsorbed.Add(1)
+								go c.holdPull(ctx, h)
+								return nil // no new deliveries while quiesced or stopped
+							}
+						} else if c.p.Mode() != proxy.Serving {
+							c.p.pullsAbsorbed.Add(1)
+							return nil
+						}
+					}
+					if c.p.absorbing() && isAppPublish(m.Subject) {
+						c.absorbPublish(ctx, m)
+						return nil
 					}
 				case natswire.OpPong:
 					pongs = append(pongs, m.Raw...)
 					return nil
+				case natswire.OpPing:
+					pings++
 				}
 				ch.data = append(ch.data, m.Raw...)
 				return nil
@@ -352,6 +435,7 @@ func (c *conn) readApp(ctx context.Context) error {
 					return err
 				}
 			}
+			ch.pings = pings
 			if len(ch.data) > 0 {
 				c.queued.Add(1)
 				select {
@@ -378,6 +462,7 @@ func (c *conn) writer(ctx context.Context) error {
 		}
 		c.upMu.Lock()
 		_, err := c.up.Write(ch.data)
+		c.pingsSent += uint64(ch.pings)
 		c.upMu.Unlock()
 		c.queued.Add(-1)
 		if err != nil {

@@ -17,6 +17,20 @@
 //     absorbed: the server redelivers the message after its ack wait, as a
 //     broker redelivers an AMQP delivery whose connection dropped.
 //
+// A stop first takes the app's JetStream subscriptions off the server (UNSUB
+// on its behalf) and waits for the PONG of a PING sent after them, so that
+// nothing reaches a stopped proxy; while quiesced or stopped the proxy
+// answers the app's pull requests itself, as the server would (a 408 at
+// their expiry).
+//
+// On a target (Options.Replay), the records of each JetStream consumer up
+// to the cutoff are fed into the app's push subscription on the
+// consumer's deliver subject (kept from the server meanwhile) or into its
+// pull requests, with reply subjects of the proxy's own; their acks and
+// the app's publishes are absorbed (a JetStream publish ack is answered).
+// Once the app has settled every record of a consumer, that consumer is
+// switched to the server.
+//
 // Flow-control requests, idle heartbeats and other status messages pass
 // untouched and are not teed. Core NATS messages (no $JS.ACK reply, on a
 // subject outside _INBOX. and $) are teed best effort, as AMQP auto-ack

@@ -48,6 +48,18 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 		return proxy.StopResult{CutoffID: p.cutoffID, Epoch: p.stopEpoch, StoppedAt: p.stopAt}, nil
 	}
 	started := time.Now()
+	// Hold deliveries, take the app's JetStream subscriptions off the
+	// server and wait for what it sent before, so that nothing reaches
+	// this sidecar after the stop: a delivery dropped then would come back
+	// to the next consumer after its ack wait, behind later messages.
+	if _, err := p.switchMode(proxy.Quiesced); err != nil {
+		return proxy.StopResult{}, err
+	}
+	for _, c := range p.snapshotConns() {
+		if err := c.endJS(ctx); err != nil {
+			return proxy.StopResult{}, fmt.Errorf("stop: take the app's JetStream subscriptions off the server: %w; POST /resume puts them back", err)
+		}
+	}
 	held, err := p.switchMode(proxy.Stopped)
 	if err != nil {
 		return proxy.StopResult{}, err
@@ -85,6 +97,11 @@ func (p *Proxy) Resume(ctx context.Context) error {
 	if _, err := p.switchMode(proxy.Serving); err != nil {
 		return err
 	}
+	if was == proxy.Stopped {
+		for _, c := range p.snapshotConns() {
+			c.resubscribe()
+		}
+	}
 	p.log.Info("resumed", "from", was.String())
 	return nil
 }
@@ -94,6 +111,8 @@ func (p *Proxy) Resume(ctx context.Context) error {
 func (p *Proxy) switchMode(m proxy.Mode) (released int, err error) {
 	p.mu.Lock()
 	p.mode.Store(int32(m))
+	close(p.modeCh)
+	p.modeCh = make(chan struct{})
 	conns := make([]*conn, 0, len(p.conns))
 	for c := range p.conns {
 		conns = append(conns, c)
@@ -108,6 +127,16 @@ func (p *Proxy) switchMode(m proxy.Mode) (released int, err error) {
 		}
 	}
 	return released, err
+}
+
+func (p *Proxy) snapshotConns() []*conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conns := make([]*conn, 0, len(p.conns))
+	for c := range p.conns {
+		conns = append(conns, c)
+	}
+	return conns
 }
 
 // waitSettled waits until the app has settled every delivery it was given
@@ -152,6 +181,9 @@ func (p *Proxy) State() proxy.State {
 	}
 	if p.Mode() == proxy.Stopped {
 		s.CutoffID, s.Epoch = cutoff, epoch
+	}
+	if p.rp != nil {
+		p.replayState(&s)
 	}
 	return s
 }

@@ -20,6 +20,9 @@ type Tee interface {
 	Status() shadowqueue.TeeStatus
 	Durable(shadowqueue.Ticket) bool
 	Wait(context.Context, shadowqueue.Ticket) error
+	// Continue makes the next delivery ID last+1 in epoch (a target takes
+	// the log over at the source's cutoff).
+	Continue(last, epoch uint64) error
 	// WaitRoom blocks while the log's pending records are at their bound:
 	// each connection calls it before it reads from the server again.
 	WaitRoom(context.Context) error
@@ -42,6 +45,11 @@ type Options struct {
 	Logger     *slog.Logger
 	// Dial connects to the server. Default net.Dialer.DialContext.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Replay, if set, makes this a target sidecar: the app's JetStream
+	// consumers are served from the log up to the cutoff, then from the
+	// server. Lookup must be set with it.
+	Replay ReplaySource
+	Lookup Lookup
 }
 
 // Stats counts what the proxy did since it started.
@@ -73,8 +81,10 @@ type Proxy struct {
 	cutoffID, stopEpoch uint64
 	stopAt              time.Time
 
-	mode atomic.Int32 // a proxy.Mode
-	opMu sync.Mutex   // serialises Quiesce, Resume and Stop
+	mode   atomic.Int32  // a proxy.Mode
+	modeCh chan struct{} // closed and replaced at each mode switch (guarded by mu)
+	rp     *replayer     // target sidecars only
+	opMu   sync.Mutex    // serialises Quiesce, Resume and Stop
 
 	connections, jsDeliveries, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
 }
@@ -97,13 +107,25 @@ func New(tee Tee, opts Options) *Proxy {
 		var d net.Dialer
 		opts.Dial = d.DialContext
 	}
-	return &Proxy{
+	p := &Proxy{
 		opts:    opts,
 		tee:     tee,
 		log:     opts.Logger,
 		conns:   map[*conn]struct{}{},
 		unacked: newUnackedSet(opts.MaxUnacked),
+		modeCh:  make(chan struct{}),
 	}
+	if opts.Replay != nil {
+		p.rp = newReplayer(opts.Replay, opts.Lookup)
+	}
+	return p
+}
+
+// modeWake returns a channel closed at the next mode switch.
+func (p *Proxy) modeWake() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.modeCh
 }
 
 // Stats returns the proxy's counters.

@@ -20,6 +20,7 @@ type JSAck struct {
 	Delivered        uint64 // delivery count: above 1 for a redelivery
 	StreamSeq        uint64
 	ConsumerSeq      uint64
+	Timestamp        uint64 // when the server delivered it, Unix nanoseconds
 	Pending          uint64
 }
 
@@ -60,15 +61,13 @@ func ParseJSAck(subject []byte) (a JSAck, ok bool) {
 	if len(a.Stream) == 0 || len(a.Consumer) == 0 {
 		return JSAck{}, false
 	}
-	nums := [...]*uint64{&a.Delivered, &a.StreamSeq, &a.ConsumerSeq, nil, &a.Pending}
+	nums := [...]*uint64{&a.Delivered, &a.StreamSeq, &a.ConsumerSeq, &a.Timestamp, &a.Pending}
 	for i, p := range nums {
 		v, err := strconv.ParseUint(string(tok[base+2+i]), 10, 64) // no allocation: the compiler converts in place
 		if err != nil {
 			return JSAck{}, false
 		}
-		if p != nil {
-			*p = v
-		}
+		*p = v
 	}
 	if a.StreamSeq == 0 || a.Delivered == 0 {
 		return JSAck{}, false

@@ -193,8 +193,8 @@ func TestParseJSAck(t *testing.T) {
 		want    JSAck
 		wantOK  bool
 	}{
-		"v1":              {"$JS.ACK.ORDERS.proc.2.17.5.1700000000000000000.3", JSAck{[]byte("ORDERS"), []byte("proc"), 2, 17, 5, 3}, true},
-		"v2":              {"$JS.ACK.hub.ACCHASH.ORDERS.proc.1.9.9.1700000000000000000.0.rand", JSAck{[]byte("ORDERS"), []byte("proc"), 1, 9, 9, 0}, true},
+		"v1":              {"$JS.ACK.ORDERS.proc.2.17.5.1700000000000000000.3", JSAck{[]byte("ORDERS"), []byte("proc"), 2, 17, 5, 1700000000000000000, 3}, true},
+		"v2":              {"$JS.ACK.hub.ACCHASH.ORDERS.proc.1.9.9.1700000000000000000.0.rand", JSAck{[]byte("ORDERS"), []byte("proc"), 1, 9, 9, 1700000000000000000, 0}, true},
 		"inbox":           {"_INBOX.abc.def", JSAck{}, false},
 		"fc reply":        {"$JS.FC.ORDERS.x.y", JSAck{}, false},
 		"short":           {"$JS.ACK.S.C.1.2", JSAck{}, false},

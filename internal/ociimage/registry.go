@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -52,12 +53,21 @@ type Registry struct {
 type RegistryOption func(*registryConfig)
 
 type registryConfig struct {
-	log *slog.Logger
+	log        *slog.Logger
+	user, pass string
 }
 
 // WithRequestLog logs every request (method, path, status, bytes, time) to l.
 func WithRequestLog(l *slog.Logger) RegistryOption {
 	return func(c *registryConfig) { c.log = l }
+}
+
+// WithBasicAuth makes the registry answer only requests with this
+// username and password (HTTP basic authentication); others get 401 with
+// a Basic challenge, as a private registry does. For tests of pulls with
+// credentials.
+func WithBasicAuth(user, password string) RegistryOption {
+	return func(c *registryConfig) { c.user, c.pass = user, password }
 }
 
 // ServeRegistry starts a registry on addr (host:port; port 0 picks a free
@@ -72,6 +82,7 @@ func ServeRegistry(addr, dir string, opts ...RegistryOption) (*Registry, error) 
 	if err != nil {
 		return nil, err
 	}
+	h.user, h.pass = cfg.user, cfg.pass
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("registry: listen on %s: %w", addr, err)
@@ -116,6 +127,8 @@ type regHandler struct {
 	store *diskStore
 	inner http.Handler
 	log   *slog.Logger
+	// user and pass, when set, are the only credentials it serves.
+	user, pass string
 
 	mu      sync.Mutex
 	uploads map[string]*upload
@@ -150,9 +163,17 @@ func (h *regHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	rec := &statusWriter{ResponseWriter: w}
 	defer func() {
-		h.log.Info("registry request", "method", req.Method, "path", req.URL.Path,
+		h.log.Info("registry request", "method", req.Method, "path", req.URL.Path, "remote", req.RemoteAddr,
 			"status", rec.status(), "bytes", rec.n, "duration", time.Since(start))
 	}()
+	if h.user != "" || h.pass != "" {
+		u, p, ok := req.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(u), []byte(h.user)) != 1 || subtle.ConstantTimeCompare([]byte(p), []byte(h.pass)) != 1 {
+			rec.Header().Set("WWW-Authenticate", `Basic realm="ms2m test registry"`)
+			http.Error(rec, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+	}
 	if repo, id, ok := parseUploadPath(req.URL.Path); ok {
 		h.serveUpload(rec, req, repo, id)
 		return

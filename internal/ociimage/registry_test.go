@@ -324,3 +324,64 @@ func TestPushErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryBasicAuth: with WithBasicAuth, a push with the credentials
+// (from a docker config.json) works, and a pull without them, or with
+// others, is refused with a Basic challenge.
+func TestRegistryBasicAuth(t *testing.T) {
+	r, err := ServeRegistry("127.0.0.1:0", t.TempDir(), WithBasicAuth("puller", "right"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	img, err := App(AppOptions{Binaries: []string{staticBinary(t, "sidecar")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := r.Addr() + "/private/app:1"
+	if err := Push(t.Context(), img, ref, PushOptions{Insecure: true}); err == nil {
+		t.Fatal("an anonymous push was let in")
+	}
+	authFile := filepath.Join(t.TempDir(), "config.json")
+	cfg := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, r.Addr(), base64.StdEncoding.EncodeToString([]byte("puller:right")))
+	if err := os.WriteFile(authFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Push(t.Context(), img, ref, PushOptions{Insecure: true, AuthFile: authFile}); err != nil {
+		t.Fatalf("push with the credentials: %v", err)
+	}
+	parsed, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, a := range map[string]authn.Authenticator{
+		"anonymous":      authn.Anonymous,
+		"wrong password": &authn.Basic{Username: "puller", Password: "wrong"},
+	} {
+		if _, err := remote.Image(parsed, remote.WithAuth(a)); err == nil || !strings.Contains(err.Error(), "UNAUTHORIZED") {
+			t.Errorf("%s pull: %v, want UNAUTHORIZED", what, err)
+		}
+	}
+	got, err := remote.Image(parsed, remote.WithAuth(&authn.Basic{Username: "puller", Password: "right"}))
+	if err != nil {
+		t.Fatalf("pull with the credentials: %v", err)
+	}
+	if g, _ := got.Digest(); g != must(img.Digest()) {
+		t.Errorf("pulled %s", g)
+	}
+	resp, err := http.Get("http://" + r.Addr() + "/v2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Basic ") {
+		t.Errorf("GET /v2/ without credentials: %d, WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ const minLogPayload = maxRecordLen
 // time (the Tee), as for StreamLog.
 type JetStreamLog struct {
 	opts    JetStreamOptions
+	name    string // the stream's name (JetStreamName)
 	subject string
 	logger  *slog.Logger
 	nc      *nats.Conn
@@ -73,7 +75,8 @@ func OpenJetStream(ctx context.Context, o JetStreamOptions) (*JetStreamLog, erro
 	if err != nil {
 		return nil, fmt.Errorf("open replay log %q: connect to NATS: %w", o.Name, err)
 	}
-	l := &JetStreamLog{opts: o, subject: JetStreamSubjectPrefix + o.Name, logger: o.Logger, nc: nc}
+	l := &JetStreamLog{opts: o, name: JetStreamName(o.Name), logger: o.Logger, nc: nc}
+	l.subject = JetStreamSubjectPrefix + l.name
 	if mp := nc.MaxPayload(); mp < minLogPayload {
 		nc.Close()
 		return nil, fmt.Errorf("open replay log %q: the server's max_payload is %d bytes; the replay log needs at least %d (raise max_payload)", o.Name, mp, minLogPayload)
@@ -91,7 +94,7 @@ func OpenJetStream(ctx context.Context, o JetStreamOptions) (*JetStreamLog, erro
 }
 
 func (l *JetStreamLog) declare(ctx context.Context) error {
-	s, err := l.js.Stream(ctx, l.opts.Name)
+	s, err := l.js.Stream(ctx, l.name)
 	if err == nil {
 		info := s.CachedInfo()
 		if (l.opts.MaxAge > 0 && info.Config.MaxAge != l.opts.MaxAge) || (l.opts.MaxBytes > 0 && info.Config.MaxBytes != l.opts.MaxBytes) {
@@ -109,7 +112,7 @@ func (l *JetStreamLog) declare(ctx context.Context) error {
 		return fmt.Errorf("open replay log %q: look up the stream: %w", l.opts.Name, err)
 	}
 	cfg := jetstream.StreamConfig{
-		Name:      l.opts.Name,
+		Name:      l.name,
 		Subjects:  []string{l.subject},
 		Storage:   jetstream.FileStorage,
 		Retention: jetstream.LimitsPolicy,
@@ -123,7 +126,7 @@ func (l *JetStreamLog) declare(ctx context.Context) error {
 	}
 	s, err = l.js.CreateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		s, err = l.js.Stream(ctx, l.opts.Name)
+		s, err = l.js.Stream(ctx, l.name)
 	}
 	if err != nil {
 		return fmt.Errorf("open replay log %q: create the stream: %w", l.opts.Name, err)
@@ -131,6 +134,12 @@ func (l *JetStreamLog) declare(ctx context.Context) error {
 	l.stream = s
 	return nil
 }
+
+// JetStreamName is the JetStream stream that holds the replay log name. A
+// stream name cannot hold '.', which the webhook's log names do
+// (namespace.pod); they hold no '_' (Kubernetes names cannot), so mapping
+// '.' to '_' keeps them apart.
+func JetStreamName(name string) string { return strings.ReplaceAll(name, ".", "_") }
 
 // JetStreamExists reports whether the stream name exists on the server at
 // url, as StreamExists does for RabbitMQ.
@@ -144,7 +153,7 @@ func JetStreamExists(ctx context.Context, url, name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("look up replay log %q: %w", name, err)
 	}
-	_, err = js.Stream(ctx, name)
+	_, err = js.Stream(ctx, JetStreamName(name))
 	switch {
 	case err == nil:
 		return true, nil
@@ -166,7 +175,7 @@ func DeleteJetStream(ctx context.Context, url, name string) error {
 	if err != nil {
 		return fmt.Errorf("delete replay log %q: %w", name, err)
 	}
-	if err := js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	if err := js.DeleteStream(ctx, JetStreamName(name)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("delete replay log %q: %w", name, err)
 	}
 	return nil

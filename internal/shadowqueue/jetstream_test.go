@@ -14,7 +14,9 @@ import (
 func openTestJetStream(t *testing.T) (*JetStreamLog, string) {
 	t.Helper()
 	n := testenv.RequireNATS(t)
-	name := testenv.UniqueName("ms2m-jslog")
+	// As the webhook names logs: namespace.pod, which a JetStream stream
+	// name cannot be as it is (JetStreamName).
+	name := "ms2m-test." + testenv.UniqueName("ms2m-jslog")
 	l, err := OpenJetStream(t.Context(), JetStreamOptions{URL: n.URL, Name: name, MaxAge: time.Hour})
 	if err != nil {
 		t.Fatal(err)

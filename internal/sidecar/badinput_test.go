@@ -252,7 +252,6 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		"unknown broker":            {set: map[string]string{"MS2M_BROKER": "kafka"}, wantErr: "MS2M_BROKER"},
 		"nats without its url":      {set: map[string]string{"MS2M_BROKER": "nats"}, wantErr: "MS2M_NATS_URL"},
 		"nats url of another kind":  {set: map[string]string{"MS2M_BROKER": "nats", "MS2M_NATS_URL": "amqp://x:4222"}, wantErr: "MS2M_NATS_URL"},
-		"nats target":               {set: map[string]string{"MS2M_BROKER": "nats", "MS2M_NATS_URL": "nats://127.0.0.1:4222", "MS2M_REPLAY_START": "1"}, wantErr: "cannot replay yet"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range base {

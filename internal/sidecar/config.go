@@ -184,9 +184,6 @@ func (c *Config) complete() error {
 		if u, err := url.Parse(c.NATSURL); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("MS2M_NATS_URL: with MS2M_BROKER=nats, want nats://user:password@host:4222, got %q", redact(c.NATSURL)))
 		}
-		if c.ReplayStart != "" {
-			errs = append(errs, errors.New("MS2M_REPLAY_START with MS2M_BROKER=nats: a NATS sidecar cannot replay yet (see docs/nats.md); a target for a NATS workload is not supported"))
-		}
 		if c.PublishCheck {
 			errs = append(errs, errors.New("MS2M_PUBLISH_CHECK with MS2M_BROKER=nats: publish checking is AMQP only for now (see docs/nats.md)"))
 		}

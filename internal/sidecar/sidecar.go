@@ -48,6 +48,7 @@ type Sidecar struct {
 	tee          *shadowqueue.Tee
 	replay       shadowqueue.Log
 	source       *replay.Source // target sidecars only
+	lookup       *natsLookup    // NATS target sidecars only
 	amqp         net.Listener
 	ctlAddr      net.Addr
 	ready        atomic.Bool
@@ -186,6 +187,9 @@ func (s *Sidecar) startReplay(ctx context.Context, rlog shadowqueue.Log, rng rep
 	if !isFollower {
 		return fmt.Errorf("replay mode: the replay log %q cannot be followed", s.cfg.LogName)
 	}
+	if s.cfg.Broker == BrokerNATS {
+		follower = natsproxy.KeyedFollower(follower) // records per consumer
+	}
 	// What the log holds now: a cutoff of "end", and deliveries beyond
 	// the cutoff that this pod's identity took before (replay.Range).
 	rng.LogEnd, rng.LogEndEpoch = last.ID, last.Epoch
@@ -207,16 +211,25 @@ func (s *Sidecar) startReplay(ctx context.Context, rlog shadowqueue.Log, rng rep
 // startNATSProxy makes a NATS proxy, teeing into s.tee, the proxy in front
 // of the app, and exports its counters in reg.
 func (s *Sidecar) startNATSProxy(reg *prometheus.Registry, dial func(ctx context.Context, network, addr string) (net.Conn, error)) {
-	np := natsproxy.New(s.tee, natsproxy.Options{
+	o := natsproxy.Options{
 		Upstream:       s.cfg.Upstream,
 		ConnectTimeout: s.cfg.UpstreamConnectTimeout,
 		DrainTimeout:   s.cfg.DrainTimeout,
 		Logger:         s.log,
 		Dial:           dial,
-	})
+	}
+	if s.source != nil {
+		lookup := &natsLookup{url: s.cfg.NATSURL}
+		s.lookup = lookup
+		o.Replay, o.Lookup = s.source, lookup
+	}
+	np := natsproxy.New(s.tee, o)
 	registerNATSMetrics(reg, np)
 	s.front = np
 	s.upstreamDesc = s.cfg.Upstream
+	if s.source != nil {
+		s.registerReplayMetrics(reg)
+	}
 }
 
 // startAMQPProxy makes an AMQP proxy, teeing into s.tee and replaying from
@@ -266,7 +279,12 @@ func (s *Sidecar) registerReplayMetrics(reg *prometheus.Registry) {
 				return 0
 			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ms2m_sidecar_replayed_total", Help: "Replayed deliveries handed to the app (targets only)."},
-			func() float64 { return float64(s.proxy.State().Replay.Replayed) }),
+			func() float64 {
+				if r := s.front.State().Replay; r != nil {
+					return float64(r.Replayed)
+				}
+				return 0
+			}),
 	)
 }
 
@@ -292,11 +310,17 @@ func (s *Sidecar) listen(ctx context.Context, last shadowqueue.Record) error {
 func (s *Sidecar) requireLog(ctx context.Context) error {
 	delay := 100 * time.Millisecond
 	for {
-		tc, err := s.cfg.StreamTLS()
-		if err != nil {
-			return err
+		var ok bool
+		var err error
+		if s.cfg.Broker == BrokerNATS {
+			ok, err = shadowqueue.JetStreamExists(ctx, s.cfg.NATSURL, s.cfg.LogName)
+		} else {
+			tc, terr := s.cfg.StreamTLS()
+			if terr != nil {
+				return terr
+			}
+			ok, err = shadowqueue.StreamExists(ctx, shadowqueue.StreamOptions{URI: s.cfg.StreamURI, Name: s.cfg.LogName, TLS: tc})
 		}
-		ok, err := shadowqueue.StreamExists(ctx, shadowqueue.StreamOptions{URI: s.cfg.StreamURI, Name: s.cfg.LogName, TLS: tc})
 		if err == nil && !ok {
 			return fmt.Errorf("replay mode: the replay log %q does not exist on the broker; check MS2M_LOG_NAME (it must name the source's log)", s.cfg.LogName)
 		}
@@ -434,6 +458,9 @@ func (s *Sidecar) Wait() error {
 	if s.replay != nil {
 		s.replay.Close()
 	}
+	if s.lookup != nil {
+		s.lookup.Close()
+	}
 	return s.err
 }
 
@@ -454,7 +481,7 @@ func (s *Sidecar) Proxy() *proxy.Proxy { return s.proxy }
 
 // replayLag returns the target's lag behind the log.
 func (s *Sidecar) replayLag() uint64 {
-	st := s.proxy.State()
+	st := s.front.State()
 	last := s.source.Status().LogLast
 	if st.Replay == nil || last <= st.Replay.LastReplayedID {
 		return 0

@@ -107,6 +107,8 @@ type Node struct {
 	images map[string]AppState
 	calls  []string // kubelet and agent requests, in order
 	pulls  []string
+	// pullAuths are the pulls' credentials, in the order of pulls.
+	pullAuths []*contract.RegistryAuth
 	// base is the node's context; the pod loop runs under stop and done
 	// (StopKubelet ends it).
 	base context.Context
@@ -331,7 +333,7 @@ func (n *Node) record(s string) {
 
 // Pull implements agent.Puller: the image is recorded, and must exist in
 // the cluster's registry when it is one of its images.
-func (n *Node) Pull(ctx context.Context, ref string) error {
+func (n *Node) Pull(ctx context.Context, ref string, auth *contract.RegistryAuth) error {
 	if f, ok := n.gate(ctx, StepPull); ok {
 		return errors.New(f.Body)
 	}
@@ -340,8 +342,17 @@ func (n *Node) Pull(ctx context.Context, ref string) error {
 	}
 	n.mu.Lock()
 	n.pulls = append(n.pulls, ref)
+	n.pullAuths = append(n.pullAuths, auth)
 	n.mu.Unlock()
 	return nil
+}
+
+// PullAuths returns the credentials each pull was given (nil: none), in
+// the order of Pulls.
+func (n *Node) PullAuths() []*contract.RegistryAuth {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*contract.RegistryAuth(nil), n.pullAuths...)
 }
 
 // Degrade changes what the node's agent reports that its node can do
@@ -988,7 +999,7 @@ func (n *Node) close() {
 // a test starts with a clean node.
 func (n *Node) Reset() {
 	n.mu.Lock()
-	n.calls, n.pulls = nil, nil
+	n.calls, n.pulls, n.pullAuths = nil, nil, nil
 	n.fail = map[Step]Failure{}
 	for _, h := range n.holds {
 		h.Release()

@@ -755,6 +755,19 @@ func TestAgentCheckpointsThroughTheAPIServer(t *testing.T) {
 	}
 }
 
+// TestPullSecretNames: migrator.pullSecretNames grants get on Secrets of
+// those names only, for the pre-pull with a pod's imagePullSecrets; the
+// default grants none (TestDefaults).
+func TestPullSecretNames(t *testing.T) {
+	r := render(t, values(t, `migrator: {pullSecretNames: [regcred, team-pull]}`))
+	checkRules(t, r, "ms2m-migrator-workloads", []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "create", "delete", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"regcred", "team-pull"}, Verbs: []string{"get"}},
+	})
+}
+
 // TestAgentKubeletCA: the kubelet's own self-signed certificate on the
 // node, mounted read-only, as what the agent checks its kubelet against.
 func TestAgentKubeletCA(t *testing.T) {
@@ -997,7 +1010,7 @@ func TestEnvIsDocumented(t *testing.T) {
 	webhookVars := documented("webhook.md", "MS2M_WEBHOOK_")
 	agentVars := documented("migrator.md", "MS2M_AGENT_")
 	migratorVars := documented("migrator.md", "MS2M_")
-	for _, text := range []string{"", certManagerValues, confinedValues, `webhook: {selfSigned: {extraHosts: [a.example.com]}, sidecar: {image: {pullPolicy: Always}}}`} {
+	for _, text := range []string{"", certManagerValues, confinedValues, `webhook: {selfSigned: {extraHosts: [a.example.com]}, sidecar: {image: {pullPolicy: Always}}}`, `secrets: {natsURL: {name: ms2m-nats}}`} {
 		r := render(t, values(t, text))
 		for _, e := range webhookDeployment(t, r).Spec.Template.Spec.Containers[0].Env {
 			if !webhookVars[e.Name] {
@@ -1078,6 +1091,25 @@ func TestAgentWatchFreeze(t *testing.T) {
 		}
 		if cgroup != watch {
 			t.Errorf("watchFreeze %v: the host's /sys/fs/cgroup mounted %v", watch, cgroup)
+		}
+	}
+}
+
+// TestNATSURLSecret: secrets.natsURL names the Secret that NATS apps'
+// sidecars read their log server's URL from (MS2M_WEBHOOK_NATS_URL_SECRET
+// and its key); left empty, the webhook gets neither and leaves NATS pods
+// alone.
+func TestNATSURLSecret(t *testing.T) {
+	env := envMap(webhookDeployment(t, render(t, nil)).Spec.Template.Spec.Containers[0])
+	for _, k := range []string{"MS2M_WEBHOOK_NATS_URL_SECRET", "MS2M_WEBHOOK_NATS_URL_SECRET_KEY"} {
+		if e, ok := env[k]; ok {
+			t.Errorf("by default the webhook env sets %s=%q; want it unset (NATS pods left alone)", k, e.Value)
+		}
+	}
+	env = envMap(webhookDeployment(t, render(t, values(t, `secrets: {natsURL: {name: ms2m-nats, key: url}}`))).Spec.Template.Spec.Containers[0])
+	for k, want := range map[string]string{"MS2M_WEBHOOK_NATS_URL_SECRET": "ms2m-nats", "MS2M_WEBHOOK_NATS_URL_SECRET_KEY": "url"} {
+		if got := env[k].Value; got != want {
+			t.Errorf("webhook env %s = %q, want %q", k, got, want)
 		}
 	}
 }
