@@ -345,109 +345,147 @@ func (c *conn) readApp(ctx context.Context) error {
 		}
 		n, rerr := c.app.Read(buf)
 		if n > 0 {
-			// out gets the complete messages of this read that go to the
+			// r.ch gets the complete messages of this read that go to the
 			// server, copied: the writer owns it. A message split across
 			// reads goes in the chunk of the read that completes it, so
 			// that an absorbed ack is never half sent.
-			var ch chunk
-			ch.data = make([]byte, 0, n+parser.Buffered())
-			pings := 0
-			var pongs []byte
+			var r appRead
+			r.ch.data = make([]byte, 0, n+parser.Buffered())
 			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
-				switch m.Op {
-				case natswire.OpSub:
-					c.trackSub(m)
-					if c.p.rp != nil && c.holdSub(ctx, m) {
-						return nil // fed from the log; it goes upstream at the switch
-					}
-				case natswire.OpUnsub:
-					if c.untrackSub(m) {
-						return nil // the server never had it
-					}
-				case natswire.OpPub, natswire.OpHPub:
-					if c.p.rp != nil && bytes.HasPrefix(m.Subject, []byte(replayAckPrefix)) {
-						if c.p.onReplayAck(m.Subject, m.Body) {
-							c.replaySettled.Add(1)
-						}
-						if len(m.Reply) > 0 { // AckSync: the server would confirm it
-							if sid := c.sidFor(string(m.Reply)); sid != nil {
-								_ = c.writeApp(natswire.AppendMsg(nil, m.Reply, sid, nil, nil, nil)) // a failed write ends the connection anyway
-							}
-						}
-						return nil // a replayed delivery's: the server never sent it
-					}
-					if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
-						settle := !bytes.HasPrefix(m.Body, natswire.AckProgress)
-						tk, ok := c.p.unacked.lookup(m.Subject, settle)
-						if !ok {
-							c.p.acksAbsorbed.Add(1)
-							return nil
-						}
-						c.p.acks.Add(1)
-						if !c.p.tee.Durable(tk) {
-							c.p.acksWaited.Add(1)
-							ch.gate, ch.gated = max(ch.gate, tk), true
-						}
-					}
-					if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) {
-						if sid := c.sidFor(string(m.Reply)); sid != nil {
-							c.markPull(sid)
-						}
-						if h, ok := c.parsePull(m); ok {
-							if c.p.rp != nil && !c.p.rp.key(h.stream, h.consumer).isSwitched() {
-								go c.servePull(ctx, h)
-								return nil // answered from the log
-							}
-							if c.p.Mode() != proxy.Serving {
-								c.p.pullsAbsorbed.Add(1)
-								go c.holdPull(ctx, h)
-								return nil // no new deliveries while quiesced or stopped
-							}
-						} else if c.p.Mode() != proxy.Serving {
-							c.p.pullsAbsorbed.Add(1)
-							return nil
-						}
-					}
-					if c.p.absorbing() && isAppPublish(m.Subject) {
-						c.absorbPublish(ctx, m)
-						return nil
-					}
-				case natswire.OpPong:
-					pongs = append(pongs, m.Raw...)
-					return nil
-				case natswire.OpPing:
-					pings++
+				if c.onAppMsg(ctx, m, &r) {
+					r.ch.data = append(r.ch.data, m.Raw...)
 				}
-				ch.data = append(ch.data, m.Raw...)
 				return nil
 			})
 			if err != nil {
 				c.refuseApp(err)
 				return err
 			}
-			if len(pongs) > 0 {
-				// Answers to the server's PINGs skip the queue: a slow log
-				// must not make the server drop the app as stale.
-				c.upMu.Lock()
-				_, err := c.up.Write(pongs)
-				c.upMu.Unlock()
-				if err != nil {
-					return err
-				}
-			}
-			ch.pings = pings
-			if len(ch.data) > 0 {
-				c.queued.Add(1)
-				select {
-				case c.queue <- ch:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+			if err := c.sendRead(ctx, &r); err != nil {
+				return err
 			}
 		}
 		if rerr != nil {
 			return rerr
 		}
+	}
+}
+
+// appRead is what one read from the app gathers: the chunk for the
+// server, the PINGs in it, and the PONGs that skip the queue.
+type appRead struct {
+	ch    chunk
+	pings int
+	pongs []byte
+}
+
+// onAppMsg handles one message from the app and reports whether it goes
+// on to the server in r's chunk.
+func (c *conn) onAppMsg(ctx context.Context, m *natswire.Msg, r *appRead) bool {
+	switch m.Op {
+	case natswire.OpSub:
+		c.trackSub(m)
+		if c.p.rp != nil && c.holdSub(ctx, m) {
+			return false // fed from the log; it goes upstream at the switch
+		}
+	case natswire.OpUnsub:
+		if c.untrackSub(m) {
+			return false // the server never had it
+		}
+	case natswire.OpPub, natswire.OpHPub:
+		return c.onAppPub(ctx, m, &r.ch)
+	case natswire.OpPong:
+		r.pongs = append(r.pongs, m.Raw...)
+		return false
+	case natswire.OpPing:
+		r.pings++
+	}
+	return true
+}
+
+// onAppPub handles a PUB or HPUB from the app: a replayed delivery's ack
+// is settled here, an ack of a live one gates ch on its log record, a pull
+// request is answered from the log or held while the proxy is not serving,
+// and a publish during replay is absorbed. It reports whether m goes on.
+func (c *conn) onAppPub(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
+	if c.p.rp != nil && bytes.HasPrefix(m.Subject, []byte(replayAckPrefix)) {
+		if c.p.onReplayAck(m.Subject, m.Body) {
+			c.replaySettled.Add(1)
+		}
+		if len(m.Reply) > 0 { // AckSync: the server would confirm it
+			if sid := c.sidFor(string(m.Reply)); sid != nil {
+				_ = c.writeApp(natswire.AppendMsg(nil, m.Reply, sid, nil, nil, nil)) // a failed write ends the connection anyway
+			}
+		}
+		return false // a replayed delivery's: the server never sent it
+	}
+	if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
+		settle := !bytes.HasPrefix(m.Body, natswire.AckProgress)
+		tk, ok := c.p.unacked.lookup(m.Subject, settle)
+		if !ok {
+			c.p.acksAbsorbed.Add(1)
+			return false
+		}
+		c.p.acks.Add(1)
+		if !c.p.tee.Durable(tk) {
+			c.p.acksWaited.Add(1)
+			ch.gate, ch.gated = max(ch.gate, tk), true
+		}
+	}
+	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && !c.onAppPull(ctx, m) {
+		return false
+	}
+	if c.p.absorbing() && isAppPublish(m.Subject) {
+		c.absorbPublish(ctx, m)
+		return false
+	}
+	return true
+}
+
+// onAppPull handles the app's pull request m: answered from the log while
+// its consumer replays, held while the proxy is quiesced or stopped. It
+// reports whether m goes on to the server.
+func (c *conn) onAppPull(ctx context.Context, m *natswire.Msg) bool {
+	if sid := c.sidFor(string(m.Reply)); sid != nil {
+		c.markPull(sid)
+	}
+	h, ok := c.parsePull(m)
+	switch {
+	case ok && c.p.rp != nil && !c.p.rp.key(h.stream, h.consumer).isSwitched():
+		go c.servePull(ctx, h)
+		return false // answered from the log
+	case c.p.Mode() != proxy.Serving:
+		c.p.pullsAbsorbed.Add(1)
+		if ok {
+			go c.holdPull(ctx, h)
+		}
+		return false // no new deliveries while quiesced or stopped
+	}
+	return true
+}
+
+// sendRead writes r's PONGs to the server at once, and queues its chunk.
+func (c *conn) sendRead(ctx context.Context, r *appRead) error {
+	if len(r.pongs) > 0 {
+		// Answers to the server's PINGs skip the queue: a slow log
+		// must not make the server drop the app as stale.
+		c.upMu.Lock()
+		_, err := c.up.Write(r.pongs)
+		c.upMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	r.ch.pings = r.pings
+	if len(r.ch.data) == 0 {
+		return nil
+	}
+	c.queued.Add(1)
+	select {
+	case c.queue <- r.ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
