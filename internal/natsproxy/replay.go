@@ -64,13 +64,6 @@ func (k keyed) FollowFrom(ctx context.Context, o shadowqueue.FollowOptions, fn f
 // ID. The app's acks to it are absorbed, never sent to the server.
 const replayAckPrefix = natswire.AckPrefix + "_.MS2MREPLAY."
 
-// Per record index, as in the AMQP proxy's replay.
-const (
-	pending uint8 = iota
-	inFlight
-	acked
-)
-
 // keyReplay is the replay position of one JetStream consumer, shared by
 // every app subscription and pull request for it on any connection.
 type keyReplay struct {
@@ -80,11 +73,9 @@ type keyReplay struct {
 	feed chan struct{}
 
 	mu          sync.Mutex
-	state       []uint8
-	sent        []bool
+	slots       replay.Slots      // where each record stands
 	ids         map[uint64]flight // record ID -> in flight
 	switched    bool
-	nacked      int    // records settled by the app
 	lastAckedID uint64 // highest replayed record ID the app acked
 	delivered   uint64
 	kick        chan struct{}
@@ -100,39 +91,18 @@ func newKeyReplay(stream, consumer string) *keyReplay {
 		feed: make(chan struct{}, 1), ids: map[uint64]flight{}, kick: make(chan struct{})}
 }
 
-func (k *keyReplay) grow(i int) {
-	for len(k.state) <= i {
-		k.state = append(k.state, pending)
-		k.sent = append(k.sent, false)
-	}
-}
-
 // claim returns the lowest pending index and marks it in flight.
 func (k *keyReplay) claim() (i int, redelivered bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for i = 0; i < len(k.state); i++ {
-		if k.state[i] == pending {
-			break
-		}
-	}
-	k.grow(i)
-	k.state[i] = inFlight
-	redelivered = k.sent[i]
-	k.sent[i] = true
-	return i, redelivered
+	return k.slots.Claim()
 }
 
 // release puts index i back to pending (unsent: as if never handed out).
 func (k *keyReplay) release(i int, unsent bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.state[i] == inFlight {
-		k.state[i] = pending
-	}
-	if unsent {
-		k.sent[i] = false
-	}
+	k.slots.Release(i, unsent)
 }
 
 // handedOut records that record id (index i) went to the app on c.
@@ -158,10 +128,9 @@ func (k *keyReplay) settle(id uint64, body []byte) bool {
 		k.mu.Unlock()
 		return true
 	case bytes.HasPrefix(body, natswire.AckNak):
-		k.state[f.idx] = pending
+		k.slots.Requeue(f.idx)
 	default:
-		k.state[f.idx] = acked
-		k.nacked++
+		k.slots.Ack(f.idx)
 		k.lastAckedID = max(k.lastAckedID, id)
 	}
 	delete(k.ids, id)
@@ -176,9 +145,7 @@ func (k *keyReplay) dropConn(c *conn) {
 	defer k.mu.Unlock()
 	for id, f := range k.ids {
 		if f.c == c {
-			if k.state[f.idx] == inFlight {
-				k.state[f.idx] = pending
-			}
+			k.slots.Release(f.idx, false)
 			delete(k.ids, id)
 		}
 	}
@@ -189,7 +156,7 @@ func (k *keyReplay) dropConn(c *conn) {
 func (k *keyReplay) allAcked(n int) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.nacked >= n
+	return k.slots.Acked() >= n
 }
 
 func (k *keyReplay) inFlightCount() int {
@@ -441,7 +408,7 @@ func (p *Proxy) replayState(st *proxy.State) {
 	for _, k := range keys {
 		k.mu.Lock()
 		st.Queues = append(st.Queues, tracking.QueueStats{Queue: k.key, LastAckedID: k.lastAckedID, InFlight: len(k.ids),
-			Delivered: k.delivered, Acked: uint64(k.nacked)})
+			Delivered: k.delivered, Acked: uint64(k.slots.Acked())})
 		if k.switched {
 			rs.Switched = append(rs.Switched, k.key)
 		}

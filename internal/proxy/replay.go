@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
+	"github.com/ms2m/ms2m/internal/replay"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
@@ -25,67 +26,35 @@ type ReplaySource interface {
 // after a dropped connection goes on where the last one left off.
 type queueReplay struct {
 	mu       sync.Mutex
-	state    []uint8 // per record index: pending, inFlight, acked
-	sent     []bool  // handed to the app at least once (a second time is a redelivery)
-	switched bool    // the app consumes this queue upstream now
-	replayed int     // records acked
-}
-
-const (
-	pending uint8 = iota
-	inFlight
-	acked
-)
-
-func (q *queueReplay) grow(i int) {
-	for len(q.state) <= i {
-		q.state = append(q.state, pending)
-		q.sent = append(q.sent, false)
-	}
+	slots    replay.Slots // where each record stands
+	switched bool         // the app consumes this queue upstream now
 }
 
 // claim returns the lowest pending index and marks it in flight.
 func (q *queueReplay) claim() (i int, redelivered bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for i = 0; i < len(q.state); i++ {
-		if q.state[i] == pending {
-			break
-		}
-	}
-	q.grow(i)
-	q.state[i] = inFlight
-	redelivered = q.sent[i]
-	q.sent[i] = true
-	return i, redelivered
+	return q.slots.Claim()
 }
 
 // release puts index i back to pending.
 func (q *queueReplay) release(i int, unsent bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.state[i] == inFlight {
-		q.state[i] = pending
-	}
-	if unsent {
-		q.sent[i] = false
-	}
+	q.slots.Release(i, unsent)
 }
 
 func (q *queueReplay) ack(i int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.state[i] != acked {
-		q.state[i] = acked
-		q.replayed++
-	}
+	q.slots.Ack(i)
 }
 
 // allAcked reports whether records 0..n-1 are acked.
 func (q *queueReplay) allAcked(n int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.replayed >= n
+	return q.slots.Acked() >= n
 }
 
 func (q *queueReplay) isSwitched() bool {
