@@ -27,6 +27,9 @@ import (
 type faultyAgent struct {
 	nodeagent.Client
 	onCheckpoint, onPull func()
+	// onBuild runs as the image build is asked for, before the call: the
+	// checkpoint is taken and the target does not exist yet.
+	onBuild func()
 	// onFrozen fires when the agent's freeze watch sees the app frozen:
 	// CRIU is dumping it.
 	onFrozen func()
@@ -51,6 +54,13 @@ func (a faultyAgent) Checkpoint(ctx context.Context, node, ns, pod, container st
 		go a.onCheckpoint()
 	}
 	return a.Client.Checkpoint(ctx, node, ns, pod, container, timeout)
+}
+
+func (a faultyAgent) BuildCheckpointImage(ctx context.Context, node, archive, container, ref string) (string, error) {
+	if a.onBuild != nil {
+		a.onBuild()
+	}
+	return a.Client.BuildCheckpointImage(ctx, node, archive, container, ref)
 }
 
 func (a faultyAgent) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {

@@ -333,6 +333,7 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
 			default:
 				p.say("cluster already up (%d nodes, state %s); kubeconfig %s", rec.Nodes, l.dir, c.Kubeconfig())
+				continueKubelets(l, rec.Nodes)
 				return c, nil
 			}
 		}
