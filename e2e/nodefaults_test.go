@@ -61,31 +61,49 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		arm  func(t *testing.T, a *faultyAgent, target string, fire func())
+		rate float64 // the producer's messages a second
+		// open names the defect a case shows; it runs with
+		// MS2M_E2E_OPEN_DEFECTS=1.
+		open string
+		arm  func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string, fire func())
 	}{
-		{"in the checkpoint", func(t *testing.T, a *faultyAgent, target string, fire func()) {
+		{"in the checkpoint", 10, "", func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string, fire func()) {
 			a.onCheckpoint = fire
 		}},
-		{"in the replay", func(t *testing.T, a *faultyAgent, target string, fire func()) {
-			// Once the target's containers run: its sidecar has started
-			// to replay the log, and the source still serves.
+		{"in the replay, between the source's deliveries", 5, "", func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string, fire func()) {
+			// Once the target runs, right after the source's app folded
+			// (and acked) a message that was not waiting: the next one is
+			// sent 200 ms after it and the app works 50 ms on each, so it
+			// holds no delivery for the next 100 ms and more.
 			go func() {
-				for ctx.Err() == nil {
-					p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, target, metav1.GetOptions{})
-					if err == nil && p.Status.Phase == corev1.PodRunning {
-						fire()
-						return
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				waitRunning(ctx, l, target)
+				afterFold(ctx, src, func(f lab.Fold) bool {
+					return time.Since(time.Unix(0, f.SentNS)) < 120*time.Millisecond
+				}, fire)
+			}()
+		}},
+		{"in the replay, while the source's app works on a delivery", 10, inFlightDuplicate, func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string, fire func()) {
+			// Once the target runs, 70 ms after the source's app folded
+			// a message: the producer sends one each 100 ms and the app
+			// works 50 ms on each, so the next one is in its hands.
+			go func() {
+				waitRunning(ctx, l, target)
+				afterFold(ctx, src, func(lab.Fold) bool {
+					time.Sleep(70 * time.Millisecond)
+					return true
+				}, fire)
 			}()
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			faultedMigration(t, ctx, l, ac, "brokercut", func(t *testing.T, a *faultyAgent, target string) <-chan string {
+			if tc.open != "" && os.Getenv("MS2M_E2E_OPEN_DEFECTS") != "1" {
+				t.Skip(tc.open + "; MS2M_E2E_OPEN_DEFECTS=1 runs it")
+			}
+			faultedMigration(t, ctx, l, ac, "brokercut", tc.rate, func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string) <-chan string {
 				fired := make(chan string, 1)
 				var once sync.Once
-				tc.arm(t, a, target, func() {
+				armed := time.Now() // as the migration begins
+				tc.arm(t, a, src, target, func() {
 					once.Do(func() {
 						n, end, err := l.Cluster.CutBroker(brokerCutFor)
 						if err != nil {
@@ -93,7 +111,7 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 							return
 						}
 						t.Cleanup(func() { logCleanup(t, "lift the broker cut", end()) })
-						t.Logf("the broker cut off the nodes for %v: %d connections reset", brokerCutFor, n)
+						t.Logf("the broker cut off the nodes for %v, %v into the migration: %d connections reset", brokerCutFor, time.Since(armed).Round(time.Millisecond), n)
 						if n == 0 {
 							fired <- "the cut reset no connection: the source's sidecar had none to the broker"
 							return
@@ -106,6 +124,10 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 		})
 	}
 }
+
+// inFlightDuplicate is the open defect of a broker outage while an app
+// holds a delivery (docs/faults.md, known gaps).
+const inFlightDuplicate = "open defect: the source's sidecar closes its app's connection when the broker's goes, and the delivery the app was working on is redelivered after the app folded it (doubled)"
 
 // kubeletStoppedFor is how long TestTargetKubeletStoppedOnRealNodes keeps
 // the target's kubelet stopped once the target pod exists.
@@ -136,7 +158,7 @@ func TestTargetKubeletStoppedOnRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	faultedMigration(t, ctx, l, ac, "kubeletstop", func(t *testing.T, a *faultyAgent, target string) <-chan string {
+	faultedMigration(t, ctx, l, ac, "kubeletstop", 10, func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string) <-chan string {
 		fired := make(chan string, 1)
 		var once sync.Once
 		a.onBuild = func() {
@@ -195,13 +217,45 @@ func TestTargetKubeletStoppedOnRealNodes(t *testing.T) {
 	})
 }
 
+// waitRunning waits until pod runs (its containers started), or ctx ends.
+func waitRunning(ctx context.Context, l *lab.Lab, pod string) {
+	for ctx.Err() == nil {
+		p, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// afterFold calls fire once the consumer in pod has folded a message for
+// which ok, given the fold, says yes (it may wait). It polls the
+// consumer's count every 5 ms and reads its journal when the count grows.
+func afterFold(ctx context.Context, pod *corev1.Pod, ok func(lab.Fold) bool, fire func()) {
+	last := -1
+	for ctx.Err() == nil {
+		st, err := lab.GetAppState(pod)
+		if err == nil && last >= 0 && st.Count > last {
+			folds, _, err := lab.GetFolds(pod)
+			if err == nil && len(folds) > 0 && ok(folds[len(folds)-1]) {
+				fire()
+				return
+			}
+		}
+		if err == nil {
+			last = st.Count
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // faultedMigration migrates a consumer from node 1 to node 2 with ms2m
-// while a producer runs, with the fault arm sets up (it reports on the
+// while a producer sends rate messages a second for 15 s, with the fault arm sets up (it reports on the
 // channel it returns: "" once the fault fired, else what went wrong), and
 // requires the migration to complete exact or roll back exact and leave
 // nothing behind.
-func faultedMigration(t *testing.T, ctx context.Context, l *lab.Lab, ac nodeagent.Client, prefix string,
-	arm func(t *testing.T, a *faultyAgent, target string) <-chan string) {
+func faultedMigration(t *testing.T, ctx context.Context, l *lab.Lab, ac nodeagent.Client, prefix string, rate float64,
+	arm func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string) <-chan string) {
 	src, tgt := cluster.NodeName(1), cluster.NodeName(2)
 	name := testenv.UniqueName(prefix)
 	target := name + "-target"
@@ -215,15 +269,22 @@ func faultedMigration(t *testing.T, ctx context.Context, l *lab.Lab, ac nodeagen
 		logCleanup(t, "delete pods", l.DeletePods(ctx, name, target))
 		logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(pod)))
 	})
-	prod := produce(t, pod, name, 10, 150, 10)
+	prod := produce(t, pod, name, rate, int(15*rate), 10)
 
 	fa := faultyAgent{Client: ac}
-	fired := arm(t, &fa, target)
+	fired := arm(t, &fa, pod, target)
 	env := l.Env(nil)
 	env.Agent = fa
 	plan := migrate.Plan{Name: fmt.Sprintf("f%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: tgt, TargetPod: target, Strategy: contract.StrategyMS2M, Timeout: 2 * time.Minute}
 	rep, err := migrate.Run(ctx, env, plan)
+	defer func() {
+		var ph []string
+		for _, p := range rep.Phases {
+			ph = append(ph, fmt.Sprintf("%s %v", p.Name, p.Took.Round(time.Millisecond)))
+		}
+		t.Logf("phases: %s", strings.Join(ph, ", "))
+	}()
 	select {
 	case why := <-fired:
 		if why != "" {
@@ -254,6 +315,9 @@ func faultedMigration(t *testing.T, ctx context.Context, l *lab.Lab, ac nodeagen
 		return sidecarState(ctx, l, sp, &st) == nil && st.Mode == "serving"
 	})
 	expectExact(t, ctx, prod, sp)
+	if st, err := lab.GetAppState(sp); err == nil {
+		t.Logf("the consumer in %s: %d messages, %d reconnects", serving, st.Count, st.Reconnects)
+	}
 	if _, err := l.Client.CoreV1().ConfigMaps(lab.Namespace).Get(ctx, contract.PendingConfigMapName(name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the pending-migration record of %s is left (%v)", name, err)
 	}
