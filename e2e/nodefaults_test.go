@@ -217,6 +217,24 @@ func TestTargetKubeletStoppedOnRealNodes(t *testing.T) {
 	})
 }
 
+// logDoubled logs the message-ids the consumer in pod folded more than
+// once, from its journal.
+func logDoubled(t *testing.T, pod *corev1.Pod) {
+	folds, dropped, err := lab.GetFolds(pod)
+	if err != nil {
+		t.Logf("the journal of %s: %v", pod.Name, err)
+		return
+	}
+	seen := map[int64]int{}
+	var twice []string
+	for _, f := range folds {
+		if seen[f.ID]++; seen[f.ID] == 2 {
+			twice = append(twice, fmt.Sprintf("msg-%d (sent %s)", f.ID, time.Unix(0, f.SentNS).Format("15:04:05.000")))
+		}
+	}
+	t.Logf("the consumer in %s folded more than once: %v (journal of %d folds, %d dropped)", pod.Name, twice, len(folds), dropped)
+}
+
 // waitRunning waits until pod runs (its containers started), or ctx ends.
 func waitRunning(ctx context.Context, l *lab.Lab, pod string) {
 	for ctx.Err() == nil {
@@ -315,6 +333,9 @@ func faultedMigration(t *testing.T, ctx context.Context, l *lab.Lab, ac nodeagen
 		return sidecarState(ctx, l, sp, &st) == nil && st.Mode == "serving"
 	})
 	expectExact(t, ctx, prod, sp)
+	if t.Failed() {
+		logDoubled(t, sp)
+	}
 	if st, err := lab.GetAppState(sp); err == nil {
 		t.Logf("the consumer in %s: %d messages, %d reconnects", serving, st.Count, st.Reconnects)
 	}
