@@ -119,7 +119,7 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 			faultedMigration(t, ctx, l, ac, "brokercut", tc.rate, func(t *testing.T, a *faultyAgent, src *corev1.Pod, target string) <-chan string {
 				fired := make(chan string, 1)
 				var once sync.Once
-				armed := time.Now() // as the migration begins
+				armed := time.Now()
 				tc.arm(actx, a, src, target, func() {
 					once.Do(func() {
 						n, end, err := l.Cluster.CutBroker(brokerCutFor)
@@ -128,7 +128,7 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 							return
 						}
 						t.Cleanup(func() { logCleanup(t, "lift the broker cut", end()) })
-						t.Logf("the broker cut off the nodes for %v, %v into the migration: %d connections reset", brokerCutFor, time.Since(armed).Round(time.Millisecond), n)
+						t.Logf("the broker cut off the nodes for %v, %v after the fault was armed: %d connections reset", brokerCutFor, time.Since(armed).Round(time.Millisecond), n)
 						if n == 0 {
 							fired <- "the cut reset no connection: the source's sidecar had none to the broker"
 							return
