@@ -38,6 +38,8 @@ type bench struct {
 	o   options
 	url string
 	js  jetstream.JetStream
+	// serverPID is the nats-server's PID, for its CPU time (0: unknown).
+	serverPID int
 }
 
 // sourceLog is what a sidecar round leaves for the replay round: the
@@ -70,7 +72,7 @@ func (b *bench) round(ctx context.Context, w, round int) (out []result, err erro
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
-		fmt.Printf("max_ack_pending %5d round %2d %-7s %9.0f msg/s  load %5.2f", w, round, p, r.MsgPerS, r.Load1)
+		fmt.Printf("max_ack_pending %5d round %2d %-7s %9.0f msg/s  load %5.2f  cpu µs/msg bench %5.1f server %5.1f", w, round, p, r.MsgPerS, r.Load1, r.BenchCPUUs, r.ServerCPUUs)
 		switch p {
 		case pathSidecar:
 			fmt.Printf("  (acks that waited on the log %d, log writes %d of %d records)", r.AcksWaited, r.LogWrites, r.LogRecords)
@@ -275,6 +277,8 @@ func (b *bench) consume(ctx context.Context, url, stream string, r *result, afte
 	stamps := make([]time.Time, 0, n/chunk+1)
 	done := make(chan struct{})
 	var count int
+	cpu := cpuMeter{serverPID: b.serverPID}
+	cpu.start()
 	start := time.Now()
 	// Consume calls the handler from one goroutine, so count needs no lock.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -310,6 +314,7 @@ func (b *bench) consume(ctx context.Context, url, stream string, r *result, afte
 		return fmt.Errorf("flush the acks: %w", err)
 	}
 	stamps[len(stamps)-1] = time.Now()
+	r.BenchCPUUs, r.ServerCPUUs = cpu.stop(n)
 	elapsed := stamps[len(stamps)-1].Sub(start)
 	r.Seconds, r.MsgPerS = elapsed.Seconds(), float64(n)/elapsed.Seconds()
 	r.ChunkMs = chunkMs(start, stamps)

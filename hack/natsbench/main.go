@@ -53,6 +53,11 @@ type result struct {
 	ChunkMs []float64 `json:"chunkMs"`
 	// Load1 is the machine's 1-minute load average as the round began.
 	Load1 float64 `json:"load1"`
+	// CPU time per message over the drain, in µs: the bench process (the
+	// consumer and, on the sidecar paths, the sidecar) and the nats-server
+	// (0: not found; /proc's 10 ms steps).
+	BenchCPUUs  float64 `json:"benchCpuUsPerMsg"`
+	ServerCPUUs float64 `json:"serverCpuUsPerMsg"`
 	// Sidecar rounds: acks that waited for the log, log writes and records.
 	AcksWaited uint64 `json:"acksWaited,omitempty"`
 	LogWrites  uint64 `json:"logWrites,omitempty"`
@@ -185,13 +190,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, url: url, js: js}
+	b := &bench{o: o, url: url, js: js, serverPID: findProcess("nats-server")}
 	rep := report{
 		Command: "go run ./hack/natsbench " + strings.Join(o.argv, " "), Started: time.Now().UTC(),
 		Server: o.server, Body: o.size, LoadStart: load1(),
 	}
-	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, %s of work per message, server %s, load %.2f\n",
-		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.server, rep.LoadStart)
+	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, %s of work per message, server %s (PID %d), load %.2f\n",
+		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.server, b.serverPID, rep.LoadStart)
 	for _, w := range o.windows {
 		for round := 1; round <= o.rounds; round++ {
 			rs, err := b.round(ctx, w, round)

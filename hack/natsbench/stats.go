@@ -48,6 +48,9 @@ type summary struct {
 	Ratios []float64
 	// Rounds counts this path's rounds.
 	Rounds int
+	// BenchCPUUs and ServerCPUUs are the medians of the rounds' CPU time
+	// per message (µs) of the bench process and of the nats-server.
+	BenchCPUUs, ServerCPUUs float64
 }
 
 // MedianRatio is the median of the per-round ratios.
@@ -66,13 +69,14 @@ func summarize(results []result, key string, paths []string) []summary {
 	var out []summary
 	for _, p := range paths {
 		s := summary{Path: p}
-		var rates, chunks []float64
+		var rates, chunks, benchCPU, serverCPU []float64
 		for _, r := range results {
 			if r.key() != key || r.Path != p {
 				continue
 			}
 			s.Rounds++
 			rates = append(rates, r.MsgPerS)
+			benchCPU, serverCPU = append(benchCPU, r.BenchCPUUs), append(serverCPU, r.ServerCPUUs)
 			chunks = append(chunks, r.ChunkMs...)
 			if d, ok := direct[r.Round]; ok && p != pathDirect && d > 0 {
 				s.Ratios = append(s.Ratios, r.MsgPerS/d)
@@ -82,6 +86,7 @@ func summarize(results []result, key string, paths []string) []summary {
 			continue
 		}
 		s.Median, s.P95ChunkMs = median(rates), percentile(chunks, 95)
+		s.BenchCPUUs, s.ServerCPUUs = median(benchCPU), median(serverCPU)
 		out = append(out, s)
 	}
 	return out
@@ -119,8 +124,8 @@ var goals = map[string]float64{pathSidecar: 0.95, pathReplay: 0.80}
 func markdownTable(setting string, ss []summary) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\n", setting)
-	b.WriteString("| path | rounds | msg/s, median | p95 time per chunk (ms) | vs direct, median of rounds | per round | goal | result |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---|---|---|\n")
+	b.WriteString("| path | rounds | msg/s, median | p95 time per chunk (ms) | CPU µs/msg, bench / server | vs direct, median of rounds | per round | goal | result |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---|---|---|\n")
 	for _, s := range ss {
 		vs, goal, res := "—", "—", "—"
 		if s.Path != pathDirect {
@@ -133,7 +138,7 @@ func markdownTable(setting string, ss []summary) string {
 		if per == "" {
 			per = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %.1f | %s | %s | %s | %s |\n", s.Path, s.Rounds, s.Median, s.P95ChunkMs, vs, per, goal, res)
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.1f | %.1f / %.1f | %s | %s | %s | %s |\n", s.Path, s.Rounds, s.Median, s.P95ChunkMs, s.BenchCPUUs, s.ServerCPUUs, vs, per, goal, res)
 	}
 	return b.String()
 }

@@ -52,7 +52,7 @@ func seq(n int) []float64 {
 
 func TestSummarize(t *testing.T) {
 	r := func(path string, round int, rate float64, chunks ...float64) result {
-		return result{Path: path, Window: 1000, Work: "0s", Round: round, MsgPerS: rate, ChunkMs: chunks}
+		return result{Path: path, Window: 1000, Work: "0s", Round: round, MsgPerS: rate, ChunkMs: chunks, BenchCPUUs: rate / 10, ServerCPUUs: 1}
 	}
 	other := result{Path: pathDirect, Window: 100, Work: "0s", Round: 1, MsgPerS: 1}
 	results := []result{
@@ -64,9 +64,9 @@ func TestSummarize(t *testing.T) {
 	}
 	got := summarize(results, results[0].key(), []string{pathDirect, pathSidecar, pathReplay, "absent"})
 	want := []summary{
-		{Path: pathDirect, Median: 150, P95ChunkMs: 2, Rounds: 2},
-		{Path: pathSidecar, Median: 90, P95ChunkMs: 9, Ratios: []float64{0.9, 1}, Rounds: 3},
-		{Path: pathReplay, Median: 175, P95ChunkMs: 4, Ratios: []float64{0.5, 1.5}, Rounds: 2},
+		{Path: pathDirect, Median: 150, P95ChunkMs: 2, Rounds: 2, BenchCPUUs: 15, ServerCPUUs: 1},
+		{Path: pathSidecar, Median: 90, P95ChunkMs: 9, Ratios: []float64{0.9, 1}, Rounds: 3, BenchCPUUs: 9, ServerCPUUs: 1},
+		{Path: pathReplay, Median: 175, P95ChunkMs: 4, Ratios: []float64{0.5, 1.5}, Rounds: 2, BenchCPUUs: 17.5, ServerCPUUs: 1},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("summarize (-want +got):\n%s", diff)
@@ -97,12 +97,12 @@ func TestVerdict(t *testing.T) {
 
 func TestMarkdownTable(t *testing.T) {
 	got := markdownTable("setting", []summary{
-		{Path: pathDirect, Median: 1000, P95ChunkMs: 1.25, Rounds: 2},
+		{Path: pathDirect, Median: 1000, P95ChunkMs: 1.25, Rounds: 2, BenchCPUUs: 4, ServerCPUUs: 5.5},
 		{Path: pathSidecar, Median: 900, P95ChunkMs: 2, Ratios: []float64{0.9, 0.96}, Rounds: 2},
 	})
 	for _, want := range []string{
-		"| direct | 2 | 1000 | 1.2 | — | — | — | — |",
-		"| sidecar | 2 | 900 | 2.0 | 93.0% | 90.0%, 96.0% | ≥ 95.0% | MISS |",
+		"| direct | 2 | 1000 | 1.2 | 4.0 / 5.5 | — | — | — | — |",
+		"| sidecar | 2 | 900 | 2.0 | 0.0 / 0.0 | 93.0% | 90.0%, 96.0% | ≥ 95.0% | MISS |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
@@ -154,5 +154,17 @@ ms2m_sidecar_other{a="b"} 3
 	}
 	if _, err := counterValue(strings.NewReader(text), "ms2m_sidecar_nats_missing"); err == nil {
 		t.Error("a missing counter: want an error")
+	}
+}
+
+func TestStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 250, stime 50.
+	stat := "4242 (nats server) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 0 0\n"
+	got, err := statCPU(stat)
+	if err != nil || got != 3*time.Second {
+		t.Errorf("statCPU = %v, %v; want 3s", got, err)
+	}
+	if _, err := statCPU("4242 (x) S 1"); err == nil {
+		t.Error("a short stat: want an error")
 	}
 }
