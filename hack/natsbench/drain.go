@@ -60,7 +60,7 @@ func (b *bench) round(ctx context.Context, w, round int) (out []result, err erro
 		}
 	}()
 	for _, p := range b.o.paths {
-		r := result{Path: p, Window: w, Batch: b.o.batch, Work: b.o.work.String(), Round: round, Messages: b.o.messages, Load1: load1()}
+		r := result{Path: p, Window: w, Batch: b.o.batch, Work: b.o.work.String(), Spin: b.o.spin.String(), Round: round, Messages: b.o.messages, Load1: load1()}
 		switch p {
 		case pathDirect:
 			err = b.direct(ctx, w, &r)
@@ -284,6 +284,11 @@ func (b *bench) consume(ctx context.Context, url, stream string, r *result, afte
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		if b.o.work > 0 {
 			time.Sleep(b.o.work)
+		}
+		if b.o.spin > 0 {
+			for t := time.Now(); time.Since(t) < b.o.spin; {
+				// the consumer's own work on the message
+			}
 		}
 		if err := m.Ack(); err != nil {
 			return

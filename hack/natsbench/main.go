@@ -33,6 +33,7 @@ type options struct {
 	batch    int
 	paths    []string
 	work     time.Duration
+	spin     time.Duration
 	chunk    int
 	out      string
 	argv     []string
@@ -44,6 +45,7 @@ type result struct {
 	Window   int    `json:"window"` // the consumer's max_ack_pending
 	Batch    int    `json:"batch"`  // the pull batch; 0: nats.go's default (500)
 	Work     string `json:"work"`   // sleep per message before its ack
+	Spin     string `json:"spin"`   // CPU work (a busy loop) per message before its ack
 	Round    int    `json:"round"`
 	Messages int    `json:"messages"`
 	// Seconds runs from the consumer's Consume call to its last ack.
@@ -74,7 +76,7 @@ func (r result) key() string {
 	if r.Batch > 0 {
 		b = fmt.Sprint(r.Batch)
 	}
-	return fmt.Sprintf("max_ack_pending %d, pull batch %s, work per message %s", r.Window, b, r.Work)
+	return fmt.Sprintf("max_ack_pending %d, pull batch %s, per message: sleep %s, CPU work %s", r.Window, b, r.Work, r.Spin)
 }
 
 // report is what -out writes.
@@ -126,7 +128,8 @@ func parseFlags(args []string) (options, string, error) {
 	fs.StringVar(&windows, "windows", "1000", "ack windows (the consumer's max_ack_pending; 1000 is the server's default), comma-separated")
 	fs.IntVar(&o.batch, "batch", 0, "the pull batch (Consume's PullMaxMessages); 0: nats.go's default, 500")
 	fs.StringVar(&paths, "paths", "direct,sidecar,replay", "the paths each round drains by, in this order: direct, sidecar (a source sidecar that writes the replay log), replay (a target sidecar replaying that log)")
-	fs.DurationVar(&o.work, "work", 0, "time the consumer sleeps on each message before its ack (0: ack at once, the worst case for the sidecar)")
+	fs.DurationVar(&o.work, "work", 0, "time the consumer sleeps on each message before its ack (0: ack at once, the worst case for the sidecar); Go sleeps at least about 1 ms when the process is otherwise idle")
+	fs.DurationVar(&o.spin, "spin", 0, "CPU time the consumer spends on each message (a busy loop) before its ack")
 	fs.IntVar(&o.chunk, "chunk", 1000, "messages per chunk for the p95 time per chunk")
 	fs.StringVar(&o.out, "out", "", "write the raw results as JSON here")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
@@ -140,8 +143,8 @@ func parseFlags(args []string) (options, string, error) {
 	if o.paths, err = parsePaths(paths); err != nil {
 		return o, "", err
 	}
-	if o.messages <= 0 || o.rounds <= 0 || o.chunk <= 0 || o.size < 0 || o.batch < 0 {
-		return o, "", errors.New("-messages, -rounds and -chunk must be positive, -size and -batch not negative")
+	if o.messages <= 0 || o.rounds <= 0 || o.chunk <= 0 || o.size < 0 || o.batch < 0 || o.work < 0 || o.spin < 0 {
+		return o, "", errors.New("-messages, -rounds and -chunk must be positive, -size, -batch, -work and -spin not negative")
 	}
 	return o, *cpuprofile, nil
 }
@@ -195,8 +198,8 @@ func run(ctx context.Context, o options) error {
 		Command: "go run ./hack/natsbench " + strings.Join(o.argv, " "), Started: time.Now().UTC(),
 		Server: o.server, Body: o.size, LoadStart: load1(),
 	}
-	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, %s of work per message, server %s (PID %d), load %.2f\n",
-		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.server, b.serverPID, rep.LoadStart)
+	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, per message a sleep of %s and CPU work of %s, server %s (PID %d), load %.2f\n",
+		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.spin, o.server, b.serverPID, rep.LoadStart)
 	for _, w := range o.windows {
 		for round := 1; round <= o.rounds; round++ {
 			rs, err := b.round(ctx, w, round)

@@ -52,7 +52,7 @@ func seq(n int) []float64 {
 
 func TestSummarize(t *testing.T) {
 	r := func(path string, round int, rate float64, chunks ...float64) result {
-		return result{Path: path, Window: 1000, Work: "0s", Round: round, MsgPerS: rate, ChunkMs: chunks, BenchCPUUs: rate / 10, ServerCPUUs: 1}
+		return result{Path: path, Window: 1000, Work: "0s", Spin: "0s", Round: round, MsgPerS: rate, ChunkMs: chunks, BenchCPUUs: rate / 10, ServerCPUUs: 1}
 	}
 	other := result{Path: pathDirect, Window: 100, Work: "0s", Round: 1, MsgPerS: 1}
 	results := []result{
