@@ -36,6 +36,7 @@ type options struct {
 	spin     time.Duration
 	chunk    int
 	out      string
+	report   string
 	argv     []string
 }
 
@@ -108,7 +109,12 @@ func main() {
 	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	if o.report != "" {
+		err = printReport(o.report)
+	} else {
+		err = run(ctx, o)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "natsbench:", err)
 		stop()
 		os.Exit(1) // the deferred profile stop is skipped: a failed run needs no profile
@@ -132,6 +138,7 @@ func parseFlags(args []string) (options, string, error) {
 	fs.DurationVar(&o.spin, "spin", 0, "CPU time the consumer spends on each message (a busy loop) before its ack")
 	fs.IntVar(&o.chunk, "chunk", 1000, "messages per chunk for the p95 time per chunk")
 	fs.StringVar(&o.out, "out", "", "write the raw results as JSON here")
+	fs.StringVar(&o.report, "report", "", "run nothing: print the tables of the results in this JSON file (one that -out wrote)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	if err := fs.Parse(args); err != nil {
 		return o, "", err
@@ -210,15 +217,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	rep.Finished, rep.LoadEnd = time.Now().UTC(), load1()
-	fmt.Printf("\nload average (1 min) %.2f at the start, %.2f at the end\n", rep.LoadStart, rep.LoadEnd)
-	seen := map[string]bool{}
-	for _, r := range rep.Results {
-		if k := r.key(); !seen[k] {
-			seen[k] = true
-			fmt.Println()
-			fmt.Print(markdownTable(k, summarize(rep.Results, k, o.paths)))
-		}
-	}
+	printTables(rep, o.paths)
 	if o.out == "" {
 		return nil
 	}
@@ -227,4 +226,36 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	return os.WriteFile(o.out, append(out, '\n'), 0o644)
+}
+
+// printReport prints the tables of the results in the JSON file path.
+func printReport(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Printf("%s\n%s to %s\n", rep.Command, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339))
+	printTables(rep, []string{pathDirect, pathSidecar, pathReplay})
+	return nil
+}
+
+// printTables prints the load averages of rep and a table per setting.
+func printTables(rep report, paths []string) {
+	lo, hi := rep.LoadStart, rep.LoadStart
+	for _, r := range rep.Results {
+		lo, hi = min(lo, r.Load1), max(hi, r.Load1)
+	}
+	fmt.Printf("\nload average (1 min) %.2f at the start, %.2f at the end, %.2f–%.2f at the rounds' starts\n", rep.LoadStart, rep.LoadEnd, lo, hi)
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		if k := r.key(); !seen[k] {
+			seen[k] = true
+			fmt.Println()
+			fmt.Print(markdownTable(k, summarize(rep.Results, k, paths)))
+		}
+	}
 }
