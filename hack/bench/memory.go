@@ -121,6 +121,15 @@ type memoryStat struct {
 	Moved    float64            `json:"checkpointImageRestoreMedianMs"` // checkpoint + image + restore
 	GapRuns  int                `json:"gapRuns"`
 	CRIURuns int                `json:"criuRuns"`
+	// Parts are the medians of the checkpoint's and the restore's parts
+	// (partNames) over the good runs that measured them, with how many
+	// did (PartRuns); Steps the medians of the restore's steps by node 2's
+	// containerd log (stepNames), over StepRuns runs.
+	Parts    map[string]float64 `json:"partMediansMs,omitempty"`
+	PartP95  map[string]float64 `json:"partP95Ms,omitempty"`
+	PartRuns map[string]int     `json:"partRuns,omitempty"`
+	Steps    map[string]float64 `json:"restoreStepMediansMs,omitempty"`
+	StepRuns int                `json:"restoreStepRuns,omitempty"`
 }
 
 // memoryResults is everything a memory run measured; results.json.
@@ -240,7 +249,7 @@ func memorySummary(runs []memoryRun) []memoryStat {
 	for _, k := range keys {
 		st := memoryStat{Strategy: k.s, StateMiB: k.mib, Runs: len(by[k]), Groups: map[string]float64{}}
 		var total, gap, dump, moved []float64
-		groups := map[string][]float64{}
+		groups, parts, steps := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for _, r := range by[k] {
 			if !r.ok() {
 				continue
@@ -257,6 +266,23 @@ func memorySummary(runs []memoryRun) []memoryStat {
 				groups[g] = append(groups[g], r.Groups[g])
 			}
 			moved = append(moved, r.Groups["checkpoint"]+r.Groups["image"]+r.Groups["restore"])
+			for name, v := range runParts(r) {
+				parts[name] = append(parts[name], v)
+			}
+			if s := r.RestoreSteps; s != nil {
+				for name, v := range stepValues(*s) {
+					steps[name] = append(steps[name], v)
+				}
+			}
+		}
+		st.Parts, st.PartP95, st.PartRuns = map[string]float64{}, map[string]float64{}, map[string]int{}
+		for name, vs := range parts {
+			sp := spreadOf(vs)
+			st.Parts[name], st.PartP95[name], st.PartRuns[name] = sp.Median, sp.P95, len(vs)
+		}
+		st.Steps = map[string]float64{}
+		for name, vs := range steps {
+			st.Steps[name], st.StepRuns = median(vs), len(vs)
 		}
 		st.Total, st.Gap, st.GapRuns, st.CRIURuns = spreadOf(total), spreadOf(gap), len(gap), len(dump)
 		for g, vs := range groups {
@@ -351,7 +377,14 @@ func memoryCSV(runs []memoryRun) []byte {
 	for _, g := range phaseGroupNames {
 		head = append(head, g+"_ms")
 	}
-	head = append(head, "hold_criu_ms", "thawed_at_dump", "produced", "count", "hash_ok", "producer_outlasted", "error")
+	head = append(head, "hold_criu_ms", "thawed_at_dump")
+	for _, p := range partNames {
+		head = append(head, p.col+"_ms")
+	}
+	for _, p := range stepNames {
+		head = append(head, "restore_"+p.col+"_ms")
+	}
+	head = append(head, "produced", "count", "hash_ok", "producer_outlasted", "error")
 	_ = w.Write(head) // into a strings.Builder, which cannot fail
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, r := range runs {
@@ -367,6 +400,25 @@ func memoryCSV(runs []memoryRun) []byte {
 			row = append(row, f(ms(h.CRIU)), strconv.FormatBool(h.ThawedAtDump))
 		} else {
 			row = append(row, "", "")
+		}
+		pv := runParts(r)
+		for _, p := range partNames {
+			if v, ok := pv[p.col]; ok {
+				row = append(row, f(v))
+			} else {
+				row = append(row, "")
+			}
+		}
+		var sv map[string]float64
+		if r.RestoreSteps != nil {
+			sv = stepValues(*r.RestoreSteps)
+		}
+		for _, p := range stepNames {
+			if v, ok := sv[p.col]; ok {
+				row = append(row, f(v))
+			} else {
+				row = append(row, "")
+			}
 		}
 		row = append(row, strconv.Itoa(r.Produced), strconv.Itoa(r.Count), strconv.FormatBool(r.HashOK), strconv.FormatBool(r.ProducerOutlasted), r.Error)
 		_ = w.Write(row)
@@ -400,6 +452,7 @@ func memoryMarkdown(res memoryResults) string {
 			fmtS(st.Total.Median), fmtS(st.Total.P95), gap, gapP95, fmtMs0(st.Groups["checkpoint"]), fmtMs0(st.Groups["image"]),
 			fmtMs0(st.Groups["restore"]), fmtMs0(st.Groups["replay"]+st.Groups["handover"]), dump)
 	}
+	markdownParts(w, res.Summary)
 	w("\nGoals:\n\n")
 	for _, g := range res.Goals {
 		w("- **%s** %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)

@@ -139,6 +139,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})
 	}
 	m.Groups = phaseGroups(rep, phaseEnd)
+	m.RestoreSteps = restoreSplit(l.Cluster.StateDir(), rep, phaseEnd["restore"])
 	if h := rep.Handover; h != nil && !h.LastReplayed.IsZero() && h.LastReplayed.After(h.StopStarted) {
 		m.ReplayAfterStopMs = ms(h.LastReplayed.Sub(h.StopStarted))
 	}

@@ -183,6 +183,10 @@ type Report struct {
 	// ShadowHold the shadow's (statefulset-shadow).
 	Hold       *HoldTimings `json:"hold,omitempty"`
 	ShadowHold *HoldTimings `json:"shadowHold,omitempty"`
+	// Parts splits the checkpoint and restore phases of a copy migration
+	// (ms2m, ms2m-cutoff, stop-and-copy, criu-alone) that ended well into
+	// what the real components report (parts.go); nil otherwise.
+	Parts *Parts `json:"parts,omitempty"`
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
@@ -232,6 +236,9 @@ func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 		r.dropServedImages(ctx)
 	}
 	r.rep.Total = r.now().Sub(r.began)
+	if err == nil && r.target != nil {
+		r.measureParts(ctx)
+	}
 	if err != nil {
 		r.log.Info("migration failed", "took", r.rep.Total, "err", err.Error())
 	} else {
@@ -285,6 +292,12 @@ type run struct {
 	// pushedBefore: images of this migration may have been pushed by a
 	// migrator that stopped, so dropServedImages tries them all.
 	pushedBefore bool
+	// For Report.Parts: a copy's target once it ran, and CRIU's dump of
+	// a checkpoint outside a hold (stop-and-copy, criu-alone) as the
+	// node's agent saw it, or why it did not.
+	target   *corev1.Pod
+	criuDump time.Duration
+	noDump   string
 }
 
 func (r *run) now() time.Time { return r.env.Clock.Now() }
@@ -394,6 +407,7 @@ func (r *run) podCopy(ctx context.Context) error {
 				return fmt.Errorf("the restore failed: %w", err)
 			}
 			r.phase("restore")
+			r.target = running
 			return nil
 		}},
 		r.copyTakeover(srcEP, &running, &stopped),
@@ -514,13 +528,18 @@ func (r *run) copyTakeover(srcEP control.Client, running **corev1.Pod, stopped *
 	return phase{name: "no handover", do: func(context.Context) error { return nil }}
 }
 
-// checkpointPhase checkpoints src through the kubelet.
+// checkpointPhase checkpoints src through the kubelet, with the node's
+// agent watching for CRIU's dump (only watching: nothing is thawed), for
+// Report.Parts.
 func (r *run) checkpointPhase(src *corev1.Pod) phase {
 	return phase{name: "checkpoint", do: func(ctx context.Context) (err error) {
+		seen, stop := r.watchCRIU(ctx, src)
+		defer stop()
 		if r.rep.Archive, err = r.checkpoint(ctx, src); err != nil {
 			return err
 		}
 		r.phase("checkpoint")
+		r.criuDump, r.noDump = seen()
 		return nil
 	}}
 }
