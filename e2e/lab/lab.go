@@ -336,13 +336,13 @@ func (agent) ReadLog(ctx context.Context, node, path string) (string, error) {
 
 // RestoreLog returns the last 64 KiB of CRIU's log of the restore of
 // container id on node: runc writes restore.log into the container's
-// work folder, which containerd's runc shim links from its bundle in the
-// node's containerd state folder.
+// work folder, which containerd's runc shim keeps in the node's
+// containerd root folder.
 func (a agent) RestoreLog(ctx context.Context, node, id string) (string, error) {
 	if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
 		return "", fmt.Errorf("container ID %q: want 64 hex digits", id)
 	}
-	return a.ReadLog(ctx, node, filepath.Join(a.l.Cluster.StateDir(), node, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "work", "restore.log"))
+	return a.ReadLog(ctx, node, filepath.Join(a.l.Cluster.StateDir(), node, "containerd", "root", "io.containerd.runtime.v2.task", "k8s.io", id, "restore.log"))
 }
 
 // WatchFreeze watches a container's cgroup and tasks from the host, as
