@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -130,6 +131,7 @@ var partNames = []partName{
 	{"restore_phase", "restore phase"},
 	{"image_pull", "image pull"},
 	{"criu_restore", "CRIU restore"},
+	{"pulled_ahead", "agent's pull ahead"},
 	{"restore_rest", "restore − pull − CRIU"},
 }
 
@@ -167,6 +169,9 @@ func runParts(r memoryRun) map[string]float64 {
 	put("image_pull", p.Pull)
 	put("criu_restore", p.CRIURestore)
 	put("restore_rest", p.RestoreRest)
+	if pp := r.Report.Parts; pp != nil && pp.PulledAhead > 0 {
+		out["pulled_ahead"] = ms(pp.PulledAhead)
+	}
 	return out
 }
 
@@ -205,12 +210,48 @@ func markdownParts(w func(string, ...any), stats []memoryStat) {
 		for _, n := range st.PartRuns {
 			runs = max(runs, n)
 		}
-		w("| %s | %d | %d%s |\n", st.Strategy, st.StateMiB, runs, cells(st.Parts, partNames))
+		w("| %s | %d | %d%s |\n", st.name(), st.StateMiB, runs, cells(st.Parts, partNames))
 	}
 	h, sep = heads(stepNames)
 	w("\nThe restore phase by node 2's containerd log (medians, ms; the bench reads it, the migrator does not): the create call, admission, scheduling and the kubelet's sync until the pod sandbox starts; the sandbox; the sidecar's pull, create and start; its startup probe until the kubelet pulls the app's image; that pull; CreateContainer of the app (containerd unpacks the checkpoint); StartContainer (runc's restore, CRIU's within it); until the migrator saw the pod ready.\n\n")
 	w("| strategy | state (MiB) | runs%s |\n|---|---:|---:%s|\n", h, sep)
 	for _, st := range stats {
-		w("| %s | %d | %d%s |\n", st.Strategy, st.StateMiB, st.StepRuns, cells(st.Steps, stepNames))
+		w("| %s | %d | %d%s |\n", st.name(), st.StateMiB, st.StepRuns, cells(st.Steps, stepNames))
+	}
+}
+
+// name is st's strategy, and whether its migrations pulled ahead.
+func (st memoryStat) name() string {
+	if st.PullAhead {
+		return string(st.Strategy) + " (pull ahead)"
+	}
+	return string(st.Strategy)
+}
+
+// markdownPullAhead compares, per strategy and size that ran both ways,
+// the restore phase and the total without and with the pull ahead.
+func markdownPullAhead(w func(string, ...any), stats []memoryStat) {
+	var rows []string
+	for _, off := range stats {
+		if off.PullAhead || off.OK == 0 {
+			continue
+		}
+		for _, on := range stats {
+			if !on.PullAhead || on.Strategy != off.Strategy || on.StateMiB != off.StateMiB || on.OK == 0 {
+				continue
+			}
+			rOff, rOn := off.Groups["restore"], on.Groups["restore"]
+			rows = append(rows, fmt.Sprintf("| %s | %d | %d / %d | %s | %s | %s | %s | %s | %s |", off.Strategy, off.StateMiB, off.OK, on.OK,
+				fmtMs0(rOff), fmtMs0(rOn), ratio(rOn, rOff), fmtS(off.Total.Median), fmtS(on.Total.Median), ratio(on.Total.Median, off.Total.Median)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	w("\nThe pull ahead side by side (medians over the good runs; each migration ran once without and once with it, in turn): the restore phase and the whole migration, and with / without.\n\n")
+	w("| strategy | state (MiB) | good runs (without / with) | restore without (ms) | restore with (ms) | with / without | total without (s) | total with (s) | with / without |\n")
+	w("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		w("%s\n", r)
 	}
 }

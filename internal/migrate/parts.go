@@ -38,6 +38,12 @@ type Parts struct {
 	Restore     time.Duration `json:"restore,omitempty"`
 	Pull        time.Duration `json:"checkpointImagePull,omitempty"`
 	CRIURestore time.Duration `json:"criuRestore,omitempty"`
+	// PulledAhead is the target node's agent's pull of the checkpoint
+	// image when Plan.PullAhead asked for it, started with the target
+	// pod's creation (Pull is then the kubelet's, mostly finding it
+	// there); PullAheadFailed says why it failed (the kubelet pulled it).
+	PulledAhead     time.Duration `json:"pulledAhead,omitempty"`
+	PullAheadFailed string        `json:"pullAheadFailed,omitempty"`
 	// Unmeasured are the parts that could not be measured, each as
 	// "part: why".
 	Unmeasured []string `json:"unmeasured,omitempty"`
@@ -232,6 +238,7 @@ type RestoreLogReader interface {
 // migration's time.
 func (r *run) measureParts(ctx context.Context) {
 	p := partsOf(r.rep, r.criuDump, r.noDump)
+	p.PulledAhead, p.PullAheadFailed = r.ahead, r.noAhead
 	r.measureRestore(ctx, &p, r.target)
 	r.rep.Parts = &p
 }

@@ -146,6 +146,12 @@ type Plan struct {
 	// (FreezeWatcher; see ARCHITECTURE.md, "Hold until frozen"), and only
 	// without a watch, or if it sees no freeze, at the call's end.
 	HoldWholeCall bool
+	// PullAhead has the target node's agent pull the checkpoint image
+	// as soon as the target pod is created, while the kubelet sets the
+	// pod up (sandbox, sidecar, probes), instead of leaving the pull to
+	// the kubelet when it comes to the app container (copy strategies;
+	// pullahead.go). Default off.
+	PullAhead bool
 	// ThawAfterDump says when the node's agent thaws the app as soon as
 	// CRIU's dump is done rather than when the runtime resumes it, after
 	// archiving the root filesystem's changes. Default ThawAuto: only an
@@ -298,6 +304,11 @@ type run struct {
 	target   *corev1.Pod
 	criuDump time.Duration
 	noDump   string
+	// Plan.PullAhead: the agent's pull of the checkpoint image on the
+	// target node, and how long it took or why it failed.
+	pulledAhead func() (time.Duration, string)
+	ahead       time.Duration
+	noAhead     string
 }
 
 func (r *run) now() time.Time { return r.env.Clock.Now() }
@@ -400,7 +411,13 @@ func (r *run) podCopy(ctx context.Context) error {
 			if p.Strategy == contract.StrategyStopAndCopy {
 				restore.Cutoff = r.rep.CutoffID
 			}
-			return r.createTarget(ctx, src, restore)
+			if err := r.createTarget(ctx, src, restore); err != nil {
+				return err
+			}
+			if p.PullAhead {
+				r.pulledAhead = r.pullAhead(ctx)
+			}
+			return nil
 		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
 			if running, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
@@ -408,6 +425,9 @@ func (r *run) podCopy(ctx context.Context) error {
 			}
 			r.phase("restore")
 			r.target = running
+			if r.pulledAhead != nil {
+				r.ahead, r.noAhead = r.pulledAhead()
+			}
 			return nil
 		}},
 		r.copyTakeover(srcEP, &running, &stopped),
