@@ -16,6 +16,7 @@ func TestPullAheadOnSimulatedNodes(t *testing.T) {
 	const ns = "sim-pull-ahead"
 	resetNodes(c)
 	w := deploy(t, c, ns, "Deployment", true)
+	t.Cleanup(func() { removeWorkload(t, c, w) }) // its addresses go back to the suite's 60
 	p := plan(w, contract.StrategyMS2M)
 	p.PullAhead = true
 	rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
