@@ -39,6 +39,7 @@ type janitor struct {
 	ckpt  string // the checkpoint folder
 	grace time.Duration
 	keep  bool
+	start time.Time // when this process began: older entries are a previous agent's
 
 	mu     sync.Mutex
 	busy   map[string]int // journal entries whose checkpoint is under way
@@ -50,7 +51,7 @@ func newJanitor(cfg Config) *janitor {
 	if grace <= 0 {
 		grace = DefaultArchiveGrace
 	}
-	return &janitor{dir: filepath.Join(cfg.CheckpointDir, journalDir), ckpt: cfg.CheckpointDir, grace: grace, keep: cfg.KeepArchives,
+	return &janitor{dir: filepath.Join(cfg.CheckpointDir, journalDir), ckpt: cfg.CheckpointDir, grace: grace, keep: cfg.KeepArchives, start: time.Now(),
 		busy: map[string]int{}, builds: map[string]int{}}
 }
 
@@ -265,10 +266,37 @@ func (j *janitor) archivesOf(e entry, until time.Time) ([]string, error) {
 	return out, nil
 }
 
+// left lists the containers whose checkpoints a previous agent process
+// asked for and got no answer to (it died first), once each.
+func (j *janitor) left() ([]entry, error) {
+	all, err := j.entries()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []entry
+	for _, e := range all {
+		if e.archive == "" && e.at.Before(j.start) && !seen[e.key()] {
+			seen[e.key()] = true
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 // SweepArchives runs the janitor until ctx ends: at once, then every
-// tenth of the grace (at least every second, at most every minute).
+// tenth of the grace (at least every second, at most every minute). Its
+// first pass also resumes the containers that checkpoints a previous
+// agent left unanswered may have left paused (unpause.go).
 func (s *Server) SweepArchives(ctx context.Context) {
 	every := min(max(s.jan.grace/10, time.Second), time.Minute)
+	left, err := s.jan.left()
+	if err != nil {
+		s.log.Warn("the checkpoint journal could not be read: containers a previous agent's checkpoints left paused are not resumed", "err", err)
+	}
+	for _, e := range left {
+		go s.unpauseAfter(e.ns, e.pod, e.container, "left unanswered by a previous agent")
+	}
 	for {
 		removed, err := s.jan.sweep(time.Now())
 		for _, a := range removed {

@@ -213,6 +213,14 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.jan.taken(entry, archive)
 	}
+	if err != nil || r.Context().Err() != nil {
+		// The runtime may have left the app paused (unpause.go).
+		why := "failed"
+		if err == nil {
+			why = "its caller went away"
+		}
+		defer func() { go s.unpauseAfter(req.Namespace, req.Pod, req.Container, why) }()
+	}
 	if err == nil && r.Context().Err() != nil {
 		// The caller went away while the kubelet checkpointed: nobody
 		// will build from the archive.

@@ -65,6 +65,10 @@ type Config struct {
 	// Freeze finds containers' cgroups and tasks (GET /v1/freeze).
 	// Default: /sys/fs/cgroup and /proc.
 	Freeze FreezeWatch
+	// Locator finds a checkpointed container to resume it if a failed
+	// checkpoint left it paused (see unpause.go); nil, or a Freeze
+	// without a Runtime: the agent cannot.
+	Locator Locator
 	// Node reports what the node's runtime can do (GET /v1/node); nil
 	// answers 501.
 	Node   NodeProber

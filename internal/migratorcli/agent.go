@@ -133,9 +133,11 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		return fmt.Errorf("MS2M_AGENT_CHECKPOINT_DIR=%s: not a folder (%v); mount the kubelet's checkpoint folder there", cfg.CheckpointDir, err)
 	}
 	var puller agent.Puller
+	var locator agent.Locator
 	freeze := agent.FreezeWatch{CgroupRoot: cfg.CgroupRoot}
 	if cfg.RuntimeEndpoint != "" {
 		puller = agent.CRIPuller{Endpoint: cfg.RuntimeEndpoint}
+		locator = agent.CRILocator{Endpoint: cfg.RuntimeEndpoint}
 		// The thaw after CRIU's dump goes through containerd's task API
 		// on the same socket; another runtime refuses it, and no thaw
 		// happens.
@@ -168,6 +170,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		Push:          ociimage.PushOptions{Insecure: cfg.RegistryInsecure, AuthFile: cfg.RegistryAuthFile},
 		Puller:        puller,
 		Freeze:        freeze,
+		Locator:       locator,
 		Node:          agent.NodeProbe{RuntimeEndpoint: cfg.RuntimeEndpoint, RuntimeConfig: cfg.RuntimeConfig, CRIUPath: cfg.CRIUPath, CgroupRoot: cfg.CgroupRoot},
 		Logger:        log,
 	})

@@ -79,6 +79,19 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	return proxy.StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, StoppedAt: now}, nil
 }
 
+// StartStopped makes a proxy that serves no app yet stopped at r, a stop
+// that a previous run of the sidecar made and recorded: the app's
+// JetStream subscriptions and pull requests are absorbed, as after Stop,
+// and Resume puts them on the server. Call it before Serve.
+func (p *Proxy) StartStopped(r proxy.StopResult) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	_, _ = p.switchMode(proxy.Stopped) // no connection yet: nothing to release
+	p.mu.Lock()
+	p.cutoffID, p.stopEpoch, p.stopAt = r.CutoffID, r.Epoch, r.StoppedAt
+	p.mu.Unlock()
+}
+
 // Resume hands deliveries to the app again; after a Stop it first writes a
 // resume marker that voids the cutoff.
 func (p *Proxy) Resume(ctx context.Context) error {
