@@ -18,7 +18,7 @@ import (
 )
 
 // Which real migration covers what (G: the Go consumer, Py: the Python
-// one, S: the Spring Boot one). Bare pods are moved by migrate.Run, owned
+// one, S: the Spring Boot one, N: the NATS one). Bare pods are moved by migrate.Run, owned
 // pods by the controller after the ms2m.io/migrate-to annotation; the CLI
 // moves a bare pod by ms2m (TestMigratorCLI), and so do the agents and the
 // webhook tests.
@@ -26,11 +26,13 @@ import (
 //	strategy            bare pod, migrate.Run        Deployment/StatefulSet, annotation
 //	ms2m                G, Py (FirstRealMigration)   G Deployment (auto); G bare (AnnotationTriggers)
 //	                    S (SpringConsumerMigration)
-//	stop-and-copy       G, Py (FirstRealMigration)   G Deployment
-//	ms2m-cutoff         G (FirstRealMigration)       Py Deployment
+//	                    N push, pull (NATSMigration)
+//	stop-and-copy       G, Py (FirstRealMigration)   G Deployment; N Deployment (NATSEveryStrategy)
+//	ms2m-cutoff         G (FirstRealMigration)       Py Deployment; N Deployment (NATSEveryStrategy)
 //	                    S (SpringConsumerMigration)
-//	statefulset         -                            G, Py StatefulSet
+//	statefulset         -                            G, Py StatefulSet; N StatefulSet (NATSEveryStrategy)
 //	statefulset-shadow  -                            G StatefulSet; Py StatefulSet (auto); S StatefulSet
+//	                                                 N StatefulSet (auto; NATSEveryStrategy)
 //
 // Broker configurations: TestTLSBrokerFromSecretMigration moves a G bare
 // pod by ms2m whose amqps:// URL (the broker's TLS port) and CA are in
@@ -42,9 +44,12 @@ import (
 // has a G bare pod on a server-named queue refused before any checkpoint
 // (unreplayable_test.go).
 //
-// NATS: TestNATSMigration moves the NATS consumer (examples/consumer-nats,
-// nats.go; push and pull) as a bare pod by ms2m, the one strategy the
-// migrator takes for NATS pods (nats_test.go).
+// NATS (nats_test.go; N: the NATS consumer, examples/consumer-nats,
+// nats.go): TestNATSMigration moves N as a bare pod by ms2m, push and
+// pull; TestNATSEveryStrategy moves N (pull) by annotation as a
+// Deployment's pod by ms2m-cutoff and stop-and-copy and as a
+// StatefulSet's by statefulset and statefulset-shadow (auto). CRIU alone
+// is refused for NATS pods.
 //
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
