@@ -259,6 +259,9 @@ func TestNATSEveryStrategy(t *testing.T) {
 			annotate(t, ctx, l, src.Name, req)
 			target, st := waitMigrated(t, ctx, l, name, src)
 			expectMigrated(t, ctx, l, tc.kind, src, target, st, tc.want, tc.phases)
+			if rep := st.Report; rep != nil && rep.Strategy == contract.StrategyMS2MCutoff {
+				t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
+			}
 			expectNATSExact(t, produced, target)
 			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
 		})
