@@ -7,6 +7,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/tracking"
 )
 
 // Mode returns what the proxy does with new JetStream deliveries.
@@ -195,8 +196,20 @@ func (p *Proxy) State() proxy.State {
 	if p.Mode() == proxy.Stopped {
 		s.CutoffID, s.Epoch = cutoff, epoch
 	}
-	if p.rp != nil {
-		p.replayState(&s)
+	queues := p.tracker.Snapshot(time.Now())
+	if p.rp == nil {
+		s.Queues = queues
+		return s
+	}
+	rest := make(map[string]tracking.QueueStats, len(queues))
+	for _, q := range queues {
+		rest[q.Queue] = q
+	}
+	p.replayState(&s, rest)
+	for _, q := range queues { // the consumers not replayed, in order
+		if _, ok := rest[q.Queue]; ok {
+			s.Queues = append(s.Queues, q)
+		}
 	}
 	return s
 }
