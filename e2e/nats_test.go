@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ms2m/ms2m/e2e/cluster"
@@ -38,13 +40,7 @@ func TestNATSMigration(t *testing.T) {
 	if _, ok := l.Images["consumer-nats"]; !ok {
 		t.Fatal("the lab built no consumer-nats image")
 	}
-	// Pods reach the host's nats-server through a forwarder on the bridge;
-	// host services started before it was one of theirs lack it.
-	if c, err := net.DialTimeout("tcp", l.NATSAddr, time.Second); err == nil {
-		_ = c.Close() // only a probe
-	} else if err := cluster.ForwardToLoopback(t.Context(), cluster.NATSPort, slog.Default()); err != nil {
-		t.Fatal(err)
-	}
+	needNATSForward(t, l)
 	for _, mode := range []string{"push", "pull"} {
 		t.Run(mode, func(t *testing.T) { migrateNATS(t, l, nt, mode) })
 	}
@@ -55,25 +51,7 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("c-nats-" + mode)
-	admin, err := nats.Connect(nt.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
-		t.Fatal(err)
-	}
-	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 50}
-	if mode == "push" {
-		cc.DeliverSubject = "deliver." + name
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, name, cc); err != nil {
-		t.Fatal(err)
-	}
+	js := natsStream(t, ctx, nt, name, mode)
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: contract.StrategyMS2M,
@@ -88,39 +66,10 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 		if !(t.Failed() && os.Getenv("MS2M_E2E_KEEP") != "") {
 			logCleanup(t, "delete pods", l.DeletePods(ctx, plan.Pod, plan.TargetPod))
 		}
-		logCleanup(t, "delete the stream", js.DeleteStream(ctx, name))
 		logCleanup(t, "delete the replay log", shadowqueue.DeleteJetStream(ctx, nt.URL, inject.LogName(src)))
 	})
 
-	// The producer, on the host: msg-1..msg-n at rate, folding the chain.
-	type result struct {
-		want lab.ProducerResult
-		err  error
-	}
-	produced := make(chan result, 1)
-	go func() {
-		var h [sha256.Size]byte
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		for i := 1; i <= n; i++ {
-			body := fmt.Appendf(nil, "msg-%d", i)
-			if _, err := js.Publish(ctx, name+".in", body); err != nil {
-				produced <- result{err: fmt.Errorf("publish %d: %w", i, err)}
-				return
-			}
-			d := sha256.New()
-			d.Write(h[:])
-			d.Write(body)
-			d.Sum(h[:0])
-			select {
-			case <-tick.C: // the producer's pace
-			case <-ctx.Done():
-				produced <- result{err: ctx.Err()}
-				return
-			}
-		}
-		produced <- result{want: lab.ProducerResult{Count: n, Hash: hex.EncodeToString(h[:])}}
-	}()
+	produced := produceNATS(ctx, js, name+".in", n, rate)
 	// Migrate once the consumer has work behind it.
 	testenv.Eventually(t, time.Minute, "the source consumer folds its first messages", func() bool {
 		st, err := lab.GetAppState(src)
@@ -144,14 +93,177 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 	if target.Spec.NodeName != cluster.NodeName(2) {
 		t.Errorf("target runs on %s, want %s", target.Spec.NodeName, cluster.NodeName(2))
 	}
+	expectNATSExact(t, produced, target)
+}
+
+// needNATSForward makes sure pods reach the host's nats-server: through a
+// forwarder on the bridge, which host services started before it was one
+// of theirs lack.
+func needNATSForward(t *testing.T, l *lab.Lab) {
+	t.Helper()
+	if c, err := net.DialTimeout("tcp", l.NATSAddr, time.Second); err == nil {
+		_ = c.Close() // only a probe
+	} else if err := cluster.ForwardToLoopback(t.Context(), cluster.NATSPort, slog.Default()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// natsProduced is what produceNATS published: its count and hash chain.
+type natsProduced struct {
+	want lab.ProducerResult
+	err  error
+}
+
+// produceNATS is the producer, on the host: msg-1..msg-n to subject at
+// rate per second, folding the chain as the sample consumers do.
+func produceNATS(ctx context.Context, js jetstream.JetStream, subject string, n int, rate float64) <-chan natsProduced {
+	produced := make(chan natsProduced, 1)
+	go func() {
+		var h [sha256.Size]byte
+		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+		for i := 1; i <= n; i++ {
+			body := fmt.Appendf(nil, "msg-%d", i)
+			if _, err := js.Publish(ctx, subject, body); err != nil {
+				produced <- natsProduced{err: fmt.Errorf("publish %d: %w", i, err)}
+				return
+			}
+			d := sha256.New()
+			d.Write(h[:])
+			d.Write(body)
+			d.Sum(h[:0])
+			select {
+			case <-tick.C: // the producer's pace
+			case <-ctx.Done():
+				produced <- natsProduced{err: ctx.Err()}
+				return
+			}
+		}
+		produced <- natsProduced{want: lab.ProducerResult{Count: n, Hash: hex.EncodeToString(h[:])}}
+	}()
+	return produced
+}
+
+// expectNATSExact waits for the producer to finish and for the consumer in
+// pod to settle, and fails the test unless its count and hash are the
+// producer's.
+func expectNATSExact(t *testing.T, produced <-chan natsProduced, pod *corev1.Pod) {
+	t.Helper()
 	r := <-produced
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	got := lab.WaitFor(target, r.want, 30*time.Second)
-	t.Logf("%s: producer count %d hash %.12s; restored consumer count %d hash %.12s (reconnects %d)",
-		mode, r.want.Count, r.want.Hash, got.Count, got.Hash, got.Reconnects)
-	if got.Count != r.want.Count || got.Hash != r.want.Hash {
-		t.Errorf("restored consumer: count %d hash %s; producer: count %d hash %s", got.Count, got.Hash, r.want.Count, r.want.Hash)
+	got := lab.WaitFor(pod, r.want, 30*time.Second)
+	t.Logf("producer count %d hash %.12s; the consumer in %s: count %d hash %.12s (reconnects %d)",
+		r.want.Count, r.want.Hash, pod.Name, got.Count, got.Hash, got.Reconnects)
+	if got.Count != r.want.Count || got.Hash != r.want.Hash || got.Skipped != 0 {
+		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, r.want.Count, r.want.Hash)
+	}
+}
+
+// natsStream makes stream name, on subject name.in, with the durable
+// consumer "worker" the sample consumer uses (push on deliver.<name>, or
+// pull), and deletes it when the test ends.
+func natsStream(t *testing.T, ctx context.Context, nt testenv.NATS, name, mode string) jetstream.JetStream {
+	t.Helper()
+	admin, err := nats.Connect(nt.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	js, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+		logCleanup(t, "delete the stream", js.DeleteStream(ctx, name))
+	})
+	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 50}
+	if mode == "push" {
+		cc.DeliverSubject = "deliver." + name
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, name, cc); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// TestNATSEveryStrategy moves the NATS sample consumer (nats.go, a pull
+// consumer), the pod of a Deployment or a StatefulSet that the real
+// webhook injected, from node 1 to node 2 by annotating it with
+// ms2m.io/migrate-to, by every strategy besides ms2m (TestNATSMigration)
+// that NATS pods may take, while the producer publishes: the restored
+// consumer ends with the producer's hash, and the migration leaves what
+// TestEveryStrategyByAnnotation checks (expectMigrated).
+func TestNATSEveryStrategy(t *testing.T) {
+	needLab(t, "its NATS server is the host's, which only the lab's pods reach")
+	nt := testenv.RequireNATS(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	l := needMS2M(t, ctx, withController)
+	if _, ok := l.Images["consumer-nats"]; !ok {
+		t.Fatal("the lab built no consumer-nats image")
+	}
+	needNATSForward(t, l)
+	for _, tc := range []struct {
+		kind     lab.Kind
+		strategy contract.Strategy // the ms2m.io/strategy annotation; "" leaves it to auto
+		want     contract.Strategy
+		phases   []string // besides copyPhases
+		pods     int      // ever made: the first, the target, and the shadow if any
+	}{
+		{kind: lab.Deployment, strategy: contract.StrategyMS2MCutoff, want: contract.StrategyMS2MCutoff,
+			phases: []string{"quiesce", "checkpoint", "resume", "image", "replay and handover"}, pods: 2},
+		{kind: lab.Deployment, strategy: contract.StrategyStopAndCopy, want: contract.StrategyStopAndCopy,
+			phases: []string{"stop", "checkpoint", "image", "switch"}, pods: 2},
+		{kind: lab.StatefulSet, strategy: contract.StrategyStatefulSet, want: contract.StrategyStatefulSet,
+			phases: []string{"quiesce", "checkpoint", "image", "stop", "switch"}, pods: 2},
+		{kind: lab.StatefulSet, want: contract.StrategyStatefulSetShadow,
+			phases: []string{"quiesce", "shadow restore", "shadow handover", "shadow checkpoint", "handover"}, pods: 3},
+	} {
+		t.Run(strings.ToLower(string(tc.kind))+"/"+string(tc.want), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			name := testenv.UniqueName("own-nats")
+			js := natsStream(t, ctx, nt, name, "pull")
+			pods := watchPods(t, ctx, l, name)
+			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: "consumer-nats", NATSMode: "pull"})
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+				defer cancel()
+				logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, tc.kind, name))
+				if src != nil {
+					logCleanup(t, "delete the replay log", shadowqueue.DeleteJetStream(ctx, nt.URL, inject.LogName(src)))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
+				t.Fatalf("the webhook did not inject %s", src.Name)
+			}
+			produced := produceNATS(ctx, js, name+".in", 120, 10)
+			testenv.Eventually(t, time.Minute, "the source consumer folds its first messages", func() bool {
+				st, err := lab.GetAppState(src)
+				return err == nil && st.Count >= 10
+			})
+			req := map[string]any{contract.AnnotationMigrateTo: l.NodeName(2)}
+			if tc.strategy != "" {
+				req[contract.AnnotationStrategy] = string(tc.strategy)
+			}
+			annotate(t, ctx, l, src.Name, req)
+			target, st := waitMigrated(t, ctx, l, name, src)
+			expectMigrated(t, ctx, l, tc.kind, src, target, st, tc.want, tc.phases)
+			if rep := st.Report; rep != nil && rep.Strategy == contract.StrategyMS2MCutoff {
+				t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
+			}
+			expectNATSExact(t, produced, target)
+			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
+		})
 	}
 }

@@ -196,9 +196,18 @@ func killTarget(t *testing.T, ctx context.Context, l *lab.Lab, target *corev1.Po
 		}
 		return
 	}
-	statuses, container := target.Status.ContainerStatuses, inject.AppContainer(target)
+	if err := killContainer(ctx, l, target, kill); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killContainer SIGKILLs pod's app (killApp) or sidecar (killSidecar)
+// through its node's containerd; the kubelet restarts it. It does not
+// fail the test, so that a goroutine of the test may call it.
+func killContainer(ctx context.Context, l *lab.Lab, pod *corev1.Pod, kill targetKill) error {
+	statuses, container := pod.Status.ContainerStatuses, inject.AppContainer(pod)
 	if kill == killSidecar {
-		statuses, container = target.Status.InitContainerStatuses, inject.SidecarName
+		statuses, container = pod.Status.InitContainerStatuses, inject.SidecarName
 	}
 	var id string
 	for _, cs := range statuses {
@@ -207,22 +216,23 @@ func killTarget(t *testing.T, ctx context.Context, l *lab.Lab, target *corev1.Po
 		}
 	}
 	if id == "" {
-		t.Fatalf("the target %s reports no container ID for %s", target.Name, container)
+		return fmt.Errorf("pod %s reports no container ID for %s", pod.Name, container)
 	}
 	node := 0
 	for i := 1; i <= l.Cluster.Nodes(); i++ {
-		if l.Cluster.Node(i).Name == target.Spec.NodeName {
+		if l.Cluster.Node(i).Name == pod.Spec.NodeName {
 			node = i
 		}
 	}
 	if node == 0 {
-		t.Fatalf("the target %s runs on %q, not a node of the lab", target.Name, target.Spec.NodeName)
+		return fmt.Errorf("pod %s runs on %q, not a node of the lab", pod.Name, pod.Spec.NodeName)
 	}
 	ctr := filepath.Join(l.Opts.BinDir, "containerd", "ctr")
 	out, err := exec.CommandContext(ctx, ctr, "-a", l.Cluster.Node(node).ContainerdSock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id).CombinedOutput()
 	if err != nil {
-		t.Fatalf("kill the %s container of %s (%s): %v: %s", container, target.Name, id, err, out)
+		return fmt.Errorf("kill the %s container of %s (%s): %v: %s", container, pod.Name, id, err, out)
 	}
+	return nil
 }
 
 // waitOutcome waits until src's migration has ended and returns the pod

@@ -334,6 +334,17 @@ func (agent) ReadLog(ctx context.Context, node, path string) (string, error) {
 	return string(b), nil
 }
 
+// RestoreLog returns the last 64 KiB of CRIU's log of the restore of
+// container id on node: runc writes restore.log into the container's
+// work folder, which containerd's runc shim keeps in the node's
+// containerd root folder.
+func (a agent) RestoreLog(ctx context.Context, node, id string) (string, error) {
+	if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("container ID %q: want 64 hex digits", id)
+	}
+	return a.ReadLog(ctx, node, filepath.Join(a.l.Cluster.StateDir(), node, "containerd", "root", "io.containerd.runtime.v2.task", "k8s.io", id, "restore.log"))
+}
+
 // WatchFreeze watches a container's cgroup and tasks from the host, as
 // the node's agent would: the nodes' cgroups are host cgroups here.
 func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state string, timeout time.Duration) (func() error, error) {

@@ -34,4 +34,11 @@
 // the gap, and means, medians and p95s. It writes results.csv, results.json
 // and the figures (package paperplot) to out/bench-paper, prints PASS or
 // MISS per goal, and replaces its section of BENCHMARKS.md.
+//
+// The subcommand memory (`make bench-memory`; memory.go) migrates a
+// consumer holding more and more state, and splits each migration's
+// checkpoint and restore into their parts (parts.go): the migrator's
+// Report.Parts, and the restore's steps by the target node's containerd
+// log; -pull-ahead both runs each migration without and with
+// migrate.Plan.PullAhead, side by side.
 package main

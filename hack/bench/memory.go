@@ -34,6 +34,9 @@ type memoryOptions struct {
 	streamURI  string
 	from       string
 	command    string
+	// pullAhead are the Plan.PullAhead settings each migration runs with,
+	// in turn (-pull-ahead: off, on, or both side by side).
+	pullAhead []bool
 }
 
 // memoryStrategies are what the sweep may run: the live strategy and its
@@ -56,6 +59,7 @@ func parseMemoryFlags(args []string) (memoryOptions, error) {
 	fs.StringVar(&o.stateDir, "cluster-state", "/var/tmp/ms2m-bench", "state folder of the local cluster, brought up and taken down")
 	fs.StringVar(&o.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "the broker's AMQP URL, to delete the queues")
 	fs.StringVar(&o.streamURI, "stream-uri", "rabbitmq-stream://guest:guest@127.0.0.1:5552/", "the broker's stream URI, to delete the replay logs")
+	pullAhead := fs.String("pull-ahead", "off", "whether the target node's agent pulls the checkpoint image while the kubelet sets the target pod up (migrate.Plan.PullAhead): off, on, or both (each migration once without and once with, side by side)")
 	fs.StringVar(&o.from, "from", "", "a results.json of an earlier run: write its CSV, figures, goals and section again, without a cluster")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -82,6 +86,16 @@ func parseMemoryFlags(args []string) (memoryOptions, error) {
 			o.strategies = append(o.strategies, st)
 		}
 	}
+	switch *pullAhead {
+	case "off":
+		o.pullAhead = []bool{false}
+	case "on":
+		o.pullAhead = []bool{true}
+	case "both":
+		o.pullAhead = []bool{false, true}
+	default:
+		return o, fmt.Errorf("-pull-ahead=%q: want off, on or both", *pullAhead)
+	}
 	if o.runs < 1 {
 		return o, errors.New("-runs must be at least 1")
 	}
@@ -103,6 +117,8 @@ type memoryRun struct {
 	Strategy contract.Strategy `json:"strategy"`
 	StateMiB int               `json:"stateMiB"`
 	Rate     float64           `json:"rateMsgsPerSec"`
+	// PullAhead: the migration ran with migrate.Plan.PullAhead.
+	PullAhead bool `json:"pullAhead,omitempty"`
 	migrationRound
 }
 
@@ -110,17 +126,27 @@ type memoryRun struct {
 // and the processing gap (mean, median, p95), the median of each phase
 // group, and the median of CRIU's own dump as the node agent saw it.
 type memoryStat struct {
-	Strategy contract.Strategy  `json:"strategy"`
-	StateMiB int                `json:"stateMiB"`
-	Runs     int                `json:"runs"`
-	OK       int                `json:"ok"`
-	Total    spread             `json:"totalMs"`
-	Gap      spread             `json:"processingGapMs"`
-	Groups   map[string]float64 `json:"phaseMediansMs"`
-	CRIUDump *float64           `json:"criuDumpMedianMs,omitempty"`
-	Moved    float64            `json:"checkpointImageRestoreMedianMs"` // checkpoint + image + restore
-	GapRuns  int                `json:"gapRuns"`
-	CRIURuns int                `json:"criuRuns"`
+	Strategy  contract.Strategy  `json:"strategy"`
+	PullAhead bool               `json:"pullAhead,omitempty"`
+	StateMiB  int                `json:"stateMiB"`
+	Runs      int                `json:"runs"`
+	OK        int                `json:"ok"`
+	Total     spread             `json:"totalMs"`
+	Gap       spread             `json:"processingGapMs"`
+	Groups    map[string]float64 `json:"phaseMediansMs"`
+	CRIUDump  *float64           `json:"criuDumpMedianMs,omitempty"`
+	Moved     float64            `json:"checkpointImageRestoreMedianMs"` // checkpoint + image + restore
+	GapRuns   int                `json:"gapRuns"`
+	CRIURuns  int                `json:"criuRuns"`
+	// Parts are the medians of the checkpoint's and the restore's parts
+	// (partNames) over the good runs that measured them, with how many
+	// did (PartRuns); Steps the medians of the restore's steps by node 2's
+	// containerd log (stepNames), over StepRuns runs.
+	Parts    map[string]float64 `json:"partMediansMs,omitempty"`
+	PartP95  map[string]float64 `json:"partP95Ms,omitempty"`
+	PartRuns map[string]int     `json:"partRuns,omitempty"`
+	Steps    map[string]float64 `json:"restoreStepMediansMs,omitempty"`
+	StepRuns int                `json:"restoreStepRuns,omitempty"`
 }
 
 // memoryResults is everything a memory run measured; results.json.
@@ -159,7 +185,7 @@ func runMemory(ctx context.Context, o memoryOptions) (err error) {
 	res := memoryResults{Date: start.UTC(), Command: o.command, WorkMs: strategyWorkMS, Rate: o.rate, WarmupSeconds: o.warmup.Seconds(),
 		Sizes: o.sizes, Strategies: o.strategies,
 		Order: "per run, each size in turn (smallest first); at each size every strategy once, the first one rotating run by run"}
-	total := o.runs * len(o.sizes) * len(o.strategies)
+	total := o.runs * len(o.sizes) * len(o.strategies) * len(o.pullAhead)
 	progress("memory: plan", "migrations", total, "sizes_mib", fmt.Sprint(o.sizes), "strategies", joinStrategies(o.strategies), "rate_msgs_per_s", o.rate)
 
 	b, err := newBench(ctx, options{parts: []string{partStrategies}, amqpURL: o.amqpURL, streamURI: o.streamURI})
@@ -185,18 +211,20 @@ func runMemory(ctx context.Context, o memoryOptions) (err error) {
 			k := (run - 1) % len(order)
 			order = append(order[k:], order[:k]...)
 			for _, s := range order {
-				done++
-				progress("memory: migrate", "n", fmt.Sprintf("%d/%d", done, total), "strategy", s, "state_mib", mib, "run", fmt.Sprintf("%d/%d", run, o.runs))
-				m, err := nodes.migrate(ctx, b, l, producer, migrationSpec{strategy: s, rate: o.rate, warmup: o.warmup,
-					producerFor: memoryProducerFor(o, s, mib), stateMiB: mib})
-				if err != nil {
-					return err // the bench itself failed, not the migration
+				for _, ahead := range o.pullAhead {
+					done++
+					progress("memory: migrate", "n", fmt.Sprintf("%d/%d", done, total), "strategy", s, "pull_ahead", ahead, "state_mib", mib, "run", fmt.Sprintf("%d/%d", run, o.runs))
+					m, err := nodes.migrate(ctx, b, l, producer, migrationSpec{strategy: s, rate: o.rate, warmup: o.warmup,
+						producerFor: memoryProducerFor(o, s, mib), stateMiB: mib, pullAhead: ahead})
+					if err != nil {
+						return err // the bench itself failed, not the migration
+					}
+					m.Round, m.First = run, s == order[0] && ahead == o.pullAhead[0]
+					res.Runs = append(res.Runs, memoryRun{Strategy: s, StateMiB: mib, Rate: o.rate, PullAhead: ahead, migrationRound: m})
+					r := res.Runs[len(res.Runs)-1]
+					progress("  result", "ok", r.ok(), "total_ms", fmtMs0(r.TotalMs), "gap_ms", optMs(r.ProcessingGapMs), "checkpoint_ms", fmtMs0(r.Groups["checkpoint"]),
+						"image_ms", fmtMs0(r.Groups["image"]), "restore_ms", fmtMs0(r.Groups["restore"]), "error", r.Error)
 				}
-				m.Round, m.First = run, s == order[0]
-				res.Runs = append(res.Runs, memoryRun{Strategy: s, StateMiB: mib, Rate: o.rate, migrationRound: m})
-				r := res.Runs[len(res.Runs)-1]
-				progress("  result", "ok", r.ok(), "total_ms", fmtMs0(r.TotalMs), "gap_ms", optMs(r.ProcessingGapMs), "checkpoint_ms", fmtMs0(r.Groups["checkpoint"]),
-					"image_ms", fmtMs0(r.Groups["image"]), "restore_ms", fmtMs0(r.Groups["restore"]), "error", r.Error)
 			}
 		}
 	}
@@ -218,13 +246,14 @@ func optMs(p *float64) string {
 // strategy then size.
 func memorySummary(runs []memoryRun) []memoryStat {
 	type key struct {
-		s   contract.Strategy
-		mib int
+		s     contract.Strategy
+		ahead bool
+		mib   int
 	}
 	var keys []key
 	by := map[key][]memoryRun{}
 	for _, r := range runs {
-		k := key{r.Strategy, r.StateMiB}
+		k := key{r.Strategy, r.PullAhead, r.StateMiB}
 		if _, ok := by[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -234,13 +263,16 @@ func memorySummary(runs []memoryRun) []memoryStat {
 		if c := slices.Index(memoryStrategies, a.s) - slices.Index(memoryStrategies, b.s); c != 0 {
 			return c
 		}
+		if a.ahead != b.ahead {
+			return map[bool]int{false: -1, true: 1}[a.ahead]
+		}
 		return a.mib - b.mib
 	})
 	var out []memoryStat
 	for _, k := range keys {
-		st := memoryStat{Strategy: k.s, StateMiB: k.mib, Runs: len(by[k]), Groups: map[string]float64{}}
+		st := memoryStat{Strategy: k.s, PullAhead: k.ahead, StateMiB: k.mib, Runs: len(by[k]), Groups: map[string]float64{}}
 		var total, gap, dump, moved []float64
-		groups := map[string][]float64{}
+		groups, parts, steps := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for _, r := range by[k] {
 			if !r.ok() {
 				continue
@@ -257,6 +289,23 @@ func memorySummary(runs []memoryRun) []memoryStat {
 				groups[g] = append(groups[g], r.Groups[g])
 			}
 			moved = append(moved, r.Groups["checkpoint"]+r.Groups["image"]+r.Groups["restore"])
+			for name, v := range runParts(r) {
+				parts[name] = append(parts[name], v)
+			}
+			if s := r.RestoreSteps; s != nil {
+				for name, v := range stepValues(*s) {
+					steps[name] = append(steps[name], v)
+				}
+			}
+		}
+		st.Parts, st.PartP95, st.PartRuns = map[string]float64{}, map[string]float64{}, map[string]int{}
+		for name, vs := range parts {
+			sp := spreadOf(vs)
+			st.Parts[name], st.PartP95[name], st.PartRuns[name] = sp.Median, sp.P95, len(vs)
+		}
+		st.Steps = map[string]float64{}
+		for name, vs := range steps {
+			st.Steps[name], st.StepRuns = median(vs), len(vs)
 		}
 		st.Total, st.Gap, st.GapRuns, st.CRIURuns = spreadOf(total), spreadOf(gap), len(gap), len(dump)
 		for g, vs := range groups {
@@ -276,7 +325,7 @@ func memorySummary(runs []memoryRun) []memoryStat {
 
 func memoryStatOf(stats []memoryStat, s contract.Strategy, mib int) (memoryStat, bool) {
 	for _, st := range stats {
-		if st.Strategy == s && st.StateMiB == mib && st.OK > 0 {
+		if st.Strategy == s && !st.PullAhead && st.StateMiB == mib && st.OK > 0 {
 			return st, true
 		}
 	}
@@ -347,18 +396,25 @@ func memoryGoals(res memoryResults) []paperGoal {
 func memoryCSV(runs []memoryRun) []byte {
 	var sb strings.Builder
 	w := csv.NewWriter(&sb)
-	head := []string{"run", "state_mib", "strategy", "rate_msgs_per_s", "ok", "total_ms", "processing_gap_ms", "switch_ms"}
+	head := []string{"run", "state_mib", "strategy", "pull_ahead", "rate_msgs_per_s", "ok", "total_ms", "processing_gap_ms", "switch_ms"}
 	for _, g := range phaseGroupNames {
 		head = append(head, g+"_ms")
 	}
-	head = append(head, "hold_criu_ms", "thawed_at_dump", "produced", "count", "hash_ok", "producer_outlasted", "error")
+	head = append(head, "hold_criu_ms", "thawed_at_dump")
+	for _, p := range partNames {
+		head = append(head, p.col+"_ms")
+	}
+	for _, p := range stepNames {
+		head = append(head, "restore_"+p.col+"_ms")
+	}
+	head = append(head, "produced", "count", "hash_ok", "producer_outlasted", "error")
 	_ = w.Write(head) // into a strings.Builder, which cannot fail
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	for _, r := range runs {
-		row := []string{strconv.Itoa(r.Round), strconv.Itoa(r.StateMiB), string(r.Strategy), strconv.FormatFloat(r.Rate, 'g', -1, 64), strconv.FormatBool(r.ok()),
+		row := []string{strconv.Itoa(r.Round), strconv.Itoa(r.StateMiB), string(r.Strategy), strconv.FormatBool(r.PullAhead), strconv.FormatFloat(r.Rate, 'g', -1, 64), strconv.FormatBool(r.ok()),
 			f(r.TotalMs), "", f(r.SwitchMs)}
 		if r.ProcessingGapMs != nil {
-			row[6] = f(*r.ProcessingGapMs)
+			row[7] = f(*r.ProcessingGapMs)
 		}
 		for _, g := range phaseGroupNames {
 			row = append(row, f(r.Groups[g]))
@@ -367,6 +423,25 @@ func memoryCSV(runs []memoryRun) []byte {
 			row = append(row, f(ms(h.CRIU)), strconv.FormatBool(h.ThawedAtDump))
 		} else {
 			row = append(row, "", "")
+		}
+		pv := runParts(r)
+		for _, p := range partNames {
+			if v, ok := pv[p.col]; ok {
+				row = append(row, f(v))
+			} else {
+				row = append(row, "")
+			}
+		}
+		var sv map[string]float64
+		if r.RestoreSteps != nil {
+			sv = stepValues(*r.RestoreSteps)
+		}
+		for _, p := range stepNames {
+			if v, ok := sv[p.col]; ok {
+				row = append(row, f(v))
+			} else {
+				row = append(row, "")
+			}
 		}
 		row = append(row, strconv.Itoa(r.Produced), strconv.Itoa(r.Count), strconv.FormatBool(r.HashOK), strconv.FormatBool(r.ProducerOutlasted), r.Error)
 		_ = w.Write(row)
@@ -396,10 +471,12 @@ func memoryMarkdown(res memoryResults) string {
 		if st.CRIUDump != nil {
 			dump = fmtMs0(*st.CRIUDump)
 		}
-		w("| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.Strategy, st.StateMiB, st.OK, st.Runs,
+		w("| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.name(), st.StateMiB, st.OK, st.Runs,
 			fmtS(st.Total.Median), fmtS(st.Total.P95), gap, gapP95, fmtMs0(st.Groups["checkpoint"]), fmtMs0(st.Groups["image"]),
 			fmtMs0(st.Groups["restore"]), fmtMs0(st.Groups["replay"]+st.Groups["handover"]), dump)
 	}
+	markdownParts(w, res.Summary)
+	markdownPullAhead(w, res.Summary)
 	w("\nGoals:\n\n")
 	for _, g := range res.Goals {
 		w("- **%s** %s: %s (target %s)\n", g.Verdict, g.Name, g.Measured, g.Target)

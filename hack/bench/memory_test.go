@@ -82,7 +82,7 @@ func TestMemoryReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(string(csv), "run,state_mib,strategy,rate_msgs_per_s,ok,total_ms,processing_gap_ms,switch_ms,prepare_ms,checkpoint_ms,image_ms,restore_ms,") ||
+	if !strings.HasPrefix(string(csv), "run,state_mib,strategy,pull_ahead,rate_msgs_per_s,ok,total_ms,processing_gap_ms,switch_ms,prepare_ms,checkpoint_ms,image_ms,restore_ms,") ||
 		strings.Count(string(csv), "\n") != len(runs)+1 {
 		t.Errorf("results.csv:\n%s", csv)
 	}
@@ -113,9 +113,47 @@ func TestParseMemoryFlags(t *testing.T) {
 	if err != nil || len(o.sizes) != 3 || o.sizes[0] != 10 || o.sizes[2] != 1000 || len(o.strategies) != 1 {
 		t.Errorf("parseMemoryFlags = %+v, %v; want sizes 10,100,1000 and ms2m", o, err)
 	}
-	for _, bad := range [][]string{{"-sizes", "x"}, {"-sizes", "-1"}, {"-strategies", "statefulset"}, {"-rate", "20"}, {"-runs", "0"}, {"extra"}} {
+	for _, bad := range [][]string{{"-sizes", "x"}, {"-sizes", "-1"}, {"-strategies", "statefulset"}, {"-rate", "20"}, {"-runs", "0"}, {"-pull-ahead", "maybe"}, {"extra"}} {
 		if _, err := parseMemoryFlags(bad); err == nil {
 			t.Errorf("parseMemoryFlags(%q): want an error", bad)
+		}
+	}
+}
+
+// TestMemoryParts: the parts' medians and what was not measured, the
+// restore's containerd steps, and the pull ahead side by side.
+func TestMemoryParts(t *testing.T) {
+	d := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	var runs []memoryRun
+	for i, ahead := range []bool{false, false, true} {
+		r := memorySynth(contract.StrategyMS2M, 100, 4000, 100)
+		r.PullAhead = ahead
+		r.Groups["restore"] = 2000 - 600*float64(map[bool]int{true: 1}[ahead])
+		p := &migrate.Parts{Call: d(900), CRIUDump: d(100), Image: d(1000), Restore: d(r.Groups["restore"]), Pull: d(600), CRIURestore: d(200 + float64(i)*100)}
+		if ahead {
+			p.Pull, p.PulledAhead = 0, d(650)
+		}
+		r.Report.Parts = p
+		r.RestoreSteps = &targetSteps{ToSandboxMs: 400, SandboxMs: 100, SidecarMs: 200, ProbesMs: 700, PullMs: 600, CreateMs: 50, StartMs: 250, ReadyMs: 100}
+		runs = append(runs, r)
+	}
+	sc := memorySynth(contract.StrategyStopAndCopy, 100, 4000, 0)
+	sc.Report.Parts = &migrate.Parts{Call: d(1000), Image: d(1000), Restore: d(2000), CRIURestore: d(300),
+		Unmeasured: []string{migrate.PartCRIUDump + ": the node agent cannot watch for the dump", migrate.PartPull + ": no Pulled Event"}}
+	runs = append(runs, sc)
+	res := memoryResults{Command: "go -C hack/bench run . memory -pull-ahead both", Sizes: []int{100}, Strategies: memoryStrategies, Rate: 10, WorkMs: 50, Runs: runs}
+	res.Summary = memorySummary(res.Runs)
+	md := memoryMarkdown(res)
+	for _, want := range []string{
+		// ms2m without: checkpoint phase 1000, quiesce + resume 100, call 900, dump 100, rest 800, image 1000, restore 2000, pull 600, CRIU 250 (median of 200 and 300), rest 1150
+		"| ms2m | 100 | 2 | 1,000 | 100 | 900 | 100 | 800 | 1,000 | 2,000 | 600 | 250 | not measured | 1,150 |",
+		"| ms2m (pull ahead) | 100 | 1 | 1,000 | 100 | 900 | 100 | 800 | 1,000 | 1,400 | 0 | 400 | 650 | 1,000 |",
+		"| stop-and-copy | 100 | 1 | 1,000 | 0 | 1,000 | not measured | not measured | 1,000 | 2,000 | not measured | 300 | not measured | not measured |",
+		"| ms2m | 100 | 2 | 400 | 100 | 200 | 700 | 600 | 50 | 250 | 100 |",
+		"| ms2m | 100 | 2 / 1 | 2,000 | 1,400 | 0.7× |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("section lacks %q:\n%s", want, md)
 		}
 	}
 }

@@ -34,6 +34,7 @@ type migrationSpec struct {
 	replayMax   time.Duration       // T_replay_max for ms2m-cutoff; 0 is the default
 	cutoff      contract.CutoffRule // ms2m-cutoff's rule; "" is the default
 	stateMiB    int                 // extra state in the consumer's memory (STATE_MB); 0 for none
+	pullAhead   bool                // migrate.Plan.PullAhead
 }
 
 // migrate starts a fresh consumer on node 1 and a producer at spec.rate,
@@ -52,7 +53,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
 		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: spec.strategy, ReplayMax: spec.replayMax,
-		Cutoff: spec.cutoff,
+		Cutoff: spec.cutoff, PullAhead: spec.pullAhead,
 	}
 	// The queue and the replay log are deleted after the migration, or
 	// by the bench's close if it is interrupted.
@@ -139,6 +140,7 @@ func (n *nodeLab) migrate(ctx context.Context, b *bench, l *lab.Lab, producerBin
 		m.Phases = append(m.Phases, phaseMedian{Name: p.Name, MedianMs: ms(p.Took)})
 	}
 	m.Groups = phaseGroups(rep, phaseEnd)
+	m.RestoreSteps = restoreSplit(l.Cluster.StateDir(), rep, phaseEnd["restore"])
 	if h := rep.Handover; h != nil && !h.LastReplayed.IsZero() && h.LastReplayed.After(h.StopStarted) {
 		m.ReplayAfterStopMs = ms(h.LastReplayed.Sub(h.StopStarted))
 	}

@@ -108,13 +108,16 @@ type migrationRound struct {
 	// source's stop, whether the producer still sent when the migration
 	// ended, and, from the consumers' journals, the worst latency of a
 	// message's first processing and the lost and repeated messages.
-	WallMs            float64            `json:"wallMs,omitempty"`
-	Groups            map[string]float64 `json:"phaseGroupsMs,omitempty"`
-	ReplayAfterStopMs float64            `json:"replayAfterStopMs,omitempty"`
-	ProducerOutlasted bool               `json:"producerOutlastedMigration,omitempty"`
-	WorstLatencyMs    *float64           `json:"worstLatencyMs,omitempty"`
-	Lost              *int               `json:"lost,omitempty"`
-	Duplicated        *int               `json:"duplicated,omitempty"`
+	WallMs float64            `json:"wallMs,omitempty"`
+	Groups map[string]float64 `json:"phaseGroupsMs,omitempty"`
+	// RestoreSteps split the restore phase by node 2's containerd log
+	// (parts.go); nil where a line was not found.
+	RestoreSteps      *targetSteps `json:"restoreSteps,omitempty"`
+	ReplayAfterStopMs float64      `json:"replayAfterStopMs,omitempty"`
+	ProducerOutlasted bool         `json:"producerOutlastedMigration,omitempty"`
+	WorstLatencyMs    *float64     `json:"worstLatencyMs,omitempty"`
+	Lost              *int         `json:"lost,omitempty"`
+	Duplicated        *int         `json:"duplicated,omitempty"`
 	// Missing says, for the first lost messages, which earlier consumer's
 	// journal has them ("journal N", 0 the source, in the order the
 	// consumers served) or "none": where to look.

@@ -1,7 +1,11 @@
 // Command natsbench measures the NATS sidecar's cost on a JetStream
-// consumer: the same nats.go pull consumer drains a pre-filled stream
-// straight from the server and through an in-process natsproxy with its
-// tee on a JetStream replay log (acks held until the log has the delivery),
-// alternating the two paths round by round, and reports messages per second
-// and the ratio. It needs the local nats-server (make setup).
+// consumer. Each round, the same unmodified nats.go pull consumer drains
+// a pre-filled stream three ways: straight from the server (direct);
+// through a source sidecar (sidecar.Start with MS2M_BROKER=nats: tee into
+// a JetStream replay log, acks held until the log has the delivery); and
+// from a target sidecar that replays that log up to its last record
+// (replay). It reports messages per second, the ratio to direct round by
+// round, and the 95th percentile of the time per chunk of messages, and
+// writes the raw figures as JSON with -out. It needs the local nats-server
+// (make setup).
 package main

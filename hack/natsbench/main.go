@@ -6,20 +6,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"slices"
-	"sync"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/ms2m/ms2m/internal/natsproxy"
-	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The paths a consumer drains by.
+const (
+	pathDirect  = "direct"  // straight from the server
+	pathSidecar = "sidecar" // through a serving (source) sidecar
+	pathReplay  = "replay"  // replayed by a target sidecar from the log
 )
 
 type options struct {
@@ -28,22 +30,66 @@ type options struct {
 	size     int
 	rounds   int
 	windows  []int
-	out      string
-	maxBatch int
+	batch    int
+	paths    []string
 	work     time.Duration
+	spin     time.Duration
+	chunk    int
+	out      string
+	report   string
+	argv     []string
 }
 
 // result is one round of one path.
 type result struct {
-	Path     string  `json:"path"` // direct or sidecar
-	Window   int     `json:"window"`
-	Round    int     `json:"round"`
-	Messages int     `json:"messages"`
-	Seconds  float64 `json:"seconds"`
-	MsgPerS  float64 `json:"msgPerSecond"`
-	// Sidecar rounds only.
+	Path     string `json:"path"`
+	Window   int    `json:"window"` // the consumer's max_ack_pending
+	Batch    int    `json:"batch"`  // the pull batch; 0: nats.go's default (500)
+	Work     string `json:"work"`   // sleep per message before its ack
+	Spin     string `json:"spin"`   // CPU work (a busy loop) per message before its ack
+	Round    int    `json:"round"`
+	Messages int    `json:"messages"`
+	// Seconds runs from the consumer's Consume call to its last ack.
+	Seconds float64 `json:"seconds"`
+	MsgPerS float64 `json:"msgPerSecond"`
+	// ChunkMs is how long each chunk of messages took, in order.
+	ChunkMs []float64 `json:"chunkMs"`
+	// Load1 is the machine's 1-minute load average as the round began.
+	Load1 float64 `json:"load1"`
+	// CPU time per message over the drain, in µs: the bench process (the
+	// consumer and, on the sidecar paths, the sidecar) and the nats-server
+	// (0: not found; /proc's 10 ms steps).
+	BenchCPUUs  float64 `json:"benchCpuUsPerMsg"`
+	ServerCPUUs float64 `json:"serverCpuUsPerMsg"`
+	// Sidecar rounds: acks that waited for the log, log writes and records.
 	AcksWaited uint64 `json:"acksWaited,omitempty"`
 	LogWrites  uint64 `json:"logWrites,omitempty"`
+	LogRecords uint64 `json:"logRecords,omitempty"`
+	// Replay rounds: the rate counted from the call that starts the target
+	// sidecar (which opens the log and reads it) to the last ack.
+	SecondsFromStart float64 `json:"secondsFromStart,omitempty"`
+	MsgPerSFromStart float64 `json:"msgPerSecondFromStart,omitempty"`
+}
+
+// key names the setting a result belongs to.
+func (r result) key() string {
+	b := "nats.go's default (500)"
+	if r.Batch > 0 {
+		b = fmt.Sprint(r.Batch)
+	}
+	return fmt.Sprintf("max_ack_pending %d, pull batch %s, per message: sleep %s, CPU work %s", r.Window, b, r.Work, r.Spin)
+}
+
+// report is what -out writes.
+type report struct {
+	Command   string    `json:"command"`
+	Started   time.Time `json:"started"`
+	Finished  time.Time `json:"finished"`
+	Server    string    `json:"server"`
+	Body      int       `json:"bodyBytes"`
+	LoadStart float64   `json:"load1AtStart"`
+	LoadEnd   float64   `json:"load1AtEnd"`
+	Results   []result  `json:"results"`
 }
 
 func main() {
@@ -63,7 +109,12 @@ func main() {
 	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o); err != nil {
+	if o.report != "" {
+		err = printReport(o.report)
+	} else {
+		err = run(ctx, o)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "natsbench:", err)
 		stop()
 		os.Exit(1) // the deferred profile stop is skipped: a failed run needs no profile
@@ -73,26 +124,34 @@ func main() {
 // parseFlags reads the command line: the options, and where to write a
 // CPU profile of the whole run ("": none).
 func parseFlags(args []string) (options, string, error) {
-	var o options
-	var windows string
+	o := options{argv: args}
+	var windows, paths string
 	fs := flag.NewFlagSet("natsbench", flag.ContinueOnError)
 	fs.StringVar(&o.server, "server", "127.0.0.1:4222", "the NATS server (host:port), with JetStream")
 	fs.IntVar(&o.messages, "messages", 30000, "messages per drain")
 	fs.IntVar(&o.size, "size", 100, "message body size in bytes")
-	fs.IntVar(&o.rounds, "rounds", 3, "rounds per path and window")
-	fs.StringVar(&windows, "windows", "100,1000", "ack windows (the consumer's max_ack_pending and the pull batch), comma-separated")
+	fs.IntVar(&o.rounds, "rounds", 5, "rounds per window")
+	fs.StringVar(&windows, "windows", "1000", "ack windows (the consumer's max_ack_pending; 1000 is the server's default), comma-separated")
+	fs.IntVar(&o.batch, "batch", 0, "the pull batch (Consume's PullMaxMessages); 0: nats.go's default, 500")
+	fs.StringVar(&paths, "paths", "direct,sidecar,replay", "the paths each round drains by, in this order: direct, sidecar (a source sidecar that writes the replay log), replay (a target sidecar replaying that log)")
+	fs.DurationVar(&o.work, "work", 0, "time the consumer sleeps on each message before its ack (0: ack at once, the worst case for the sidecar); Go sleeps at least about 1 ms when the process is otherwise idle")
+	fs.DurationVar(&o.spin, "spin", 0, "CPU time the consumer spends on each message (a busy loop) before its ack")
+	fs.IntVar(&o.chunk, "chunk", 1000, "messages per chunk for the p95 time per chunk")
 	fs.StringVar(&o.out, "out", "", "write the raw results as JSON here")
-	fs.DurationVar(&o.work, "work", 0, "time the consumer spends on each message before its ack (a sleep; 0: ack at once, the worst case for the sidecar)")
-	fs.IntVar(&o.maxBatch, "max-batch", 0, "records per replay log write (the Tee's MaxBatch; 0: its default)")
+	fs.StringVar(&o.report, "report", "", "run nothing: print the tables of the results in this JSON file (one that -out wrote)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	if err := fs.Parse(args); err != nil {
 		return o, "", err
 	}
-	for _, w := range splitInts(windows) {
-		if w <= 0 {
-			return o, "", fmt.Errorf("-windows=%q: want positive numbers", windows)
-		}
-		o.windows = append(o.windows, w)
+	var err error
+	if o.windows, err = parseWindows(windows); err != nil {
+		return o, "", fmt.Errorf("-windows=%w", err)
+	}
+	if o.paths, err = parsePaths(paths); err != nil {
+		return o, "", err
+	}
+	if o.messages <= 0 || o.rounds <= 0 || o.chunk <= 0 || o.size < 0 || o.batch < 0 || o.work < 0 || o.spin < 0 {
+		return o, "", errors.New("-messages, -rounds and -chunk must be positive, -size, -batch, -work and -spin not negative")
 	}
 	return o, *cpuprofile, nil
 }
@@ -117,26 +176,17 @@ func startProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-func splitInts(s string) []int {
-	var out []int
-	var n int
-	have := false
-	for _, c := range s + "," {
-		switch {
-		case c >= '0' && c <= '9':
-			n, have = n*10+int(c-'0'), true
-		case c == ',':
-			if have {
-				out = append(out, n)
-			} else {
-				out = append(out, 0)
-			}
-			n, have = 0, false
-		default:
-			return []int{0}
-		}
+// load1 is the machine's 1-minute load average (0 if unreadable).
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
 	}
-	return out
+	l, err := parseLoad(string(b))
+	if err != nil {
+		return 0
+	}
+	return l
 }
 
 func run(ctx context.Context, o options) error {
@@ -150,156 +200,62 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var results []result
-	fmt.Printf("%d messages of %d bytes per drain, %d rounds, %s of work per message, server %s\n", o.messages, o.size, o.rounds, o.work, o.server)
+	b := &bench{o: o, url: url, js: js, serverPID: findProcess("nats-server")}
+	rep := report{
+		Command: "go run ./hack/natsbench " + strings.Join(o.argv, " "), Started: time.Now().UTC(),
+		Server: o.server, Body: o.size, LoadStart: load1(),
+	}
+	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, per message a sleep of %s and CPU work of %s, server %s (PID %d), load %.2f\n",
+		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.spin, o.server, b.serverPID, rep.LoadStart)
 	for _, w := range o.windows {
 		for round := 1; round <= o.rounds; round++ {
-			for _, path := range []string{"direct", "sidecar"} {
-				r, err := drain(ctx, js, url, o, path, w)
-				if err != nil {
-					return fmt.Errorf("window %d round %d, %s: %w", w, round, path, err)
-				}
-				r.Round = round
-				fmt.Printf("window %5d round %d %-8s %9.0f msg/s  (acks that waited on the log %d, log writes %d)\n", w, round, path, r.MsgPerS, r.AcksWaited, r.LogWrites)
-				results = append(results, r)
+			rs, err := b.round(ctx, w, round)
+			if err != nil {
+				return fmt.Errorf("max_ack_pending %d, round %d: %w", w, round, err)
 			}
+			rep.Results = append(rep.Results, rs...)
 		}
 	}
-	fmt.Println()
-	fmt.Println("| ack window | direct (msg/s) | sidecar (msg/s) | ratio of the medians | median of the round ratios | round ratios |")
-	fmt.Println("|---:|---:|---:|---:|---:|---|")
-	for _, w := range o.windows {
-		var d, s, ratios []float64
-		var per string
-		for i := 0; i+1 < len(results); i += 2 {
-			if results[i].Window == w {
-				d = append(d, results[i].MsgPerS)
-				s = append(s, results[i+1].MsgPerS)
-				ratios = append(ratios, results[i+1].MsgPerS/results[i].MsgPerS)
-				per += fmt.Sprintf("%.1f%% ", 100*results[i+1].MsgPerS/results[i].MsgPerS)
-			}
-		}
-		md, ms := median(d), median(s)
-		fmt.Printf("| %d | %.0f | %.0f | %.1f%% | %.1f%% | %s|\n", w, md, ms, 100*ms/md, 100*median(ratios), per)
+	rep.Finished, rep.LoadEnd = time.Now().UTC(), load1()
+	printTables(rep, o.paths)
+	if o.out == "" {
+		return nil
 	}
-	if o.out != "" {
-		b, err := json.MarshalIndent(results, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.out, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+	out, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return err
 	}
+	return os.WriteFile(o.out, append(out, '\n'), 0o644)
+}
+
+// printReport prints the tables of the results in the JSON file path.
+func printReport(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var rep report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Printf("%s\n%s to %s\n", rep.Command, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339))
+	printTables(rep, []string{pathDirect, pathSidecar, pathReplay})
 	return nil
 }
 
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
+// printTables prints the load averages of rep and a table per setting.
+func printTables(rep report, paths []string) {
+	lo, hi := rep.LoadStart, rep.LoadStart
+	for _, r := range rep.Results {
+		lo, hi = min(lo, r.Load1), max(hi, r.Load1)
 	}
-	return s[len(s)/2]
-}
-
-// drain fills a fresh stream and drains it once through path.
-func drain(ctx context.Context, js jetstream.JetStream, url string, o options, path string, window int) (res result, err error) {
-	name := fmt.Sprintf("natsbench-%d", time.Now().UnixNano())
-	subject := name + ".in"
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
-		return res, err
-	}
-	defer func() { err = errors.Join(err, js.DeleteStream(context.WithoutCancel(ctx), name)) }()
-	body := make([]byte, o.size)
-	for range o.messages {
-		if _, err := js.PublishAsync(subject, body, jetstream.WithStallWait(time.Minute)); err != nil {
-			return res, err
+	fmt.Printf("\nload average (1 min) %.2f at the start, %.2f at the end, %.2f–%.2f at the rounds' starts\n", rep.LoadStart, rep.LoadEnd, lo, hi)
+	seen := map[string]bool{}
+	for _, r := range rep.Results {
+		if k := r.key(); !seen[k] {
+			seen[k] = true
+			fmt.Println()
+			fmt.Print(markdownTable(k, summarize(rep.Results, k, paths)))
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return res, ctx.Err()
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{
-		Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: window, AckWait: time.Minute,
-	}); err != nil {
-		return res, err
-	}
-
-	appURL := url
-	var proxy *natsproxy.Proxy
-	var tee *shadowqueue.Tee
-	if path == "sidecar" {
-		logName := name + "-log"
-		jl, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: url, Name: logName, MaxAge: time.Hour})
-		if err != nil {
-			return res, err
-		}
-		defer func() {
-			err = errors.Join(err, jl.Close(), shadowqueue.DeleteJetStream(context.WithoutCancel(ctx), url, logName))
-		}()
-		tee = shadowqueue.NewTee(jl, shadowqueue.Record{}, shadowqueue.TeeOptions{MaxBatch: o.maxBatch})
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return res, err
-		}
-		proxy = natsproxy.New(tee, natsproxy.Options{Upstream: o.server, Logger: slog.New(slog.DiscardHandler)})
-		runCtx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		defer func() { cancel(); wg.Wait() }()
-		wg.Go(func() { _ = tee.Run(runCtx) })
-		wg.Go(func() { _ = proxy.Serve(runCtx, ln) })
-		appURL = "nats://" + ln.Addr().String()
-	}
-
-	nc, err := nats.Connect(appURL, nats.Name("natsbench-app"))
-	if err != nil {
-		return res, err
-	}
-	defer nc.Close()
-	ajs, err := jetstream.New(nc)
-	if err != nil {
-		return res, err
-	}
-	cons, err := ajs.Consumer(ctx, name, "bench")
-	if err != nil {
-		return res, err
-	}
-	done := make(chan struct{})
-	var count int
-	start := time.Now()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if o.work > 0 {
-			time.Sleep(o.work)
-		}
-		if err := m.Ack(); err != nil {
-			return
-		}
-		count++
-		if count == o.messages {
-			close(done)
-		}
-	}, jetstream.PullMaxMessages(window))
-	if err != nil {
-		return res, err
-	}
-	select {
-	case <-done:
-	case <-ctx.Done():
-		cc.Stop()
-		return res, ctx.Err()
-	case <-time.After(5 * time.Minute):
-		cc.Stop()
-		return res, fmt.Errorf("drained %d of %d messages in 5 minutes", count, o.messages)
-	}
-	elapsed := time.Since(start)
-	cc.Stop()
-	res = result{Path: path, Window: window, Messages: o.messages, Seconds: elapsed.Seconds(), MsgPerS: float64(o.messages) / elapsed.Seconds()}
-	if proxy != nil {
-		res.AcksWaited = proxy.Stats().AcksWaited
-		res.LogWrites = tee.Status().Writes
-	}
-	return res, nil
 }

@@ -242,6 +242,9 @@ func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error
 		return Result{Warnings: d.warnings}, err
 	}
 	rewritten = append(rewritten, tlsLines...)
+	if err := applyStateDir(out, sidecar); err != nil {
+		return Result{Warnings: d.warnings}, err
+	}
 
 	st := Status{Version: StatusVersion, Sidecar: d.cfg.SidecarImage}
 	if d.restore != nil {

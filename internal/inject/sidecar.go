@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ms2m/ms2m/internal/contract"
@@ -40,6 +41,7 @@ const (
 	envReplaySkip       = "MS2M_REPLAY_SKIP"
 	envBroker           = "MS2M_BROKER"
 	envNATSLogURL       = "MS2M_NATS_URL"
+	envStateDir         = "MS2M_STATE_DIR"
 )
 
 // defaultLogNameValue is the injected MS2M_LOG_NAME when ms2m.io/log-name
@@ -97,6 +99,29 @@ func applyUpstreamTLS(pod *corev1.Pod, sidecar *corev1.Container) ([]string, err
 		sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envUpstreamAuth, Value: v})
 	}
 	return lines, nil
+}
+
+// The sidecar's state folder, an emptyDir: it outlives the sidecar's
+// container, so that a sidecar restarted while stopped starts stopped.
+const (
+	stateVolume = "ms2m-state"
+	stateDir    = "/var/run/ms2m-state"
+)
+
+// applyStateDir gives the sidecar its state folder; an error when the pod
+// already has a volume of that name.
+func applyStateDir(pod *corev1.Pod, sidecar *corev1.Container) error {
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == stateVolume {
+			return denyf("the pod has a volume named %s, which ms2m needs for its sidecar's state; rename it", stateVolume)
+		}
+	}
+	limit := resource.MustParse("1Mi")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: stateVolume,
+		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}})
+	sidecar.VolumeMounts = append(sidecar.VolumeMounts, corev1.VolumeMount{Name: stateVolume, MountPath: stateDir})
+	sidecar.Env = append(sidecar.Env, corev1.EnvVar{Name: envStateDir, Value: stateDir})
+	return nil
 }
 
 func hasEnv(c *corev1.Container, name string) bool {

@@ -146,6 +146,12 @@ type Plan struct {
 	// (FreezeWatcher; see ARCHITECTURE.md, "Hold until frozen"), and only
 	// without a watch, or if it sees no freeze, at the call's end.
 	HoldWholeCall bool
+	// PullAhead has the target node's agent pull the checkpoint image
+	// as soon as the target pod is created, while the kubelet sets the
+	// pod up (sandbox, sidecar, probes), instead of leaving the pull to
+	// the kubelet when it comes to the app container (copy strategies;
+	// pullahead.go). Default off.
+	PullAhead bool
 	// ThawAfterDump says when the node's agent thaws the app as soon as
 	// CRIU's dump is done rather than when the runtime resumes it, after
 	// archiving the root filesystem's changes. Default ThawAuto: only an
@@ -183,6 +189,10 @@ type Report struct {
 	// ShadowHold the shadow's (statefulset-shadow).
 	Hold       *HoldTimings `json:"hold,omitempty"`
 	ShadowHold *HoldTimings `json:"shadowHold,omitempty"`
+	// Parts splits the checkpoint and restore phases of a copy migration
+	// (ms2m, ms2m-cutoff, stop-and-copy, criu-alone) that ended well into
+	// what the real components report (parts.go); nil otherwise.
+	Parts *Parts `json:"parts,omitempty"`
 	// Note says what the migrator had to find out on its own: a handover
 	// that failed after the target had taken over, which it completed.
 	Note string `json:"note,omitempty"`
@@ -232,6 +242,9 @@ func Run(ctx context.Context, env Env, p Plan) (Report, error) {
 		r.dropServedImages(ctx)
 	}
 	r.rep.Total = r.now().Sub(r.began)
+	if err == nil && r.target != nil {
+		r.measureParts(ctx)
+	}
 	if err != nil {
 		r.log.Info("migration failed", "took", r.rep.Total, "err", err.Error())
 	} else {
@@ -285,6 +298,17 @@ type run struct {
 	// pushedBefore: images of this migration may have been pushed by a
 	// migrator that stopped, so dropServedImages tries them all.
 	pushedBefore bool
+	// For Report.Parts: a copy's target once it ran, and CRIU's dump of
+	// a checkpoint outside a hold (stop-and-copy, criu-alone) as the
+	// node's agent saw it, or why it did not.
+	target   *corev1.Pod
+	criuDump time.Duration
+	noDump   string
+	// Plan.PullAhead: the agent's pull of the checkpoint image on the
+	// target node, and how long it took or why it failed.
+	pulledAhead func() (time.Duration, string)
+	ahead       time.Duration
+	noAhead     string
 }
 
 func (r *run) now() time.Time { return r.env.Clock.Now() }
@@ -387,13 +411,23 @@ func (r *run) podCopy(ctx context.Context) error {
 			if p.Strategy == contract.StrategyStopAndCopy {
 				restore.Cutoff = r.rep.CutoffID
 			}
-			return r.createTarget(ctx, src, restore)
+			if err := r.createTarget(ctx, src, restore); err != nil {
+				return err
+			}
+			if p.PullAhead {
+				r.pulledAhead = r.pullAhead(ctx)
+			}
+			return nil
 		}, undo: []undoStep{r.undoTarget(p.TargetPod)}},
 		phase{name: "restore", do: func(ctx context.Context) (err error) {
 			if running, err = waitRunning(ctx, r.env.Clock, r.env.Client, p.Namespace, p.TargetPod, p.Timeout); err != nil {
 				return fmt.Errorf("the restore failed: %w", err)
 			}
 			r.phase("restore")
+			r.target = running
+			if r.pulledAhead != nil {
+				r.ahead, r.noAhead = r.pulledAhead()
+			}
 			return nil
 		}},
 		r.copyTakeover(srcEP, &running, &stopped),
@@ -514,13 +548,18 @@ func (r *run) copyTakeover(srcEP control.Client, running **corev1.Pod, stopped *
 	return phase{name: "no handover", do: func(context.Context) error { return nil }}
 }
 
-// checkpointPhase checkpoints src through the kubelet.
+// checkpointPhase checkpoints src through the kubelet, with the node's
+// agent watching for CRIU's dump (only watching: nothing is thawed), for
+// Report.Parts.
 func (r *run) checkpointPhase(src *corev1.Pod) phase {
 	return phase{name: "checkpoint", do: func(ctx context.Context) (err error) {
+		seen, stop := r.watchCRIU(ctx, src)
+		defer stop()
 		if r.rep.Archive, err = r.checkpoint(ctx, src); err != nil {
 			return err
 		}
 		r.phase("checkpoint")
+		r.criuDump, r.noDump = seen()
 		return nil
 	}}
 }
@@ -905,14 +944,17 @@ func (r *run) sidecarServes(ctx context.Context, src *corev1.Pod) error {
 	return nil
 }
 
-// natsStrategy is an error if src's app speaks NATS and strategy does not
-// cover NATS consumers: only ms2m does so far (docs/nats.md).
+// natsStrategy is an error if src's app speaks NATS and strategy is
+// criu-alone: with no replay it is never exact (what the source handles
+// after its checkpoint is not on the target), and it is offered for AMQP
+// only as the benchmarks' baseline (docs/nats.md). Every other strategy
+// migrates NATS consumers exactly.
 func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
-	if !inject.SpeaksNATS(src) || strategy == contract.StrategyMS2M {
+	if !inject.SpeaksNATS(src) || strategy != contract.StrategyCRIUAlone {
 		return nil
 	}
-	return fmt.Errorf("pod %s/%s's app speaks NATS, and strategy %s does not migrate NATS consumers yet: only %s does (see docs/nats.md); set annotation %s to %s",
-		src.Namespace, src.Name, strategy, contract.StrategyMS2M, contract.AnnotationStrategy, contract.StrategyMS2M)
+	return fmt.Errorf("pod %s/%s's app speaks NATS, and strategy %s is not offered for NATS consumers: with no replay it loses what the source handles after its checkpoint (see docs/nats.md); set annotation %s to %s, or leave it to %s",
+		src.Namespace, src.Name, strategy, contract.AnnotationStrategy, contract.StrategyMS2M, contract.StrategyAuto)
 }
 
 // oneAppContainer is an error if src has more than one app container

@@ -277,13 +277,15 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 		return &natswire.Error{Msg: "a JetStream delivery's subject or ack subject is longer than the replay log's 255 bytes; the sidecar cannot record it"}
 	}
 	reply := string(m.Reply)
-	_, tk := c.p.tee.Append(shadowqueue.Record{
+	id, tk := c.p.tee.Append(shadowqueue.Record{
 		Queue: string(ack.Stream), ConsumerTag: string(ack.Consumer),
 		RoutingKey: string(m.Subject), Exchange: reply,
 		Redelivered: ack.Delivered > 1,
 		Properties:  clone(m.Header), Body: clone(m.Body),
 	})
-	c.p.unacked.add(reply, tk)
+	key, now := ReplayKey(string(ack.Stream), string(ack.Consumer)), time.Now()
+	c.p.tracker.Delivered(key, id, now, true)
+	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now})
 	c.p.jsDeliveries.Add(1)
 	return nil
 }
@@ -421,15 +423,18 @@ func (c *conn) onAppPub(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
 	}
 	if bytes.HasPrefix(m.Subject, []byte(natswire.AckPrefix)) && natswire.IsAckBody(m.Body) {
 		settle := !bytes.HasPrefix(m.Body, natswire.AckProgress)
-		tk, ok := c.p.unacked.lookup(m.Subject, settle)
+		d, ok := c.p.unacked.lookup(m.Subject, settle)
 		if !ok {
 			c.p.acksAbsorbed.Add(1)
 			return false
 		}
 		c.p.acks.Add(1)
-		if !c.p.tee.Durable(tk) {
+		if settle {
+			c.p.settled(d.key, d.id, d.at, m.Body)
+		}
+		if !c.p.tee.Durable(d.tk) {
 			c.p.acksWaited.Add(1)
-			ch.gate, ch.gated = max(ch.gate, tk), true
+			ch.gate, ch.gated = max(ch.gate, d.tk), true
 		}
 	}
 	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && !c.onAppPull(ctx, m) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ms2m/ms2m/internal/proxy"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/tracking"
 )
 
 // Mode returns what the proxy does with new JetStream deliveries.
@@ -77,6 +78,19 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	p.mu.Unlock()
 	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "held", held)
 	return proxy.StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, StoppedAt: now}, nil
+}
+
+// StartStopped makes a proxy that serves no app yet stopped at r, a stop
+// that a previous run of the sidecar made and recorded: the app's
+// JetStream subscriptions and pull requests are absorbed, as after Stop,
+// and Resume puts them on the server. Call it before Serve.
+func (p *Proxy) StartStopped(r proxy.StopResult) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	_, _ = p.switchMode(proxy.Stopped) // no connection yet: nothing to release
+	p.mu.Lock()
+	p.cutoffID, p.stopEpoch, p.stopAt = r.CutoffID, r.Epoch, r.StoppedAt
+	p.mu.Unlock()
 }
 
 // Resume hands deliveries to the app again; after a Stop it first writes a
@@ -182,8 +196,20 @@ func (p *Proxy) State() proxy.State {
 	if p.Mode() == proxy.Stopped {
 		s.CutoffID, s.Epoch = cutoff, epoch
 	}
-	if p.rp != nil {
-		p.replayState(&s)
+	queues := p.tracker.Snapshot(time.Now())
+	if p.rp == nil {
+		s.Queues = queues
+		return s
+	}
+	rest := make(map[string]tracking.QueueStats, len(queues))
+	for _, q := range queues {
+		rest[q.Queue] = q
+	}
+	p.replayState(&s, rest)
+	for _, q := range queues { // the consumers not replayed, in order
+		if _, ok := rest[q.Queue]; ok {
+			s.Queues = append(s.Queues, q)
+		}
 	}
 	return s
 }

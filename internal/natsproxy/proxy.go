@@ -1,6 +1,7 @@
 package natsproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ms2m/ms2m/internal/natswire"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/tracking"
 )
 
 // Tee is the replay log as the proxy uses it; *shadowqueue.Tee implements it.
@@ -74,6 +77,9 @@ type Proxy struct {
 	log  *slog.Logger
 
 	unacked unackedSet
+	// tracker measures each consumer's rates (λ from deliveries, μ from
+	// acks), by ReplayKey, for ms2m-cutoff's T_cutoff.
+	tracker *tracking.Tracker
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -113,12 +119,24 @@ func New(tee Tee, opts Options) *Proxy {
 		log:     opts.Logger,
 		conns:   map[*conn]struct{}{},
 		unacked: newUnackedSet(opts.MaxUnacked),
+		tracker: tracking.NewTracker(5*time.Second, 0.2),
 		modeCh:  make(chan struct{}),
 	}
 	if opts.Replay != nil {
 		p.rp = newReplayer(opts.Replay, opts.Lookup)
 	}
 	return p
+}
+
+// settled tells the tracker that the app settled delivery id of key, handed
+// to it at at, with the ack body: -NAK hands it back, anything else
+// (+ACK, +TERM, +NXT) is the app done with it.
+func (p *Proxy) settled(key string, id uint64, at time.Time, body []byte) {
+	if bytes.HasPrefix(body, natswire.AckNak) {
+		p.tracker.Rejected(key, 1)
+		return
+	}
+	p.tracker.Acked(key, id, at, time.Now(), 1)
 }
 
 // modeWake returns a channel closed at the next mode switch.
@@ -236,19 +254,29 @@ func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
 type unackedSet struct {
 	mu    sync.Mutex
 	max   int
-	m     map[string]shadowqueue.Ticket
+	m     map[string]delivery
 	order []string // insertion order, for forgetting the oldest; may hold settled subjects
 	head  int
 }
 
-func newUnackedSet(maxEntries int) unackedSet {
-	return unackedSet{max: maxEntries, m: map[string]shadowqueue.Ticket{}}
+// delivery is a JetStream delivery the app has not settled: its log
+// record's ticket and ID, its consumer (ReplayKey) and when it went to the
+// app, for the rates.
+type delivery struct {
+	tk  shadowqueue.Ticket
+	id  uint64
+	key string
+	at  time.Time
 }
 
-func (s *unackedSet) add(subject string, tk shadowqueue.Ticket) {
+func newUnackedSet(maxEntries int) unackedSet {
+	return unackedSet{max: maxEntries, m: map[string]delivery{}}
+}
+
+func (s *unackedSet) add(subject string, d delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.m[subject] = tk
+	s.m[subject] = d
 	s.order = append(s.order, subject)
 	for len(s.m) > s.max && s.head < len(s.order) {
 		delete(s.m, s.order[s.head])
@@ -269,16 +297,16 @@ func (s *unackedSet) add(subject string, tk shadowqueue.Ticket) {
 	}
 }
 
-// lookup returns the ticket of the delivery whose ack subject is subject;
-// settle removes it as well (a final ack: +ACK, -NAK, +TERM, +NXT).
-func (s *unackedSet) lookup(subject []byte, settle bool) (shadowqueue.Ticket, bool) {
+// lookup returns the delivery whose ack subject is subject; settle
+// removes it as well (a final ack: +ACK, -NAK, +TERM, +NXT).
+func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tk, ok := s.m[string(subject)]
+	d, ok := s.m[string(subject)]
 	if ok && settle {
 		delete(s.m, string(subject))
 	}
-	return tk, ok
+	return d, ok
 }
 
 func (s *unackedSet) len() int {

@@ -14,7 +14,7 @@ func TestUnackedSetStaysBounded(t *testing.T) {
 	s := newUnackedSet(100)
 	for i := range 100000 {
 		subj := fmt.Sprint("$JS.ACK.S.C.1.", i)
-		s.add(subj, shadowqueue.Ticket(i))
+		s.add(subj, delivery{tk: shadowqueue.Ticket(i)})
 		if _, ok := s.lookup([]byte(subj), true); !ok {
 			t.Fatalf("delivery %d not found", i)
 		}
@@ -23,7 +23,7 @@ func TestUnackedSetStaysBounded(t *testing.T) {
 		t.Fatalf("after 100000 settled deliveries: order holds %d subjects, set %d", len(s.order), s.len())
 	}
 	for i := range 150 {
-		s.add(fmt.Sprint("u", i), shadowqueue.Ticket(i))
+		s.add(fmt.Sprint("u", i), delivery{tk: shadowqueue.Ticket(i)})
 	}
 	if s.len() != 100 {
 		t.Fatalf("set holds %d, want its bound 100", s.len())

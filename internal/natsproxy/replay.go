@@ -84,6 +84,7 @@ type keyReplay struct {
 type flight struct {
 	idx int
 	c   *conn
+	at  time.Time // handed to the app
 }
 
 func newKeyReplay(stream, consumer string) *keyReplay {
@@ -105,28 +106,28 @@ func (k *keyReplay) release(i int, unsent bool) {
 	k.slots.Release(i, unsent)
 }
 
-// handedOut records that record id (index i) went to the app on c.
-func (k *keyReplay) handedOut(id uint64, i int, c *conn) {
+// handedOut records that record id (index i) went to the app on c at at.
+func (k *keyReplay) handedOut(id uint64, i int, c *conn, at time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.ids[id] = flight{idx: i, c: c}
+	k.ids[id] = flight{idx: i, c: c, at: at}
 	k.delivered++
 }
 
 // settle applies the app's ack body to record id: +ACK, +TERM and +NXT
 // settle it, -NAK puts it back to be replayed again, +WPI changes nothing.
-// It reports whether id was in flight.
-func (k *keyReplay) settle(id uint64, body []byte) bool {
+// It reports whether id was in flight, and since when.
+func (k *keyReplay) settle(id uint64, body []byte) (time.Time, bool) {
 	k.mu.Lock()
 	f, ok := k.ids[id]
 	if !ok {
 		k.mu.Unlock()
-		return false
+		return time.Time{}, false
 	}
 	switch {
 	case bytes.HasPrefix(body, natswire.AckProgress):
 		k.mu.Unlock()
-		return true
+		return f.at, true
 	case bytes.HasPrefix(body, natswire.AckNak):
 		k.slots.Requeue(f.idx)
 	default:
@@ -136,7 +137,7 @@ func (k *keyReplay) settle(id uint64, body []byte) bool {
 	delete(k.ids, id)
 	k.wakeLocked()
 	k.mu.Unlock()
-	return true
+	return f.at, true
 }
 
 // dropConn puts the records in flight on c back, to be replayed again.
@@ -371,7 +372,14 @@ func (p *Proxy) onReplayAck(subject, body []byte) bool {
 	p.rp.mu.Lock()
 	k := p.rp.keys[ReplayKey(string(ack.Stream), string(ack.Consumer))]
 	p.rp.mu.Unlock()
-	return k != nil && k.settle(id, body) && !bytes.HasPrefix(body, natswire.AckProgress)
+	if k == nil || bytes.HasPrefix(body, natswire.AckProgress) {
+		return false
+	}
+	at, ok := k.settle(id, body)
+	if ok {
+		p.settled(k.key, id, at, body)
+	}
+	return ok
 }
 
 // absorbing reports whether the app's publishes are absorbed: while it is
@@ -380,8 +388,10 @@ func (p *Proxy) absorbing() bool {
 	return p.rp != nil && p.rp.active.Load() > 0
 }
 
-// replayState fills in a target's part of the proxy's State.
-func (p *Proxy) replayState(st *proxy.State) {
+// replayState fills in a target's part of the proxy's State: each
+// replayed consumer's replay, with the rates the tracker measured (in
+// queues, which it takes the replayed consumers out of).
+func (p *Proxy) replayState(st *proxy.State, queues map[string]tracking.QueueStats) {
 	r := p.rp
 	rs := &proxy.ReplayState{Replayed: r.replayed.Load(), Switched: []string{}, Suppressed: []proxy.Suppressed{}, Replaying: int(r.active.Load())}
 	r.mu.Lock()
@@ -407,8 +417,10 @@ func (p *Proxy) replayState(st *proxy.State) {
 	sort.Slice(rs.Suppressed, func(i, j int) bool { return rs.Suppressed[i].RoutingKey < rs.Suppressed[j].RoutingKey })
 	for _, k := range keys {
 		k.mu.Lock()
+		t := queues[k.key]
+		delete(queues, k.key)
 		st.Queues = append(st.Queues, tracking.QueueStats{Queue: k.key, LastAckedID: k.lastAckedID, InFlight: len(k.ids),
-			Delivered: k.delivered, Acked: uint64(k.slots.Acked())})
+			Delivered: k.delivered, Acked: uint64(k.slots.Acked()), Lambda: t.Lambda, Mu: t.Mu})
 		if k.switched {
 			rs.Switched = append(rs.Switched, k.key)
 		}

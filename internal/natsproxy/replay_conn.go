@@ -143,6 +143,14 @@ func (c *conn) holdSub(ctx context.Context, m *natswire.Msg) bool {
 	}
 	c.feeds[string(m.SID)] = f
 	c.subMu.Unlock()
+	// A JetStream subscription from now on, whether or not the server
+	// delivers on it after the switch: a stop must take it off the server
+	// (a statefulset-shadow's shadow is stopped in turn).
+	c.mu.Lock()
+	if len(c.jsSIDs) < maxSubs {
+		c.jsSIDs[string(m.SID)] = true
+	}
+	c.mu.Unlock()
 	c.startReplaying(k)
 	c.log.Info("replaying to the app's push subscription", "stream", stream, "consumer", consumer, "subject", string(m.Subject))
 	go c.feedPush(fctx, f)
@@ -254,7 +262,8 @@ func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte) (int, er
 	}
 	out := natswire.AppendMsg(nil, []byte(rec.RoutingKey), sid, replayReply(&rec, redelivered), rec.Properties, rec.Body)
 	now := time.Now()
-	k.handedOut(rec.ID, idx, c)
+	k.handedOut(rec.ID, idx, c, now)
+	c.p.tracker.Delivered(k.key, rec.ID, now, true)
 	if err := c.writeApp(out); err != nil {
 		k.dropConn(c)
 		return 0, err

@@ -428,6 +428,19 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	return StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, Requeued: requeued, StoppedAt: now}, nil
 }
 
+// StartStopped makes a proxy that serves no app yet stopped at r, a stop
+// that a previous run of the sidecar made and recorded: the app's
+// consumers are answered and kept for Resume, as after Stop, and /state
+// and Stop report r's cutoff. Call it before Serve.
+func (p *Proxy) StartStopped(r StopResult) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	p.setMode(Stopped)
+	p.mu.Lock()
+	p.cutoffID, p.stopEpoch, p.stopAt = r.CutoffID, r.Epoch, r.StoppedAt
+	p.mu.Unlock()
+}
+
 // Resume hands deliveries to the app again. After a Stop it consumes again
 // with the app's consumers and writes a resume marker that voids the cutoff.
 func (p *Proxy) Resume(ctx context.Context) error {

@@ -10,6 +10,10 @@ type Slots struct {
 	state []uint8
 	sent  []bool
 	acked int
+	// low is where Claim starts looking: no index below it is pending.
+	// Without it every Claim scanned the acked prefix, which made a
+	// replay of n records cost O(n²).
+	low int
 }
 
 const (
@@ -21,7 +25,7 @@ const (
 // Claim returns the lowest pending index, marked in flight, and whether it
 // was handed out before.
 func (s *Slots) Claim() (i int, redelivered bool) {
-	for i = 0; i < len(s.state); i++ {
+	for i = s.low; i < len(s.state); i++ {
 		if s.state[i] == slotPending {
 			break
 		}
@@ -31,6 +35,7 @@ func (s *Slots) Claim() (i int, redelivered bool) {
 		s.sent = append(s.sent, false)
 	}
 	s.state[i] = slotInFlight
+	s.low = i + 1
 	redelivered, s.sent[i] = s.sent[i], true
 	return i, redelivered
 }
@@ -40,6 +45,7 @@ func (s *Slots) Claim() (i int, redelivered bool) {
 func (s *Slots) Release(i int, unsent bool) {
 	if s.state[i] == slotInFlight {
 		s.state[i] = slotPending
+		s.low = min(s.low, i)
 	}
 	if unsent {
 		s.sent[i] = false
@@ -48,7 +54,10 @@ func (s *Slots) Release(i int, unsent bool) {
 
 // Requeue puts index i back to pending whatever its state (the app's
 // negative ack).
-func (s *Slots) Requeue(i int) { s.state[i] = slotPending }
+func (s *Slots) Requeue(i int) {
+	s.state[i] = slotPending
+	s.low = min(s.low, i)
+}
 
 // Ack marks index i acked, once.
 func (s *Slots) Ack(i int) {

@@ -113,6 +113,12 @@ type Config struct {
 	// mismatches as a sign of a non-deterministic app. Set it on source and
 	// target alike.
 	PublishCheck bool `env:"MS2M_PUBLISH_CHECK" envDefault:"false"`
+	// StateDir is a folder that outlives the sidecar's container (the
+	// webhook mounts an emptyDir): a stop is recorded there before /stop
+	// answers, so that a sidecar the kubelet restarts while stopped
+	// starts stopped, at the same cutoff, instead of serving again. Empty:
+	// a stop does not survive a restart.
+	StateDir string `env:"MS2M_STATE_DIR"`
 	// StopHeld says what a stop does with the deliveries held back since a
 	// quiesce: "deliver" gives them to the app before the cutoff, in the
 	// broker's order; "requeue" gives them back to the broker, which makes

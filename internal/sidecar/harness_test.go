@@ -60,6 +60,9 @@ func (e *env) config() sidecar.Config {
 		ControlToken:           token,
 		DrainTimeout:           5 * time.Second,
 		LogLevel:               "info",
+		// The pod's emptyDir, as the webhook mounts it: one per config, so
+		// that a restart with the same config is one of the same pod.
+		StateDir: e.t.TempDir(),
 	}
 }
 

@@ -230,6 +230,14 @@ func TestNATSAckThroughRestartedSidecar(t *testing.T) {
 	if len(held) != count {
 		t.Fatalf("fetched %d, want %d (%v)", len(held), count, b.Error())
 	}
+	// The deliveries are in the log before the sidecar goes (its records
+	// are written behind the app's back; one closed first would leave
+	// only the redeliveries there).
+	firstCtl := control.Client{URL: "http://" + first.ControlAddr(), Token: token, HTTP: http.DefaultClient}
+	testenv.Eventually(t, 10*time.Second, "the first sidecar's records durable", func() bool {
+		st, err := firstCtl.State(ctx)
+		return err == nil && st.Log.ConfirmedID == count
+	})
 	if err := first.Close(); err != nil {
 		t.Fatalf("first sidecar: %v", err)
 	}

@@ -46,6 +46,7 @@ func TestRestoredAgainReplaysWhatItsPredecessorTook(t *testing.T) {
 	firstCmd.Process.Kill()
 	first.Close()
 
+	cfg.StateDir = t.TempDir() // a new pod: a new emptyDir
 	second := e.startConfig(cfg, sidecar.Options{})
 	secondApp, _ := goConsumer(t, second, q, 5)
 	var got appState

@@ -67,6 +67,7 @@ type frontProxy interface {
 	Quiesce(ctx context.Context) (id, epoch uint64, err error)
 	Resume(ctx context.Context) error
 	Stop(ctx context.Context) (proxy.StopResult, error)
+	StartStopped(r proxy.StopResult)
 }
 
 // Run runs a sidecar until ctx is done.
@@ -116,10 +117,29 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	} else if err := s.startAMQPProxy(reg, opts.Dial); err != nil {
 		return nil, s.abort(err)
 	}
+	if err := s.restoreStop(); err != nil {
+		return nil, s.abort(err)
+	}
 	if err := s.listen(ctx, last); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// restoreStop starts the proxy stopped if a previous run of this sidecar,
+// in this pod, was stopped and not resumed (stopfile.go).
+func (s *Sidecar) restoreStop() error {
+	if s.cfg.StateDir == "" {
+		s.log.Warn("no MS2M_STATE_DIR: a stop does not survive a restart of this sidecar (a restart between a migration's stop and its end would serve again and lose what it takes)")
+		return nil
+	}
+	r, ok, err := readStop(s.cfg.StateDir, s.cfg.LogName)
+	if err != nil || !ok {
+		return err
+	}
+	s.front.StartStopped(r)
+	s.log.Warn("started stopped: this sidecar was stopped before it restarted, and consumes nothing until POST /resume", "cutoff_id", r.CutoffID, "epoch", r.Epoch, "stopped_at", r.StoppedAt)
+	return nil
 }
 
 // abort stops a sidecar that failed to start, and returns err with the
@@ -535,7 +555,13 @@ func (a api) Resume(ctx context.Context) error {
 	if err := a.Ready(); err != nil {
 		return fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
-	return a.s.front.Resume(ctx)
+	if err := a.s.front.Resume(ctx); err != nil {
+		return err
+	}
+	if a.s.cfg.StateDir != "" {
+		return clearStop(a.s.cfg.StateDir) // a retried resume removes it then
+	}
+	return nil
 }
 
 func (a api) Stop(ctx context.Context) (control.StopResult, error) {
@@ -543,5 +569,10 @@ func (a api) Stop(ctx context.Context) (control.StopResult, error) {
 		return control.StopResult{}, fmt.Errorf("%w: %w", control.ErrConflict, err)
 	}
 	r, err := a.s.front.Stop(ctx)
+	if err == nil && a.s.cfg.StateDir != "" {
+		if err := writeStop(a.s.cfg.StateDir, a.s.cfg.LogName, r); err != nil {
+			return control.StopResult{}, fmt.Errorf("%w; the sidecar is stopped, but would serve again if it restarted: POST /resume, or stop again", err)
+		}
+	}
 	return control.StopResult(r), err // the same fields: the compiler keeps them so
 }

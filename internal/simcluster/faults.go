@@ -166,7 +166,7 @@ func (n *Node) KillSidecar(ctx context.Context, ns, name string) (restart func(c
 		n.mu.Lock()
 		there := n.pods[sp.UID] == sp
 		if there {
-			sp.Sidecar.restart()
+			sp.Sidecar.restart(false)
 		}
 		n.mu.Unlock()
 		if !there {
@@ -179,8 +179,20 @@ func (n *Node) KillSidecar(ctx context.Context, ns, name string) (restart func(c
 
 // RestartSidecar restarts the sidecar container of pod ns/name at once, as
 // a crash the kubelet restarts it from within a moment: it starts as its
-// MS2M_* variables say and knows nothing of what it did before.
+// MS2M_* variables say, and stopped if it had recorded a stop in its
+// state folder.
 func (n *Node) RestartSidecar(ctx context.Context, ns, name string) error {
+	return n.restartSidecar(ctx, ns, name, false)
+}
+
+// RestartSidecarWithoutState is RestartSidecar for a sidecar without a
+// state folder (a pod injected before MS2M_STATE_DIR): it forgets a stop,
+// and serves again.
+func (n *Node) RestartSidecarWithoutState(ctx context.Context, ns, name string) error {
+	return n.restartSidecar(ctx, ns, name, true)
+}
+
+func (n *Node) restartSidecar(ctx context.Context, ns, name string, forget bool) error {
 	sp := n.Pod(ns, name)
 	if sp == nil || sp.Sidecar == nil || sp.srv == nil {
 		return fmt.Errorf("node %s runs no pod %s/%s with a sidecar", n.Name, ns, name)
@@ -189,7 +201,7 @@ func (n *Node) RestartSidecar(ctx context.Context, ns, name string) error {
 	there := n.pods[sp.UID] == sp
 	if there {
 		sp.Sidecar.close()
-		sp.Sidecar.restart()
+		sp.Sidecar.restart(forget)
 	}
 	n.mu.Unlock()
 	if !there {

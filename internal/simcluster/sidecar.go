@@ -168,6 +168,10 @@ type Sidecar struct {
 	// the log once the broker is back, as the real tee's queued marker
 	// does.
 	pendingMarker *Marker
+	// recorded is the stop the sidecar recorded in its state folder (the
+	// real one's MS2M_STATE_DIR, an emptyDir of the pod): a restart
+	// starts stopped while it is set; a resume clears it.
+	recorded *control.StopResult
 }
 
 // SetUnreplayable makes the sidecar report qs in /state, as the real one
@@ -342,16 +346,25 @@ func (s *Sidecar) close() {
 }
 
 // restart brings a dead sidecar back, as the kubelet restarts a sidecar
-// container that exited: it knows nothing of its quiesce or stop before,
-// and starts as its MS2M_* variables say, serving, or a restored pod's
-// replaying its range again (the real one does the same: docs/faults.md's
-// known gaps).
-func (s *Sidecar) restart() {
+// container that exited: it knows nothing of a quiesce before, and starts
+// as its MS2M_* variables say, serving, or a restored pod's replaying its
+// range again; but a stop it recorded in its state folder it keeps: it
+// starts stopped, as the real one does. forget plays a sidecar without a
+// state folder (a pod injected before MS2M_STATE_DIR): it forgets its stop.
+func (s *Sidecar) restart(forget bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mode != ModeDead {
 		return
 	}
+	if forget {
+		s.recorded = nil
+	}
+	defer func() {
+		if s.recorded != nil {
+			s.mode = ModeStopped
+		}
+	}()
 	s.mode, s.handed, s.next, s.stopped = ModeServing, 0, time.Time{}, make(chan struct{})
 	if rp := s.replay; rp != nil {
 		s.mode, s.replayed, s.switched, s.lastRep, s.interrupted = ModeReplaying, rp.Start, nil, nil, 0
@@ -444,6 +457,7 @@ func (s *Sidecar) Resume(context.Context) error {
 		s.mode = ModeServing
 		s.next = time.Time{}
 	}
+	s.recorded = nil
 	return nil
 }
 
@@ -485,7 +499,9 @@ func (s *Sidecar) Stop(ctx context.Context) (control.StopResult, error) {
 	m := Marker{ID: cut, Epoch: s.log.epoch}
 	s.log.markers = append(s.log.markers, m)
 	s.log.mu.Unlock()
-	return control.StopResult{StartedAt: started, CutoffID: m.ID, Epoch: m.Epoch, StoppedAt: time.Now()}, nil
+	res := control.StopResult{StartedAt: started, CutoffID: m.ID, Epoch: m.Epoch, StoppedAt: time.Now()}
+	s.recorded = &res
+	return res, nil
 }
 
 // Ready is always nil: a simulated sidecar's log is open at once.

@@ -191,6 +191,7 @@ func TestDefaults(t *testing.T) {
 	})
 	checkRules(t, r, "ms2m-controller-workloads", []rbacv1.PolicyRule{
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestRoundAgainstNATS runs one small round of every path against the
+// real nats-server: each drain consumes every message, the sidecar's log
+// holds exactly them (round checks it), the target replays exactly them
+// and switches to the server (round checks it too), and nothing of the
+// bench's is left on the server.
+func TestRoundAgainstNATS(t *testing.T) {
+	n := testenv.RequireNATS(t)
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := natsbenchStreams(t, js)
+	const msgs = 500
+	b := &bench{
+		o:   options{server: n.Addr, messages: msgs, size: 10, chunk: 100, paths: []string{pathDirect, pathSidecar, pathReplay}},
+		url: n.URL, js: js, serverPID: findProcess("nats-server"),
+	}
+	out, err := b.round(t.Context(), 50, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 {
+		t.Fatalf("%d results, want one per path: %+v", len(out), out)
+	}
+	for i, r := range out {
+		if r.Path != b.o.paths[i] || r.Messages != msgs || r.MsgPerS <= 0 || len(r.ChunkMs) != msgs/100 {
+			t.Errorf("result %d: %+v; want path %s, %d messages, a rate, %d chunks", i, r, b.o.paths[i], msgs, msgs/100)
+		}
+	}
+	if s := out[1]; s.LogRecords != msgs || s.LogWrites == 0 {
+		t.Errorf("sidecar round: %d records in %d log writes, want %d records", s.LogRecords, s.LogWrites, msgs)
+	}
+	if r := out[2]; r.MsgPerSFromStart <= 0 || r.MsgPerSFromStart > r.MsgPerS {
+		t.Errorf("replay round: %.0f msg/s from the target's start, %.0f from Consume: want 0 < the first <= the second", r.MsgPerSFromStart, r.MsgPerS)
+	}
+	if after := natsbenchStreams(t, js); after > before {
+		t.Errorf("%d natsbench streams after the round, %d before: the round left some behind", after, before)
+	}
+}
+
+// natsbenchStreams counts the streams whose name the bench makes.
+func natsbenchStreams(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx := t.Context()
+	count := 0
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		if strings.HasPrefix(name, "natsbench-") {
+			count++
+		}
+	}
+	if err := names.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return count
+}
