@@ -80,7 +80,7 @@ E2E_RUN ?=
 ## MS2M_E2E_PINGPONG(_STS): how often TestPingPong migrates the Deployment's (the StatefulSet's) pod (make test: 3 and 2).
 MS2M_E2E_PINGPONG ?= 20
 MS2M_E2E_PINGPONG_STS ?= 10
-## MS2M_E2E_FAULTS: 1 runs the fault matrix's real-node sample (TestNodeAgentKilledOnRealNodes, TestBrokerCutOnRealNodes, TestTargetKubeletStoppedOnRealNodes; on the suite's own cluster).
+## MS2M_E2E_FAULTS: 1 runs the fault matrix's real-node samples (docs/faults.md names them; most need the suite's own cluster).
 MS2M_E2E_FAULTS ?= 1
 .PHONY: e2e
 e2e:
