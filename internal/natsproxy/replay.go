@@ -22,7 +22,9 @@ import (
 // implements it.
 type ReplaySource interface {
 	// Next returns the i-th record (from 0) of key to replay, or done once
-	// key has none left up to the cutoff. It blocks until it knows.
+	// key has none left up to the cutoff. It blocks until it knows; with
+	// a ctx already done it waits for nothing: it returns what it knows
+	// already, or the ctx's cause.
 	Next(ctx context.Context, key string, i int) (rec shadowqueue.Record, done bool, err error)
 	// Cutoff returns the cutoff ID and the epoch of its marker, once known.
 	Cutoff() (id, epoch uint64, ok bool)
@@ -243,11 +245,18 @@ func (r *replayer) failed(err error) {
 	}
 }
 
-func (r *replayer) markReplayed(id uint64, t time.Time) {
-	r.replayed.Add(1)
+// markReplayed counts the records ids as replayed (written to the app)
+// at t.
+func (r *replayer) markReplayed(ids []uint64, t time.Time) {
+	if len(ids) == 0 {
+		return
+	}
+	r.replayed.Add(uint64(len(ids)))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lastID = max(r.lastID, id)
+	for _, id := range ids {
+		r.lastID = max(r.lastID, id)
+	}
 	r.lastAt = t
 }
 

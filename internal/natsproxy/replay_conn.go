@@ -197,7 +197,7 @@ func (c *conn) feedPush(ctx context.Context, f *pushFeed) {
 		if !k.lockFeed(ctx) {
 			return
 		}
-		done, err := c.replayOne(ctx, k, f.sid)
+		_, done, err := c.replayRun(ctx, k, f.sid, maxReplayInFlight-k.inFlightCount(), false)
 		k.unlockFeed()
 		switch {
 		case err != nil:
@@ -233,21 +233,22 @@ const (
 	doneAll            // none left, all settled: the key may switch
 )
 
-// replayOne hands the app the next record of k on the subscription sid:
-// the app's subscription on a push consumer's deliver subject, or the one
-// that gets its pull request's replies. Either way the message carries the
+// replayOne adds the next record of k to b, for the subscription sid: the
+// app's subscription on a push consumer's deliver subject, or the one that
+// gets its pull request's replies. Either way the message carries the
 // record's own subject, as the server's deliveries do: only the sid routes
 // it. (nats.js takes a message on its pull inbox's own subject for a status
-// and drops it.) Callers hold k's feed.
-func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte) (int, error) {
+// and drops it.) It writes what b holds before it waits for a record, once
+// none is left, and when b is full. Callers hold k's feed.
+func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte, b *replayBatch) (int, error) {
 	idx, redelivered := k.claim()
-	rec, done, err := c.p.rp.src.Next(ctx, k.key, idx)
+	rec, done, err := c.nextRecord(ctx, k, idx, b)
 	if err == nil && !done {
 		err = replayRecordErr(&rec, k)
 	}
 	if err != nil {
 		k.release(idx, !redelivered)
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && !errors.Is(err, errAppWrite) {
 			c.log.Error("replay failed; the app gets nothing more of this consumer and nothing is consumed upstream", "key", k.key, "err", err)
 			c.p.rp.failed(err)
 		}
@@ -255,20 +256,23 @@ func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte) (int, er
 	}
 	if done {
 		k.release(idx, true)
+		if err := c.flushReplay(b); err != nil {
+			return 0, err
+		}
 		if k.allAcked(idx) {
 			return doneAll, nil
 		}
 		return doneUnacked, nil
 	}
-	out := natswire.AppendMsg(nil, []byte(rec.RoutingKey), sid, replayReply(&rec, redelivered), rec.Properties, rec.Body)
 	now := time.Now()
+	b.add(natswire.AppendMsg(b.out, []byte(rec.RoutingKey), sid, replayReply(&rec, redelivered), rec.Properties, rec.Body), rec.ID)
 	k.handedOut(rec.ID, idx, c, now)
 	c.p.tracker.Delivered(k.key, rec.ID, now, true)
-	if err := c.writeApp(out); err != nil {
-		k.dropConn(c)
-		return 0, err
+	if b.full() {
+		if err := c.flushReplay(b); err != nil {
+			return 0, err
+		}
 	}
-	c.p.rp.markReplayed(rec.ID, now)
 	return sentOne, nil
 }
 
@@ -383,23 +387,17 @@ func (c *conn) servePull(ctx context.Context, h *heldPull) {
 			c.endPull(ctx, h, left)
 			return
 		}
-		rctx := ctx
-		var rcancel context.CancelFunc = func() {}
-		if h.req.NoWait {
-			rctx, rcancel = context.WithTimeout(ctx, 50*time.Millisecond)
-		}
-		done, err := c.replayOne(rctx, k, h.sid)
-		rcancel()
+		sent, done, err := c.replayRun(ctx, k, h.sid, left, h.req.NoWait)
 		k.unlockFeed()
+		left -= sent
 		switch {
-		case err != nil && ctx.Err() == nil && rctx.Err() != nil: // no_wait: nothing there yet
+		case errors.Is(err, errNoWaitEmpty) && ctx.Err() == nil: // nothing there yet
 			_ = c.writeApp(h.status("404", "No Messages", -1))
 			return
 		case err != nil:
 			c.endPull(ctx, h, left)
 			return
 		case done == sentOne:
-			left--
 		case done == doneAll:
 			c.p.switchKey(k)
 		case h.req.NoWait:
