@@ -97,7 +97,8 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, m migration, bin st
 	// made first; the AMQP one declares its queue itself.
 	var stream *lab.NATSStream
 	if m.nats {
-		consumer.Image, consumer.NATSMode = "consumer-nats", "pull"
+		// As the NATS e2e tests run it: pull mode, a writable root.
+		consumer.Image, consumer.NATSMode, consumer.ReadOnlyRoot = "consumer-nats", "pull", false
 		var err error
 		if stream, err = lab.CreateNATSStream(ctx, natsURL, name, consumer.NATSMode); err != nil {
 			return fail(err)
