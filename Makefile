@@ -236,10 +236,11 @@ fuzz:
 	@for t in $$($(GO) test -list '^Fuzz' ./internal/natswire/ | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./internal/natswire/ || exit 1; done
 
-## demo: five real migrations of an unmodified consumer from node 1 to node 2 of a
+## demo: six real migrations of an unmodified consumer from node 1 to node 2 of a
 ## local cluster while a producer sends, one per strategy (stop-and-copy, ms2m,
 ## ms2m-cutoff of a Deployment's pod; statefulset, statefulset-shadow of a
-## StatefulSet's), each checked against the producer's hash; prints a table
+## StatefulSet's), then ms2m of a NATS JetStream consumer, each checked against
+## the producer's hash; prints a table
 ## (times, messages lost and duplicated, hash) and takes the cluster down.
 ## DEMOFLAGS passes flags, e.g. DEMOFLAGS='-keep -rate 15' (see go run ./hack/demo -h).
 ## A first run builds the cluster's binaries: 10-20 minutes on 2 cores.

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -69,7 +65,8 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 		logCleanup(t, "delete the replay log", shadowqueue.DeleteJetStream(ctx, nt.URL, inject.LogName(src)))
 	})
 
-	produced := produceNATS(ctx, js, name+".in", n, rate)
+	produced := js.Produce(ctx, n, rate)
+	defer produced.Stop()
 	// Migrate once the consumer has work behind it.
 	testenv.Eventually(t, time.Minute, "the source consumer folds its first messages", func() bool {
 		st, err := lab.GetAppState(src)
@@ -93,7 +90,7 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 	if target.Spec.NodeName != cluster.NodeName(2) {
 		t.Errorf("target runs on %s, want %s", target.Spec.NodeName, cluster.NodeName(2))
 	}
-	expectNATSExact(t, produced, target)
+	expectNATSExact(t, ctx, produced, target)
 }
 
 // needNATSForward makes sure pods reach the host's nats-server: through a
@@ -108,89 +105,38 @@ func needNATSForward(t *testing.T, l *lab.Lab) {
 	}
 }
 
-// natsProduced is what produceNATS published: its count and hash chain.
-type natsProduced struct {
-	want lab.ProducerResult
-	err  error
-}
-
-// produceNATS is the producer, on the host: msg-1..msg-n to subject at
-// rate per second, folding the chain as the sample consumers do.
-func produceNATS(ctx context.Context, js jetstream.JetStream, subject string, n int, rate float64) <-chan natsProduced {
-	produced := make(chan natsProduced, 1)
-	go func() {
-		var h [sha256.Size]byte
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		for i := 1; i <= n; i++ {
-			body := fmt.Appendf(nil, "msg-%d", i)
-			if _, err := js.Publish(ctx, subject, body); err != nil {
-				produced <- natsProduced{err: fmt.Errorf("publish %d: %w", i, err)}
-				return
-			}
-			d := sha256.New()
-			d.Write(h[:])
-			d.Write(body)
-			d.Sum(h[:0])
-			select {
-			case <-tick.C: // the producer's pace
-			case <-ctx.Done():
-				produced <- natsProduced{err: ctx.Err()}
-				return
-			}
-		}
-		produced <- natsProduced{want: lab.ProducerResult{Count: n, Hash: hex.EncodeToString(h[:])}}
-	}()
-	return produced
-}
-
 // expectNATSExact waits for the producer to finish and for the consumer in
 // pod to settle, and fails the test unless its count and hash are the
 // producer's.
-func expectNATSExact(t *testing.T, produced <-chan natsProduced, pod *corev1.Pod) {
+func expectNATSExact(t *testing.T, ctx context.Context, produced *lab.NATSProducer, pod *corev1.Pod) {
 	t.Helper()
-	r := <-produced
-	if r.err != nil {
-		t.Fatal(r.err)
+	want, err := produced.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := lab.WaitFor(pod, r.want, 30*time.Second)
+	got := lab.WaitFor(pod, want, 30*time.Second)
 	t.Logf("producer count %d hash %.12s; the consumer in %s: count %d hash %.12s (reconnects %d)",
-		r.want.Count, r.want.Hash, pod.Name, got.Count, got.Hash, got.Reconnects)
-	if got.Count != r.want.Count || got.Hash != r.want.Hash || got.Skipped != 0 {
-		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, r.want.Count, r.want.Hash)
+		want.Count, want.Hash, pod.Name, got.Count, got.Hash, got.Reconnects)
+	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
+		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
 	}
 }
 
 // natsStream makes stream name, on subject name.in, with the durable
 // consumer "worker" the sample consumer uses (push on deliver.<name>, or
 // pull), and deletes it when the test ends.
-func natsStream(t *testing.T, ctx context.Context, nt testenv.NATS, name, mode string) jetstream.JetStream {
+func natsStream(t *testing.T, ctx context.Context, nt testenv.NATS, name, mode string) *lab.NATSStream {
 	t.Helper()
-	admin, err := nats.Connect(nt.URL)
+	s, err := lab.CreateNATSStream(ctx, nt.URL, name, mode)
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
-	js, err := jetstream.New(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".in"}}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
 		defer cancel()
-		logCleanup(t, "delete the stream", js.DeleteStream(ctx, name))
+		logCleanup(t, "delete the stream", s.Delete(ctx))
 	})
-	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 50}
-	if mode == "push" {
-		cc.DeliverSubject = "deliver." + name
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, name, cc); err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return s
 }
 
 // TestNATSEveryStrategy moves the NATS sample consumer (nats.go, a pull
@@ -247,7 +193,8 @@ func TestNATSEveryStrategy(t *testing.T) {
 			if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 				t.Fatalf("the webhook did not inject %s", src.Name)
 			}
-			produced := produceNATS(ctx, js, name+".in", 120, 10)
+			produced := js.Produce(ctx, 120, 10)
+			defer produced.Stop()
 			testenv.Eventually(t, time.Minute, "the source consumer folds its first messages", func() bool {
 				st, err := lab.GetAppState(src)
 				return err == nil && st.Count >= 10
@@ -262,7 +209,7 @@ func TestNATSEveryStrategy(t *testing.T) {
 			if rep := st.Report; rep != nil && rep.Strategy == contract.StrategyMS2MCutoff {
 				t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 			}
-			expectNATSExact(t, produced, target)
+			expectNATSExact(t, ctx, produced, target)
 			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
 		})
 	}

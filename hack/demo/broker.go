@@ -20,6 +20,22 @@ const (
 	streamURI = "rabbitmq-stream://guest:guest@127.0.0.1:5552/"
 )
 
+// natsAddr is the host's NATS server (with JetStream), as the demo reaches
+// it over loopback; pods reach it through the cluster's forwarder.
+const (
+	natsAddr = "127.0.0.1:4222"
+	natsURL  = "nats://" + natsAddr
+)
+
+// checkNATS fails early, with what to do, when the NATS server the NATS
+// row's consumer and its replay log use is not ready.
+func checkNATS() error {
+	if err := lab.CheckNATS(natsAddr); err != nil {
+		return fmt.Errorf("%w; the demo's NATS row needs it: run `make setup` as root, which installs nats-server and starts it with JetStream", err)
+	}
+	return nil
+}
+
 // checkBroker fails early, with what to do, when the broker the pods will
 // use is not ready: AMQP with the lab's user (guest may use loopback only,
 // and pods are not on it) and the stream port for the replay logs.
@@ -60,6 +76,19 @@ func deleteBrokerObjects(ctx context.Context, queue, log string) error {
 	err := deleteQueue(queue)
 	if log != "" {
 		err = errors.Join(err, shadowqueue.DeleteStream(ctx, streamURI, log))
+	}
+	return err
+}
+
+// deleteNATSObjects deletes a NATS migration's stream (nil when it was
+// never made) and replay log.
+func deleteNATSObjects(ctx context.Context, stream *lab.NATSStream, log string) error {
+	var err error
+	if stream != nil {
+		err = stream.Delete(ctx)
+	}
+	if log != "" {
+		err = errors.Join(err, shadowqueue.DeleteJetStream(ctx, natsURL, log))
 	}
 	return err
 }

@@ -16,17 +16,26 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 )
 
-// migrations are the ones the demo runs, in order: each strategy on the
-// kind of workload it is for.
-var migrations = []struct {
+// migration is one row of the demo: a strategy, the kind of workload it
+// moves, and the consumer's broker.
+type migration struct {
 	strategy contract.Strategy
 	kind     lab.Kind
-}{
-	{contract.StrategyStopAndCopy, lab.Deployment},
-	{contract.StrategyMS2M, lab.Deployment},
-	{contract.StrategyMS2MCutoff, lab.Deployment},
-	{contract.StrategyStatefulSet, lab.StatefulSet},
-	{contract.StrategyStatefulSetShadow, lab.StatefulSet},
+	// nats: the Go NATS sample consumer (a pull consumer of a JetStream
+	// stream) instead of the AMQP one.
+	nats bool
+}
+
+// migrations are the ones the demo runs, in order: each strategy on the
+// kind of workload it is for, with the AMQP consumer, then ms2m with the
+// NATS one.
+var migrations = []migration{
+	{strategy: contract.StrategyStopAndCopy, kind: lab.Deployment},
+	{strategy: contract.StrategyMS2M, kind: lab.Deployment},
+	{strategy: contract.StrategyMS2MCutoff, kind: lab.Deployment},
+	{strategy: contract.StrategyStatefulSet, kind: lab.StatefulSet},
+	{strategy: contract.StrategyStatefulSetShadow, kind: lab.StatefulSet},
+	{strategy: contract.StrategyMS2M, kind: lab.Deployment, nats: true},
 }
 
 // upTimeout bounds bringing the cluster up, including the wait for another
@@ -51,6 +60,9 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 		say("note: λ ≥ μ, so the queue grows while the consumer runs and the restored consumer has a backlog to work off")
 	}
 	if err := checkBroker(); err != nil {
+		return err
+	}
+	if err := checkNATS(); err != nil {
 		return err
 	}
 	say("building the sample producer")
@@ -106,7 +118,7 @@ func run(ctx context.Context, o options, out io.Writer) (err error) {
 
 	var results []result
 	for _, m := range migrations {
-		results = append(results, migrateOnce(ctx, l, o, m.strategy, m.kind, producer, say))
+		results = append(results, migrateOnce(ctx, l, o, m, producer, say))
 		if ctx.Err() != nil {
 			break
 		}
@@ -132,10 +144,10 @@ func verdict(results []result) error {
 	for _, r := range results {
 		switch {
 		case r.err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", r.strategy, r.err))
+			errs = append(errs, fmt.Errorf("%s: %w", r.label(), r.err))
 		case !r.ok():
 			errs = append(errs, fmt.Errorf("%s: MISMATCH: the restored consumer folded %d messages to hash %s (skipping %d redeliveries), the producer sent %d with hash %s",
-				r.strategy, r.got.Count, r.got.Hash, r.got.Skipped, r.want.Count, r.want.Hash))
+				r.label(), r.got.Count, r.got.Hash, r.got.Skipped, r.want.Count, r.want.Hash))
 		}
 	}
 	return errors.Join(errs...)

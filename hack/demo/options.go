@@ -24,8 +24,9 @@ func parseFlags(args []string) (options, error) {
 		fmt.Fprintln(fs.Output(), "usage: go run ./hack/demo [flags]   (as root; `make demo` builds what it needs first)\n\n"+
 			"Brings up a local cluster of two real nodes, moves an unmodified consumer from node 1 to node 2\n"+
 			"once per strategy (stop-and-copy, ms2m and ms2m-cutoff of a Deployment's pod, statefulset and\n"+
-			"statefulset-shadow of a StatefulSet's) while a producer sends, checks the restored state against\n"+
-			"the producer's, prints a table, and takes the cluster down. Flags:")
+			"statefulset-shadow of a StatefulSet's), then a NATS JetStream consumer by ms2m, while a producer\n"+
+			"sends, checks the restored state against the producer's, prints a table, and takes the cluster\n"+
+			"down. Flags:")
 		fs.PrintDefaults()
 	}
 	fs.BoolVar(&o.keep, "keep", false, "leave the cluster, the pods, the queues and the replay logs in place, and print how to use and remove them")

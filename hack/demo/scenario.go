@@ -17,12 +17,14 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
 // result is one migration as the table shows it.
 type result struct {
 	strategy contract.Strategy
 	kind     lab.Kind // the consumer's controller
+	nats     bool     // the NATS consumer, not the AMQP one
 	report   migrate.Report
 	want     lab.ProducerResult // what the producer sent
 	got      lab.AppState       // the restored consumer's state at the end
@@ -31,6 +33,22 @@ type result struct {
 	gap    journal.Gap
 	gapErr error
 	err    error // the migration, or the demo around it, failed
+}
+
+// label is the row's first cell: the strategy, and the broker when it is
+// not RabbitMQ.
+func (r result) label() string {
+	if r.nats {
+		return string(r.strategy) + " (NATS)"
+	}
+	return string(r.strategy)
+}
+
+// producer is the sample producer (AMQP, a process) or the NATS one (in
+// the demo's process).
+type producer interface {
+	Wait(context.Context) (lab.ProducerResult, error)
+	Stop()
 }
 
 // ok reports whether the restored consumer processed exactly what the
@@ -48,17 +66,22 @@ const (
 	settleTimeout = time.Minute
 )
 
-// migrateOnce starts a consumer as a Deployment or a StatefulSet (kind)
-// of one replica on node 1 with its own queue, feeds it with the producer
-// at bin, moves its pod to node 2 by s once it has consumed for o.warmup,
-// and compares its state at the end with what the producer sent. It
-// deletes the workload, the queue and the replay log afterwards, unless
-// o.keep.
-func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy, kind lab.Kind, bin string, say func(string, ...any)) (res result) {
-	res.strategy, res.kind = s, kind
+// migrateOnce starts a consumer as a Deployment or a StatefulSet (m.kind)
+// of one replica on node 1 with its own queue (for m.nats, its own
+// JetStream stream and durable pull consumer), feeds it with the AMQP
+// producer at bin (or the NATS one), moves its pod to node 2 by
+// m.strategy once it has consumed for o.warmup, and compares its state at
+// the end with what the producer sent. It deletes the workload, the queue
+// or stream and the replay log afterwards, unless o.keep.
+func migrateOnce(ctx context.Context, l *lab.Lab, o options, m migration, bin string, say func(string, ...any)) (res result) {
+	s, kind := m.strategy, m.kind
+	res.strategy, res.kind, res.nats = s, kind, m.nats
 	tag := randomTag()
 	name := "demo-" + string(s) + "-" + tag
-	sayf := func(format string, args ...any) { say("%s: "+format, append([]any{s}, args...)...) }
+	if m.nats {
+		name = "demo-nats-" + string(s) + "-" + tag
+	}
+	sayf := func(format string, args ...any) { say("%s: "+format, append([]any{res.label()}, args...)...) }
 	fail := func(err error) result {
 		res.err = err
 		if ctx.Err() != nil {
@@ -69,7 +92,19 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy
 		return res
 	}
 
-	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer", ReadOnlyRoot: true})
+	consumer := lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: int(o.work.Milliseconds()), Image: "consumer", ReadOnlyRoot: true}
+	// The NATS consumer binds to a durable consumer of a stream, which is
+	// made first; the AMQP one declares its queue itself.
+	var stream *lab.NATSStream
+	if m.nats {
+		// As the NATS e2e tests run it: pull mode, a writable root.
+		consumer.Image, consumer.NATSMode, consumer.ReadOnlyRoot = "consumer-nats", "pull", false
+		var err error
+		if stream, err = lab.CreateNATSStream(ctx, natsURL, name, consumer.NATSMode); err != nil {
+			return fail(err)
+		}
+	}
+	src, err := l.StartWorkload(ctx, kind, consumer)
 	var logName string
 	if src != nil {
 		logName = inject.LogName(src)
@@ -80,14 +115,23 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy
 			if target != nil {
 				sayf("-keep: the restored consumer's state: curl http://%s:%d/state", target.Status.PodIP, lab.AppPort)
 			}
-			sayf("-keep: %s %s stays; queue %s and replay log %s stay on the broker (rabbitmqctl delete_queue NAME removes each)", kind, name, name, logName)
+			if m.nats {
+				sayf("-keep: %s %s stays; stream %s and replay log %s stay on the NATS server (nats stream rm NAME removes each)", kind, name, name, shadowqueue.JetStreamName(logName))
+			} else {
+				sayf("-keep: %s %s stays; queue %s and replay log %s stay on the broker (rabbitmqctl delete_queue NAME removes each)", kind, name, name, logName)
+			}
 			return
 		}
 		// The cleanup runs when ctx has ended too: the broker outlives the
 		// cluster.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		err := errors.Join(l.DeleteWorkload(cctx, kind, name), deleteBrokerObjects(cctx, name, logName))
+		err := l.DeleteWorkload(cctx, kind, name)
+		if m.nats {
+			err = errors.Join(err, deleteNATSObjects(cctx, stream, logName))
+		} else {
+			err = errors.Join(err, deleteBrokerObjects(cctx, name, logName))
+		}
 		if err != nil {
 			sayf("cleanup: %v", err)
 		}
@@ -95,15 +139,21 @@ func migrateOnce(ctx context.Context, l *lab.Lab, o options, s contract.Strategy
 	if err != nil {
 		return fail(fmt.Errorf("start the consumer %s %s on %s: %w", kind, name, cluster.NodeName(1), err))
 	}
-	sayf("%s %s: pod %s running on %s (pod IP %s), injected by the webhook; queue and replay log %s", kind, name, src.Name, src.Spec.NodeName, src.Status.PodIP, logName)
+	what := "queue"
+	if m.nats {
+		what = "JetStream stream (durable pull consumer " + lab.NATSDurable + ")"
+	}
+	sayf("%s %s: pod %s running on %s (pod IP %s), injected by the webhook; %s %s, replay log %s", kind, name, src.Name, src.Spec.NodeName, src.Status.PodIP, what, name, logName)
 	plan := migrate.Plan{
 		Name: "demo-" + tag, Namespace: lab.Namespace, Pod: src.Name, Container: "app",
 		// A StatefulSet's pod keeps its name; a ReplicaSet's gets this one.
 		TargetNode: cluster.NodeName(2), TargetPod: src.Name + "-moved", Strategy: s,
 	}
 
-	prod, err := lab.StartProducer(bin, name, o.rate, o.messages)
-	if err != nil {
+	var prod producer
+	if m.nats {
+		prod = stream.Produce(ctx, o.messages, o.rate)
+	} else if prod, err = lab.StartProducer(bin, name, o.rate, o.messages); err != nil {
 		return fail(fmt.Errorf("start the producer: %w", err))
 	}
 	defer prod.Stop()

@@ -9,7 +9,8 @@ import (
 	"github.com/ms2m/ms2m/internal/contract"
 )
 
-// writeTable prints one row per migration: its times (DOWNTIME is the
+// writeTable prints one row per migration (the strategy, with "(NATS)"
+// after it for the NATS consumer): its times (DOWNTIME is the
 // processing gap, "?" when the journals could not give it; SWITCH the
 // migrator's switch time), the messages lost and duplicated (tallyOf; "≥n"
 // where the hash chain cannot confirm them), and whether the restored
@@ -19,7 +20,7 @@ func writeTable(w io.Writer, results []result) {
 	fmt.Fprintln(tw, "STRATEGY\tTOTAL\tDOWNTIME\tSWITCH\tLOST\tDUPLICATED\tHASH OK")
 	for _, r := range results {
 		if r.err != nil {
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tFAILED\n", r.strategy, ms(r.report.Total))
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tFAILED\n", r.label(), ms(r.report.Total))
 			continue
 		}
 		ok := "yes"
@@ -31,19 +32,19 @@ func writeTable(w io.Writer, results []result) {
 			gap = ms(r.gap.Duration())
 		}
 		lost, dup := tallyOf(r.want, r.got).cells()
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.strategy, ms(r.report.Total), gap, ms(r.report.Downtime), lost, dup, ok)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.label(), ms(r.report.Total), gap, ms(r.report.Downtime), lost, dup, ok)
 	}
 	tw.Flush()
 }
 
 // downtimeShare is the line that compares ms2m's downtime (its processing
-// gap) with stop-and-copy's, or "" unless both migrations worked and have
-// one.
+// gap) with stop-and-copy's, both with the AMQP consumer, or "" unless both
+// migrations worked and have one.
 func downtimeShare(results []result) string {
 	var m, sc *result
 	for i := range results {
 		r := &results[i]
-		if r.err != nil || r.gapErr != nil || r.gap.Duration() <= 0 {
+		if r.nats || r.err != nil || r.gapErr != nil || r.gap.Duration() <= 0 {
 			continue
 		}
 		switch r.strategy {

@@ -25,6 +25,8 @@ func TestDowntimeShare(t *testing.T) {
 	failed.err = errors.New("restore failed")
 	noJournal := ok(contract.StrategyStopAndCopy, 0, time.Second)
 	noJournal.gapErr = errors.New("no journal was read")
+	natsMS2M := ok(contract.StrategyMS2M, 300*time.Millisecond, 5*time.Millisecond)
+	natsMS2M.nats = true
 	tests := map[string]struct {
 		results []result
 		want    string
@@ -34,6 +36,10 @@ func TestDowntimeShare(t *testing.T) {
 		"one failed":     {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond), failed}},
 		"one has no gap": {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond), noJournal}},
 		"only ms2m ran":  {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 50*time.Millisecond)}},
+		// The NATS row is not the AMQP ms2m row, before or after it.
+		"nats after": {results: []result{ok(contract.StrategyMS2M, 400*time.Millisecond, 10*time.Millisecond), ok(contract.StrategyStopAndCopy, 8*time.Second, 2*time.Second), natsMS2M},
+			want: "ms2m's downtime (processing gap) is 5.0% of stop-and-copy's (400ms against 8s); its switch time 10ms against 2s"},
+		"only nats ms2m": {results: []result{natsMS2M, ok(contract.StrategyStopAndCopy, 8*time.Second, 2*time.Second)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -61,15 +67,20 @@ func TestTableAndVerdict(t *testing.T) {
 	skipped.got.Skipped = 1
 	skipped.gapErr = errors.New("no journal was read")
 	failed := result{strategy: contract.StrategyStopAndCopy, err: errors.New("restore failed")}
+	natsGood := good
+	natsGood.nats = true
+	natsFailed := result{strategy: contract.StrategyMS2M, nats: true, err: errors.New("no NATS server")}
 
 	var b bytes.Buffer
-	writeTable(&b, []result{good, short, twice, skipped, failed})
+	writeTable(&b, []result{good, short, twice, skipped, failed, natsGood, natsFailed})
 	wantRows := []string{
 		"ms2m           6.123s  412ms     140ms   0     0           yes",
 		"stop-and-copy  6.123s  412ms     140ms   1     0           NO",
 		"statefulset    6.123s  412ms     140ms   0     20          NO",
 		"ms2m-cutoff    6.123s  ?         140ms   0     0           NO",
 		"stop-and-copy  0       -         -       -     -           FAILED",
+		"ms2m (NATS)    6.123s  412ms     140ms   0     0           yes",
+		"ms2m (NATS)    0       -         -       -     -           FAILED",
 	}
 	rows := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")[1:]
 	if diff := cmp.Diff(wantRows, trimRight(rows)); diff != "" {
@@ -79,9 +90,9 @@ func TestTableAndVerdict(t *testing.T) {
 	if err := verdict([]result{good}); err != nil {
 		t.Errorf("verdict of a good run: %v", err)
 	}
-	err := verdict([]result{good, short, failed})
-	if err == nil || !strings.Contains(err.Error(), "stop-and-copy: MISMATCH") || !strings.Contains(err.Error(), "restore failed") {
-		t.Errorf("verdict = %v, want the mismatch and the failure", err)
+	err := verdict([]result{good, short, failed, natsFailed})
+	if err == nil || !strings.Contains(err.Error(), "stop-and-copy: MISMATCH") || !strings.Contains(err.Error(), "restore failed") || !strings.Contains(err.Error(), "ms2m (NATS): no NATS server") {
+		t.Errorf("verdict = %v, want the mismatch and both failures", err)
 	}
 	if err := verdict([]result{skipped}); err == nil || !strings.Contains(err.Error(), "ms2m-cutoff: MISMATCH") || !strings.Contains(err.Error(), "skipping 1 redeliveries") {
 		t.Errorf("verdict of a run that skipped a redelivery = %v, want a mismatch", err)
