@@ -54,6 +54,11 @@ type delivery struct {
 	ticket shadowqueue.Ticket
 	queue  string
 	at     time.Time
+	// print is the message's (printOf), and first the ID of its first
+	// delivery here (id, or the Repeats of its record): if the broker
+	// takes it back, its redelivery is logged as repeating first.
+	print messagePrint
+	first uint64
 }
 
 // channel is the proxy's view of one AMQP channel.

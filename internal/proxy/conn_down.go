@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -432,6 +433,16 @@ func (c *conn) complete(ch *channel, d *content, out *[]byte) {
 func (c *conn) deliverLocked(ch *channel, d *content) {
 	now := c.p.opts.Now()
 	d.rec.Time = now
+	var print messagePrint
+	if !d.noAck || d.rec.Redelivered {
+		print = printOf(&d.rec)
+	}
+	if d.rec.Redelivered {
+		d.rec.Repeats = c.p.requeuedMsgs.take(print)
+		if d.rec.Repeats != 0 {
+			c.p.opts.Metrics.repeats.Inc()
+		}
+	}
 	id, tk := c.p.tee.Append(d.rec)
 	if c.p.opts.Replay != nil {
 		c.p.markPrimary(now)
@@ -439,7 +450,8 @@ func (c *conn) deliverLocked(ch *channel, d *content) {
 	c.p.tracker.Delivered(d.rec.Queue, id, now, !d.noAck)
 	c.p.opts.Metrics.deliveries.WithLabelValues(d.rec.Queue).Inc()
 	if !d.noAck {
-		ch.outstanding = append(ch.outstanding, delivery{tag: d.tag, upTag: d.upTag, id: id, ticket: tk, queue: d.rec.Queue, at: now})
+		ch.outstanding = append(ch.outstanding, delivery{tag: d.tag, upTag: d.upTag, id: id, ticket: tk, queue: d.rec.Queue, at: now,
+			print: print, first: cmp.Or(d.rec.Repeats, id)})
 	}
 	d.raw = nil
 }

@@ -426,6 +426,7 @@ func (c *conn) dropOutstanding(ch *channel) {
 	for _, d := range ch.outstanding {
 		byQueue[d.queue]++
 		ids = append(ids, d.id)
+		c.p.requeuedMsgs.add(d.print, d.first)
 	}
 	c.p.noteRequeued(ids)
 	for q, n := range byQueue {

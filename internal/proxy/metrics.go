@@ -11,6 +11,7 @@ type Metrics struct {
 	frameErrors          *prometheus.CounterVec
 	upstreamDialFailures prometheus.Counter
 	requeued             prometheus.Counter
+	repeats              prometheus.Counter
 	heldHanded           prometheus.Counter
 	mode                 prometheus.Gauge
 	suppressed           *prometheus.CounterVec
@@ -46,6 +47,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ms2m_sidecar_requeued_total", Help: "Held deliveries given back to the broker on stop (MS2M_STOP_HELD=requeue, or arriving after the stop).",
 		}),
+		repeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_repeated_deliveries_total", Help: "Redeliveries of messages the broker took back when the app's channel or connection ended holding them, logged as repeats of their first delivery (a replay gives the app each message once).",
+		}),
 		heldHanded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ms2m_sidecar_stop_held_delivered_total", Help: "Deliveries held back since the quiesce that a stop gave the app, before its cutoff.",
 		}),
@@ -67,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.heldHanded, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
+			m.upstreamDialFailures, m.requeued, m.repeats, m.heldHanded, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
 	}
 	return m
 }

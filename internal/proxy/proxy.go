@@ -147,6 +147,9 @@ type Proxy struct {
 	requeuedMu      sync.Mutex
 	requeued        []uint64
 	requeuedEvicted uint64
+	// requeuedMsgs are the same deliveries' messages, so that their
+	// redeliveries are logged as repeats (Record.Repeats).
+	requeuedMsgs requeuedMessages
 
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked

@@ -17,6 +17,13 @@ func marker(kind shadowqueue.Kind, id, epoch uint64) shadowqueue.Record {
 	return shadowqueue.Record{Kind: kind, ID: id, Epoch: epoch}
 }
 
+// rep is a redelivery, with ID id, of the message first delivered as first.
+func rep(id, first uint64, q string) shadowqueue.Record {
+	r := del(id, q)
+	r.Redelivered, r.Repeats = true, first
+	return r
+}
+
 func ids(recs []shadowqueue.Record) []uint64 {
 	var out []uint64
 	for _, r := range recs {
@@ -32,6 +39,7 @@ func TestCollector(t *testing.T) {
 		wantA, wantB []uint64
 		wantCutoff   uint64
 		wantComplete bool
+		wantRepeats  int
 		wantErr      error
 	}{
 		"fixed cutoff": {
@@ -80,6 +88,23 @@ func TestCollector(t *testing.T) {
 			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), del(4, "b"), del(5, "a"), del(6, "b"), del(7, "a")},
 			wantA: []uint64{2, 5}, wantCutoff: 6, wantComplete: true,
 		},
+		"a repeat of a replayed delivery is left out": {
+			rng:   Range{Start: 1, Cutoff: 6},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "a"), rep(4, 2, "a"), rep(5, 2, "a"), del(6, "a")},
+			wantA: []uint64{2, 3, 6}, wantCutoff: 6, wantComplete: true, wantRepeats: 2,
+		},
+		"a repeat of a delivery the checkpoint holds is left out": {
+			rng:   Range{Start: 2, Cutoff: 4},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), rep(3, 2, "a"), del(4, "a")},
+			wantA: []uint64{4}, wantCutoff: 4, wantComplete: true, wantRepeats: 1,
+		},
+		"a repeat of a skipped delivery is replayed in its place": {
+			// A rebuild: the crashed app never settled 2 (nor its first
+			// redelivery, 4); its last redelivery, 5, is what it folds.
+			rng:   Range{Start: 1, Cutoff: 6, Skip: []uint64{2, 4}},
+			log:   []shadowqueue.Record{del(1, "a"), del(2, "a"), del(3, "b"), rep(4, 2, "a"), rep(5, 2, "a"), del(6, "a")},
+			wantA: []uint64{5, 6}, wantB: []uint64{3}, wantCutoff: 6, wantComplete: true,
+		},
 		"start older than retention": {
 			rng:     Range{Start: 2},
 			log:     []shadowqueue.Record{del(5, "a")},
@@ -108,6 +133,9 @@ func TestCollector(t *testing.T) {
 			}
 			if cut, _ := c.Cutoff(); cut != tc.wantCutoff || c.Complete() != tc.wantComplete {
 				t.Errorf("cutoff %d complete %v, want %d %v", cut, c.Complete(), tc.wantCutoff, tc.wantComplete)
+			}
+			if c.Repeats() != tc.wantRepeats {
+				t.Errorf("%d repeats left out, want %d", c.Repeats(), tc.wantRepeats)
 			}
 		})
 	}

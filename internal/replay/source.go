@@ -123,6 +123,9 @@ type Collector struct {
 	pubs map[uint64][]shadowqueue.Publish
 	// skip are the range's IDs not to replay (Range.Skip).
 	skip map[uint64]bool
+	// repeats counts the range's records left out as repeats of a
+	// delivery the replay has (Record.Repeats).
+	repeats int
 }
 
 // NewCollector returns a Collector for rng.
@@ -169,7 +172,13 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			c.complete = true
 			return nil
 		}
-		if !c.skip[r.ID] {
+		switch {
+		case r.Repeats != 0 && !c.skip[r.Repeats]:
+			// The broker's redelivery of a message whose first delivery
+			// this replay gives the app, or the checkpoint holds (at or
+			// below Start): the app folds it once.
+			c.repeats++
+		case !c.skip[r.ID]:
 			c.queues[r.Queue] = append(c.queues[r.Queue], r)
 		}
 		if c.cutoff != 0 && r.ID == c.cutoff {
@@ -235,6 +244,11 @@ func (c *Collector) Publishes() (byID map[uint64][]shadowqueue.Publish, ok bool)
 	}
 	return c.pubs, true
 }
+
+// Repeats returns how many records in the range were left out as the
+// broker's redeliveries of a message the replay already has
+// (shadowqueue.Record.Repeats).
+func (c *Collector) Repeats() int { return c.repeats }
 
 // LastID returns the highest delivery ID seen in the log.
 func (c *Collector) LastID() uint64 { return c.lastID }
@@ -443,7 +457,11 @@ type Status struct {
 	Cutoff   uint64 `json:"cutoffId,omitempty"`
 	Complete bool   `json:"complete"`
 	LogLast  uint64 `json:"logLastId"`
-	Error    string `json:"error,omitempty"`
+	// Repeats counts the records in the range left out as the broker's
+	// redeliveries of a message the replay gives the app already
+	// (shadowqueue.Record.Repeats).
+	Repeats int    `json:"repeats,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// Reader is the log reader's state: connecting, following,
 	// reconnecting (the connection failed; the replay waits), done or
 	// failed.
@@ -465,7 +483,7 @@ func (s *Source) Status() Status {
 	defer s.mu.Unlock()
 	cut, _ := s.col.Cutoff()
 	st := Status{Range: s.col.rng.String(), Start: s.col.rng.Start, Cutoff: cut, Complete: s.col.Complete(), LogLast: s.col.LastID(),
-		Reader: s.reader, Offset: s.offset, Reconnects: s.reconnects, Disconnected: s.lostErr}
+		Repeats: s.col.Repeats(), Reader: s.reader, Offset: s.offset, Reconnects: s.reconnects, Disconnected: s.lostErr}
 	if !s.lostAt.IsZero() {
 		at := s.lostAt
 		st.DisconnectedSince = &at

@@ -54,7 +54,8 @@ const (
 	flagRedelivered = 1 << 0
 	flagTime        = 1 << 1 // a time field follows; absent for the zero time.Time
 	flagFor         = 1 << 2 // a For field follows the time; absent when For is 0
-	knownFlags      = flagRedelivered | flagTime | flagFor
+	flagRepeats     = 1 << 3 // a Repeats field follows For; absent when Repeats is 0
+	knownFlags      = flagRedelivered | flagTime | flagFor | flagRepeats
 )
 
 // AppendRecord appends the encoding of r to dst and returns the extended
@@ -65,13 +66,15 @@ const (
 //	| 1 byte  | 1    | 1     | uvarint | uvarint   | 8, BE int64  |
 //	|   = 1   |      |       |         |           | (if flagTime)|
 //	+---------+------+-------+---------+-----------+--------------+
-//	| For         | Queue | Exchange | RoutingKey | ConsumerTag | Properties | Body |
-//	| uvarint     +-------+----------+------------+-------------+------------+------+
-//	| (if flagFor)|  each: uvarint length, then that many bytes
-//	+-------------+
+//	| For         | Repeats         | Queue | Exchange | RoutingKey | ConsumerTag | Properties | Body |
+//	| uvarint     | uvarint         +-------+----------+------------+-------------+------------+------+
+//	| (if flagFor)| (if flagRepeats)|  each: uvarint length, then that many bytes
+//	+-------------+-----------------+
 //
-// flags: bit 0 Redelivered, bit 1 time present, bit 2 For present (For is
-// never encoded as zero). Time is Unix nanoseconds,
+// flags: bit 0 Redelivered, bit 1 time present, bit 2 For present, bit 3
+// Repeats present (neither is ever encoded as zero; Repeats only on a
+// delivery, and below its ID). A sidecar older than Repeats rejects a
+// record that has it (unknown flag). Time is Unix nanoseconds,
 // so it must lie between the years 1678 and 2262; the zero time.Time is
 // encoded as "no time" and decodes as the zero time.Time again. The encoding
 // of a record is unique: DecodeRecord rejects every other spelling of it.
@@ -86,6 +89,9 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	if r.For != 0 {
 		flags |= flagFor
 	}
+	if r.Repeats != 0 {
+		flags |= flagRepeats
+	}
 	dst = append(dst, recordVersion, byte(r.Kind), flags)
 	dst = binary.AppendUvarint(dst, r.ID)
 	dst = binary.AppendUvarint(dst, r.Epoch)
@@ -94,6 +100,9 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	}
 	if flags&flagFor != 0 {
 		dst = binary.AppendUvarint(dst, r.For)
+	}
+	if flags&flagRepeats != 0 {
+		dst = binary.AppendUvarint(dst, r.Repeats)
 	}
 	dst = appendString(dst, r.Queue)
 	dst = appendString(dst, r.Exchange)
@@ -112,6 +121,9 @@ func encodedRecordLen(r *Record) int {
 	}
 	if r.For != 0 {
 		n += uvarintLen(r.For)
+	}
+	if r.Repeats != 0 {
+		n += uvarintLen(r.Repeats)
 	}
 	n += fieldLen(len(r.Queue)) + fieldLen(len(r.Exchange)) + fieldLen(len(r.RoutingKey))
 	n += fieldLen(len(r.ConsumerTag)) + fieldLen(len(r.Properties)) + fieldLen(len(r.Body))
@@ -179,6 +191,18 @@ func DecodeRecord(b []byte) (Record, error) {
 	if flags&flagFor != 0 {
 		if r.For = d.readUvarint("For"); d.err == nil && r.For == 0 {
 			return Record{}, fmt.Errorf("%w: field For: zero is never encoded", ErrBadRecord)
+		}
+	}
+	if flags&flagRepeats != 0 {
+		r.Repeats = d.readUvarint("Repeats")
+		switch {
+		case d.err != nil:
+		case r.Repeats == 0:
+			return Record{}, fmt.Errorf("%w: field Repeats: zero is never encoded", ErrBadRecord)
+		case r.Kind != KindDelivery:
+			return Record{}, fmt.Errorf("%w: field Repeats: only a delivery repeats one (kind %d)", ErrBadRecord, r.Kind)
+		case r.Repeats >= r.ID:
+			return Record{}, fmt.Errorf("%w: field Repeats: %d is not below the record's ID %d (a repeat follows what it repeats)", ErrBadRecord, r.Repeats, r.ID)
 		}
 	}
 	r.Queue = string(d.readShortstr("Queue"))

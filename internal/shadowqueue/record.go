@@ -59,6 +59,16 @@ type Record struct {
 	// For is the delivery ID a KindPublish record is attributed to; zero
 	// for every other kind.
 	For uint64
+	// Repeats, on a KindDelivery record, is the ID of an earlier delivery
+	// of the same message: the sidecar handed it to an app whose channel or
+	// connection then ended before it settled it, the broker requeued it,
+	// and this is its redelivery to the same sidecar (matched by queue,
+	// exchange, routing key, properties and body). It names the first
+	// delivery of the chain, also when the message came back more than
+	// once. A replay that replays that first delivery leaves this record
+	// out; one that leaves the first out (a rebuild of an app that lost
+	// it) replays this one. Zero when the record repeats nothing.
+	Repeats uint64
 }
 
 // Publish is what publish checking compares of one app publish.

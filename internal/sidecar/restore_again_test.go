@@ -168,3 +168,88 @@ func TestRebuildSkipsWhatTheCrashedAppHeld(t *testing.T) {
 		t.Fatalf("the rebuilt app: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
 	}
 }
+
+// TestReplayGivesAHeldMessageOnce: a source's app is killed holding its
+// prefetch window unacked, after the checkpoint (here checkpoint 0: the
+// empty app), and the app that comes back takes the broker's
+// redeliveries. The log holds each such message twice: its first delivery
+// and its redelivery, which the sidecar logs as repeating the first
+// (Record.Repeats). A target restored from the checkpoint replays to the
+// stop's cutoff and gets each message once: the producer's hash. Without
+// the repeat mark it folded them twice (docs/faults.md).
+func TestReplayGivesAHeldMessageOnce(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	se := &env{t: t, broker: e.broker, log: e.log, sc: source}
+	want := produce(t, e, q, n, "0")
+	first, firstCmd := goConsumer(t, source, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
+		s, _ := appStateAt(first)
+		return s.Count >= n/4
+	})
+	_ = firstCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
+	var st struct {
+		Requeued []uint64 `json:"requeued"`
+	}
+	testenv.Eventually(t, 30*time.Second, "the sidecar to list what the killed app held", func() bool {
+		se.call("GET", "/state", &st)
+		return len(st.Requeued) > 0
+	})
+	second, secondCmd := goConsumer(t, source, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the app that came back to process a part", func() bool {
+		s, _ := appStateAt(second)
+		return s.Count >= n/4
+	})
+	var stop struct {
+		CutoffID uint64 `json:"cutoffId"`
+		Epoch    uint64 `json:"epoch"`
+	}
+	if code := se.call("POST", "/stop?timeout=20s", &stop); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	_ = secondCmd.Process.Kill()
+	source.Close()
+
+	// The log marks each redelivery of a requeued delivery, and only those.
+	firstOf := map[string]uint64{}
+	repeats := 0
+	for _, r := range e.records() {
+		if r.Kind != shadowqueue.KindDelivery || r.ID > stop.CutoffID {
+			continue
+		}
+		switch {
+		case r.Repeats != 0:
+			if !slices.Contains(st.Requeued, r.Repeats) || firstOf[string(r.Body)] != r.Repeats || !r.Redelivered {
+				t.Errorf("record %d repeats %d (redelivered %v); the requeued are %v, and its body was first delivered as %d", r.ID, r.Repeats, r.Redelivered, st.Requeued, firstOf[string(r.Body)])
+			}
+			repeats++
+		case r.Redelivered && slices.Contains(st.Requeued, firstOf[string(r.Body)]):
+			t.Errorf("record %d, the redelivery of requeued %d, is not marked as its repeat", r.ID, firstOf[string(r.Body)])
+		default:
+			if _, seen := firstOf[string(r.Body)]; !seen {
+				firstOf[string(r.Body)] = r.ID
+			}
+		}
+	}
+	if repeats == 0 {
+		t.Fatalf("requeued %v, no repeat in the log up to the cutoff %d: the fault did not fire", st.Requeued, stop.CutoffID)
+	}
+	t.Logf("the killed app held %d deliveries; %d of their redeliveries came before the cutoff", len(st.Requeued), repeats)
+
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
+	target := e.startConfig(cfg, sidecar.Options{})
+	app, _ := goConsumer(t, target, q, 10)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to process everything", func() bool {
+		got, _ = appStateAt(app)
+		return got.Count >= n
+	})
+	time.Sleep(500 * time.Millisecond) // a doubled message would show as one more
+	got, _ = appStateAt(app)
+	if got.Count != n || got.Hash != want || got.Skipped != 0 {
+		t.Fatalf("the target: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
+	}
+}
