@@ -173,10 +173,13 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			return nil
 		}
 		switch {
-		case r.Repeats != 0 && !c.skip[r.Repeats]:
+		case r.Repeats > c.rng.Start && !c.skip[r.Repeats]:
 			// The broker's redelivery of a message whose first delivery
-			// this replay gives the app, or the checkpoint holds (at or
-			// below Start): the app folds it once.
+			// this replay gives the app: the app folds it once. One whose
+			// first delivery precedes the checkpoint is replayed: whether
+			// the app had folded that one when it was checkpointed (it
+			// worked on it) or not (it was prefetched, or the app
+			// rejected it) the sidecar cannot tell.
 			c.repeats++
 		case !c.skip[r.ID]:
 			c.queues[r.Queue] = append(c.queues[r.Queue], r)

@@ -66,8 +66,9 @@ type Record struct {
 	// exchange, routing key, properties and body). It names the first
 	// delivery of the chain, also when the message came back more than
 	// once. A replay that replays that first delivery leaves this record
-	// out; one that leaves the first out (a rebuild of an app that lost
-	// it) replays this one. Zero when the record repeats nothing.
+	// out; one that does not (the first precedes its checkpoint, or a
+	// rebuild of an app that lost it skips it) replays this one. Zero
+	// when the record repeats nothing.
 	Repeats uint64
 }
 
