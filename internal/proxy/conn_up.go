@@ -349,7 +349,7 @@ func (c *conn) upNack(ch *channel, f amqpwire.Frame, seg *segment) ([]byte, erro
 			return &amqpwire.BasicNack{DeliveryTag: up, Multiple: m.Multiple, Requeue: m.Requeue}
 		}), nil
 	}
-	c.settle(ch, seg, m.DeliveryTag, m.Multiple, false)
+	c.rejected(c.settle(ch, seg, m.DeliveryTag, m.Multiple, false), m.Requeue)
 	return f.Raw, nil
 }
 
@@ -365,8 +365,21 @@ func (c *conn) upReject(ch *channel, f amqpwire.Frame, seg *segment) ([]byte, er
 			return &amqpwire.BasicReject{DeliveryTag: up, Requeue: m.Requeue}
 		}), nil
 	}
-	c.settle(ch, seg, m.DeliveryTag, false, false)
+	c.rejected(c.settle(ch, seg, m.DeliveryTag, false, false), m.Requeue)
 	return f.Raw, nil
+}
+
+// rejected remembers the messages of the deliveries the app rejected with
+// requeue, as dropOutstanding does those the broker takes back, so that a
+// redelivery is logged as a repeat: a replay gives the app the first
+// delivery (again, should it reject it again) and not both.
+func (c *conn) rejected(covered []delivery, requeue bool) {
+	if !requeue {
+		return
+	}
+	for _, d := range covered {
+		c.p.requeuedMsgs.add(d.print, d.first)
+	}
 }
 
 // upRecover handles basic.recover and basic.recover-async, the same in

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"slices"
 	"testing"
 
+	"github.com/ms2m/ms2m/internal/amqpwire"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
 
@@ -82,5 +84,47 @@ func TestPrintOf(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { printOf(&r) }); n != 0 {
 		t.Errorf("printOf allocates %v times", n)
+	}
+}
+
+// TestPipeRejectedRedeliveryRepeats: the app rejects a delivery with
+// requeue; the broker's redelivery of it is logged as repeating the first,
+// a new delivery of the same body is not, nor is a redelivery of one
+// rejected without requeue.
+func TestPipeRejectedRedeliveryRepeats(t *testing.T) {
+	pp := startPipe(t, Options{})
+	pp.consume(t)
+	redeliver := func(tag uint64, body string) {
+		pp.broker.sendContent(&amqpwire.BasicDeliver{ConsumerTag: "c1", DeliveryTag: tag, RoutingKey: "q", Redelivered: true}, body)
+		if m, got := expectContent[*amqpwire.BasicDeliver](pp.app); m.DeliveryTag != tag || got != body || !m.Redelivered {
+			t.Fatalf("app got %+v %q, want the redelivery %d %q", m, got, tag, body)
+		}
+	}
+	pp.deliver(1, "one")
+	pp.expectDelivery(t, 1, "one")
+	pp.app.send(&amqpwire.BasicNack{DeliveryTag: 1, Requeue: true})
+	expect[*amqpwire.BasicNack](pp.broker)
+	redeliver(2, "one")
+	pp.deliver(3, "one")
+	pp.expectDelivery(t, 3, "one")
+	pp.deliver(4, "two")
+	pp.expectDelivery(t, 4, "two")
+	pp.app.send(&amqpwire.BasicReject{DeliveryTag: 4})
+	expect[*amqpwire.BasicReject](pp.broker)
+	redeliver(5, "two")
+	pp.app.send(&amqpwire.BasicReject{DeliveryTag: 2, Requeue: true})
+	expect[*amqpwire.BasicReject](pp.broker)
+	redeliver(6, "one")
+
+	pp.tee.mu.Lock()
+	defer pp.tee.mu.Unlock()
+	var got []uint64
+	for _, r := range pp.tee.recs {
+		got = append(got, r.Repeats)
+	}
+	// 2 and 6 repeat 1 (6 is the redelivery of 2, itself 1's); 3 is a
+	// new message with the same body; 5 was rejected without requeue.
+	if want := []uint64{0, 1, 0, 0, 0, 1}; !slices.Equal(got, want) {
+		t.Fatalf("Repeats of the records = %v, want %v", got, want)
 	}
 }

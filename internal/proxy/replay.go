@@ -353,6 +353,7 @@ func (c *conn) settleRenumbered(ch *channel, seg *segment, tag uint64, multiple,
 	if len(covered) == 0 {
 		return nil
 	}
+	c.rejected(covered, !ack && requeue)
 	up := covered[0].upTag
 	for _, d := range covered {
 		up = max(up, d.upTag)
