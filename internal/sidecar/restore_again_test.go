@@ -98,40 +98,9 @@ func TestRebuildSkipsWhatTheCrashedAppHeld(t *testing.T) {
 	const n = 300
 	e := newEnv(t)
 	q := e.queue()
-	served := e.start(sidecar.Options{})
-	pe := &env{t: t, broker: e.broker, log: e.log, sc: served}
-	want := produce(t, e, q, n, "0")
-	first, firstCmd := goConsumer(t, served, q, 10)
-	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
-		s, _ := appStateAt(first)
-		return s.Count >= n/4
-	})
-	_ = firstCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
-	var st struct {
-		Requeued []uint64 `json:"requeued"`
-	}
-	testenv.Eventually(t, 30*time.Second, "the sidecar to list what the killed app held", func() bool {
-		pe.call("GET", "/state", &st)
-		return len(st.Requeued) > 0
-	})
-	// The app, restarted from the checkpoint, takes the redeliveries and more.
-	second, secondCmd := goConsumer(t, served, q, 10)
-	testenv.Eventually(t, 30*time.Second, "the restarted app to process a part", func() bool {
-		s, _ := appStateAt(second)
-		return s.Count >= n/4
-	})
-	var stop struct {
-		CutoffID uint64 `json:"cutoffId"`
-		Epoch    uint64 `json:"epoch"`
-	}
-	if code := pe.call("POST", "/stop?timeout=20s", &stop); code != 200 {
-		t.Fatalf("stop = %d", code)
-	}
-	pe.call("GET", "/state", &st)
-	_ = secondCmd.Process.Kill()
-	served.Close()
+	want, requeued, stop := killedHoldingThenStopped(t, e, q, n)
 	var skip []string
-	for _, id := range st.Requeued {
+	for _, id := range requeued {
 		if id <= stop.CutoffID {
 			skip = append(skip, fmt.Sprint(id))
 		}
@@ -143,14 +112,14 @@ func TestRebuildSkipsWhatTheCrashedAppHeld(t *testing.T) {
 		if r.Kind != shadowqueue.KindDelivery {
 			continue
 		}
-		if slices.Contains(st.Requeued, r.ID) {
+		if slices.Contains(requeued, r.ID) {
 			bodies[string(r.Body)] = true
 		} else if r.Redelivered && bodies[string(r.Body)] {
 			redelivered++
 		}
 	}
 	if len(skip) == 0 || redelivered < len(skip) {
-		t.Fatalf("requeued %v, of them %d redelivered into the log: the fault did not fire", st.Requeued, redelivered)
+		t.Fatalf("requeued %v, of them %d redelivered into the log: the fault did not fire", requeued, redelivered)
 	}
 	t.Logf("the killed app held %d deliveries unacked: %v", len(skip), skip)
 
@@ -181,36 +150,7 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 	const n = 300
 	e := newEnv(t)
 	q := e.queue()
-	source := e.start(sidecar.Options{})
-	se := &env{t: t, broker: e.broker, log: e.log, sc: source}
-	want := produce(t, e, q, n, "0")
-	first, firstCmd := goConsumer(t, source, q, 10)
-	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
-		s, _ := appStateAt(first)
-		return s.Count >= n/4
-	})
-	_ = firstCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
-	var st struct {
-		Requeued []uint64 `json:"requeued"`
-	}
-	testenv.Eventually(t, 30*time.Second, "the sidecar to list what the killed app held", func() bool {
-		se.call("GET", "/state", &st)
-		return len(st.Requeued) > 0
-	})
-	second, secondCmd := goConsumer(t, source, q, 10)
-	testenv.Eventually(t, 30*time.Second, "the app that came back to process a part", func() bool {
-		s, _ := appStateAt(second)
-		return s.Count >= n/4
-	})
-	var stop struct {
-		CutoffID uint64 `json:"cutoffId"`
-		Epoch    uint64 `json:"epoch"`
-	}
-	if code := se.call("POST", "/stop?timeout=20s", &stop); code != 200 {
-		t.Fatalf("stop = %d", code)
-	}
-	_ = secondCmd.Process.Kill()
-	source.Close()
+	want, requeued, stop := killedHoldingThenStopped(t, e, q, n)
 
 	// The log marks each redelivery of a requeued delivery, and only those.
 	firstOf := map[string]uint64{}
@@ -221,11 +161,11 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 		}
 		switch {
 		case r.Repeats != 0:
-			if !slices.Contains(st.Requeued, r.Repeats) || firstOf[string(r.Body)] != r.Repeats || !r.Redelivered {
-				t.Errorf("record %d repeats %d (redelivered %v); the requeued are %v, and its body was first delivered as %d", r.ID, r.Repeats, r.Redelivered, st.Requeued, firstOf[string(r.Body)])
+			if !slices.Contains(requeued, r.Repeats) || firstOf[string(r.Body)] != r.Repeats || !r.Redelivered {
+				t.Errorf("record %d repeats %d (redelivered %v); the requeued are %v, and its body was first delivered as %d", r.ID, r.Repeats, r.Redelivered, requeued, firstOf[string(r.Body)])
 			}
 			repeats++
-		case r.Redelivered && slices.Contains(st.Requeued, firstOf[string(r.Body)]):
+		case r.Redelivered && slices.Contains(requeued, firstOf[string(r.Body)]):
 			t.Errorf("record %d, the redelivery of requeued %d, is not marked as its repeat", r.ID, firstOf[string(r.Body)])
 		default:
 			if _, seen := firstOf[string(r.Body)]; !seen {
@@ -234,9 +174,9 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 		}
 	}
 	if repeats == 0 {
-		t.Fatalf("requeued %v, no repeat in the log up to the cutoff %d: the fault did not fire", st.Requeued, stop.CutoffID)
+		t.Fatalf("requeued %v, no repeat in the log up to the cutoff %d: the fault did not fire", requeued, stop.CutoffID)
 	}
-	t.Logf("the killed app held %d deliveries; %d of their redeliveries came before the cutoff", len(st.Requeued), repeats)
+	t.Logf("the killed app held %d deliveries; %d of their redeliveries came before the cutoff", len(requeued), repeats)
 
 	cfg := e.config()
 	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
@@ -252,4 +192,48 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 	if got.Count != n || got.Hash != want || got.Skipped != 0 {
 		t.Fatalf("the target: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
 	}
+}
+
+// stopResult is what the tests read of POST /stop.
+type stopResult struct {
+	CutoffID uint64 `json:"cutoffId"`
+	Epoch    uint64 `json:"epoch"`
+}
+
+// killedHoldingThenStopped runs n messages on q through a sidecar whose
+// app (the Go consumer, prefetch 10) is SIGKILLed a quarter in, holding
+// its prefetch window unacked, and started again, which takes the broker's
+// redeliveries; then it stops the sidecar and closes it. It returns the
+// producer's hash, the IDs /state listed as requeued, and the stop's
+// cutoff and epoch.
+func killedHoldingThenStopped(t *testing.T, e *env, q string, n int) (want string, requeued []uint64, stop stopResult) {
+	t.Helper()
+	served := e.start(sidecar.Options{})
+	se := &env{t: t, broker: e.broker, log: e.log, sc: served}
+	want = produce(t, e, q, n, "0")
+	first, firstCmd := goConsumer(t, served, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
+		s, _ := appStateAt(first)
+		return s.Count >= n/4
+	})
+	_ = firstCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
+	var st struct {
+		Requeued []uint64 `json:"requeued"`
+	}
+	testenv.Eventually(t, 30*time.Second, "the sidecar to list what the killed app held", func() bool {
+		se.call("GET", "/state", &st)
+		return len(st.Requeued) > 0
+	})
+	second, secondCmd := goConsumer(t, served, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the app started again to process a part", func() bool {
+		s, _ := appStateAt(second)
+		return s.Count >= n/4
+	})
+	if code := se.call("POST", "/stop?timeout=20s", &stop); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	se.call("GET", "/state", &st)
+	_ = secondCmd.Process.Kill()
+	served.Close()
+	return want, st.Requeued, stop
 }
