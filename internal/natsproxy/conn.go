@@ -277,15 +277,25 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 		return &natswire.Error{Msg: "a JetStream delivery's subject or ack subject is longer than the replay log's 255 bytes; the sidecar cannot record it"}
 	}
 	reply := string(m.Reply)
+	msg := keyOf(ack.Stream, ack.Consumer, ack.StreamSeq)
+	var repeats uint64
+	if ack.Delivered > 1 {
+		repeats = c.p.firsts.first(msg)
+	}
 	id, tk := c.p.tee.Append(shadowqueue.Record{
 		Queue: string(ack.Stream), ConsumerTag: string(ack.Consumer),
 		RoutingKey: string(m.Subject), Exchange: reply,
-		Redelivered: ack.Delivered > 1,
-		Properties:  clone(m.Header), Body: clone(m.Body),
+		Redelivered: ack.Delivered > 1, Repeats: repeats,
+		Properties: clone(m.Header), Body: clone(m.Body),
 	})
+	if repeats == 0 {
+		c.p.firsts.note(msg, id)
+	} else {
+		c.p.repeats.Add(1)
+	}
 	key, now := ReplayKey(string(ack.Stream), string(ack.Consumer)), time.Now()
 	c.p.tracker.Delivered(key, id, now, true)
-	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now})
+	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg})
 	c.p.jsDeliveries.Add(1)
 	return nil
 }

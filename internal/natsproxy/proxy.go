@@ -59,6 +59,9 @@ type Options struct {
 type Stats struct {
 	Connections  uint64 `json:"connections"`  // app connections accepted
 	JSDeliveries uint64 `json:"jsDeliveries"` // JetStream deliveries teed
+	// Repeats counts the teed redeliveries of messages whose first
+	// delivery the log has, logged as repeats of it.
+	Repeats      uint64 `json:"repeats,omitempty"`
 	CoreTeed     uint64 `json:"coreTeed"`     // core NATS messages teed best effort
 	Acks         uint64 `json:"acks"`         // acks forwarded
 	AcksWaited   uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
@@ -77,6 +80,9 @@ type Proxy struct {
 	log  *slog.Logger
 
 	unacked unackedSet
+	// firsts are the first deliveries of the messages logged lately, so
+	// that a redelivery is logged as a repeat (Record.Repeats).
+	firsts firstDeliveries
 	// tracker measures each consumer's rates (λ from deliveries, μ from
 	// acks), by ReplayKey, for ms2m-cutoff's T_cutoff.
 	tracker *tracking.Tracker
@@ -92,7 +98,7 @@ type Proxy struct {
 	rp     *replayer     // target sidecars only
 	opMu   sync.Mutex    // serialises Quiesce, Resume and Stop
 
-	connections, jsDeliveries, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
+	connections, jsDeliveries, repeats, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
 }
 
 // New returns a Proxy that tees into tee.
@@ -151,6 +157,7 @@ func (p *Proxy) Stats() Stats {
 	return Stats{
 		Connections:   p.connections.Load(),
 		JSDeliveries:  p.jsDeliveries.Load(),
+		Repeats:       p.repeats.Load(),
 		CoreTeed:      p.coreTeed.Load(),
 		Acks:          p.acks.Load(),
 		AcksWaited:    p.acksWaited.Load(),
@@ -251,11 +258,16 @@ func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
 // yet settled, by ack subject, with the ticket of their log record. It is
 // shared by all connections: an app may ack on another connection than the
 // one the delivery came on. Beyond max entries the oldest are forgotten.
+// A redelivery of a message replaces its earlier delivery: the server
+// gave that one up (its ack wait passed, as when the app that held it
+// died), and an ack of it would never come, so a quiesce or stop would
+// wait for it in vain.
 type unackedSet struct {
 	mu    sync.Mutex
 	max   int
 	m     map[string]delivery
-	order []string // insertion order, for forgetting the oldest; may hold settled subjects
+	byMsg map[messageKey]string // the ack subject of each message's latest delivery in m
+	order []string              // insertion order, for forgetting the oldest; may hold settled subjects
 	head  int
 }
 
@@ -267,19 +279,24 @@ type delivery struct {
 	id  uint64
 	key string
 	at  time.Time
+	msg messageKey
 }
 
 func newUnackedSet(maxEntries int) unackedSet {
-	return unackedSet{max: maxEntries, m: map[string]delivery{}}
+	return unackedSet{max: maxEntries, m: map[string]delivery{}, byMsg: map[messageKey]string{}}
 }
 
 func (s *unackedSet) add(subject string, d delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, ok := s.byMsg[d.msg]; ok && old != subject {
+		delete(s.m, old)
+	}
 	s.m[subject] = d
+	s.byMsg[d.msg] = subject
 	s.order = append(s.order, subject)
 	for len(s.m) > s.max && s.head < len(s.order) {
-		delete(s.m, s.order[s.head])
+		s.remove(s.order[s.head])
 		s.order[s.head] = ""
 		s.head++
 	}
@@ -304,9 +321,22 @@ func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 	defer s.mu.Unlock()
 	d, ok := s.m[string(subject)]
 	if ok && settle {
-		delete(s.m, string(subject))
+		s.remove(string(subject))
 	}
 	return d, ok
+}
+
+// remove forgets the delivery whose ack subject is subject, if there is
+// one; s.mu is held.
+func (s *unackedSet) remove(subject string) {
+	d, ok := s.m[subject]
+	if !ok {
+		return
+	}
+	delete(s.m, subject)
+	if s.byMsg[d.msg] == subject {
+		delete(s.byMsg, d.msg)
+	}
 }
 
 func (s *unackedSet) len() int {

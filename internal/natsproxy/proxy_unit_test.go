@@ -14,7 +14,7 @@ func TestUnackedSetStaysBounded(t *testing.T) {
 	s := newUnackedSet(100)
 	for i := range 100000 {
 		subj := fmt.Sprint("$JS.ACK.S.C.1.", i)
-		s.add(subj, delivery{tk: shadowqueue.Ticket(i)})
+		s.add(subj, delivery{tk: shadowqueue.Ticket(i), msg: messageKey{seq: uint64(i)}})
 		if _, ok := s.lookup([]byte(subj), true); !ok {
 			t.Fatalf("delivery %d not found", i)
 		}
@@ -23,7 +23,7 @@ func TestUnackedSetStaysBounded(t *testing.T) {
 		t.Fatalf("after 100000 settled deliveries: order holds %d subjects, set %d", len(s.order), s.len())
 	}
 	for i := range 150 {
-		s.add(fmt.Sprint("u", i), delivery{tk: shadowqueue.Ticket(i)})
+		s.add(fmt.Sprint("u", i), delivery{tk: shadowqueue.Ticket(i), msg: messageKey{seq: uint64(i)}})
 	}
 	if s.len() != 100 {
 		t.Fatalf("set holds %d, want its bound 100", s.len())
@@ -33,5 +33,54 @@ func TestUnackedSetStaysBounded(t *testing.T) {
 	}
 	if _, ok := s.lookup([]byte("u50"), false); !ok {
 		t.Error("u50 was forgotten")
+	}
+}
+
+// TestUnackedSetRedeliveryReplaces: the server's redelivery of a message
+// replaces its earlier delivery, whose ack would never come (the app that
+// held it died); settling the redelivery leaves nothing to wait for.
+func TestUnackedSetRedeliveryReplaces(t *testing.T) {
+	s := newUnackedSet(100)
+	msg := keyOf([]byte("S"), []byte("C"), 7)
+	other := keyOf([]byte("S"), []byte("C2"), 7) // another consumer's
+	s.add("$JS.ACK.S.C.1.7.7.0.0", delivery{id: 1, msg: msg})
+	s.add("$JS.ACK.S.C2.1.7.7.0.0", delivery{id: 2, msg: other})
+	s.add("$JS.ACK.S.C.2.7.9.0.0", delivery{id: 3, msg: msg})
+	if n := s.len(); n != 2 {
+		t.Fatalf("set holds %d, want 2: the redelivery in place of the first, and the other consumer's", n)
+	}
+	if _, ok := s.lookup([]byte("$JS.ACK.S.C.1.7.7.0.0"), false); ok {
+		t.Error("the first delivery is still waited for")
+	}
+	if d, ok := s.lookup([]byte("$JS.ACK.S.C.2.7.9.0.0"), true); !ok || d.id != 3 {
+		t.Errorf("the redelivery: %+v %v", d, ok)
+	}
+	if _, ok := s.byMsg[msg]; ok {
+		t.Error("the settled message is still indexed")
+	}
+}
+
+func TestFirstDeliveries(t *testing.T) {
+	var f firstDeliveries
+	a, b := keyOf([]byte("S"), []byte("C"), 1), keyOf([]byte("S"), []byte("C"), 2)
+	if keyOf([]byte("S"), []byte("C"), 1) != a || keyOf([]byte("SC"), nil, 1) == a {
+		t.Fatal("keyOf: the same message keys differently, or stream and consumer run together")
+	}
+	f.note(a, 10)
+	f.note(a, 12) // a redelivery noted again keeps the first
+	if got := f.first(a); got != 10 {
+		t.Errorf("first of a = %d, want 10", got)
+	}
+	if got := f.first(b); got != 0 {
+		t.Errorf("first of b = %d, want 0", got)
+	}
+	for i := range maxFirstDeliveries {
+		f.note(keyOf([]byte("S"), []byte("C"), uint64(100+i)), uint64(100+i))
+	}
+	if got := f.first(a); got != 0 {
+		t.Errorf("first of a = %d after %d later deliveries, want it forgotten", got, maxFirstDeliveries)
+	}
+	if n := len(f.byMsg); n != maxFirstDeliveries {
+		t.Errorf("%d remembered, want %d", n, maxFirstDeliveries)
 	}
 }

@@ -1,0 +1,139 @@
+package sidecar_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestNATSReplayGivesAHeldMessageOnce: a NATS source's app (the Go sample
+// consumer, pull, 10 at a time) is SIGKILLed holding messages it has not
+// acked; the app that comes back gets them again from the server once the
+// consumer's ack wait has passed (delivery count 2). The sidecar logs each
+// redelivery as repeating the first delivery of the same stream sequence
+// (Record.Repeats), and a target restored from checkpoint 0 replays to the
+// stop's cutoff and gets each message once: the producer's hash. Without
+// the mark it folded the held ones twice.
+func TestNATSReplayGivesAHeldMessageOnce(t *testing.T) {
+	const n = 200
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	work := testenv.UniqueName("ms2m-test-natswork")
+	js := natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, work, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second, MaxAckPending: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h [sha256.Size]byte
+	for i := range n {
+		body := fmt.Appendf(nil, "msg-%d", i)
+		if _, err := js.Publish(ctx, work+".in", body); err != nil {
+			t.Fatal(err)
+		}
+		d := sha256.New()
+		d.Write(h[:])
+		d.Write(body)
+		d.Sum(h[:0])
+	}
+	want := hex.EncodeToString(h[:])
+
+	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = source.Close() })
+	startApp := func(sc *sidecar.Sidecar) (string, *exec.Cmd) {
+		addr := testenv.FreeAddr(t)
+		argv := testenv.NATSConsumer(t, "go")
+		cmd := exec.Command(argv[0], argv[1:]...)
+		runApp(t, cmd, map[string]string{
+			"NATS_URL": "nats://" + sc.AMQPAddr(), "STREAM": work, "CONSUMER": "worker", "MODE": "pull",
+			"PREFETCH": "10", "WORK_MS": "20", "HTTP_ADDR": addr,
+		})
+		return addr, cmd
+	}
+	first, firstCmd := startApp(source)
+	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
+		s, _ := appStateAt(first)
+		return s.Count >= n/4
+	})
+	_ = firstCmd.Process.Kill() // SIGKILL: what it holds stays unacked
+	startApp(source)
+	testenv.Eventually(t, 60*time.Second, "the app that came back to have every message acked", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
+	})
+	// The stop waits for no ack of what the killed app held: the server
+	// redelivered those, and their acks came on the redeliveries.
+	src := control.Client{URL: "http://" + source.ControlAddr(), Token: token}
+	stop, err := src.Stop(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = source.Close()
+
+	l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: nt.URL, Name: logName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	recs, err := l.ReadAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstOf := map[string]uint64{}
+	repeats := 0
+	for _, r := range recs {
+		if r.Kind != shadowqueue.KindDelivery {
+			continue
+		}
+		switch f, seen := firstOf[string(r.Body)]; {
+		case !seen:
+			if r.Repeats != 0 {
+				t.Errorf("record %d, the first delivery of %q, repeats %d", r.ID, r.Body, r.Repeats)
+			}
+			firstOf[string(r.Body)] = r.ID
+		case r.Repeats != f:
+			t.Errorf("record %d, a redelivery of %q (first %d), repeats %d", r.ID, r.Body, f, r.Repeats)
+		default:
+			repeats++
+		}
+	}
+	if repeats == 0 {
+		t.Fatalf("no redelivery in the log (%d records): the fault did not fire", len(recs))
+	}
+	t.Logf("%d redeliveries of what the killed app held, each marked", repeats)
+
+	cfg := natsConfig(nt, logName, "127.0.0.1:0")
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
+	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Close() })
+	app, _ := startApp(target)
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to process every message", func() bool {
+		got, _ = appStateAt(app)
+		return got.Count >= n
+	})
+	time.Sleep(500 * time.Millisecond) // a doubled message would show as one more
+	got, _ = appStateAt(app)
+	if got.Count != n || got.Hash != want {
+		t.Fatalf("the target: %+v, want %d messages and the producer's hash %s", got, n, want)
+	}
+}
