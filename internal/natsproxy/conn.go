@@ -295,7 +295,7 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 	}
 	key, now := ReplayKey(string(ack.Stream), string(ack.Consumer)), time.Now()
 	c.p.tracker.Delivered(key, id, now, true)
-	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg})
+	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg, conn: c})
 	c.p.jsDeliveries.Add(1)
 	return nil
 }

@@ -231,6 +231,7 @@ func (p *Proxy) handle(ctx context.Context, app net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
+	p.unacked.dropConn(c)
 }
 
 func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
@@ -257,7 +258,8 @@ func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
 // unackedSet remembers the JetStream deliveries handed to the app and not
 // yet settled, by ack subject, with the ticket of their log record. It is
 // shared by all connections: an app may ack on another connection than the
-// one the delivery came on. Beyond max entries the oldest are forgotten.
+// one the delivery came on, while that one is open. Beyond max entries the
+// oldest are forgotten.
 // A redelivery of a message replaces its earlier delivery: the server
 // gave that one up (its ack wait passed, as when the app that held it
 // died), and an ack of it would never come, so a quiesce or stop would
@@ -275,11 +277,12 @@ type unackedSet struct {
 // record's ticket and ID, its consumer (ReplayKey) and when it went to the
 // app, for the rates.
 type delivery struct {
-	tk  shadowqueue.Ticket
-	id  uint64
-	key string
-	at  time.Time
-	msg messageKey
+	tk   shadowqueue.Ticket
+	id   uint64
+	key  string
+	at   time.Time
+	msg  messageKey
+	conn *conn // the connection it came on
 }
 
 func newUnackedSet(maxEntries int) unackedSet {
@@ -324,6 +327,21 @@ func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 		s.remove(string(subject))
 	}
 	return d, ok
+}
+
+// dropConn forgets the deliveries that came on c, which has ended: the
+// clients ack a message on the connection it came on, so no ack of them
+// will come, and the server delivers them again once their ack wait has
+// passed (logged as repeats, firstDeliveries). A quiesce or stop does not
+// wait for them.
+func (s *unackedSet) dropConn(c *conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for subject, d := range s.m {
+		if d.conn == c {
+			s.remove(subject)
+		}
+	}
 }
 
 // remove forgets the delivery whose ack subject is subject, if there is

@@ -18,8 +18,10 @@ import (
 
 // TestNATSReplayGivesAHeldMessageOnce: a NATS source's app (the Go sample
 // consumer, pull, 10 at a time) is SIGKILLed holding messages it has not
-// acked; the app that comes back gets them again from the server once the
-// consumer's ack wait has passed (delivery count 2). The sidecar logs each
+// acked; a quiesce right after does not wait for their acks (the
+// sidecar forgets the deliveries of a connection that ended), and the app
+// that comes back gets them again from the server once the consumer's ack
+// wait has passed (delivery count 2). The sidecar logs each
 // redelivery as repeating the first delivery of the same stream sequence
 // (Record.Repeats), and a target restored from checkpoint 0 replays to the
 // stop's cutoff and gets each message once: the producer's hash. Without
@@ -72,14 +74,24 @@ func TestNATSReplayGivesAHeldMessageOnce(t *testing.T) {
 		return s.Count >= n/4
 	})
 	_ = firstCmd.Process.Kill() // SIGKILL: what it holds stays unacked
+	// A quiesce does not wait for the dead app's deliveries: well before
+	// the server redelivers them (the ack wait, 2 s), it returns.
+	src := control.Client{URL: "http://" + source.ControlAddr(), Token: token}
+	testenv.Eventually(t, 10*time.Second, "the sidecar to see the app's connection end", func() bool {
+		st, err := src.State(ctx)
+		return err == nil && st.Connections == 0
+	})
+	if _, err := src.Quiesce(ctx, time.Second); err != nil {
+		t.Fatalf("quiesce with the dead app's deliveries unacked: %v", err)
+	}
+	if err := src.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
 	startApp(source)
 	testenv.Eventually(t, 60*time.Second, "the app that came back to have every message acked", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
 	})
-	// The stop waits for no ack of what the killed app held: the server
-	// redelivered those, and their acks came on the redeliveries.
-	src := control.Client{URL: "http://" + source.ControlAddr(), Token: token}
 	stop, err := src.Stop(ctx, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
