@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -184,6 +185,13 @@ func (c *conn) downstream(ctx context.Context) error {
 						}
 						return nil
 					}
+					if js && c.isReplayedRedelivery(m) {
+						// The app has this message from the replay: the
+						// server gives it again because the source's app
+						// died holding it. It is acked here, not handed
+						// over again.
+						return c.absorbRedelivery(m)
+					}
 					if err := c.onMsg(m); err != nil {
 						return err
 					}
@@ -297,6 +305,31 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 	c.p.tracker.Delivered(key, id, now, true)
 	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg, conn: c})
 	c.p.jsDeliveries.Add(1)
+	return nil
+}
+
+// isReplayedRedelivery reports whether m, a JetStream delivery to a
+// target, is a redelivery (delivery count above 1) of a message the replay
+// gave the app: one the source's app was handed and never acked, which
+// the source logged, and the server hands out again once the ack wait has
+// passed, after the target switched.
+func (c *conn) isReplayedRedelivery(m *natswire.Msg) bool {
+	if c.p.rp == nil {
+		return false
+	}
+	ack, _ := natswire.ParseJSAck(m.Reply)
+	return ack.Delivered > 1 && c.p.replayedMsgs.first(keyOf(ack.Stream, ack.Consumer, ack.StreamSeq)) != 0
+}
+
+// absorbRedelivery acks m at the server instead of giving it to the app.
+// The caller holds c.mu; a failed write ends the connection.
+func (c *conn) absorbRedelivery(m *natswire.Msg) error {
+	c.p.redeliveriesAbsorbed.Add(1)
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	if _, err := c.up.Write(natswire.AppendPub(nil, m.Reply, nil, nil, natswire.AckAck)); err != nil {
+		return fmt.Errorf("ack a redelivery of a replayed message: %w", err)
+	}
 	return nil
 }
 

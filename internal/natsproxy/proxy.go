@@ -61,12 +61,15 @@ type Stats struct {
 	JSDeliveries uint64 `json:"jsDeliveries"` // JetStream deliveries teed
 	// Repeats counts the teed redeliveries of messages whose first
 	// delivery the log has, logged as repeats of it.
-	Repeats      uint64 `json:"repeats,omitempty"`
-	CoreTeed     uint64 `json:"coreTeed"`     // core NATS messages teed best effort
-	Acks         uint64 `json:"acks"`         // acks forwarded
-	AcksWaited   uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
-	AcksAbsorbed uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
-	INFOStripped uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
+	Repeats uint64 `json:"repeats,omitempty"`
+	// RedeliveriesAbsorbed counts, on a target, the server's redeliveries
+	// of messages the replay had given the app, acked by the sidecar.
+	RedeliveriesAbsorbed uint64 `json:"redeliveriesAbsorbed,omitempty"`
+	CoreTeed             uint64 `json:"coreTeed"`     // core NATS messages teed best effort
+	Acks                 uint64 `json:"acks"`         // acks forwarded
+	AcksWaited           uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
+	AcksAbsorbed         uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
+	INFOStripped         uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
 	// PullsAbsorbed counts pull requests not sent on while quiesced or stopped.
 	PullsAbsorbed uint64 `json:"pullsAbsorbed"`
 	// Dropped counts deliveries dropped while stopped, on open connections.
@@ -83,6 +86,9 @@ type Proxy struct {
 	// firsts are the first deliveries of the messages logged lately, so
 	// that a redelivery is logged as a repeat (Record.Repeats).
 	firsts firstDeliveries
+	// replayedMsgs are the messages a target's replay gave the app, so
+	// that the server's redelivery of one after the switch is absorbed.
+	replayedMsgs firstDeliveries
 	// tracker measures each consumer's rates (λ from deliveries, μ from
 	// acks), by ReplayKey, for ms2m-cutoff's T_cutoff.
 	tracker *tracking.Tracker
@@ -98,7 +104,7 @@ type Proxy struct {
 	rp     *replayer     // target sidecars only
 	opMu   sync.Mutex    // serialises Quiesce, Resume and Stop
 
-	connections, jsDeliveries, repeats, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
+	connections, jsDeliveries, repeats, redeliveriesAbsorbed, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
 }
 
 // New returns a Proxy that tees into tee.
@@ -155,16 +161,17 @@ func (p *Proxy) modeWake() <-chan struct{} {
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
 	return Stats{
-		Connections:   p.connections.Load(),
-		JSDeliveries:  p.jsDeliveries.Load(),
-		Repeats:       p.repeats.Load(),
-		CoreTeed:      p.coreTeed.Load(),
-		Acks:          p.acks.Load(),
-		AcksWaited:    p.acksWaited.Load(),
-		AcksAbsorbed:  p.acksAbsorbed.Load(),
-		INFOStripped:  p.infoStripped.Load(),
-		PullsAbsorbed: p.pullsAbsorbed.Load(),
-		Dropped:       p.dropped(),
+		Connections:          p.connections.Load(),
+		JSDeliveries:         p.jsDeliveries.Load(),
+		Repeats:              p.repeats.Load(),
+		RedeliveriesAbsorbed: p.redeliveriesAbsorbed.Load(),
+		CoreTeed:             p.coreTeed.Load(),
+		Acks:                 p.acks.Load(),
+		AcksWaited:           p.acksWaited.Load(),
+		AcksAbsorbed:         p.acksAbsorbed.Load(),
+		INFOStripped:         p.infoStripped.Load(),
+		PullsAbsorbed:        p.pullsAbsorbed.Load(),
+		Dropped:              p.dropped(),
 	}
 }
 

@@ -267,6 +267,9 @@ func (c *conn) replayOne(ctx context.Context, k *keyReplay, sid []byte, b *repla
 	now := time.Now()
 	b.add(natswire.AppendMsg(b.out, []byte(rec.RoutingKey), sid, replayReply(&rec, redelivered), rec.Properties, rec.Body), rec.ID)
 	k.handedOut(rec.ID, idx, c, now)
+	if a, ok := natswire.ParseJSAck([]byte(rec.Exchange)); ok {
+		c.p.replayedMsgs.note(keyOf(a.Stream, a.Consumer, a.StreamSeq), rec.ID)
+	}
 	c.p.tracker.Delivered(k.key, rec.ID, now, true)
 	if b.full() {
 		if err := c.flushReplay(b); err != nil {

@@ -448,6 +448,8 @@ func registerNATSMetrics(reg prometheus.Registerer, p *natsproxy.Proxy) {
 	reg.MustRegister(
 		counter("ms2m_sidecar_nats_connections_total", "App connections the NATS proxy accepted.", func(s natsproxy.Stats) uint64 { return s.Connections }),
 		counter("ms2m_sidecar_nats_js_deliveries_total", "JetStream deliveries handed to the app and teed.", func(s natsproxy.Stats) uint64 { return s.JSDeliveries }),
+		counter("ms2m_sidecar_nats_repeated_deliveries_total", "Redeliveries of messages whose first delivery the log has, logged as repeats of it.", func(s natsproxy.Stats) uint64 { return s.Repeats }),
+		counter("ms2m_sidecar_nats_redeliveries_absorbed_total", "On a target, the server's redeliveries of messages the replay gave the app, acked by the sidecar instead of handed over again.", func(s natsproxy.Stats) uint64 { return s.RedeliveriesAbsorbed }),
 		counter("ms2m_sidecar_nats_core_teed_total", "Core NATS messages teed best effort.", func(s natsproxy.Stats) uint64 { return s.CoreTeed }),
 		counter("ms2m_sidecar_nats_acks_total", "App acks of JetStream deliveries sent to the server.", func(s natsproxy.Stats) uint64 { return s.Acks }),
 		counter("ms2m_sidecar_nats_acks_waited_total", "Of those, acks that waited for the replay log.", func(s natsproxy.Stats) uint64 { return s.AcksWaited }),
