@@ -214,11 +214,11 @@ func (c *Cluster) ImportImage(i int, tarball string) error {
 
 // PullImage pulls ref into node i's containerd from the cluster's registry
 // (plain HTTP), where the kubelet's pods find it. A restore from a
-// checkpoint image needs this: containerd 2.2 pulls the checkpoint's base
-// image (the original container's image, as name@digest) with its default
-// resolver, which ignores the node's registry configuration and speaks
-// only HTTPS to 10.77.0.1:5000, so the base image must be on the target
-// node already, under that name@digest.
+// checkpoint image needs this: containerd (2.2 and 2.3) pulls the
+// checkpoint's base image (the original container's image, as
+// name@digest) with its default resolver, which ignores the node's
+// registry configuration and speaks only HTTPS to 10.77.0.1:5000, so the
+// base image must be on the target node already, under that name@digest.
 func (c *Cluster) PullImage(ctx context.Context, i int, ref string) error {
 	ctr := filepath.Join(c.bin, "containerd", "ctr")
 	out, err := exec.CommandContext(ctx, ctr, "-a", c.l.node(i).containerdSock(), "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()

@@ -16,7 +16,12 @@ import (
 // image pinned, CNI from the node's own conf dir, network namespaces kept
 // under the state dir (so they never land in /run/netns), NRI off (it would
 // open a socket shared by every containerd on the machine), and registry
-// hosts from the node's certs.d.
+// hosts from the node's certs.d. It stays at configuration version 3,
+// which containerd 2.3 migrates (it logs "Configuration migrated from
+// version 3" at start): there the ttrpc socket follows [grpc] address,
+// while a version 4 file would need its own per-node
+// io.containerd.server.v1.ttrpc address, or every node would share the
+// default one. The CRI keys are the same in both versions.
 func containerdConfig(n nodeLayout) string {
 	q := strconv.Quote
 	var b strings.Builder

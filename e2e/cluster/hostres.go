@@ -302,7 +302,8 @@ func readMountinfo() ([]mountEntry, error) {
 // mountsOf lists, deepest first, the mount points at or below dir, and the
 // mount points elsewhere that bind something from inside dir. The latter
 // happen: containerd 2.2 mounts a checkpoint image's snapshot on a
-// temporary folder to restore from it and never unmounts it.
+// temporary folder to restore from it and leaves it mounted when the
+// restore fails after that (2.3.7 unmounts it on every path).
 func mountsOf(dir string) ([]string, error) {
 	ms, err := readMountinfo()
 	if err != nil {

@@ -63,6 +63,12 @@ func TestRuntimeSettings(t *testing.T) {
 			texts:          []string{"[plugins.'io.containerd.cri.v1.runtime']\nenable_experimental_restore_via_create = true\n"},
 			wantCheckpoint: &yes, wantRestore: &yes, wantSetting: containerdRestoreSetting,
 		},
+		"containerd 2.3.7 (the local cluster's), unset: off by default": {runtime: "containerd", version: "v2.3.7", wantCheckpoint: &yes, wantRestore: &no, wantSetting: containerdRestoreSetting},
+		"containerd 2.3.7, set true in a version 4 config": {
+			runtime: "containerd", version: "v2.3.7",
+			texts:          []string{"version = 4\n[plugins]\n  [plugins.'io.containerd.cri.v1.runtime']\n    enable_criu = true\n    enable_experimental_restore_via_create = true\n"},
+			wantCheckpoint: &yes, wantRestore: &yes, wantSetting: containerdRestoreSetting,
+		},
 		"containerd 2.2.6, set false in a v2 config": {
 			runtime: "containerd", version: "2.2.6",
 			texts:          []string{"[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_experimental_restore_via_create = false\n"},

@@ -16,17 +16,18 @@ import (
 
 // A checkpoint that fails can leave the app paused. containerd pauses the
 // task for its whole checkpoint and resumes it with the request's context
-// (client/task.go, "defer t.Resume(ctx)"): when the kubelet's call is
-// cancelled (the agent that asked died, or the kubelet's timeout fired),
-// that resume fails and the container stays frozen while its pod looks
-// Running, so the migrator's rollback resumes the sidecar into an app
-// that never runs again. CRIU itself, when runc runs it and it is killed
-// mid-dump, leaves the container's freezer cgroup FROZEN while the runtime
-// holds the task running. So the agent resumes the container itself, only
-// if its cgroup is frozen and no tracer (CRIU) holds its tasks any more:
-// after a checkpoint call that failed, and, for the checkpoints a previous
-// agent process left unanswered in the journal, when it starts
-// (SweepArchives).
+// (client/task.go, "defer t.Resume(ctx)"; the same in 2.2.9 and 2.3.7,
+// whose CRI checkpoint still hands it the kubelet's context): when the
+// kubelet's call is cancelled (the agent that asked died, or the kubelet's
+// timeout fired), that resume fails and the container stays frozen while
+// its pod looks Running, so the migrator's rollback resumes the sidecar
+// into an app that never runs again. CRIU itself, when runc runs it and it
+// is killed mid-dump, leaves the container's freezer cgroup FROZEN while
+// the runtime holds the task running. So the agent resumes the container
+// itself, only if its cgroup is frozen and no tracer (CRIU) holds its
+// tasks any more: after a checkpoint call that failed, and, for the
+// checkpoints a previous agent process left unanswered in the journal,
+// when it starts (SweepArchives).
 
 // Located is one running container: its ID and its pod's UID.
 type Located struct {
