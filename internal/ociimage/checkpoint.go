@@ -41,7 +41,7 @@ func Checkpoint(archivePath, containerName string) (v1.Image, error) {
 		return nil, fmt.Errorf("checkpoint image: %w", err)
 	}
 	created := time.Unix(0, 0).UTC()
-	img, err := assemble(layer, v1.Config{}, created, "ociimage.Checkpoint: "+containerName, map[string]string{
+	img, err := assemble(layer, "amd64", v1.Config{}, created, "ociimage.Checkpoint: "+containerName, map[string]string{
 		AnnotationCheckpointContainerd: containerName,
 		AnnotationCheckpointCRIO:       containerName,
 	})

@@ -33,23 +33,9 @@ type PushOptions struct {
 // (for example 127.0.0.1:5000/ms2m/sidecar:dev). It returns when the
 // manifest is in the registry, or when ctx ends.
 func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
-	var nopts []name.Option
-	if o.Insecure {
-		nopts = append(nopts, name.Insecure)
-	}
-	r, err := name.ParseReference(ref, nopts...)
+	r, ropts, err := remoteTarget(ctx, ref, o)
 	if err != nil {
-		return fmt.Errorf("push: ref %q: %w", ref, err)
-	}
-	auth := authn.Anonymous
-	if o.AuthFile != "" {
-		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
-			return fmt.Errorf("push %s: %w", ref, err)
-		}
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
-	if o.Jobs > 0 {
-		ropts = append(ropts, remote.WithJobs(o.Jobs))
+		return fmt.Errorf("push %w", err)
 	}
 	if err := remote.Write(r, img, ropts...); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
@@ -57,25 +43,52 @@ func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
 	return nil
 }
 
-// Delete deletes the image at ref (a tag or a digest) from its registry: a
-// tag is resolved to its manifest, and the manifest goes, with every tag of
-// it. An image that is not there is no error.
-func Delete(ctx context.Context, ref string, o PushOptions) error {
+// PushIndex pushes an image index and every image it names to ref, as
+// Push does one image: the images first, then the index, so that ref
+// resolves only once all of it is there.
+func PushIndex(ctx context.Context, idx v1.ImageIndex, ref string, o PushOptions) error {
+	r, ropts, err := remoteTarget(ctx, ref, o)
+	if err != nil {
+		return fmt.Errorf("push %w", err)
+	}
+	if err := remote.WriteIndex(r, idx, ropts...); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
+}
+
+// remoteTarget parses ref and gives the options of a request to its
+// registry: ctx, the credentials of o.AuthFile and o.Jobs.
+func remoteTarget(ctx context.Context, ref string, o PushOptions) (name.Reference, []remote.Option, error) {
 	var nopts []name.Option
 	if o.Insecure {
 		nopts = append(nopts, name.Insecure)
 	}
 	r, err := name.ParseReference(ref, nopts...)
 	if err != nil {
-		return fmt.Errorf("delete: ref %q: %w", ref, err)
+		return nil, nil, fmt.Errorf("ref %q: %w", ref, err)
 	}
 	auth := authn.Anonymous
 	if o.AuthFile != "" {
 		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
-			return fmt.Errorf("delete %s: %w", ref, err)
+			return nil, nil, fmt.Errorf("%s: %w", ref, err)
 		}
 	}
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
+	if o.Jobs > 0 {
+		ropts = append(ropts, remote.WithJobs(o.Jobs))
+	}
+	return r, ropts, nil
+}
+
+// Delete deletes the image at ref (a tag or a digest) from its registry: a
+// tag is resolved to its manifest, and the manifest goes, with every tag of
+// it. An image that is not there is no error.
+func Delete(ctx context.Context, ref string, o PushOptions) error {
+	r, ropts, err := remoteTarget(ctx, ref, PushOptions{Insecure: o.Insecure, AuthFile: o.AuthFile})
+	if err != nil {
+		return fmt.Errorf("delete %w", err)
+	}
 	tag, isTag := r.(name.Tag)
 	if isTag {
 		desc, err := remote.Head(r, ropts...)
