@@ -178,32 +178,44 @@ func InspectIndex(idx v1.ImageIndex) ([]IndexEntry, error) {
 	}
 	out := make([]IndexEntry, 0, len(im.Manifests))
 	for _, d := range im.Manifests {
-		e := IndexEntry{Digest: d.Digest}
-		if d.Platform != nil {
-			e.Platform = *d.Platform
-		}
 		img, err := idx.Image(d.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", d.Digest, err)
 		}
-		cf, err := img.ConfigFile()
+		e, err := inspectImage(img, d.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("image %s: read config: %w", d.Digest, err)
+			return nil, err
 		}
-		e.Config = v1.Platform{OS: cf.OS, Architecture: cf.Architecture}
-		if len(cf.Config.Entrypoint) > 0 {
-			e.Entrypoint = cf.Config.Entrypoint[0]
-			data, err := ReadImageFile(img, e.Entrypoint)
-			if err != nil {
-				return nil, fmt.Errorf("image %s: %w", d.Digest, err)
-			}
-			if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
-				e.Machine = f.Machine
-			}
+		e.Platform = v1.Platform{}
+		if d.Platform != nil {
+			e.Platform = *d.Platform
 		}
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// inspectImage is the entry of img, whose manifest has digest, with the
+// platform its config says.
+func inspectImage(img v1.Image, digest v1.Hash) (IndexEntry, error) {
+	e := IndexEntry{Digest: digest}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return e, fmt.Errorf("image %s: read config: %w", digest, err)
+	}
+	e.Config = v1.Platform{OS: cf.OS, Architecture: cf.Architecture}
+	e.Platform = e.Config
+	if len(cf.Config.Entrypoint) > 0 {
+		e.Entrypoint = cf.Config.Entrypoint[0]
+		data, err := ReadImageFile(img, e.Entrypoint)
+		if err != nil {
+			return e, fmt.Errorf("image %s: %w", digest, err)
+		}
+		if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
+			e.Machine = f.Machine
+		}
+	}
+	return e, nil
 }
 
 // ReadImageFile is the content of the regular file at the absolute path p

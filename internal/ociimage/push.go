@@ -57,6 +57,50 @@ func PushIndex(ctx context.Context, idx v1.ImageIndex, ref string, o PushOptions
 	return nil
 }
 
+// Inspection is what a reference names in its registry.
+type Inspection struct {
+	// Index is set when the reference names an image index; Digest is
+	// the index's or the image's manifest digest.
+	Index   bool
+	Digest  v1.Hash
+	Entries []IndexEntry
+}
+
+// Inspect reads what ref names in its registry: for an image index, an
+// entry per image it names (InspectIndex); for an image, its one entry,
+// whose platform is its config's.
+func Inspect(ctx context.Context, ref string, o PushOptions) (Inspection, error) {
+	r, ropts, err := remoteTarget(ctx, ref, o)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %w", err)
+	}
+	desc, err := remote.Get(r, ropts...)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+	}
+	in := Inspection{Index: desc.MediaType.IsIndex(), Digest: desc.Digest}
+	if in.Index {
+		idx, err := desc.ImageIndex()
+		if err == nil {
+			in.Entries, err = InspectIndex(idx)
+		}
+		if err != nil {
+			return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+		}
+		return in, nil
+	}
+	img, err := desc.Image()
+	var e IndexEntry
+	if err == nil {
+		e, err = inspectImage(img, desc.Digest)
+	}
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+	}
+	in.Entries = []IndexEntry{e}
+	return in, nil
+}
+
 // remoteTarget parses ref and gives the options of a request to its
 // registry: ctx, the credentials of o.AuthFile and o.Jobs.
 func remoteTarget(ctx context.Context, ref string, o PushOptions) (name.Reference, []remote.Option, error) {
