@@ -210,12 +210,13 @@ criu:
 node-setup:
 	@bash hack/setup.sh node
 
-## images: build every image (static binaries on an empty base, no Docker) into out/images
+## images: build every image (static binaries on an empty base, no Docker) into out/images; ms2m's own (sidecar, webhook, migrator) for each of PLATFORMS, as one image index
 IMAGES_DIR ?= out/images
 IMAGE_TAG  ?= dev
 REGISTRY   ?= 127.0.0.1:5000
+PLATFORMS  ?= linux/amd64,linux/arm64
 images:
-	$(GO) run ./hack/images build -o $(IMAGES_DIR) -tag $(IMAGE_TAG)
+	$(GO) run ./hack/images build -o $(IMAGES_DIR) -tag $(IMAGE_TAG) -platforms $(PLATFORMS)
 
 ## push: push the built images to REGISTRY (host:port) over plain HTTP
 push: images

@@ -13,6 +13,7 @@ import (
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/inject"
+	"github.com/ms2m/ms2m/internal/ociimage"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -64,6 +65,28 @@ func TestChartInstalledInPods(t *testing.T) {
 	}
 	if len(agents) != l.Cluster.Nodes() || webhook != 1 || controllers != 1 {
 		t.Fatalf("pods: agents on %v, %d webhook, %d controller; want an agent on each of %d nodes and one of each", agents, webhook, controllers, l.Cluster.Nodes())
+	}
+	// The nodes pulled each of ms2m's images by its tag, which names an
+	// image index, as a release's does: the index has this host's platform,
+	// and each image in it fits its platform.
+	for _, ref := range l.ChartImageRefs() {
+		in, err := ociimage.Inspect(ctx, ref, ociimage.PushOptions{Insecure: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !in.Index {
+			t.Errorf("%s is one image %s, not an image index", ref, in.Digest)
+		}
+		var host bool
+		for _, e := range in.Entries {
+			if err := e.Check(); err != nil {
+				t.Errorf("%s: %v", ref, err)
+			}
+			host = host || e.Platform.Equals(ociimage.HostPlatform())
+		}
+		if !host {
+			t.Errorf("%s: no %s image among %+v", ref, ociimage.HostPlatform(), in.Entries)
+		}
 	}
 
 	name := testenv.UniqueName("chart")

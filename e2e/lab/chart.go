@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -26,6 +27,14 @@ const (
 	ChartWebhookConfigName = ChartRelease + "-webhook"
 	// chartImageTag tags the images InstallChart builds and pushes.
 	chartImageTag = "lab"
+	// chartImages are the images InstallChart builds and pushes.
+	chartImages = "webhook,sidecar,migrator"
+	// PlatformsEnv names the platforms InstallChart builds ms2m's images
+	// for (`images build -platforms`). Unset: the host's only, as an index
+	// of one image, which the nodes resolve as they do the release's
+	// index of two; linux/amd64,linux/arm64 doubles the Go builds (see
+	// docs/install.md).
+	PlatformsEnv = "MS2M_E2E_PLATFORMS"
 	// chartAgentTokenSecret holds AgentToken, so that the tests and the
 	// CLI know the agents' token.
 	chartAgentTokenSecret = "ms2m-lab-agent-token"
@@ -60,13 +69,14 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 
 	t0 := time.Now()
 	imagesDir := filepath.Join(dir, "images")
-	if err := l.run(ctx, "go", "run", "./hack/images", "build", "-o", imagesDir, "-tag", chartImageTag, "-only", "webhook,sidecar,migrator"); err != nil {
+	platforms := cmp.Or(os.Getenv(PlatformsEnv), "host")
+	if err := l.run(ctx, "go", "run", "./hack/images", "build", "-o", imagesDir, "-tag", chartImageTag, "-only", chartImages, "-platforms", platforms); err != nil {
 		return nil, err
 	}
-	if err := l.run(ctx, "go", "run", "./hack/images", "push", "-registry", l.Registry, "-insecure", "-from", imagesDir, "-only", "webhook,sidecar,migrator"); err != nil {
+	if err := l.run(ctx, "go", "run", "./hack/images", "push", "-registry", l.Registry, "-insecure", "-from", imagesDir, "-only", chartImages); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(l.log, "lab: chart images built and pushed to %s in %s\n", l.Registry, time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(l.log, "lab: chart images for %s built and pushed to %s in %s\n", platforms, l.Registry, time.Since(t0).Round(time.Millisecond))
 
 	if err := l.chartPrerequisites(ctx); err != nil {
 		return nil, err
@@ -103,6 +113,16 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 	}
 	in.WebhookURL = "service " + ChartNamespace + "/" + ChartWebhookConfigName
 	return in, nil
+}
+
+// ChartImageRefs are the images InstallChart pushes, as the nodes pull
+// them: each an image index.
+func (l *Lab) ChartImageRefs() []string {
+	var refs []string
+	for _, n := range strings.Split(chartImages, ",") {
+		refs = append(refs, l.Registry+"/ms2m/"+n+":"+chartImageTag)
+	}
+	return refs
 }
 
 // chartValues are the chart's values for the local cluster under state,

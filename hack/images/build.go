@@ -33,6 +33,10 @@ type target struct {
 	script         string
 	pythonPackages []string
 	ref            func(tag string) string
+	// ownMultiArch marks ms2m's own images: built for every -platforms
+	// platform and written and pushed as one image index. The others are
+	// one linux/amd64 image.
+	ownMultiArch bool
 }
 
 // source is the target's package directory or script.
@@ -51,15 +55,68 @@ func ms2mRef(name string) func(string) string {
 // does not exist (yet) is skipped with a note, and so is a Python image
 // when the host lacks Debian's python3 or one of its packages.
 var targets = []target{
-	{name: "sidecar", pkg: "./cmd/sidecar", ref: ms2mRef("sidecar")},
-	{name: "webhook", pkg: "./cmd/webhook", ref: ms2mRef("webhook")},
-	{name: "migrator", pkg: "./cmd/migrator", ref: ms2mRef("migrator")},
+	{name: "sidecar", pkg: "./cmd/sidecar", ref: ms2mRef("sidecar"), ownMultiArch: true},
+	{name: "webhook", pkg: "./cmd/webhook", ref: ms2mRef("webhook"), ownMultiArch: true},
+	{name: "migrator", pkg: "./cmd/migrator", ref: ms2mRef("migrator"), ownMultiArch: true},
 	{name: "consumer", pkg: "./examples/consumer", ref: ms2mRef("consumer")},
 	{name: "producer", pkg: "./examples/producer", ref: ms2mRef("producer")},
 	// The unmodified Python consumer, on the host's own Debian python3.
 	{name: "consumer-python", script: "examples/consumer-python/consumer.py", pythonPackages: []string{"pika"}, ref: ms2mRef("consumer-python")},
 	// The sandbox image containerd pins; the tag is the image's, not ours.
 	{name: "pause", pkg: "./hack/pause", ref: func(string) string { return "registry.k8s.io/pause:3.10" }},
+}
+
+// singlePlatform is the platform of the images that are not ms2m's own.
+var singlePlatform = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+// platformsOf are the platforms t is built for: all of platforms for one
+// of ms2m's own images, else singlePlatform (Python's from the host).
+func platformsOf(t target, platforms []v1.Platform) []v1.Platform {
+	if t.ownMultiArch {
+		return platforms
+	}
+	return []v1.Platform{singlePlatform}
+}
+
+// goBuildStep is one go build: the main packages of ts for one platform.
+type goBuildStep struct {
+	platform v1.Platform
+	targets  []target
+}
+
+// goBuildPlan groups the Go targets by platform, one go build each, in the
+// order the platforms first appear.
+func goBuildPlan(ts []target, platforms []v1.Platform) []goBuildStep {
+	var steps []goBuildStep
+	for _, t := range ts {
+		if t.pkg == "" {
+			continue
+		}
+		for _, p := range platformsOf(t, platforms) {
+			i := slices.IndexFunc(steps, func(s goBuildStep) bool { return s.platform.Equals(p) })
+			if i < 0 {
+				steps = append(steps, goBuildStep{platform: p})
+				i = len(steps) - 1
+			}
+			steps[i].targets = append(steps[i].targets, t)
+		}
+	}
+	return steps
+}
+
+// tarballPlatform is the platform whose image goes into a target's
+// docker-archive, which holds one image: the host's, if it was built, so
+// that `ctr images import` on this machine gets the one it runs.
+func tarballPlatform(built []v1.Platform, host v1.Platform) v1.Platform {
+	if slices.ContainsFunc(built, host.Equals) {
+		return host
+	}
+	return built[0]
+}
+
+// binDirFor is where go build puts a platform's binaries under dir.
+func binDirFor(dir string, p v1.Platform) string {
+	return filepath.Join(dir, p.OS+"_"+p.Architecture)
 }
 
 // indexFile lists what build wrote; push reads it.
@@ -71,11 +128,19 @@ type buildIndex struct {
 }
 
 type builtImage struct {
-	Name    string `json:"name"`
-	Ref     string `json:"ref"`
-	Digest  string `json:"digest"`
-	Size    int64  `json:"size"`    // manifest, config and layers: what a pull moves
-	Tarball string `json:"tarball"` // docker-archive, relative to the output directory
+	Name string `json:"name"`
+	Ref  string `json:"ref"`
+	// Digest is the image's, or the image index's for one of ms2m's own.
+	Digest string `json:"digest"`
+	// Size is what a pull for the tarball's platform moves: manifest,
+	// config and layers (and the index, for one of ms2m's own).
+	Size int64 `json:"size"`
+	// Platforms are the os/arch the image was built for, comma separated.
+	Platforms string `json:"platforms"`
+	// Tarball is a docker-archive of the TarballPlatform image, relative
+	// to the output directory.
+	Tarball         string `json:"tarball"`
+	TarballPlatform string `json:"tarballPlatform"`
 }
 
 // selectTargets returns the targets named in only (comma separated), or all.
@@ -95,6 +160,17 @@ func selectTargets(only string) ([]target, error) {
 	return out, nil
 }
 
+// ownNames are the names of ms2m's own images, the multi-arch ones.
+func ownNames() []string {
+	var names []string
+	for _, t := range targets {
+		if t.ownMultiArch {
+			names = append(names, t.name)
+		}
+	}
+	return names
+}
+
 func targetNames() []string {
 	names := make([]string, len(targets))
 	for i, t := range targets {
@@ -108,8 +184,14 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out := fs.String("o", "", "directory to write the image tarballs, OCI layout and "+indexFile+" to (required)")
 	tag := fs.String("tag", "dev", "tag of the ms2m/* images")
 	only := fs.String("only", "", "comma-separated images to build (default all: "+strings.Join(targetNames(), ",")+")")
+	platformList := fs.String("platforms", ociimage.FormatPlatforms(ociimage.DefaultPlatforms),
+		"comma-separated os/arch (or host) that ms2m's own images ("+strings.Join(ownNames(), ", ")+") are built for, as one image index; the others are "+singlePlatform.String())
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	platforms, err := ociimage.ParsePlatforms(*platformList)
+	if err != nil {
+		return usagef("-platforms: %v", err)
 	}
 	if *out == "" {
 		return usagef("-o is required: the directory to write images to")
@@ -125,7 +207,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var present, goTargets []target
+	var present []target
 	pyOpts := map[string]ociimage.FilesOptions{}
 	for _, t := range sel {
 		st, err := os.Stat(filepath.Join(root, t.source()))
@@ -140,8 +222,6 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				continue
 			}
 			pyOpts[t.name] = opts
-		} else {
-			goTargets = append(goTargets, t)
 		}
 		present = append(present, t)
 	}
@@ -156,49 +236,89 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	if len(goTargets) > 0 {
-		if err := goBuild(ctx, root, binDir, goTargets, stderr); err != nil {
+	for _, step := range goBuildPlan(present, platforms) {
+		if err := goBuild(ctx, root, binDirFor(binDir, step.platform), step, stderr); err != nil {
 			return err
 		}
 	}
 
 	idx := buildIndex{Tag: *tag}
 	for _, t := range present {
-		var img v1.Image
-		if t.script != "" {
-			img, err = pythonImage(root, t, pyOpts[t.name])
-		} else {
-			img, err = ociimage.App(ociimage.AppOptions{
-				Binaries: []string{filepath.Join(binDir, t.name)},
-				Labels:   map[string]string{"org.opencontainers.image.title": t.name},
-			})
-		}
+		bi, err := writeImage(root, binDir, *out, *tag, t, platforms, pyOpts[t.name])
 		if err != nil {
 			return fmt.Errorf("image %s: %w", t.name, err)
 		}
-		ref := t.ref(*tag)
-		tarName := t.name + ".tar"
-		if err := ociimage.WriteTarball(filepath.Join(*out, tarName), ref, img); err != nil {
-			return err
-		}
-		if err := ociimage.WriteOCILayout(filepath.Join(*out, "oci"), ref, img); err != nil {
-			return err
-		}
-		digest, err := img.Digest()
-		if err != nil {
-			return err
-		}
-		size, err := imageSize(img)
-		if err != nil {
-			return fmt.Errorf("image %s: %w", t.name, err)
-		}
-		idx.Images = append(idx.Images, builtImage{Name: t.name, Ref: ref, Digest: digest.String(), Size: size, Tarball: tarName})
+		idx.Images = append(idx.Images, bi)
 	}
 	if err := writeIndex(*out, idx); err != nil {
 		return err
 	}
 	printTable(stdout, idx.Images)
 	return nil
+}
+
+// writeImage makes t's image from the binaries under binDir (or its
+// script), or one of ms2m's own for each of platforms as an image index,
+// and writes it to out: the OCI layout, and the tarball of the host's
+// platform.
+func writeImage(root, binDir, out, tag string, t target, platforms []v1.Platform, pyOpts ociimage.FilesOptions) (builtImage, error) {
+	ref := t.ref(tag)
+	built := platformsOf(t, platforms)
+	imgs := make([]v1.Image, 0, len(built))
+	for _, p := range built {
+		var img v1.Image
+		var err error
+		if t.script != "" {
+			img, err = pythonImage(root, t, pyOpts)
+		} else {
+			img, err = ociimage.App(ociimage.AppOptions{
+				Binaries: []string{filepath.Join(binDirFor(binDir, p), t.name)},
+				Arch:     p.Architecture,
+				Labels:   map[string]string{"org.opencontainers.image.title": t.name},
+			})
+		}
+		if err != nil {
+			return builtImage{}, err
+		}
+		imgs = append(imgs, img)
+	}
+	tarPlatform := tarballPlatform(built, ociimage.HostPlatform())
+	tarImg := imgs[slices.IndexFunc(built, tarPlatform.Equals)]
+	bi := builtImage{Name: t.name, Ref: ref, Platforms: ociimage.FormatPlatforms(built), Tarball: t.name + ".tar", TarballPlatform: tarPlatform.String()}
+	if err := ociimage.WriteTarball(filepath.Join(out, bi.Tarball), ref, tarImg); err != nil {
+		return builtImage{}, err
+	}
+	size, err := imageSize(tarImg)
+	if err != nil {
+		return builtImage{}, err
+	}
+	var digest v1.Hash
+	if t.ownMultiArch {
+		idx, err := ociimage.Index(imgs...)
+		if err != nil {
+			return builtImage{}, err
+		}
+		if err := ociimage.WriteOCILayoutIndex(filepath.Join(out, "oci"), ref, idx); err != nil {
+			return builtImage{}, err
+		}
+		if digest, err = idx.Digest(); err != nil {
+			return builtImage{}, err
+		}
+		n, err := idx.Size()
+		if err != nil {
+			return builtImage{}, err
+		}
+		size += n
+	} else {
+		if err := ociimage.WriteOCILayout(filepath.Join(out, "oci"), ref, tarImg); err != nil {
+			return builtImage{}, err
+		}
+		if digest, err = tarImg.Digest(); err != nil {
+			return builtImage{}, err
+		}
+	}
+	bi.Digest, bi.Size = digest.String(), size
+	return bi, nil
 }
 
 // pythonAppDir is where a Python image keeps its program.
@@ -221,15 +341,16 @@ func pythonImage(root string, t target, opts ociimage.FilesOptions) (v1.Image, e
 	return ociimage.Files(opts)
 }
 
-// goBuild builds the targets' main packages, static, into dir.
-func goBuild(ctx context.Context, root, dir string, ts []target, stderr io.Writer) error {
+// goBuild builds the step's main packages, static, for its platform into
+// dir.
+func goBuild(ctx context.Context, root, dir string, step goBuildStep, stderr io.Writer) error {
 	args := []string{"build", "-trimpath", "-ldflags", "-s -w", "-o", dir + string(filepath.Separator)}
-	for _, t := range ts {
+	for _, t := range step.targets {
 		args = append(args, t.pkg)
 	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+step.platform.OS, "GOARCH="+step.platform.Architecture)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
@@ -292,9 +413,9 @@ func readIndex(dir string) (buildIndex, error) {
 
 func printTable(w io.Writer, imgs []builtImage) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tREF\tDIGEST\tSIZE")
+	fmt.Fprintln(tw, "NAME\tREF\tDIGEST\tSIZE\tPLATFORMS")
 	for _, i := range imgs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", i.Name, i.Ref, i.Digest, humanSize(i.Size))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", i.Name, i.Ref, i.Digest, humanSize(i.Size), i.Platforms)
 	}
 	tw.Flush()
 }
@@ -350,7 +471,7 @@ func cmdPush(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			continue
 		}
 		delete(want, bi.Name)
-		img, err := imageByRef(lay, bi.Ref)
+		desc, err := descByRef(lay, bi.Ref)
 		if err != nil {
 			return fmt.Errorf("%s: %w", bi.Name, err)
 		}
@@ -358,7 +479,7 @@ func cmdPush(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return fmt.Errorf("%s: %w", bi.Name, err)
 		}
-		if err := ociimage.Push(ctx, img, dest, ociimage.PushOptions{Insecure: *insecure, AuthFile: *auth}); err != nil {
+		if err := pushDesc(ctx, lay, desc, dest, ociimage.PushOptions{Insecure: *insecure, AuthFile: *auth}); err != nil {
 			return err
 		}
 		bi.Ref = dest
@@ -372,18 +493,35 @@ func cmdPush(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// imageByRef finds the image named ref in an OCI layout.
-func imageByRef(idx v1.ImageIndex, ref string) (v1.Image, error) {
+// descByRef finds the image or image index named ref in an OCI layout.
+func descByRef(idx v1.ImageIndex, ref string) (v1.Descriptor, error) {
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, err
+		return v1.Descriptor{}, err
 	}
 	for _, d := range im.Manifests {
 		if d.Annotations[ociimage.AnnotationRefName] == ref {
-			return idx.Image(d.Digest)
+			return d, nil
 		}
 	}
-	return nil, fmt.Errorf("no image named %s in the OCI layout; rebuild with `images build`", ref)
+	return v1.Descriptor{}, fmt.Errorf("no image named %s in the OCI layout; rebuild with `images build`", ref)
+}
+
+// pushDesc pushes what desc names in the layout to dest: an image index
+// with its images, or an image.
+func pushDesc(ctx context.Context, lay v1.ImageIndex, desc v1.Descriptor, dest string, o ociimage.PushOptions) error {
+	if desc.MediaType.IsIndex() {
+		idx, err := lay.ImageIndex(desc.Digest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", dest, err)
+		}
+		return ociimage.PushIndex(ctx, idx, dest, o)
+	}
+	img, err := lay.Image(desc.Digest)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dest, err)
+	}
+	return ociimage.Push(ctx, img, dest, o)
 }
 
 // destRef moves ref to registry, keeping its repository path and tag:

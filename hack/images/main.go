@@ -18,8 +18,9 @@ func main() {
 }
 
 const usage = `usage:
-  images build -o DIR [-tag dev] [-only sidecar,pause]
+  images build -o DIR [-tag dev] [-only sidecar,pause] [-platforms linux/amd64,linux/arm64]
   images push -registry HOST:PORT -from DIR [-insecure] [-auth FILE] [-only ...]
+  images inspect -ref REF [-insecure] [-auth FILE]
   images checkpoint -archive FILE -container NAME -ref REF [-insecure] [-auth FILE] [-o FILE] [-no-push]
   images registry -addr ADDR -dir DIR [-quiet]
 Run "images COMMAND -h" for a command's flags.
@@ -41,6 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
 		"build":      cmdBuild,
 		"push":       cmdPush,
+		"inspect":    cmdInspect,
 		"checkpoint": cmdCheckpoint,
 		"registry":   cmdRegistry,
 	}

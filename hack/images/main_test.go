@@ -39,6 +39,9 @@ func TestUsageErrors(t *testing.T) {
 		"build without -o":    {args: []string{"build"}, wantCode: 2, wantErr: "-o is required"},
 		"build bad -only":     {args: []string{"build", "-o", "x", "-only", "nginx"}, wantCode: 2, wantErr: `-only: unknown image "nginx"`},
 		"build bad -tag":      {args: []string{"build", "-o", "x", "-tag", "a b"}, wantCode: 2, wantErr: "-tag"},
+		"build bad platform":  {args: []string{"build", "-o", "x", "-platforms", "linux/s390x"}, wantCode: 2, wantErr: `-platforms: platform linux/s390x: architecture "s390x"`},
+		"build no platform":   {args: []string{"build", "-o", "x", "-platforms", ""}, wantCode: 2, wantErr: "-platforms: no platform given"},
+		"inspect no -ref":     {args: []string{"inspect"}, wantCode: 2, wantErr: "-ref is required"},
 		"unknown flag":        {args: []string{"build", "-output", "x"}, wantCode: 2, wantErr: "-output"},
 		"stray argument":      {args: []string{"build", "-o", "x", "extra"}, wantCode: 2, wantErr: `unexpected argument "extra"`},
 		"push no -registry":   {args: []string{"push", "-from", "x"}, wantCode: 2, wantErr: "-registry is required"},
@@ -143,6 +146,10 @@ func TestBuildPushCheckpoint(t *testing.T) {
 		if d, _ := img.Digest(); d.String() != bi.Digest {
 			t.Errorf("%s: pulled digest %s, built %s", dest, d, bi.Digest)
 		}
+	}
+	pauseRef, _ := destRef(reg.Addr(), "registry.k8s.io/pause:3.10")
+	if code, stdout, stderr := runCLI(t, "inspect", "-ref", pauseRef); code != 0 || !strings.Contains(stdout, "one image sha256:") || !strings.Contains(stdout, "EM_X86_64") {
+		t.Errorf("inspect of a single-platform image: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if code, _, stderr := runCLI(t, "push", "-registry", reg.Addr(), "-from", out, "-only", "webhook"); code != 2 || !strings.Contains(stderr, "-only: webhook not in") {
 		t.Errorf("push -only of an unbuilt image: exit %d, %q", code, stderr)

@@ -447,7 +447,8 @@ func checkPods(t *testing.T, c *simcluster.Cluster, w *workload, rep migrate.Rep
 }
 
 // checkImage checks a checkpoint image's layout in the registry: one layer,
-// the archive, uncompressed; linux/amd64; both runtimes' annotations.
+// the archive, uncompressed; linux on the agent's (this host's)
+// architecture; both runtimes' annotations.
 func checkImage(t *testing.T, image, container string) {
 	t.Helper()
 	ref, err := name.ParseReference(image, name.Insecure)
@@ -477,8 +478,8 @@ func checkImage(t *testing.T, image, container string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.OS != "linux" || cfg.Architecture != "amd64" {
-		t.Errorf("config platform %s/%s, want linux/amd64", cfg.OS, cfg.Architecture)
+	if want := ociimage.HostPlatform(); cfg.OS != want.OS || cfg.Architecture != want.Architecture {
+		t.Errorf("config platform %s/%s, want %s", cfg.OS, cfg.Architecture, want)
 	}
 }
 

@@ -32,9 +32,12 @@ const (
 
 // AppOptions describes an application image made of static binaries.
 type AppOptions struct {
-	// Binaries are host paths of static linux/amd64 executables. Each one
-	// lands at /<basename> with mode 0755. At least one is required.
+	// Binaries are host paths of static Linux executables for Arch. Each
+	// one lands at /<basename> with mode 0755. At least one is required.
 	Binaries []string
+	// Arch is the image's architecture, which every binary must be built
+	// for: amd64 (the default) or arm64.
+	Arch string
 	// Entrypoint defaults to ["/"+basename(Binaries[0])].
 	Entrypoint []string
 	// User defaults to NonRootUser. "0:0" is allowed, for a pause image.
@@ -48,7 +51,7 @@ type AppOptions struct {
 	Created time.Time
 }
 
-// App builds a small linux/amd64 image from static binaries: an empty base
+// App builds a small linux image for opts.Arch from static binaries: an empty base
 // with /etc/passwd and /etc/group naming a non-root user 65532 "nonroot", a
 // /tmp with mode 1777, and each binary at /<basename>. The config carries
 // the entrypoint, the user, the environment, WorkingDir "/" and the labels.
@@ -63,6 +66,13 @@ func App(opts AppOptions) (v1.Image, error) {
 		created = time.Unix(0, 0)
 	}
 	created = created.UTC()
+	arch := opts.Arch
+	if arch == "" {
+		arch = "amd64"
+	}
+	if err := checkPlatform(v1.Platform{OS: "linux", Architecture: arch}); err != nil {
+		return nil, fmt.Errorf("app image: %w", err)
+	}
 	user := opts.User
 	if user == "" {
 		user = NonRootUser
@@ -84,7 +94,7 @@ func App(opts AppOptions) (v1.Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("app image: read binary: %w", err)
 		}
-		if err := checkStaticAMD64(data); err != nil {
+		if err := checkStatic(data, arch); err != nil {
 			return nil, fmt.Errorf("app image: binary %s: %w", p, err)
 		}
 		files = append(files, appFile{name: base, data: data})
@@ -114,12 +124,12 @@ func App(opts AppOptions) (v1.Image, error) {
 		WorkingDir: "/",
 		Labels:     copyMap(opts.Labels),
 	}
-	return assemble(layer, cfg, created, "ociimage.App: "+strings.Join(names, " "), nil)
+	return assemble(layer, arch, cfg, created, "ociimage.App: "+strings.Join(names, " "), nil)
 }
 
-// assemble puts one layer on an empty OCI base and sets a linux/amd64 config
-// and, when given, manifest annotations.
-func assemble(layer v1.Layer, cfg v1.Config, created time.Time, createdBy string, annotations map[string]string) (v1.Image, error) {
+// assemble puts one layer on an empty OCI base and sets a config for linux
+// on arch and, when given, manifest annotations.
+func assemble(layer v1.Layer, arch string, cfg v1.Config, created time.Time, createdBy string, annotations map[string]string) (v1.Image, error) {
 	mt, err := layer.MediaType()
 	if err != nil {
 		return nil, err
@@ -138,7 +148,7 @@ func assemble(layer v1.Layer, cfg v1.Config, created time.Time, createdBy string
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture = "amd64"
+	cf.Architecture = arch
 	cf.OS = "linux"
 	cf.Created = v1.Time{Time: created}
 	cf.Config = cfg
@@ -171,16 +181,17 @@ func appLayerTar(files []appFile, mtime time.Time, tmpUID, tmpGID int) ([]byte, 
 	return writeLayerTar(entries, mtime)
 }
 
-// checkStaticAMD64 rejects anything that is not a statically linked x86-64
-// ELF executable, since the image has no dynamic loader and no libc.
-func checkStaticAMD64(data []byte) error {
+// checkStatic rejects anything that is not a statically linked ELF
+// executable for arch, since the image has no dynamic loader and no libc
+// and a node runs only its own architecture's binaries.
+func checkStatic(data []byte, arch string) error {
 	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
-		return fmt.Errorf("not an ELF executable (%v); build it for linux/amd64", err)
+		return fmt.Errorf("not an ELF executable (%v); build it for linux/%s", err, arch)
 	}
 	defer f.Close()
-	if f.Machine != elf.EM_X86_64 {
-		return fmt.Errorf("machine is %v, want x86-64; build with GOARCH=amd64", f.Machine)
+	if want := archMachine[arch]; f.Machine != want {
+		return fmt.Errorf("machine is %v, want %v; build with GOARCH=%s", f.Machine, want, arch)
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {

@@ -137,7 +137,7 @@ func TestAppErrors(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if err := checkStaticAMD64(b); err != nil && strings.Contains(err.Error(), "dynamically") {
+		if err := checkStatic(b, "amd64"); err != nil && strings.Contains(err.Error(), "dynamically") {
 			dynamic = p
 			break
 		}

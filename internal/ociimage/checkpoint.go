@@ -28,7 +28,9 @@ const (
 // (checkpoint-<pod>_<namespace>-<container>-<time>.tar). Its only layer is
 // the archive byte for byte: an uncompressed archive gets the media type
 // application/vnd.oci.image.layer.v1.tar, a gzip or zstd one the matching
-// compressed type. Its config is linux/amd64 and its manifest carries both
+// compressed type. Its config is linux on this machine's architecture (the
+// node agent builds it on the checkpointed node, and CRIU restores it only
+// on a node of the same architecture) and its manifest carries both
 // AnnotationCheckpointContainerd and AnnotationCheckpointCRIO naming
 // containerName. The archive is read twice to hash it and is never held in
 // memory, so it must not change until the image has been written or pushed.
@@ -41,7 +43,7 @@ func Checkpoint(archivePath, containerName string) (v1.Image, error) {
 		return nil, fmt.Errorf("checkpoint image: %w", err)
 	}
 	created := time.Unix(0, 0).UTC()
-	img, err := assemble(layer, v1.Config{}, created, "ociimage.Checkpoint: "+containerName, map[string]string{
+	img, err := assemble(layer, HostPlatform().Architecture, v1.Config{}, created, "ociimage.Checkpoint: "+containerName, map[string]string{
 		AnnotationCheckpointContainerd: containerName,
 		AnnotationCheckpointCRIO:       containerName,
 	})

@@ -107,7 +107,7 @@ func Files(opts FilesOptions) (v1.Image, error) {
 		Labels:     copyMap(opts.Labels),
 	}
 	createdBy := fmt.Sprintf("ociimage.Files: %d host paths, %d in-memory files", len(opts.Paths), len(opts.Files))
-	return assemble(layer, cfg, created, createdBy, nil)
+	return assemble(layer, "amd64", cfg, created, createdBy, nil)
 }
 
 // filesEntries computes the layer entries of a Files image.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,41 +15,60 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	builtBin  []byte
-	buildErr  error
+	buildMu  sync.Mutex
+	builtFor = map[string][]byte{} // by GOARCH
 )
 
 // staticBinary builds a tiny static linux/amd64 Go program once per test
 // binary and writes a copy named name into a temporary directory.
 func staticBinary(t *testing.T, name string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir := t.TempDir()
-		src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from an ociimage test\") }\n"
-		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
-			buildErr = err
-			return
-		}
-		out := filepath.Join(dir, "hello")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "main.go")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOWORK=off", "GO111MODULE=off")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			buildErr = err
-			builtBin = msg
-			return
-		}
-		builtBin, buildErr = os.ReadFile(out)
-	})
-	if buildErr != nil {
-		t.Fatalf("build test binary: %v\n%s", buildErr, builtBin)
+	return staticBinaryFor(t, name, "amd64")
+}
+
+// staticBinaryFor is staticBinary for the architecture arch (a GOARCH).
+func staticBinaryFor(t *testing.T, name, arch string) string {
+	t.Helper()
+	bin, err := helloFor(arch)
+	if err != nil {
+		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, builtBin, 0o755); err != nil {
+	if err := os.WriteFile(p, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// helloFor builds the tiny program for arch, once per test binary.
+func helloFor(arch string) ([]byte, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if bin, ok := builtFor[arch]; ok {
+		return bin, nil
+	}
+	dir, err := os.MkdirTemp("", "ociimage-hello-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	src := "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello from an ociimage test\") }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		return nil, err
+	}
+	out := filepath.Join(dir, "hello")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "main.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOWORK=off", "GO111MODULE=off")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build test binary for %s: %w\n%s", arch, err, msg)
+	}
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	builtFor[arch] = bin
+	return bin, nil
 }
 
 // tarEntry is what the tests compare of a tar header and its content.

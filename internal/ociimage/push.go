@@ -33,23 +33,9 @@ type PushOptions struct {
 // (for example 127.0.0.1:5000/ms2m/sidecar:dev). It returns when the
 // manifest is in the registry, or when ctx ends.
 func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
-	var nopts []name.Option
-	if o.Insecure {
-		nopts = append(nopts, name.Insecure)
-	}
-	r, err := name.ParseReference(ref, nopts...)
+	r, ropts, err := remoteTarget(ctx, ref, o)
 	if err != nil {
-		return fmt.Errorf("push: ref %q: %w", ref, err)
-	}
-	auth := authn.Anonymous
-	if o.AuthFile != "" {
-		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
-			return fmt.Errorf("push %s: %w", ref, err)
-		}
-	}
-	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
-	if o.Jobs > 0 {
-		ropts = append(ropts, remote.WithJobs(o.Jobs))
+		return fmt.Errorf("push %w", err)
 	}
 	if err := remote.Write(r, img, ropts...); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
@@ -57,25 +43,96 @@ func Push(ctx context.Context, img v1.Image, ref string, o PushOptions) error {
 	return nil
 }
 
-// Delete deletes the image at ref (a tag or a digest) from its registry: a
-// tag is resolved to its manifest, and the manifest goes, with every tag of
-// it. An image that is not there is no error.
-func Delete(ctx context.Context, ref string, o PushOptions) error {
+// PushIndex pushes an image index and every image it names to ref, as
+// Push does one image: the images first, then the index, so that ref
+// resolves only once all of it is there.
+func PushIndex(ctx context.Context, idx v1.ImageIndex, ref string, o PushOptions) error {
+	r, ropts, err := remoteTarget(ctx, ref, o)
+	if err != nil {
+		return fmt.Errorf("push %w", err)
+	}
+	if err := remote.WriteIndex(r, idx, ropts...); err != nil {
+		return fmt.Errorf("push %s: %w", ref, err)
+	}
+	return nil
+}
+
+// Inspection is what a reference names in its registry.
+type Inspection struct {
+	// Index is set when the reference names an image index; Digest is
+	// the index's or the image's manifest digest.
+	Index   bool
+	Digest  v1.Hash
+	Entries []IndexEntry
+}
+
+// Inspect reads what ref names in its registry: for an image index, an
+// entry per image it names (InspectIndex); for an image, its one entry,
+// whose platform is its config's.
+func Inspect(ctx context.Context, ref string, o PushOptions) (Inspection, error) {
+	r, ropts, err := remoteTarget(ctx, ref, o)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %w", err)
+	}
+	desc, err := remote.Get(r, ropts...)
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+	}
+	in := Inspection{Index: desc.MediaType.IsIndex(), Digest: desc.Digest}
+	if in.Index {
+		idx, err := desc.ImageIndex()
+		if err == nil {
+			in.Entries, err = InspectIndex(idx)
+		}
+		if err != nil {
+			return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+		}
+		return in, nil
+	}
+	img, err := desc.Image()
+	var e IndexEntry
+	if err == nil {
+		e, err = inspectImage(img, desc.Digest)
+	}
+	if err != nil {
+		return Inspection{}, fmt.Errorf("inspect %s: %w", ref, err)
+	}
+	in.Entries = []IndexEntry{e}
+	return in, nil
+}
+
+// remoteTarget parses ref and gives the options of a request to its
+// registry: ctx, the credentials of o.AuthFile and o.Jobs.
+func remoteTarget(ctx context.Context, ref string, o PushOptions) (name.Reference, []remote.Option, error) {
 	var nopts []name.Option
 	if o.Insecure {
 		nopts = append(nopts, name.Insecure)
 	}
 	r, err := name.ParseReference(ref, nopts...)
 	if err != nil {
-		return fmt.Errorf("delete: ref %q: %w", ref, err)
+		return nil, nil, fmt.Errorf("ref %q: %w", ref, err)
 	}
 	auth := authn.Anonymous
 	if o.AuthFile != "" {
 		if auth, err = authFromConfig(o.AuthFile, r.Context().RegistryStr()); err != nil {
-			return fmt.Errorf("delete %s: %w", ref, err)
+			return nil, nil, fmt.Errorf("%s: %w", ref, err)
 		}
 	}
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(auth)}
+	if o.Jobs > 0 {
+		ropts = append(ropts, remote.WithJobs(o.Jobs))
+	}
+	return r, ropts, nil
+}
+
+// Delete deletes the image at ref (a tag or a digest) from its registry: a
+// tag is resolved to its manifest, and the manifest goes, with every tag of
+// it. An image that is not there is no error.
+func Delete(ctx context.Context, ref string, o PushOptions) error {
+	r, ropts, err := remoteTarget(ctx, ref, PushOptions{Insecure: o.Insecure, AuthFile: o.AuthFile})
+	if err != nil {
+		return fmt.Errorf("delete %w", err)
+	}
 	tag, isTag := r.(name.Tag)
 	if isTag {
 		desc, err := remote.Head(r, ropts...)

@@ -49,11 +49,9 @@ func WriteOCILayout(dir, ref string, img v1.Image) error {
 	if ref == "" {
 		return fmt.Errorf("write OCI layout %s: empty ref", dir)
 	}
-	p, err := layout.FromPath(dir)
+	p, err := openLayout(dir)
 	if err != nil {
-		if p, err = layout.Write(dir, empty.Index); err != nil {
-			return fmt.Errorf("create OCI layout %s: %w", dir, err)
-		}
+		return err
 	}
 	opts := []layout.Option{layout.WithAnnotations(refAnnotations(ref))}
 	if cf, err := img.ConfigFile(); err == nil && cf.Platform() != nil {
@@ -63,6 +61,35 @@ func WriteOCILayout(dir, ref string, img v1.Image) error {
 		return fmt.Errorf("write %s to OCI layout %s: %w", ref, dir, err)
 	}
 	return nil
+}
+
+// WriteOCILayoutIndex adds idx, with every image it names, to the OCI
+// image layout in dir, named ref, as WriteOCILayout adds one image. An
+// image or index already named ref is replaced.
+func WriteOCILayoutIndex(dir, ref string, idx v1.ImageIndex) error {
+	if ref == "" {
+		return fmt.Errorf("write OCI layout %s: empty ref", dir)
+	}
+	p, err := openLayout(dir)
+	if err != nil {
+		return err
+	}
+	if err := p.ReplaceIndex(idx, match.Annotation(AnnotationRefName, ref), layout.WithAnnotations(refAnnotations(ref))); err != nil {
+		return fmt.Errorf("write %s to OCI layout %s: %w", ref, dir, err)
+	}
+	return nil
+}
+
+// openLayout opens the OCI image layout in dir, creating an empty one if
+// dir holds none.
+func openLayout(dir string) (layout.Path, error) {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		if p, err = layout.Write(dir, empty.Index); err != nil {
+			return "", fmt.Errorf("create OCI layout %s: %w", dir, err)
+		}
+	}
+	return p, nil
 }
 
 // WriteOCIArchive writes img to path as an OCI image layout in one tar,
