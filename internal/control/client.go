@@ -71,7 +71,7 @@ func (c Client) State(ctx context.Context) (State, error) {
 // hold that ResumeHold checks.
 func (c Client) Quiesce(ctx context.Context, timeout time.Duration) (Cut, error) {
 	var out Cut
-	if err := c.call(ctx, http.MethodPost, "/quiesce?timeout="+timeout.String(), &out); err != nil {
+	if err := c.callWaiting(ctx, http.MethodPost, "/quiesce?timeout="+timeout.String(), timeout, &out); err != nil {
 		return Cut{}, fmt.Errorf("quiesce the sidecar at %s: %w", c.URL, err)
 	}
 	return out, nil
@@ -109,7 +109,7 @@ func (c Client) ResumeHold(ctx context.Context, hold string) error {
 // the app settled all it has and writes the cutoff marker.
 func (c Client) Stop(ctx context.Context, timeout time.Duration) (StopResult, error) {
 	var out StopResult
-	if err := c.call(ctx, http.MethodPost, "/stop?timeout="+timeout.String(), &out); err != nil {
+	if err := c.callWaiting(ctx, http.MethodPost, "/stop?timeout="+timeout.String(), timeout, &out); err != nil {
 		return out, fmt.Errorf("stop the sidecar at %s: %w", c.URL, err)
 	}
 	return out, nil
@@ -169,6 +169,18 @@ func (st State) switched() bool {
 }
 
 func (c Client) call(ctx context.Context, method, path string, v any) error {
+	return c.callWaiting(ctx, method, path, 0, v)
+}
+
+// answerMargin is what a request that the sidecar may hold for up to its
+// own timeout is given beyond it: the time to answer.
+const answerMargin = 5 * time.Second
+
+// callWaiting is call for a request that the sidecar may hold for up to
+// wait (a quiesce or stop waiting for the app's acks): the client's own
+// timeout is raised to wait and a margin, so that it does not give up
+// first. Before, the default 10 s client cut a 30 s quiesce short.
+func (c Client) callWaiting(ctx context.Context, method, path string, wait time.Duration, v any) error {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(c.URL, "/")+path, nil)
 	if err != nil {
 		return err
@@ -177,6 +189,11 @@ func (c Client) call(ctx context.Context, method, path string, v any) error {
 	hc := c.HTTP
 	if hc == nil {
 		hc = &http.Client{Timeout: 10 * time.Second}
+	}
+	if hc.Timeout > 0 && hc.Timeout < wait+answerMargin {
+		longer := *hc
+		longer.Timeout = wait + answerMargin
+		hc = &longer
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -325,3 +325,32 @@ func TestHandoverBeforeStop(t *testing.T) {
 		t.Error("the source was stopped")
 	}
 }
+
+// TestLongWaitOutlivesTheClientTimeout: a quiesce or stop may take up to
+// its own timeout, longer than the client's (10 s by default against the
+// migrator's 30 s quiesce and 60 s stop); the client waits for it.
+// Before, it gave up at its own timeout and the migration failed.
+func TestLongWaitOutlivesTheClientTimeout(t *testing.T) {
+	slow := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/quiesce" || r.URL.Path == "/stop" {
+				time.Sleep(300 * time.Millisecond) // the app acking what it holds
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	c := serve(t, &fake{mode: ModeServing, last: 3}, slow)
+	c.HTTP = &http.Client{Timeout: 100 * time.Millisecond}
+	if _, err := c.Quiesce(t.Context(), time.Second); err != nil {
+		t.Fatalf("quiesce taking 300 ms of its 1 s with a 100 ms client: %v", err)
+	}
+	if _, err := c.Stop(t.Context(), time.Second); err != nil {
+		t.Fatalf("stop taking 300 ms of its 1 s with a 100 ms client: %v", err)
+	}
+	if _, err := c.State(t.Context()); err != nil {
+		t.Fatalf("state: %v", err)
+	}
+	if c.HTTP.Timeout != 100*time.Millisecond {
+		t.Errorf("the caller's client was changed: timeout %v", c.HTTP.Timeout)
+	}
+}
