@@ -139,15 +139,7 @@ func natsHandoff(t *testing.T, lang, mode string, n int) {
 		st, err := ctl.State(ctx)
 		return err == nil && st.Log.ConfirmedID == uint64(n)
 	})
-	l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: nt.URL, Name: logName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	recs, err := l.ReadAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := natsLogRecords(t, nt.URL, logName)
 	var ids []uint64
 	for _, r := range recs {
 		if r.Kind == shadowqueue.KindDelivery {

@@ -41,15 +41,7 @@ func TestNATSReplayGivesAHeldMessageOnce(t *testing.T) {
 	}
 	_ = source.Close()
 
-	l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: nt.URL, Name: logName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	recs, err := l.ReadAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := natsLogRecords(t, nt.URL, logName)
 	firstOf := map[string]uint64{}
 	repeats := 0
 	for _, r := range recs {

@@ -128,15 +128,7 @@ func TestNATSSidecar(t *testing.T) {
 	if err != nil || info.NumAckPending != 0 || info.AckFloor.Stream != count {
 		t.Errorf("consumer after the stop: %+v, %v; want every message acked", info, err)
 	}
-	l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: n.URL, Name: logName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	recs, err := l.ReadAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := natsLogRecords(t, n.URL, logName)
 	if len(recs) != count+1 || recs[count].Kind != shadowqueue.KindCutoff || recs[count].ID != count {
 		t.Fatalf("log: %d records, last %+v; want %d deliveries and the cutoff", len(recs), recs[len(recs)-1], count)
 	}
@@ -298,15 +290,7 @@ func TestNATSAckThroughRestartedSidecar(t *testing.T) {
 		ci, err := direct.Info(ctx)
 		return err == nil && ci.NumAckPending == 0 && ci.AckFloor.Stream == count
 	})
-	l, err := shadowqueue.OpenJetStream(ctx, shadowqueue.JetStreamOptions{URL: n.URL, Name: logName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	recs, err := l.ReadAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := natsLogRecords(t, n.URL, logName)
 	if len(recs) != 2*count {
 		t.Fatalf("log holds %d records, want %d deliveries and %d redeliveries", len(recs), count, count)
 	}
@@ -315,4 +299,19 @@ func TestNATSAckThroughRestartedSidecar(t *testing.T) {
 			t.Errorf("record %d: ID %d, redelivered %v", i, r.ID, r.Redelivered)
 		}
 	}
+}
+
+// natsLogRecords reads every record of the JetStream replay log logName.
+func natsLogRecords(t *testing.T, url, logName string) []shadowqueue.Record {
+	t.Helper()
+	l, err := shadowqueue.OpenJetStream(t.Context(), shadowqueue.JetStreamOptions{URL: url, Name: logName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	recs, err := l.ReadAll(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
