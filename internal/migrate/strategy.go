@@ -512,6 +512,17 @@ func (r *run) checkSourceStopped(ctx context.Context, ep control.Client) {
 		return // never stopped
 	}
 	st, err := ep.State(ctx)
+	// A sidecar that restarted is starting until its log is open; it
+	// consumes nothing until then, and one with a state folder then
+	// comes up stopped at its recorded stop. Wait a little to see which.
+	for wait := 0; err == nil && st.Mode == control.ModeStarting && wait < 50; wait++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		st, err = ep.State(ctx)
+	}
 	if err != nil || st.Mode == control.ModeStopped {
 		return // gone or unreadable: it consumes nothing readable either way
 	}
