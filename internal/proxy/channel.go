@@ -44,6 +44,13 @@ type content struct {
 	rec    shadowqueue.Record
 	absorb bool        // an app publish absorbed during replay (tag is its confirm number, 0 if none)
 	pub    *pubCapture // an app publish being digested for publish checking
+	get    bool        // a basic.get-ok
+	// check is set on a redelivery that may be absorbed (startContent):
+	// its frames wait in raw, and method, with its delivery tag at tagp,
+	// goes out once complete decided.
+	check  bool
+	method amqpwire.Method
+	tagp   *uint64
 }
 
 // delivery is one delivery the app has and has not settled.

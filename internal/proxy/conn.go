@@ -55,6 +55,16 @@ type conn struct {
 	// unreplayable holds the queues this connection consumed that a
 	// migration cannot carry over (queues.go).
 	unreplayable map[string]bool
+	// Losing the broker (drainApp). closing is set once a connection.close
+	// passed either way: the connection is ending, not lost. lastDown is
+	// when the sidecar last read from the broker; recent are the app's last
+	// acks. draining is set once the broker's connection is gone, while the
+	// app may still settle what it holds; drainEnded once it may not.
+	closing    bool
+	lastDown   time.Time
+	recent     recentAcks
+	draining   bool
+	drainEnded bool
 
 	appMu sync.Mutex // serialises writes to app
 	upMu  sync.Mutex // serialises writes to up
@@ -77,12 +87,15 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	kickCh chan struct{} // closed (and replaced) to wake replay feeders; guarded by mu
+	// drained is closed when the drain ends; appDone once pumpUp returned.
+	drained chan struct{}
+	appDone atomic.Bool
 }
 
 func newConn(p *Proxy, id uint64, app, up net.Conn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		ctx: ctx, cancel: cancel, kickCh: make(chan struct{}),
+		ctx: ctx, cancel: cancel, kickCh: make(chan struct{}), drained: make(chan struct{}),
 		p: p, id: id, app: app, up: up, log: log,
 		chans: map[uint16]*channel{},
 		upQ:   make(chan segment, 256),
@@ -120,12 +133,17 @@ func (c *conn) run(ctx context.Context) {
 		if err := c.pumpDown(); !isClosed(err) {
 			c.log.Debug("broker side ended", "err", err)
 		}
+		c.drainApp()
 		c.app.Close() // ends pumpUp's read
 	}()
 
 	if err := c.pumpUp(); !isClosed(err) {
 		c.log.Debug("app side ended", "err", err)
 	}
+	c.appDone.Store(true)
+	c.mu.Lock()
+	c.endDrainLocked()
+	c.mu.Unlock()
 	// The app is gone or done. Its last acks may still wait on the log: let
 	// the writer forward them, within DrainTimeout.
 	c.qMu.Lock()
@@ -196,8 +214,10 @@ func (c *conn) writeUp(ctx context.Context) {
 			_, err := c.up.Write(buf)
 			c.upMu.Unlock()
 			if err != nil {
+				// The broker's connection is gone: closing it ends pumpDown,
+				// which lets the app settle what it holds (drainApp).
 				broken = true
-				c.abort()
+				c.up.Close()
 			}
 			c.lastUp.Store(time.Now().UnixNano())
 		}
@@ -355,6 +375,9 @@ func (c *conn) channel(id uint16) *channel {
 
 // onUp handles one frame from the app. It runs with c.mu held.
 func (c *conn) onUp(f amqpwire.Frame, seg *segment) error {
+	if c.draining {
+		return c.onDrainFrame(f)
+	}
 	switch f.Type {
 	case amqpwire.FrameHeartbeat:
 		if c.gated.Load() > 0 {

@@ -33,13 +33,16 @@ func (c *conn) pumpDown() error {
 			first = false
 			out = out[:0]
 			c.mu.Lock()
+			c.lastDown = time.Now()
 			perr := c.downP.Parse(buf[:n], func(f amqpwire.Frame) error { return c.onDown(f, &out) })
-			late := c.takeLateLocked()
+			// The sidecar's own frames go up before the app sees what
+			// follows: an absorbed redelivery's ack must precede the app's
+			// acks of later deliveries (absorbRedelivery).
+			c.push(segment{raw: c.takeLateLocked()})
 			c.appMu.Lock()
 			c.mu.Unlock()
 			_, werr := c.app.Write(out)
 			c.appMu.Unlock()
-			c.push(segment{raw: late})
 			if perr != nil {
 				c.protocolError("broker", perr)
 				return perr
@@ -104,6 +107,9 @@ func (c *conn) onDown(f amqpwire.Frame, out *[]byte) error {
 	case amqpwire.FrameHeartbeat:
 	case amqpwire.FrameMethod:
 		if f.Channel == 0 {
+			if key, err := amqpwire.PayloadKey(f.Payload); err == nil && (key == amqpwire.KeyConnectionClose || key == amqpwire.KeyConnectionCloseOk) {
+				c.closing = true
+			}
 			break
 		}
 		return c.onDownMethod(f, out)
@@ -238,7 +244,7 @@ func (c *conn) downGetOk(ch *channel, f amqpwire.Frame, out *[]byte) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag}
+	d := &content{record: true, held: c.mode != Serving, tag: m.DeliveryTag, upTag: m.DeliveryTag, get: true}
 	if len(ch.gets) > 0 {
 		d.rec.Queue, d.noAck = ch.gets[0].queue, ch.gets[0].noAck
 		ch.gets = ch.gets[1:]
@@ -382,8 +388,16 @@ func (c *conn) renumberConfirm(ch *channel, f amqpwire.Frame, key amqpwire.Metho
 // startContent begins a delivery on ch with its method frame m, whose
 // delivery tag is *tag. On a renumbered channel the frame goes out with the
 // sidecar's tag instead of the broker's.
+//
+// A redelivery, while the app has acked messages whose acks may not have
+// reached the broker, waits for its content: complete decides whether it
+// is absorbed, and only then does its method frame go out (checked).
 func (c *conn) startContent(ch *channel, d *content, f amqpwire.Frame, m amqpwire.Method, tag *uint64, out *[]byte) {
 	ch.down = d
+	if d.rec.Redelivered && !c.p.ackedLost.empty() {
+		d.check, d.method, d.tagp = true, m, tag
+		return
+	}
 	if !ch.renumber {
 		c.emit(d, f, out)
 		return
@@ -399,7 +413,7 @@ func (c *conn) emit(d *content, f amqpwire.Frame, out *[]byte) {
 }
 
 func (c *conn) emitRaw(d *content, raw []byte, out *[]byte) {
-	if d.held {
+	if d.held || d.check {
 		d.raw = append(d.raw, raw...)
 		return
 	}
@@ -411,6 +425,14 @@ func (c *conn) complete(ch *channel, d *content, out *[]byte) {
 	ch.down = nil
 	if !d.record {
 		return
+	}
+	if d.check {
+		d.check = false
+		if c.p.ackedLost.take(printOf(&d.rec)) {
+			c.absorbRedelivery(ch, d, out)
+			return
+		}
+		c.checked(ch, d, out)
 	}
 	switch {
 	case !d.held:
@@ -426,6 +448,19 @@ func (c *conn) complete(ch *channel, d *content, out *[]byte) {
 	default:
 		ch.held = append(ch.held, d)
 	}
+}
+
+// checked sends on a redelivery that was not absorbed: its method frame,
+// with the app's tag on a renumbered channel, then its content.
+func (c *conn) checked(ch *channel, d *content, out *[]byte) {
+	if ch.renumber {
+		ch.appTag++
+		*d.tagp, d.tag = ch.appTag, ch.appTag
+	}
+	frames := amqpwire.AppendMethodFrame(nil, ch.id, d.method)
+	frames = append(frames, d.raw...)
+	d.raw = nil
+	c.emitRaw(d, frames, out)
 }
 
 // deliverLocked tees a delivery the app now has, and tracks it until the app

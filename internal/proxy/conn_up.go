@@ -39,6 +39,8 @@ func (c *conn) onUpMethod(f amqpwire.Frame, seg *segment) ([]byte, error) {
 	}
 	if f.Channel == 0 {
 		switch key {
+		case amqpwire.KeyConnectionClose, amqpwire.KeyConnectionCloseOk:
+			c.closing = true
 		case amqpwire.KeyConnectionStartOk:
 			return c.upStartOk(f)
 		case amqpwire.KeyConnectionOpen:
@@ -414,6 +416,7 @@ func (c *conn) settle(ch *channel, seg *segment, tag uint64, multiple, ack bool)
 	}
 	if ack {
 		c.p.lastAcked.Store(covered[len(covered)-1].id)
+		c.noteAcked(covered, now)
 	}
 	for q, ds := range byQueue {
 		if ack {

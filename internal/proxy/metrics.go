@@ -18,6 +18,7 @@ type Metrics struct {
 	pubChecked           prometheus.Counter
 	pubMismatches        prometheus.Counter
 	acksCoalesced        prometheus.Counter
+	absorbed             prometheus.Counter
 }
 
 // NewMetrics makes the proxy's metrics and registers them with reg, unless
@@ -68,10 +69,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		acksCoalesced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ms2m_sidecar_acks_coalesced_total", Help: "App acks that went upstream inside a later cumulative ack (basic.ack multiple=true) instead of on their own.",
 		}),
+		absorbed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ms2m_sidecar_redeliveries_absorbed_total", Help: "Redeliveries of messages the app acked while (or just before) the broker's connection went, acked upstream by the sidecar and kept from the app, which had them already.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.deliveries, m.settled, m.gateWaits, m.frameErrors,
-			m.upstreamDialFailures, m.requeued, m.repeats, m.heldHanded, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced)
+			m.upstreamDialFailures, m.requeued, m.repeats, m.heldHanded, m.mode, m.suppressed, m.pubChecked, m.pubMismatches, m.acksCoalesced, m.absorbed)
 	}
 	return m
 }

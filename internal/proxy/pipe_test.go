@@ -240,7 +240,14 @@ func startPipe(t *testing.T, opts Options) *pipeProxy {
 	t.Helper()
 	tee := &memTee{}
 	opts.Logger = slog.New(slog.DiscardHandler)
-	p := New(tee, opts)
+	pp := attachPipe(t, New(tee, opts))
+	pp.tee = tee
+	return pp
+}
+
+// attachPipe opens one more connection through p.
+func attachPipe(t *testing.T, p *Proxy) *pipeProxy {
+	t.Helper()
 	appEnd, proxyApp := net.Pipe()
 	proxyUp, brokerEnd := net.Pipe()
 	p.mu.Lock()
@@ -255,7 +262,7 @@ func startPipe(t *testing.T, opts Options) *pipeProxy {
 		defer close(done)
 		c.run(ctx)
 	}()
-	pp := &pipeProxy{p: p, c: c, tee: tee,
+	pp := &pipeProxy{p: p, c: c,
 		app:    newPeer(t, "app", appEnd, false),
 		broker: newPeer(t, "broker", brokerEnd, true)}
 	t.Cleanup(func() {

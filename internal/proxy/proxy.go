@@ -73,6 +73,10 @@ type Options struct {
 	// DrainTimeout bounds how long the app's last frames (acks waiting on the
 	// log) are still forwarded after the app closed its side. Default 10 s.
 	DrainTimeout time.Duration
+	// LossDrain bounds how long, once the broker's connection is gone, the
+	// app's connection stays open for the app to settle the deliveries it
+	// holds (conn.drainApp). Default 5 s.
+	LossDrain time.Duration
 	// InitialFrameMax is the frame size limit before connection.tune-ok
 	// negotiates one. Default 131072, RabbitMQ's default frame-max.
 	InitialFrameMax uint32
@@ -150,6 +154,10 @@ type Proxy struct {
 	// requeuedMsgs are the same deliveries' messages, so that their
 	// redeliveries are logged as repeats (Record.Repeats).
 	requeuedMsgs requeuedMessages
+	// ackedLost are the messages the app acked whose acks may not have
+	// reached the broker before its connection went: their redeliveries
+	// are absorbed.
+	ackedLost ackedMessages
 
 	// Publish checking.
 	lastAcked    atomic.Uint64 // the last delivery ID the app acked
@@ -164,6 +172,9 @@ func New(tee Tee, opts Options) *Proxy {
 	}
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.LossDrain <= 0 {
+		opts.LossDrain = 5 * time.Second
 	}
 	if opts.InitialFrameMax == 0 {
 		opts.InitialFrameMax = 131072

@@ -3,6 +3,7 @@ package proxy
 import (
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"github.com/ms2m/ms2m/internal/shadowqueue"
 )
@@ -111,4 +112,104 @@ func (m *requeuedMessages) len() int {
 		n += len(f)
 	}
 	return n
+}
+
+// ackedMessages remembers the messages an app acked whose ack may not have
+// reached the broker: those it acked while the sidecar drained its
+// connection after the broker's went (the ack could not go), and those it
+// acked shortly before (the ack may have been lost with the connection).
+// The broker redelivers each of those it did not get; a redelivery
+// (redelivered set) whose print is here is absorbed: the sidecar acks it
+// upstream and the app, which folded the message already, never sees it
+// (absorbRedelivery). An ack the broker did get leaves its print here
+// unused until it is evicted.
+//
+// Only the app's own acks add to it, so an app cannot make the sidecar
+// absorb a message it did not ack; it keeps the last maxRequeuedMessages.
+// Messages that print alike (the same body on the same queue) are not told
+// apart, as in requeuedMessages.
+type ackedMessages struct {
+	mu      sync.Mutex
+	byPrint map[messagePrint]int
+	order   []messagePrint // as added, for eviction
+}
+
+// add remembers that the app acked the message printed p.
+func (m *ackedMessages) add(p messagePrint) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byPrint == nil {
+		m.byPrint = map[messagePrint]int{}
+	}
+	m.byPrint[p]++
+	m.order = append(m.order, p)
+	for len(m.order) > maxRequeuedMessages {
+		m.drop(m.order[0])
+		m.order = m.order[1:]
+	}
+}
+
+// take reports whether a message printed p is remembered, and forgets one.
+func (m *ackedMessages) take(p messagePrint) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byPrint[p] == 0 {
+		return false
+	}
+	m.drop(p)
+	for i, x := range m.order {
+		if x == p {
+			m.order = append(m.order[:i], m.order[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+func (m *ackedMessages) drop(p messagePrint) {
+	if m.byPrint[p]--; m.byPrint[p] <= 0 {
+		delete(m.byPrint, p)
+	}
+}
+
+// empty reports whether it remembers nothing: the common case, in which
+// a redelivery goes to the app at once.
+func (m *ackedMessages) empty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.byPrint) == 0
+}
+
+// recentAck is one delivery the app acked, kept by its connection for a
+// while in case the broker's connection goes before the ack is through.
+type recentAck struct {
+	print messagePrint
+	at    time.Time
+}
+
+// maxRecentAcks bounds a connection's recent acks.
+const maxRecentAcks = 1024
+
+// recentAcks is a ring of a connection's last acks.
+type recentAcks struct {
+	buf  []recentAck
+	next int
+}
+
+func (r *recentAcks) add(a recentAck) {
+	if len(r.buf) < maxRecentAcks {
+		r.buf = append(r.buf, a)
+		return
+	}
+	r.buf[r.next] = a
+	r.next = (r.next + 1) % maxRecentAcks
+}
+
+// since calls fn with each ack made at or after t.
+func (r *recentAcks) since(t time.Time, fn func(messagePrint)) {
+	for _, a := range r.buf {
+		if !a.at.Before(t) {
+			fn(a.print)
+		}
+	}
 }

@@ -211,7 +211,7 @@ func (c *conn) feed(chID uint16, rc *replayConsumer) {
 	for {
 		c.mu.Lock()
 		ch := c.chans[chID]
-		if c.ctx.Err() != nil || ch == nil || ch.replaying[rc.m.ConsumerTag] != rc {
+		if c.ctx.Err() != nil || c.draining || ch == nil || ch.replaying[rc.m.ConsumerTag] != rc {
 			c.mu.Unlock()
 			return
 		}

@@ -92,6 +92,10 @@ type Config struct {
 	// DrainTimeout bounds how long acks still waiting on the log are
 	// forwarded after the app closed its connection.
 	DrainTimeout time.Duration `env:"MS2M_DRAIN_TIMEOUT" envDefault:"10s"`
+	// LossDrain bounds how long, once the broker's connection is gone, the
+	// app's connection stays open for the app to settle (ack) the
+	// deliveries it holds, so that their redeliveries are absorbed (AMQP).
+	LossDrain time.Duration `env:"MS2M_LOSS_DRAIN" envDefault:"5s"`
 	// ReplayStart, when set, makes this a target sidecar: it replays the
 	// log's deliveries after this ID (the checkpoint ID) to the app before
 	// it consumes the primary queue.

@@ -270,6 +270,7 @@ func (s *Sidecar) startAMQPProxy(reg *prometheus.Registry, dial func(ctx context
 		Upstream:          dialer,
 		ConnectTimeout:    s.cfg.UpstreamConnectTimeout,
 		DrainTimeout:      s.cfg.DrainTimeout,
+		LossDrain:         s.cfg.LossDrain,
 		Logger:            s.log,
 		Metrics:           proxy.NewMetrics(reg),
 		CheckPublishes:    s.cfg.PublishCheck,
