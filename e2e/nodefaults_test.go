@@ -76,8 +76,8 @@ func TestBrokerCutOnRealNodes(t *testing.T) {
 			// (and acked) a message that was not waiting: the next one is
 			// sent 500 ms after it, and the quiesce comes first (within
 			// 300 ms here), so the app holds no delivery at the
-			// checkpoint. (One it held would be doubled, as in the open
-			// case below: a run that cut the broker 112 ms into a
+			// checkpoint. (Before the sidecar drained and absorbed, one it
+			// held was doubled: a run that cut the broker 112 ms into a
 			// migration begun at any moment doubled msg-11.)
 			afterFold(ctx, src, func(f lab.Fold) bool {
 				return time.Since(time.Unix(0, f.SentNS)) < 150*time.Millisecond

@@ -12,6 +12,16 @@ func (pp *pipeProxy) redeliver(tag uint64, body string) {
 	pp.broker.sendContent(&amqpwire.BasicDeliver{ConsumerTag: "c1", DeliveryTag: tag, RoutingKey: "q", Redelivered: true}, body)
 }
 
+// waitDraining waits until the connection drains.
+func (pp *pipeProxy) waitDraining(t *testing.T) {
+	t.Helper()
+	waitFor(t, "the connection drains", func() bool {
+		pp.c.mu.Lock()
+		defer pp.c.mu.Unlock()
+		return pp.c.draining
+	})
+}
+
 // expectClosed waits until the proxy closed pe's connection.
 func expectClosed(t *testing.T, pe *peer) {
 	t.Helper()
@@ -37,11 +47,7 @@ func TestPipeBrokerLossDrainsAndAbsorbs(t *testing.T) {
 	pp.deliver(1, "one")
 	pp.expectDelivery(t, 1, "one")
 	pp.broker.conn.Close() // the broker's connection goes with "one" in the app's hands
-	waitFor(t, "the connection drains", func() bool {
-		pp.c.mu.Lock()
-		defer pp.c.mu.Unlock()
-		return pp.c.draining
-	})
+	pp.waitDraining(t)
 	pp.app.send(&amqpwire.BasicAck{DeliveryTag: 1})
 	expectClosed(t, pp.app)
 
@@ -80,11 +86,7 @@ func TestPipeBrokerLossOtherFrameEndsDrain(t *testing.T) {
 	pp.deliver(1, "one")
 	pp.expectDelivery(t, 1, "one")
 	pp.broker.conn.Close()
-	waitFor(t, "the connection drains", func() bool {
-		pp.c.mu.Lock()
-		defer pp.c.mu.Unlock()
-		return pp.c.draining
-	})
+	pp.waitDraining(t)
 	pp.app.send(&amqpwire.BasicQos{PrefetchCount: 1})
 	expectClosed(t, pp.app)
 	if !pp.p.ackedLost.empty() {

@@ -1,11 +1,7 @@
 package sidecar_test
 
 import (
-	"context"
-	"fmt"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,23 +15,7 @@ import (
 // many. The broker is shared: it touches no other connection.
 func killAMQPConnections(t *testing.T, name string) int {
 	t.Helper()
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		testenv.Missing(t, "rabbitmqctl", "run the tests on the machine that runs RabbitMQ (hack/setup.sh)")
-	}
-	expr := fmt.Sprintf(`Named = fun(P) -> case catch rabbit_reader:info(P, [client_properties]) of `+
-		`[{client_properties, Props}] -> lists:member({<<"connection_name">>, longstr, <<"%s">>}, Props); _ -> false end end, `+
-		`length([exit(P, kill) || P <- rabbit_networking:connections(), Named(P)]).`, name)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "-q", "eval", expr).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl eval (kill the app's broker connection): %v: %s", err, out)
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("rabbitmqctl eval: %q: %v", out, err)
-	}
-	return n
+	return killNamedConnections(t, "rabbit_networking:connections()", "rabbit_reader", name)
 }
 
 // TestBrokerLossWhileTheAppHoldsADelivery (issue 21): the broker's end of

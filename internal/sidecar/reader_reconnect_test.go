@@ -19,12 +19,20 @@ import (
 // touches no other connection.
 func killStreamConnections(t *testing.T, name string) int {
 	t.Helper()
+	return killNamedConnections(t, "rabbit_stream:list(<<\"/\">>)", "rabbit_stream_reader", name)
+}
+
+// killNamedConnections kills, on the broker, the connection processes that
+// list (an Erlang expression) gives whose client-provided name is name, as
+// reader (their module) reports it, and returns how many.
+func killNamedConnections(t *testing.T, list, reader, name string) int {
+	t.Helper()
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		testenv.Missing(t, "rabbitmqctl", "run the tests on the machine that runs RabbitMQ (hack/setup.sh)")
 	}
-	expr := fmt.Sprintf(`Named = fun(P) -> case catch rabbit_stream_reader:info(P, [client_properties]) of `+
+	expr := fmt.Sprintf(`Named = fun(P) -> case catch %s:info(P, [client_properties]) of `+
 		`[{client_properties, Props}] -> lists:member({<<"connection_name">>, longstr, <<"%s">>}, Props); _ -> false end end, `+
-		`length([exit(P, kill) || P <- rabbit_stream:list(<<"/">>), Named(P)]).`, name)
+		`length([exit(P, kill) || P <- %s, Named(P)]).`, reader, name, list)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out []byte
@@ -35,7 +43,7 @@ func killStreamConnections(t *testing.T, name string) int {
 		}
 	}
 	if err != nil {
-		t.Fatalf("rabbitmqctl eval (close the reader's connection): %v: %s", err, out)
+		t.Fatalf("rabbitmqctl eval (kill the connections named %s): %v: %s", name, err, out)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
