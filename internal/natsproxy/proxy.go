@@ -331,7 +331,12 @@ func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 	defer s.mu.Unlock()
 	d, ok := s.m[string(subject)]
 	if ok && settle {
-		s.remove(string(subject))
+		// remove's work, inline: string(subject) as a map key does not
+		// allocate, as an argument it would.
+		delete(s.m, string(subject))
+		if s.byMsg[d.msg] == string(subject) {
+			delete(s.byMsg, d.msg)
+		}
 	}
 	return d, ok
 }
