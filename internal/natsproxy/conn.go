@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,7 +210,11 @@ func (c *conn) passDown(parser *natswire.Parser, data, out []byte) ([]byte, erro
 				// server gives it again because the source's app
 				// died holding it. It is acked here, not handed
 				// over again.
-				return c.absorbRedelivery(m)
+				if err := c.absorbRedelivery(m); err != nil {
+					return err
+				}
+				out = c.releasePullSlot(m, out)
+				return nil
 			}
 			if err := c.teeMsg(m, ack, js); err != nil {
 				return err
@@ -371,6 +376,27 @@ func (c *conn) absorbRedelivery(m *natswire.Msg) error {
 		return fmt.Errorf("ack a redelivery of a replayed message: %w", err)
 	}
 	return nil
+}
+
+// releasePullSlot tells the app, when m, a delivery absorbed by
+// absorbRedelivery, came for one of its pull requests, that the request
+// will not deliver it: a 408 status with one pending message, as the
+// server sends at a request's expiry with what it did not deliver. nats.go
+// takes the message off the pull's pending count, as if delivered, and
+// pulls again once the count is low; without it, a Consume waited for the
+// request's expiry (30 s) for a batch the absorbed message never filled.
+// The caller holds c.mu; the status is appended to out.
+func (c *conn) releasePullSlot(m *natswire.Msg, out []byte) []byte {
+	c.subMu.Lock()
+	s, ok := c.subs[string(m.SID)]
+	c.subMu.Unlock()
+	if !ok || !s.pull {
+		return out // a push consumer's: nothing counts its deliveries
+	}
+	size := len(m.Subject) + len(m.Reply) + len(m.Header) + len(m.Body)
+	hdr := "NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 1\r\nNats-Pending-Bytes: " + strconv.Itoa(size) + "\r\n\r\n"
+	c.p.pullSlotsReleased.Add(1)
+	return natswire.AppendMsg(out, m.Subject, m.SID, nil, []byte(hdr), nil)
 }
 
 // maxName is the longest string a replay log record field holds.
