@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,8 @@ type conn struct {
 	// jsSIDs are the app's subscriptions that got JetStream deliveries:
 	// a stop takes them off the server.
 	jsSIDs map[string]bool
+	// lastNames are the last delivery's strings (names).
+	lastNames deliveryNames
 
 	// queued counts the app's chunks not yet written to the server.
 	queued atomic.Int64
@@ -149,68 +152,10 @@ func (c *conn) downstream(ctx context.Context) error {
 		}
 		n, rerr := c.up.Read(buf)
 		if n > 0 {
-			c.mu.Lock()
-			out = out[:0]
-			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
-				switch m.Op {
-				case natswire.OpInfo:
-					info, changed, err := c.onInfo(m, parser)
-					if err != nil {
-						return err
-					}
-					if changed {
-						out = natswire.AppendInfo(out, info)
-						return nil
-					}
-				case natswire.OpPong:
-					if c.onPong() {
-						return nil // the answer to the proxy's own PING
-					}
-				case natswire.OpMsg, natswire.OpHMsg:
-					js := isJSDelivery(m)
-					if js && !c.jsSIDs[string(m.SID)] && len(c.jsSIDs) < maxSubs {
-						c.jsSIDs[string(m.SID)] = true
-					}
-					if js && c.noTeeYet() {
-						// A target before the cutoff is known: the delivery
-						// cannot be numbered yet. The server redelivers it.
-						c.dropped++
-						return nil
-					}
-					if c.mode != proxy.Serving && js {
-						if c.mode == proxy.Quiesced {
-							c.held = append(c.held, bytes.Clone(m.Raw))
-						} else {
-							c.dropped++
-						}
-						return nil
-					}
-					if js && c.isReplayedRedelivery(m) {
-						// The app has this message from the replay: the
-						// server gives it again because the source's app
-						// died holding it. It is acked here, not handed
-						// over again.
-						return c.absorbRedelivery(m)
-					}
-					if err := c.onMsg(m); err != nil {
-						return err
-					}
-				}
-				out = append(out, m.Raw...)
-				return nil
-			})
-			if err != nil {
-				c.mu.Unlock()
-				c.refuseApp(err)
+			var err error
+			if out, err = c.passDown(parser, buf[:n], out[:0]); err != nil {
 				return err
 			}
-			if len(out) > 0 {
-				if _, err := c.app.Write(out); err != nil {
-					c.mu.Unlock()
-					return err
-				}
-			}
-			c.mu.Unlock()
 			if cap(out) > 4*readBufSize {
 				out = nil // one big message grew it: do not keep it
 			}
@@ -219,6 +164,78 @@ func (c *conn) downstream(ctx context.Context) error {
 			return rerr
 		}
 	}
+}
+
+// passDown parses one read from the server (data) and writes to the app,
+// in one write, what of it goes there (appended to out, which it returns
+// for the next read).
+func (c *conn) passDown(parser *natswire.Parser, data, out []byte) ([]byte, error) {
+	c.mu.Lock()
+	err := parser.Parse(data, func(m *natswire.Msg) error {
+		switch m.Op {
+		case natswire.OpInfo:
+			info, changed, err := c.onInfo(m, parser)
+			if err != nil {
+				return err
+			}
+			if changed {
+				out = natswire.AppendInfo(out, info)
+				return nil
+			}
+		case natswire.OpPong:
+			if c.onPong() {
+				return nil // the answer to the proxy's own PING
+			}
+		case natswire.OpMsg, natswire.OpHMsg:
+			ack, js := jsDelivery(m)
+			if js && !c.jsSIDs[string(m.SID)] && len(c.jsSIDs) < maxSubs {
+				c.jsSIDs[string(m.SID)] = true
+			}
+			if js && c.noTeeYet() {
+				// A target before the cutoff is known: the delivery
+				// cannot be numbered yet. The server redelivers it.
+				c.dropped++
+				return nil
+			}
+			if c.mode != proxy.Serving && js {
+				if c.mode == proxy.Quiesced {
+					c.held = append(c.held, bytes.Clone(m.Raw))
+				} else {
+					c.dropped++
+				}
+				return nil
+			}
+			if js && c.isReplayedRedelivery(ack) {
+				// The app has this message from the replay: the
+				// server gives it again because the source's app
+				// died holding it. It is acked here, not handed
+				// over again.
+				if err := c.absorbRedelivery(m); err != nil {
+					return err
+				}
+				out = c.releasePullSlot(m, out)
+				return nil
+			}
+			if err := c.teeMsg(m, ack, js); err != nil {
+				return err
+			}
+		}
+		out = append(out, m.Raw...)
+		return nil
+	})
+	if err != nil {
+		c.mu.Unlock()
+		c.refuseApp(err)
+		return out, err
+	}
+	if len(out) > 0 {
+		if _, err := c.app.Write(out); err != nil {
+			c.mu.Unlock()
+			return out, err
+		}
+	}
+	c.mu.Unlock()
+	return out, nil
 }
 
 // refuseApp tells the app why its connection ends, as a server would. The
@@ -261,12 +278,17 @@ func (c *conn) onInfo(m *natswire.Msg, parser *natswire.Parser) ([]byte, bool, e
 	return stripped, changed, nil
 }
 
-// onMsg tees a MSG or HMSG on its way to the app.
+// onMsg tees a MSG or HMSG on its way to the app. The caller holds c.mu.
 func (c *conn) onMsg(m *natswire.Msg) error {
-	if isStatus(m) {
+	ack, js := jsDelivery(m)
+	return c.teeMsg(m, ack, js)
+}
+
+// teeMsg is onMsg for a message whose ack subject jsDelivery has read.
+func (c *conn) teeMsg(m *natswire.Msg, ack natswire.JSAck, js bool) error {
+	if !js && isStatus(m) {
 		return nil // flow control, idle heartbeat, pull status: untouched
 	}
-	ack, js := natswire.ParseJSAck(m.Reply)
 	if !js {
 		if bytes.HasPrefix(m.Subject, []byte("_INBOX.")) || bytes.HasPrefix(m.Subject, []byte("$")) {
 			return nil // a reply to a request of the app's
@@ -290,9 +312,10 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 	if ack.Delivered > 1 {
 		repeats = c.p.firsts.first(msg)
 	}
+	n := c.names(ack.Stream, ack.Consumer, m.Subject)
 	id, tk := c.p.tee.Append(shadowqueue.Record{
-		Queue: string(ack.Stream), ConsumerTag: string(ack.Consumer),
-		RoutingKey: string(m.Subject), Exchange: reply,
+		Queue: n.stream, ConsumerTag: n.consumer,
+		RoutingKey: n.subject, Exchange: reply,
 		Redelivered: ack.Delivered > 1, Repeats: repeats,
 		Properties: clone(m.Header), Body: clone(m.Body),
 	})
@@ -301,11 +324,34 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 	} else {
 		c.p.repeats.Add(1)
 	}
-	key, now := ReplayKey(string(ack.Stream), string(ack.Consumer)), time.Now()
+	key, now := n.key, time.Now()
 	c.p.tracker.Delivered(key, id, now, true)
 	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg, conn: c})
 	c.p.jsDeliveries.Add(1)
 	return nil
+}
+
+// deliveryNames are the strings a delivery's record and tracking take,
+// kept from the last delivery: a consumer's deliveries on one connection
+// share them (a pull consumer's all come to one inbox), so a delivery
+// allocates none of them.
+type deliveryNames struct {
+	stream, consumer, subject string
+	key                       string // ReplayKey(stream, consumer)
+}
+
+// names returns the strings for a delivery of stream's consumer on
+// subject. The caller holds c.mu.
+func (c *conn) names(stream, consumer, subject []byte) *deliveryNames {
+	n := &c.lastNames
+	if string(stream) != n.stream || string(consumer) != n.consumer {
+		n.stream, n.consumer = string(stream), string(consumer)
+		n.key = ReplayKey(n.stream, n.consumer)
+	}
+	if string(subject) != n.subject {
+		n.subject = string(subject)
+	}
+	return n
 }
 
 // isReplayedRedelivery reports whether m, a JetStream delivery to a
@@ -313,11 +359,10 @@ func (c *conn) onMsg(m *natswire.Msg) error {
 // gave the app: one the source's app was handed and never acked, which
 // the source logged, and the server hands out again once the ack wait has
 // passed, after the target switched.
-func (c *conn) isReplayedRedelivery(m *natswire.Msg) bool {
+func (c *conn) isReplayedRedelivery(ack natswire.JSAck) bool {
 	if c.p.rp == nil {
 		return false
 	}
-	ack, _ := natswire.ParseJSAck(m.Reply)
 	return ack.Delivered > 1 && c.p.replayedMsgs.first(keyOf(ack.Stream, ack.Consumer, ack.StreamSeq)) != 0
 }
 
@@ -331,6 +376,27 @@ func (c *conn) absorbRedelivery(m *natswire.Msg) error {
 		return fmt.Errorf("ack a redelivery of a replayed message: %w", err)
 	}
 	return nil
+}
+
+// releasePullSlot tells the app, when m, a delivery absorbed by
+// absorbRedelivery, came for one of its pull requests, that the request
+// will not deliver it: a 408 status with one pending message, as the
+// server sends at a request's expiry with what it did not deliver. nats.go
+// takes the message off the pull's pending count, as if delivered, and
+// pulls again once the count is low; without it, a Consume waited for the
+// request's expiry (30 s) for a batch the absorbed message never filled.
+// The caller holds c.mu; the status is appended to out.
+func (c *conn) releasePullSlot(m *natswire.Msg, out []byte) []byte {
+	c.subMu.Lock()
+	s, ok := c.subs[string(m.SID)]
+	c.subMu.Unlock()
+	if !ok || !s.pull {
+		return out // a push consumer's: nothing counts its deliveries
+	}
+	size := len(m.Subject) + len(m.Reply) + len(m.Header) + len(m.Body)
+	hdr := "NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 1\r\nNats-Pending-Bytes: " + strconv.Itoa(size) + "\r\n\r\n"
+	c.p.pullSlotsReleased.Add(1)
+	return natswire.AppendMsg(out, m.Subject, m.SID, nil, []byte(hdr), nil)
 }
 
 // maxName is the longest string a replay log record field holds.
@@ -390,18 +456,7 @@ func (c *conn) readApp(ctx context.Context) error {
 		}
 		n, rerr := c.app.Read(buf)
 		if n > 0 {
-			// r.ch gets the complete messages of this read that go to the
-			// server, copied: the writer owns it. A message split across
-			// reads goes in the chunk of the read that completes it, so
-			// that an absorbed ack is never half sent.
-			var r appRead
-			r.ch.data = make([]byte, 0, n+parser.Buffered())
-			err := parser.Parse(buf[:n], func(m *natswire.Msg) error {
-				if c.onAppMsg(ctx, m, &r) {
-					r.ch.data = append(r.ch.data, m.Raw...)
-				}
-				return nil
-			})
+			r, err := c.parseApp(ctx, parser, buf[:n])
 			if err != nil {
 				c.refuseApp(err)
 				return err
@@ -414,6 +469,22 @@ func (c *conn) readApp(ctx context.Context) error {
 			return rerr
 		}
 	}
+}
+
+// parseApp parses one read from the app (data). The chunk it returns
+// gets the complete messages of data that go to the server, copied: the
+// writer owns it. A message split across reads goes in the chunk of the
+// read that completes it, so that an absorbed ack is never half sent.
+func (c *conn) parseApp(ctx context.Context, parser *natswire.Parser, data []byte) (appRead, error) {
+	var r appRead
+	r.ch.data = make([]byte, 0, len(data)+parser.Buffered())
+	err := parser.Parse(data, func(m *natswire.Msg) error {
+		if c.onAppMsg(ctx, m, &r) {
+			r.ch.data = append(r.ch.data, m.Raw...)
+		}
+		return nil
+	})
+	return r, err
 }
 
 // appRead is what one read from the app gathers: the chunk for the
@@ -561,14 +632,14 @@ func (c *conn) writer(ctx context.Context) error {
 // pullPrefix starts the subject of a pull consumer's request for messages.
 const pullPrefix = "$JS.API.CONSUMER.MSG.NEXT."
 
-// isJSDelivery reports whether m is a JetStream delivery (not a status
-// message) that the tee records and the app acks.
-func isJSDelivery(m *natswire.Msg) bool {
+// jsDelivery reports whether m is a JetStream delivery (not a status
+// message) that the tee records and the app acks, and reads its ack
+// subject.
+func jsDelivery(m *natswire.Msg) (natswire.JSAck, bool) {
 	if isStatus(m) {
-		return false
+		return natswire.JSAck{}, false
 	}
-	_, ok := natswire.ParseJSAck(m.Reply)
-	return ok
+	return natswire.ParseJSAck(m.Reply)
 }
 
 // setMode switches the connection to mode. Deliveries held back are handed

@@ -65,11 +65,14 @@ type Stats struct {
 	// RedeliveriesAbsorbed counts, on a target, the server's redeliveries
 	// of messages the replay had given the app, acked by the sidecar.
 	RedeliveriesAbsorbed uint64 `json:"redeliveriesAbsorbed,omitempty"`
-	CoreTeed             uint64 `json:"coreTeed"`     // core NATS messages teed best effort
-	Acks                 uint64 `json:"acks"`         // acks forwarded
-	AcksWaited           uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
-	AcksAbsorbed         uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
-	INFOStripped         uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
+	// PullSlotsReleased counts, of those, the ones that came for the
+	// app's pull requests, which were told with a 408 not to wait for them.
+	PullSlotsReleased uint64 `json:"pullSlotsReleased,omitempty"`
+	CoreTeed          uint64 `json:"coreTeed"`     // core NATS messages teed best effort
+	Acks              uint64 `json:"acks"`         // acks forwarded
+	AcksWaited        uint64 `json:"acksWaited"`   // of those, acks that had to wait on the log
+	AcksAbsorbed      uint64 `json:"acksAbsorbed"` // acks of deliveries this proxy did not hand out
+	INFOStripped      uint64 `json:"infoStripped"` // INFOs whose cluster URLs were removed
 	// PullsAbsorbed counts pull requests not sent on while quiesced or stopped.
 	PullsAbsorbed uint64 `json:"pullsAbsorbed"`
 	// Dropped counts deliveries dropped while stopped, on open connections.
@@ -104,7 +107,7 @@ type Proxy struct {
 	rp     *replayer     // target sidecars only
 	opMu   sync.Mutex    // serialises Quiesce, Resume and Stop
 
-	connections, jsDeliveries, repeats, redeliveriesAbsorbed, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed atomic.Uint64
+	connections, jsDeliveries, repeats, redeliveriesAbsorbed, coreTeed, acks, acksWaited, acksAbsorbed, infoStripped, pullsAbsorbed, pullSlotsReleased atomic.Uint64
 }
 
 // New returns a Proxy that tees into tee.
@@ -165,6 +168,7 @@ func (p *Proxy) Stats() Stats {
 		JSDeliveries:         p.jsDeliveries.Load(),
 		Repeats:              p.repeats.Load(),
 		RedeliveriesAbsorbed: p.redeliveriesAbsorbed.Load(),
+		PullSlotsReleased:    p.pullSlotsReleased.Load(),
 		CoreTeed:             p.coreTeed.Load(),
 		Acks:                 p.acks.Load(),
 		AcksWaited:           p.acksWaited.Load(),
@@ -331,7 +335,12 @@ func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 	defer s.mu.Unlock()
 	d, ok := s.m[string(subject)]
 	if ok && settle {
-		s.remove(string(subject))
+		// remove's work, inline: string(subject) as a map key does not
+		// allocate, as an argument it would.
+		delete(s.m, string(subject))
+		if s.byMsg[d.msg] == string(subject) {
+			delete(s.byMsg, d.msg)
+		}
 	}
 	return d, ok
 }

@@ -67,7 +67,7 @@ func TestFirstDeliveries(t *testing.T) {
 		t.Fatal("keyOf: the same message keys differently, or stream and consumer run together")
 	}
 	f.note(a, 10)
-	f.note(a, 12) // a redelivery noted again keeps the first
+	f.note(a, 12) // noted again: first is still the older
 	if got := f.first(a); got != 10 {
 		t.Errorf("first of a = %d, want 10", got)
 	}
@@ -80,7 +80,10 @@ func TestFirstDeliveries(t *testing.T) {
 	if got := f.first(a); got != 0 {
 		t.Errorf("first of a = %d after %d later deliveries, want it forgotten", got, maxFirstDeliveries)
 	}
-	if n := len(f.byMsg); n != maxFirstDeliveries {
+	if got := f.first(keyOf([]byte("S"), []byte("C"), 100)); got != 100 {
+		t.Errorf("first of the oldest kept = %d, want 100", got)
+	}
+	if n := len(f.ring); n != maxFirstDeliveries {
 		t.Errorf("%d remembered, want %d", n, maxFirstDeliveries)
 	}
 }
