@@ -280,6 +280,7 @@ setup_java() {
 setup_node_packages() {
 	local want=(
 		"runc /usr/sbin/runc"
+		"conmon /usr/bin/conmon"
 		"containernetworking-plugins /usr/lib/cni/bridge"
 		"containernetworking-plugins /usr/lib/cni/host-local"
 		"containernetworking-plugins /usr/lib/cni/loopback"
@@ -300,7 +301,7 @@ setup_node_packages() {
 		read -r pkg file <<<"$w"
 		[ -x "$file" ] || fail "$file (Debian's $pkg)" "run as root: apt-get install $pkg"
 	done
-	[ "$failed" = 1 ] || say "node packages ready: $(/usr/sbin/runc --version | head -n1), CNI plugins in /usr/lib/cni, ip, nft"
+	[ "$failed" = 1 ] || say "node packages ready: $(/usr/sbin/runc --version | head -n1), $(/usr/bin/conmon --version | head -n1) (for CRI-O), CNI plugins in /usr/lib/cni, ip, nft"
 }
 
 case "${1:-}" in

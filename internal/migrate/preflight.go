@@ -32,6 +32,7 @@ var preflightChecks = []preflightCheck{
 	sourceCheckpoints,
 	criuOn("target", func(_, dst *contract.NodeCapabilities) *contract.NodeCapabilities { return dst }),
 	targetRestores,
+	sameRuntime,
 }
 
 // Preflight says whether a migration by strategy from the node of source
@@ -77,6 +78,19 @@ func targetRestores(_, dst *contract.NodeCapabilities, s contract.Strategy) (str
 		return contract.ReasonMigrationNodeNotCapable, fmt.Sprintf("the target node %s cannot restore a checkpoint (strategy %s): %s; pick another target", dst.Node, s, strings.Join(append([]string{"its " + runtimeName(dst) + " cannot"}, dst.Notes...), ": ")), true
 	}
 	return contract.ReasonMigrationNodeNotCapable, fmt.Sprintf("the target node %s cannot restore a checkpoint (strategy %s): restore is off in its %s; set %s%s and restart the runtime (docs/install.md), or pick another target", dst.Node, s, runtimeName(dst), dst.Setting, inFile(dst)), true
+}
+
+// sameRuntime refuses a pair of nodes whose agents report different
+// container runtimes (containerd and CRI-O). Each restores from a checkpoint
+// image in CreateContainer, but from the archive its own CheckpointContainer
+// wrote, and no cross-runtime restore has been run here (issue 22): until
+// one has, such a pair is refused before anything is stopped. An unknown
+// runtime on either side is no refusal.
+func sameRuntime(src, dst *contract.NodeCapabilities, s contract.Strategy) (string, string, bool) {
+	if src == nil || dst == nil || src.Runtime == "" || dst.Runtime == "" || src.Runtime == dst.Runtime {
+		return "", "", false
+	}
+	return contract.ReasonMigrationNodeNotCapable, fmt.Sprintf("the source node %s runs %s and the target node %s runs %s (strategy %s): a checkpoint made by one container runtime is not known to restore in another; pick a target that runs %s", src.Node, runtimeName(src), dst.Node, runtimeName(dst), s, src.Runtime), true
 }
 
 func runtimeName(n *contract.NodeCapabilities) string {

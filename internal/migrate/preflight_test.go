@@ -42,6 +42,21 @@ func TestPreflight(t *testing.T) {
 			wantInMsg:    []string{"target node b cannot restore", "containerd 2.4.0 cannot", "no restore through CreateContainer", "pick another target"},
 			wantNotInMsg: []string{"set ", "restart the runtime"},
 		},
+		"containerd to CRI-O": {
+			src:       capable("a"),
+			dst:       with(capable("b"), func(c *contract.NodeCapabilities) { c.Runtime, c.RuntimeVersion = "cri-o", "1.34.0" }),
+			wantInMsg: []string{"source node a runs containerd 2.3.4", "target node b runs cri-o 1.34.0", "pick a target that runs containerd"},
+		},
+		"CRI-O on both ends, other versions": {
+			src:    with(capable("a"), func(c *contract.NodeCapabilities) { c.Runtime, c.RuntimeVersion = "cri-o", "1.34.0" }),
+			dst:    with(capable("b"), func(c *contract.NodeCapabilities) { c.Runtime, c.RuntimeVersion = "cri-o", "1.34.2" }),
+			wantOK: true,
+		},
+		"one runtime unknown is no refusal": {
+			src:    capable("a"),
+			dst:    with(capable("b"), func(c *contract.NodeCapabilities) { c.Runtime = "" }),
+			wantOK: true,
+		},
 		"restore off on the source is no matter": {
 			src: with(capable("a"), func(c *contract.NodeCapabilities) { c.RestoreEnabled = &no }),
 			dst: capable("b"), wantOK: true,
