@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -103,5 +104,64 @@ func TestInjectEveryAppContainer(t *testing.T) {
 	}
 	if got := envOf(one.Pod.Spec.Containers[1], envAMQPURL); got != "amqp://rabbit:5672" {
 		t.Errorf("with %s naming app, worker's %s = %q, want it unchanged", contract.AnnotationContainer, envAMQPURL, got)
+	}
+}
+
+// TestRestoreEveryAppContainer: a restore of a two-container pod runs each
+// app container from its own checkpoint image, the signature covers the
+// second's, and a name that is no app container is denied.
+func TestRestoreEveryAppContainer(t *testing.T) {
+	amqp := []corev1.EnvVar{lit(envAMQPURL, "amqp://rabbit:5672")}
+	pending := func() *Migration {
+		return &Migration{Name: "m", Image: "example.com/ckpt/default:m-app", Node: "node-b", LogName: "default.app-0", ReplayStart: "1", ReplayCutoff: "marker",
+			Images: map[string]string{"worker": "example.com/ckpt/default:m-worker"}}
+	}
+	in := restoreInput(twoContainerPod(nil, amqp, amqp...), pending())
+	res, err := Inject(in, testConfig)
+	if err != nil || res.Pod == nil {
+		t.Fatalf("Inject = %+v, %v; want a restore", res, err)
+	}
+	got := map[string]string{}
+	for _, c := range res.Pod.Spec.Containers {
+		got[c.Name] = c.Image
+	}
+	want := map[string]string{"app": "example.com/ckpt/default:m-app", "worker": "example.com/ckpt/default:m-worker"}
+	if !maps.Equal(got, want) {
+		t.Errorf("images = %v, want %v", got, want)
+	}
+	cfg := testConfig
+	cfg.CheckpointRepository = "example.com/ckpt"
+	if err := CheckImages(res.Pod, nil, cfg, res.Restore); err != nil {
+		t.Errorf("CheckImages of the restore it verified: %v", err)
+	}
+	if err := CheckImages(res.Pod, nil, cfg, &Migration{Image: "example.com/ckpt/default:m-app"}); err == nil {
+		t.Error("CheckImages let the worker's checkpoint image through without a restore that names it")
+	}
+
+	tampered := restoreInput(twoContainerPod(nil, amqp, amqp...), pending())
+	tampered.Pending.Images["worker"] = "example.com/ckpt/default:other"
+	if _, err := Inject(tampered, testConfig); err == nil || !strings.Contains(err.Error(), "signature does not match") {
+		t.Errorf("Inject of a changed image = %v, want the signature refused", err)
+	}
+
+	stray := pending()
+	stray.Images = map[string]string{"nosuch": "example.com/ckpt/default:x"}
+	if _, err := Inject(restoreInput(twoContainerPod(nil, amqp, amqp...), stray), testConfig); err == nil || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("Inject naming no app container = %v, want a denial naming it", err)
+	}
+}
+
+func TestParseImages(t *testing.T) {
+	m := map[string]string{"b": "r/x:1", "a": "r/y:2"}
+	if got := EncodeImages(m); got != "a=r/y:2,b=r/x:1" {
+		t.Errorf("EncodeImages = %q", got)
+	}
+	if back, msg := ParseImages(EncodeImages(m)); msg != "" || !maps.Equal(back, m) {
+		t.Errorf("ParseImages(EncodeImages) = %v, %q", back, msg)
+	}
+	for _, bad := range []string{"", "a", "a=", "=x", "b=x,a=y", "a=x,a=y", "a=x y"} {
+		if _, msg := ParseImages(bad); msg == "" {
+			t.Errorf("ParseImages(%q) took it", bad)
+		}
 	}
 }

@@ -271,7 +271,7 @@ func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error
 // lines name the container.
 func (d *decision) rewriteOthers(out *corev1.Pod, br brokerRewrite, nats bool) (rewritten, skipped, reasons []string) {
 	apps := appContainers(out)
-	for _, c := range apps[1:] {
+	for _, c := range otherApps(out) {
 		if !setsBroker(c, d.pod.Annotations[contract.AnnotationBrokerEnv], d.cfg) {
 			skipped = append(skipped, fmt.Sprintf("container %q: sets no broker variable, left as it is (it is checkpointed and restored with the others)", c.Name))
 			continue
