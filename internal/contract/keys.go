@@ -86,6 +86,11 @@ const (
 	// requeued when a restarted app had left without acking them. The
 	// controller sets it when it rebuilds such an app's state.
 	AnnotationReplaySkip = Prefix + "replay-skip"
+	// AnnotationRestoreImages (optional) is the checkpoint image of each
+	// app container after the first, of a pod with several:
+	// "container=image", comma-separated, sorted by container. The
+	// restore signature covers it.
+	AnnotationRestoreImages = Prefix + "restore-images"
 	// AnnotationRestoreSignature is the controller's signature of the
 	// restore annotations above, for this pod's namespace and name, with
 	// its expiry (inject.SignRestore). The webhook restores nothing unsigned.
@@ -167,6 +172,7 @@ var KnownAnnotations = map[string]bool{
 	AnnotationReplayCutoff:             true,
 	AnnotationReplayEpoch:              true,
 	AnnotationReplaySkip:               true,
+	AnnotationRestoreImages:            true,
 	AnnotationMigrationName:            true,
 	AnnotationRestoreSignature:         true,
 	AnnotationRestoredFrom:             true,

@@ -146,6 +146,9 @@ func CheckImages(pod, old *corev1.Pod, cfg Config, restore *Migration) error {
 			if k.what == "container" && restore != nil && c.Name == app && c.Image == restore.Image {
 				continue
 			}
+			if k.what == "container" && restore != nil && c.Name != app && restore.Images[c.Name] == c.Image {
+				continue
+			}
 			bad = append(bad, fmt.Sprintf("%s %q has image %s", k.what, c.Name, quote(c.Image)))
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -228,6 +229,11 @@ func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error
 	} else if reason != "" {
 		skipped = append(skipped, reason)
 	}
+	more, moreSkipped, reasons := d.rewriteOthers(out, br, nats)
+	if reasons != nil {
+		return d.leaveAlone(reasons)
+	}
+	rewritten, skipped = append(rewritten, more...), append(skipped, moreSkipped...)
 
 	spec, err := d.sidecarSettings(br.upstream, nats)
 	if err != nil {
@@ -256,6 +262,51 @@ func (d *decision) inject(out *corev1.Pod, app *corev1.Container) (Result, error
 		return Result{Warnings: d.warnings}, err
 	}
 	return Result{Pod: out, Skipped: skipped, Rewritten: rewritten, Warnings: d.warnings, Restore: d.restore}, nil
+}
+
+// rewriteOthers points the app containers after the first (appContainers)
+// at the sidecar as well, whose one upstream connection per app connection
+// serves them all: each must name the same broker as the first (br), by
+// the same protocol (nats), or the pod is left alone (reasons). Their
+// lines name the container.
+func (d *decision) rewriteOthers(out *corev1.Pod, br brokerRewrite, nats bool) (rewritten, skipped, reasons []string) {
+	apps := appContainers(out)
+	for _, c := range otherApps(out) {
+		if !setsBroker(c, d.pod.Annotations[contract.AnnotationBrokerEnv], d.cfg) {
+			skipped = append(skipped, fmt.Sprintf("container %q: sets no broker variable, left as it is (it is checkpointed and restored with the others)", c.Name))
+			continue
+		}
+		xb, xnats, why := chooseBroker(d.pod, out, c, d.cfg)
+		if why != nil {
+			return nil, nil, append(why, fmt.Sprintf("app container %q: ms2m checkpoints every app container, and each must reach the broker through the sidecar; name the one that holds the state in %s if the others keep none", c.Name, contract.AnnotationContainer))
+		}
+		if xnats != nats || !reflect.DeepEqual(xb.upstream, br.upstream) || !reflect.DeepEqual(xb.envFrom, br.envFrom) || !reflect.DeepEqual(xb.mounts, br.mounts) {
+			return nil, nil, []string{fmt.Sprintf("app containers %q and %q reach different brokers (or the same one differently): the sidecar has one upstream for all of a pod's app containers", apps[0].Name, c.Name)}
+		}
+		c.Env = xb.env
+		for _, l := range xb.rewritten {
+			rewritten = append(rewritten, fmt.Sprintf("container %q: %s", c.Name, l))
+		}
+		for _, l := range xb.skipped {
+			skipped = append(skipped, fmt.Sprintf("container %q: %s", c.Name, l))
+		}
+		if line, reason := checkpointable(c); line != "" {
+			rewritten = append(rewritten, fmt.Sprintf("container %q: %s", c.Name, line))
+		} else if reason != "" {
+			skipped = append(skipped, fmt.Sprintf("container %q: %s", c.Name, reason))
+		}
+	}
+	return rewritten, skipped, nil
+}
+
+// setsBroker says whether container c sets any AMQP or NATS variable ms2m
+// knows (an extra app container may be a helper without a broker).
+func setsBroker(c *corev1.Container, brokerEnv string, cfg Config) bool {
+	if rewriteBroker(c.DeepCopy(), brokerEnv, cfg.ListenPort).considered > 0 {
+		return true
+	}
+	_, considered := rewriteNATS(c.DeepCopy(), cfg.NATSListenPort)
+	return considered > 0
 }
 
 // chooseBroker rewrites the app container's broker settings: AMQP ones,
@@ -403,6 +454,29 @@ func appContainer(pod *corev1.Pod) *corev1.Container {
 		}
 	}
 	return &pod.Spec.Containers[0]
+}
+
+// appContainers are the containers of the pod's app, in the pod's order:
+// every container but ms2m's own (the sidecar; injected init containers
+// are not among pod.Spec.Containers), or only the one
+// contract.AnnotationContainer names, which says the others keep no state.
+// The first is appContainer's. Their broker settings are rewritten, and
+// each is checkpointed and restored from a checkpoint image of its own.
+func appContainers(pod *corev1.Pod) []*corev1.Container {
+	first := appContainer(pod)
+	if first == nil {
+		return nil
+	}
+	out := []*corev1.Container{first}
+	if _, named := pod.Annotations[contract.AnnotationContainer]; named {
+		return out
+	}
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; c != first && c.Name != SidecarName {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // podProblems are the reasons the sidecar cannot run in this pod at all.

@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,7 @@ var restoreAnnotations = []string{
 
 // restoreOnly are the restore annotations that mean nothing without
 // contract.AnnotationRestoreImage (contract.AnnotationLogName does: it names the log).
-var restoreOnly = []string{contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationReplaySkip, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
+var restoreOnly = []string{contract.AnnotationRestoreImages, contract.AnnotationRestoreNode, contract.AnnotationReplayStart, contract.AnnotationReplayCutoff, contract.AnnotationReplayEpoch, contract.AnnotationReplaySkip, contract.AnnotationMigrationName, contract.AnnotationRestoreSignature}
 
 // restoreAsked says whether the pod asks to be a restore, and the
 // migration's name as far as it is known ("" when it is not).
@@ -70,12 +71,22 @@ func restoreRequest(pod *corev1.Pod, pending *Migration, cfg Config) (*Migration
 			ReplaySkip:   ann[contract.AnnotationReplaySkip],
 			Signature:    ann[contract.AnnotationRestoreSignature],
 		}
+		if v, ok := ann[contract.AnnotationRestoreImages]; ok {
+			images, msg := ParseImages(v)
+			if msg != "" {
+				return nil, nil, denyf("annotation %s is %s: %s", contract.AnnotationRestoreImages, quote(v), msg)
+			}
+			m.Images = images
+		}
 		if msg := checkRestoreSignature(cfg, pod.Namespace, pod.Name, "annotation "+contract.AnnotationRestoreImage,
 			"remove the restore annotations, which ms2m did not write (the controller signs them in "+contract.AnnotationRestoreSignature+")", m); msg != "" {
 			return nil, nil, denyf("%s", msg)
 		}
 		if pending != nil {
 			warnings = append(warnings, fmt.Sprintf("pending migration %q ignored: the pod's restore annotations (migration %q) win", pending.Name, m.Name))
+		}
+		if err := checkRestoreImages(pod, m); err != nil {
+			return nil, nil, err
 		}
 		return m, warnings, nil
 	}
@@ -96,6 +107,9 @@ func restoreRequest(pod *corev1.Pod, pending *Migration, cfg Config) (*Migration
 		return nil, warnings, denyf("%s", msg)
 	}
 	m := *pending
+	if err := checkRestoreImages(pod, &m); err != nil {
+		return nil, warnings, err
+	}
 	return &m, warnings, nil
 }
 
@@ -125,6 +139,11 @@ func checkPending(namespace string, p *Migration) error {
 	if p.ReplaySkip != "" {
 		add("replaySkip", p.ReplaySkip, checkReplaySkip(p.ReplaySkip))
 	}
+	if len(p.Images) > 0 {
+		if _, msg := ParseImages(EncodeImages(p.Images)); msg != "" {
+			bad = append(bad, "images: "+msg)
+		}
+	}
 	if len(bad) > 0 {
 		return denyf("pending migration %q for this pod is invalid (%s): the migrator must fix or delete it", p.Name, strings.Join(bad, "; "))
 	}
@@ -151,6 +170,12 @@ func applyRestore(pod *corev1.Pod, app, sidecar *corev1.Container, m *Migration)
 	if app.Image != m.Image {
 		lines = append(lines, fmt.Sprintf("%s%q: %s → %s (the checkpoint of migration %s)", restoreLineImage, app.Name, orUnset(app.Image), m.Image, m.Name))
 		app.Image = m.Image
+	}
+	for _, c := range otherApps(pod) {
+		if img, ok := m.Images[c.Name]; ok && c.Image != img {
+			lines = append(lines, fmt.Sprintf("%s%q: %s → %s (the checkpoint of migration %s)", restoreLineImage, c.Name, orUnset(c.Image), img, m.Name))
+			c.Image = img
+		}
 	}
 	if pod.Spec.NodeName != m.Node {
 		lines = append(lines, fmt.Sprintf("%s%s → %s (pinned to the restore's target node)", restoreLineNode, orUnset(pod.Spec.NodeName), m.Node))
@@ -201,6 +226,7 @@ var RestoreRequestAnnotations = []string{
 	contract.AnnotationReplayCutoff,
 	contract.AnnotationReplayEpoch,
 	contract.AnnotationReplaySkip,
+	contract.AnnotationRestoreImages,
 	contract.AnnotationMigrationName,
 	contract.AnnotationRestoreSignature,
 }
@@ -257,4 +283,61 @@ func RestoredFromPod(pod *corev1.Pod) (RestoredFrom, bool) {
 func (r RestoredFrom) Encode() string {
 	b, _ := json.Marshal(r)
 	return string(b)
+}
+
+// EncodeImages is images (container → checkpoint image) as
+// contract.AnnotationRestoreImages's value: "container=image",
+// comma-separated, sorted by container.
+func EncodeImages(images map[string]string) string {
+	names := make([]string, 0, len(images))
+	for n := range images {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + images[n]
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseImages reads contract.AnnotationRestoreImages's value; msg says
+// what is wrong with it, if anything.
+func ParseImages(v string) (map[string]string, string) {
+	out := map[string]string{}
+	prev := ""
+	for _, part := range strings.Split(v, ",") {
+		name, img, ok := strings.Cut(part, "=")
+		switch {
+		case !ok || name == "" || img == "" || strings.ContainsAny(part, " \t\r\n"):
+			return nil, "want container=image, comma-separated"
+		case name <= prev:
+			return nil, "want each container once, sorted by name"
+		}
+		out[name], prev = img, name
+	}
+	return out, ""
+}
+
+// checkRestoreImages denies a restore m whose Images name a container that
+// is not one of pod's app containers after the first.
+func checkRestoreImages(pod *corev1.Pod, m *Migration) error {
+	others := map[string]bool{}
+	for _, c := range otherApps(pod) {
+		others[c.Name] = true
+	}
+	for name := range m.Images {
+		if !others[name] {
+			return denyf("the restore of migration %s names a checkpoint image for container %q, which is not one of the pod's app containers after the first", m.Name, name)
+		}
+	}
+	return nil
+}
+
+// otherApps are pod's app containers after the first.
+func otherApps(pod *corev1.Pod) []*corev1.Container {
+	if apps := appContainers(pod); len(apps) > 1 {
+		return apps[1:]
+	}
+	return nil
 }

@@ -332,6 +332,18 @@ func expandEnvRefs(s string, lookup func(string) (v string, known, defined bool)
 	return b.String(), known
 }
 
+// AppContainers returns the names of pod's app containers (every
+// container but ms2m's own, or the one ms2m.io/container names), the
+// first being AppContainer's: each is checkpointed and restored; nil for a
+// pod without containers.
+func AppContainers(pod *corev1.Pod) []string {
+	var out []string
+	for _, c := range appContainers(pod) {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
 // AppContainer returns the name of the container ms2m treats as pod's app
 // (the one checkpointed and restored): the one ms2m.io/container names,
 // else the first; "" for a pod without containers.

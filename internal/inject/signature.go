@@ -36,6 +36,9 @@ func restoreParts(namespace, pod, expiry string, m Migration) []string {
 	if m.ReplaySkip != "" {
 		parts = append(parts, "skip="+m.ReplaySkip)
 	}
+	if len(m.Images) > 0 {
+		parts = append(parts, "images="+EncodeImages(m.Images))
+	}
 	return parts
 }
 

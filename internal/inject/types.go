@@ -80,6 +80,10 @@ type Migration struct {
 	// ReplaySkip are delivery IDs in the range not to replay, ascending
 	// and comma-separated (MS2M_REPLAY_SKIP). Empty: none.
 	ReplaySkip string `json:"replaySkip,omitempty"`
+	// Images are the checkpoint images of the app containers after the
+	// first (AppContainers), by container name, for a pod with several;
+	// Image is the first's. Empty: one app container.
+	Images map[string]string `json:"images,omitempty"`
 	// Signature is the controller's (SignRestore) for the pod of the
 	// pending record's name, in its namespace.
 	Signature string `json:"signature,omitempty"`

@@ -120,15 +120,33 @@ func targetConfig(e *env) sidecar.Config {
 }
 
 // TestHandoffTwoQueues: two queues on two channels, handed over together.
-func TestHandoffTwoQueues(t *testing.T) {
+func TestHandoffTwoQueues(t *testing.T) { handoffTwoQueues(t, false) }
+
+// TestHandoffTwoAppConnections: two apps on one sidecar, each its own
+// connection consuming a queue of its own, as the two app containers of
+// one pod: the target's replay hands each its own queue's records, and
+// both are exact.
+func TestHandoffTwoAppConnections(t *testing.T) { handoffTwoQueues(t, true) }
+
+// handoffTwoQueues hands over two queues consumed by one app on two
+// channels, or (apart) by two apps, one connection each.
+func handoffTwoQueues(t *testing.T, apart bool) {
 	const n = 200
 	e := newEnv(t)
 	qs := []string{e.queue(), e.queue()}
 	source := e.start(sidecar.Options{})
 	target := e.startConfig(targetConfig(e), sidecar.Options{})
-	startMultiApp(t, source.AMQPAddr(), qs, 5, time.Millisecond)
-	dst := startMultiApp(t, target.AMQPAddr(), qs, 5, time.Millisecond)
-
+	dst := map[string]*multiApp{}
+	if apart {
+		for _, q := range qs {
+			startMultiApp(t, source.AMQPAddr(), []string{q}, 5, time.Millisecond)
+			dst[q] = startMultiApp(t, target.AMQPAddr(), []string{q}, 5, time.Millisecond)
+		}
+	} else {
+		startMultiApp(t, source.AMQPAddr(), qs, 5, time.Millisecond)
+		app := startMultiApp(t, target.AMQPAddr(), qs, 5, time.Millisecond)
+		dst[qs[0]], dst[qs[1]] = app, app
+	}
 	var producers sync.WaitGroup
 	want := map[string]*chain{}
 	for _, q := range qs {
@@ -139,10 +157,10 @@ func TestHandoffTwoQueues(t *testing.T) {
 	producers.Wait()
 	for _, q := range qs {
 		testenv.Eventually(t, 30*time.Second, "the target to finish "+q, func() bool {
-			c, _ := dst.state(q)
+			c, _ := dst[q].state(q)
 			return c >= n
 		})
-		if c, h := dst.state(q); c != n || h != want[q].hex() {
+		if c, h := dst[q].state(q); c != n || h != want[q].hex() {
 			t.Errorf("queue %s: target processed %d with hash %s, want %d and %s (cutoff %d)", q, c, h, n, want[q].hex(), tm.CutoffID)
 		}
 	}

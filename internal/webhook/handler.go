@@ -302,6 +302,7 @@ var updateIgnored = map[string]bool{
 	contract.AnnotationMigrationName: true,
 	contract.AnnotationReplayEpoch:   true,
 	contract.AnnotationReplaySkip:    true,
+	contract.AnnotationRestoreImages: true,
 	// Checked at creation against the pod's name and namespace; an
 	// update cannot make a pod a restore.
 	contract.AnnotationRestoreSignature: true,
