@@ -37,11 +37,17 @@ func produce(t *testing.T, e *env, q string, n int, rate string) string {
 
 func goConsumer(t *testing.T, sc *sidecar.Sidecar, q string, prefetch int) (addr string, cmd *exec.Cmd) {
 	t.Helper()
+	return goConsumerWork(t, sc, q, prefetch, 2)
+}
+
+// goConsumerWork is goConsumer whose app works workMS per message.
+func goConsumerWork(t *testing.T, sc *sidecar.Sidecar, q string, prefetch, workMS int) (addr string, cmd *exec.Cmd) {
+	t.Helper()
 	cmd = exec.Command(testenv.Build(t, "examples/consumer"))
 	addr = testenv.FreeAddr(t)
 	runApp(t, cmd, map[string]string{
 		"AMQP_URL": "amqp://guest:guest@" + sc.AMQPAddr() + "/",
-		"QUEUE":    q, "PREFETCH": fmt.Sprint(prefetch), "WORK_MS": "2", "HTTP_ADDR": addr, "DECLARE": "false",
+		"QUEUE":    q, "PREFETCH": fmt.Sprint(prefetch), "WORK_MS": fmt.Sprint(workMS), "HTTP_ADDR": addr, "DECLARE": "false",
 	})
 	return addr, cmd
 }

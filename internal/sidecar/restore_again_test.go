@@ -211,7 +211,10 @@ func killedHoldingThenStopped(t *testing.T, e *env, q string, n int) (want strin
 	served := e.start(sidecar.Options{})
 	se := &env{t: t, broker: e.broker, log: e.log, sc: served}
 	want = produce(t, e, q, n, "0")
-	first, firstCmd := goConsumer(t, served, q, 10)
+	// 20 ms a message: the app cannot finish the queue between the poll
+	// that sees a quarter done and the kill, even on a loaded machine (at
+	// 2 ms it once did, and held nothing when killed).
+	first, firstCmd := goConsumerWork(t, served, q, 10, 20)
 	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
 		s, _ := appStateAt(first)
 		return s.Count >= n/4
