@@ -60,11 +60,16 @@ type conn struct {
 	// when the sidecar last read from the broker; recent are the app's last
 	// acks. draining is set once the broker's connection is gone, while the
 	// app may still settle what it holds; drainEnded once it may not.
+	// upClose is the broker's own connection.close, which the app gets
+	// only once the drain ends; appClose is set if the app asked to close
+	// during it.
 	closing    bool
 	lastDown   time.Time
 	recent     recentAcks
 	draining   bool
 	drainEnded bool
+	upClose    []byte
+	appClose   bool
 
 	appMu sync.Mutex // serialises writes to app
 	upMu  sync.Mutex // serialises writes to up
@@ -87,15 +92,17 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	kickCh chan struct{} // closed (and replaced) to wake replay feeders; guarded by mu
-	// drained is closed when the drain ends; appDone once pumpUp returned.
+	// drained is closed when the drain ends; appDone and appGone once
+	// pumpUp returned.
 	drained chan struct{}
 	appDone atomic.Bool
+	appGone chan struct{}
 }
 
 func newConn(p *Proxy, id uint64, app, up net.Conn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		ctx: ctx, cancel: cancel, kickCh: make(chan struct{}), drained: make(chan struct{}),
+		ctx: ctx, cancel: cancel, kickCh: make(chan struct{}), drained: make(chan struct{}), appGone: make(chan struct{}),
 		p: p, id: id, app: app, up: up, log: log,
 		chans: map[uint16]*channel{},
 		upQ:   make(chan segment, 256),
@@ -130,17 +137,18 @@ func (c *conn) run(ctx context.Context) {
 		defer close(downDone)
 		// pumpDown and pumpUp end only on an error: EOF or a closed
 		// connection is the ordinary end.
-		if err := c.pumpDown(); !isClosed(err) {
+		if err := c.pumpDown(); !isClosed(err) && !errors.Is(err, errBrokerClosed) {
 			c.log.Debug("broker side ended", "err", err)
 		}
 		c.drainApp()
-		c.app.Close() // ends pumpUp's read
+		c.closeApp() // ends pumpUp's read
 	}()
 
 	if err := c.pumpUp(); !isClosed(err) {
 		c.log.Debug("app side ended", "err", err)
 	}
 	c.appDone.Store(true)
+	close(c.appGone)
 	c.mu.Lock()
 	c.endDrainLocked()
 	c.mu.Unlock()

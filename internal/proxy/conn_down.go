@@ -39,6 +39,7 @@ func (c *conn) pumpDown() error {
 			// follows: an absorbed redelivery's ack must precede the app's
 			// acks of later deliveries (absorbRedelivery).
 			c.push(segment{raw: c.takeLateLocked()})
+			closed := c.upClose != nil
 			c.appMu.Lock()
 			c.mu.Unlock()
 			_, werr := c.app.Write(out)
@@ -49,6 +50,9 @@ func (c *conn) pumpDown() error {
 			}
 			if werr != nil {
 				return werr
+			}
+			if closed {
+				return errBrokerClosed
 			}
 		}
 		if err != nil {
@@ -103,11 +107,18 @@ func (c *conn) copyRawDown(buf []byte) error {
 
 // onDown handles one frame from the broker. It runs with c.mu held.
 func (c *conn) onDown(f amqpwire.Frame, out *[]byte) error {
+	if c.upClose != nil {
+		return nil // the broker closed the connection: nothing follows
+	}
 	switch f.Type {
 	case amqpwire.FrameHeartbeat:
 	case amqpwire.FrameMethod:
 		if f.Channel == 0 {
-			if key, err := amqpwire.PayloadKey(f.Payload); err == nil && (key == amqpwire.KeyConnectionClose || key == amqpwire.KeyConnectionCloseOk) {
+			key, err := amqpwire.PayloadKey(f.Payload)
+			if err == nil && key == amqpwire.KeyConnectionClose && !c.closing {
+				return c.brokerClosed(f)
+			}
+			if err == nil && (key == amqpwire.KeyConnectionClose || key == amqpwire.KeyConnectionCloseOk) {
 				c.closing = true
 			}
 			break

@@ -10,10 +10,11 @@
 //   - while quiesced or stopped, new deliveries are held back from the app;
 //     a stop cancels the app's consumers upstream, gives the app what was
 //     held, and writes a cutoff marker once the app acked it all;
-//   - when the broker's connection goes, the app's stays open a moment for
-//     the app to ack what it holds, and the broker's redeliveries of what
-//     it acked then are acked by the sidecar and kept from the app
-//     (drain.go).
+//   - when the broker's connection goes, or the broker closes it
+//     (connection.close, held back from the app meanwhile), the app's stays
+//     open a moment for the app to ack what it holds, and the broker's
+//     redeliveries of what it acked then are acked by the sidecar and kept
+//     from the app (drain.go).
 //
 // Each connection has two pumps. The downstream pump (broker to app) parses
 // what it reads, records deliveries and writes the frames on. The upstream

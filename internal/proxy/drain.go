@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"errors"
 	"time"
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
@@ -19,14 +21,31 @@ import (
 // once. Then the app's connection closes, as before. When the broker
 // redelivers one of those messages, on any connection, the sidecar acks
 // it upstream itself and the app never sees it (absorbRedelivery).
+//
+// A broker that closes the connection itself (connection.close: a graceful
+// shutdown or restart, a connection closed by an operator) takes back the
+// app's deliveries just the same, and frames the app sends after it are
+// discarded. So the sidecar answers the close with close-ok itself, keeps
+// it from the app, and drains as for a loss, from the close on
+// (brokerClosed); once the drain ends, the app gets the broker's close,
+// its reply code and text, and its connection closes (closeApp).
 
 // recentAckWindow is how long before the sidecar last heard from the
 // broker an ack counts as maybe lost with the broker's connection.
 const recentAckWindow = 2 * time.Second
 
-// drainApp runs once pumpDown ended: if the broker's connection went (and
-// not the app's, nor by a connection.close), it keeps the app's
-// connection while the app settles what it holds, within LossDrain.
+// closeOkWait is how long, after it got the broker's connection.close at
+// the end of a drain, the app has to answer close-ok and hang up before
+// the sidecar closes its connection.
+const closeOkWait = time.Second
+
+// errBrokerClosed ends pumpDown once the broker closed the connection.
+var errBrokerClosed = errors.New("the broker closed the connection")
+
+// drainApp runs once pumpDown ended: if the broker's connection went, or
+// the broker closed it (and not the app's, nor by a connection.close the
+// app began), it keeps the app's connection while the app settles what it
+// holds, within LossDrain.
 func (c *conn) drainApp() {
 	if c.ctx.Err() != nil || c.appDone.Load() {
 		return
@@ -36,9 +55,7 @@ func (c *conn) drainApp() {
 		c.mu.Unlock()
 		return
 	}
-	c.draining = true
-	c.recent.since(c.lastDown.Add(-recentAckWindow), c.p.ackedLost.add)
-	c.recent = recentAcks{}
+	c.startDrainLocked()
 	held := c.outstandingLocked()
 	if held == 0 {
 		c.endDrainLocked()
@@ -47,7 +64,7 @@ func (c *conn) drainApp() {
 	if held == 0 {
 		return
 	}
-	c.log.Info("the broker's connection is gone; waiting for the app to settle the deliveries it holds before closing its connection",
+	c.log.Info("the broker's connection is gone or closed; waiting for the app to settle the deliveries it holds before closing its connection",
 		"outstanding", held, "within", c.p.opts.LossDrain)
 	t := time.NewTimer(c.p.opts.LossDrain)
 	defer t.Stop()
@@ -60,6 +77,61 @@ func (c *conn) drainApp() {
 	c.mu.Lock()
 	c.endDrainLocked()
 	c.mu.Unlock()
+}
+
+// startDrainLocked starts the drain, once: what the app acked from here on,
+// and in the recentAckWindow before the sidecar last heard from the
+// broker, is remembered as acked but maybe not by the broker. Callers
+// hold c.mu.
+func (c *conn) startDrainLocked() {
+	if c.draining {
+		return
+	}
+	c.draining = true
+	c.recent.since(c.lastDown.Add(-recentAckWindow), c.p.ackedLost.add)
+	c.recent = recentAcks{}
+}
+
+// brokerClosed handles the broker's own connection.close, f: the sidecar
+// answers close-ok, keeps the close for the app (closeApp) and starts the
+// drain at once, so that no ack of the app's goes to a broker that
+// discards it. pumpDown ends after it (errBrokerClosed). It runs with c.mu
+// held.
+func (c *conn) brokerClosed(f amqpwire.Frame) error {
+	m, err := decode[*amqpwire.ConnectionClose](f.Payload)
+	if err != nil {
+		return err
+	}
+	c.upClose = bytes.Clone(f.Raw)
+	c.late = amqpwire.AppendMethodFrame(c.late, 0, &amqpwire.ConnectionCloseOk{})
+	c.startDrainLocked()
+	c.log.Info("the broker closed the connection; the app gets its close once it settled what it holds",
+		"code", m.ReplyCode, "text", m.ReplyText, "outstanding", c.outstandingLocked())
+	return nil
+}
+
+// closeApp closes the app's connection once the drain is over. After a
+// connection.close of the broker's, the app gets that close first (or,
+// had it asked to close in the drain, the close-ok), and closeOkWait to
+// answer and hang up.
+func (c *conn) closeApp() {
+	c.mu.Lock()
+	last := c.upClose
+	if last != nil && c.appClose {
+		last = amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionCloseOk{})
+	}
+	c.mu.Unlock()
+	if last != nil && c.ctx.Err() == nil && !c.appDone.Load() {
+		c.writeApp(last)
+		t := time.NewTimer(closeOkWait)
+		select {
+		case <-c.appGone:
+		case <-t.C:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+	}
+	c.app.Close()
 }
 
 // endDrainLocked ends the drain, once. Callers hold c.mu.
@@ -82,18 +154,25 @@ func (c *conn) outstandingLocked() int {
 // onDrainFrame handles a frame from the app while the connection drains:
 // nothing goes to the broker. Acks, nacks and rejects settle what they
 // cover (settle remembers what an ack covers); anything else ends the
-// drain, as does the app's last outstanding delivery settled.
+// drain, as does the app's last outstanding delivery settled. A
+// connection.close of the app's is noted: after a close of the broker's,
+// closeApp answers it close-ok.
 func (c *conn) onDrainFrame(f amqpwire.Frame) error {
 	if c.drainEnded || f.Type == amqpwire.FrameHeartbeat {
 		return nil
 	}
-	if f.Type != amqpwire.FrameMethod || f.Channel == 0 {
+	if f.Type != amqpwire.FrameMethod {
 		c.endDrainLocked()
 		return nil
 	}
 	key, err := amqpwire.PayloadKey(f.Payload)
 	if err != nil {
 		return err
+	}
+	if f.Channel == 0 {
+		c.appClose = key == amqpwire.KeyConnectionClose
+		c.endDrainLocked()
+		return nil
 	}
 	ch := c.channel(f.Channel)
 	var seg segment // goes nowhere

@@ -100,3 +100,98 @@ func TestPipeBrokerLossOtherFrameEndsDrain(t *testing.T) {
 		t.Fatalf("app got %+v %q, want the redelivery of \"one\" as tag 1", m, body)
 	}
 }
+
+// brokerClose has the broker close the connection itself, as RabbitMQ
+// does on a graceful shutdown or when an operator closes the connection.
+func (pp *pipeProxy) brokerClose() {
+	pp.broker.write(amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionClose{
+		ReplyCode: amqpwire.ConnectionForced, ReplyText: "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"}))
+}
+
+// expectBrokerClose reads the next frame at the app and checks it is the
+// broker's connection.close, its code and text as the broker sent them.
+func expectBrokerClose(t *testing.T, pe *peer) {
+	t.Helper()
+	f := pe.next()
+	m, ok := f.method.(*amqpwire.ConnectionClose)
+	if !ok || f.channel != 0 || m.ReplyCode != amqpwire.ConnectionForced || m.ReplyText != "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'" {
+		t.Fatalf("%s got %v, want the broker's connection.close (320, its text)", pe.name, f)
+	}
+}
+
+// closeHolding has the broker close the connection while the app holds
+// the delivery "one" (tag 1), and waits until the sidecar answered the
+// close (close-ok, at once) and the connection drains.
+func closeHolding(t *testing.T) *pipeProxy {
+	t.Helper()
+	pp := startPipe(t, Options{LossDrain: 5 * time.Second})
+	pp.consume(t)
+	pp.deliver(1, "one")
+	pp.expectDelivery(t, 1, "one")
+	pp.brokerClose()
+	expect[*amqpwire.ConnectionCloseOk](pp.broker)
+	pp.waitDraining(t)
+	return pp
+}
+
+// TestPipeBrokerCloseDrainsAndAbsorbs: when the broker closes the
+// connection itself (connection.close) while the app holds a delivery, the
+// sidecar answers close-ok, and the app keeps its connection until it
+// acked the delivery; only then does it get the broker's close, with the
+// broker's code and text. Its ack does not go to the broker (which
+// discards frames after its close) but is remembered: the redelivery on
+// the next connection is absorbed. Before, the close went to the app at
+// once and its ack was lost: the message was folded twice.
+func TestPipeBrokerCloseDrainsAndAbsorbs(t *testing.T) {
+	pp := closeHolding(t)
+	select {
+	case f := <-pp.app.frames:
+		t.Fatalf("app got %v while it holds a delivery, want nothing until it settled it", f)
+	case <-time.After(100 * time.Millisecond):
+	}
+	pp.app.send(&amqpwire.BasicAck{DeliveryTag: 1})
+	expectBrokerClose(t, pp.app)
+	pp.app.write(amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionCloseOk{}))
+	expectClosed(t, pp.app)
+	expectClosed(t, pp.broker) // the ack and the app's close-ok went nowhere
+
+	pp2 := attachPipe(t, pp.p)
+	pp2.consume(t)
+	pp2.redeliver(1, "one")
+	pp2.deliver(2, "two")
+	pp2.expectAck(t, 1) // the sidecar's ack of the absorbed redelivery
+	pp2.expectDelivery(t, 1, "two")
+	if n := pp.tee.records(); n != 2 {
+		t.Fatalf("log holds %d records, want 2: one, two (not one's redelivery)", n)
+	}
+}
+
+// TestPipeBrokerCloseNothingHeld: a broker's connection.close while the
+// app holds nothing (a refused handshake, say) reaches the app at once,
+// with its code and text; the close-ok to the broker is the sidecar's.
+func TestPipeBrokerCloseNothingHeld(t *testing.T) {
+	pp := startPipe(t, Options{LossDrain: 5 * time.Second})
+	pp.consume(t)
+	pp.brokerClose()
+	expect[*amqpwire.ConnectionCloseOk](pp.broker)
+	expectBrokerClose(t, pp.app)
+	pp.app.write(amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionCloseOk{}))
+	expectClosed(t, pp.app)
+}
+
+// TestPipeBrokerCloseAppCloses: an app that closes its connection during
+// the drain after a broker's close gets close-ok, not the broker's close
+// on top of its own; the delivery it did not ack is not remembered.
+func TestPipeBrokerCloseAppCloses(t *testing.T) {
+	pp := closeHolding(t)
+	pp.app.write(amqpwire.AppendMethodFrame(nil, 0, &amqpwire.ConnectionClose{ReplyCode: 200, ReplyText: "bye"}))
+	if f := pp.app.next(); f.channel != 0 {
+		t.Fatalf("app got %v, want connection.close-ok", f)
+	} else if _, ok := f.method.(*amqpwire.ConnectionCloseOk); !ok {
+		t.Fatalf("app got %v, want connection.close-ok", f)
+	}
+	expectClosed(t, pp.app)
+	if !pp.p.ackedLost.empty() {
+		t.Fatal("a message the app did not ack is remembered as acked")
+	}
+}

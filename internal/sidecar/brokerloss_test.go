@@ -26,16 +26,32 @@ func killAMQPConnections(t *testing.T, name string) int {
 // hash. Before the drain, the app's ack failed with its connection and it
 // folded the redelivery too (one more than sent).
 func TestBrokerLossWhileTheAppHoldsADelivery(t *testing.T) {
+	cutWhileTheAppHoldsADelivery(t, "ms2m-test-brokerloss", func(name string) func() {
+		return func() {
+			if k := killAMQPConnections(t, name); k != 1 {
+				t.Fatalf("killed %d broker connections named %s, want 1", k, name)
+			}
+		}
+	})
+}
+
+// cutWhileTheAppHoldsADelivery runs the example consumer (400 ms a
+// message, prefetch 1, its connection named from prefix) through a
+// sidecar on 12 messages, calls the cut that arm(the name) returned 150 ms
+// into its work on one, and fails unless the app folded each message
+// once (the producer's hash) and reconnected.
+func cutWhileTheAppHoldsADelivery(t *testing.T, prefix string, arm func(name string) func()) {
 	const n = 12
 	e := newEnv(t)
 	q := e.queue()
 	sc := e.start(sidecar.Options{})
-	name := testenv.UniqueName("ms2m-test-brokerloss")
+	name := testenv.UniqueName(prefix)
 	app := testenv.FreeAddr(t)
 	runApp(t, exec.Command(testenv.Build(t, "examples/consumer")), map[string]string{
 		"AMQP_URL": "amqp://guest:guest@" + sc.AMQPAddr() + "/", "QUEUE": q, "PREFETCH": "1", "WORK_MS": "400",
 		"HTTP_ADDR": app, "DECLARE": "false", "CONNECTION_NAME": name,
 	})
+	cut := arm(name)
 	want := produce(t, e, q, n, "0")
 	var folded int
 	testenv.Eventually(t, 30*time.Second, "the app to fold a few", func() bool {
@@ -50,9 +66,7 @@ func TestBrokerLossWhileTheAppHoldsADelivery(t *testing.T) {
 		return s.Count > folded
 	})
 	time.Sleep(150 * time.Millisecond)
-	if k := killAMQPConnections(t, name); k != 1 {
-		t.Fatalf("killed %d broker connections named %s, want 1", k, name)
-	}
+	cut()
 	var got appState
 	testenv.Eventually(t, 60*time.Second, "the app to fold every message", func() bool {
 		got, _ = appStateAt(app)

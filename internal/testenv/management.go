@@ -105,3 +105,47 @@ func ExpectTransacted(t testing.TB, queue string) {
 		return err == nil && len(got) == 1 && got[0]
 	})
 }
+
+// ConnectionsNamed returns the broker's names of its AMQP connections
+// (vhost "/" or any) whose client-provided name is clientName, as the
+// management API lists them. A new connection shows after a moment: poll.
+func (m Management) ConnectionsNamed(clientName string) ([]string, error) {
+	var conns []struct {
+		Name   string `json:"name"`
+		Client struct {
+			Name string `json:"connection_name"`
+		} `json:"client_properties"`
+	}
+	if err := m.get("/api/connections?columns=name,client_properties", &conns); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range conns {
+		if c.Client.Name == clientName {
+			out = append(out, c.Name)
+		}
+	}
+	return out, nil
+}
+
+// CloseConnection has the broker close its connection name (as
+// ConnectionsNamed gives it) with connection.close 320 CONNECTION_FORCED,
+// as an operator does from the management UI.
+func (m Management) CloseConnection(name, reason string) error {
+	req, err := http.NewRequest(http.MethodDelete, m.URL+"/api/connections/"+url.PathEscape(name), nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(m.Username, m.Password)
+	req.Header.Set("X-Reason", reason)
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("DELETE /api/connections/%s: %s", name, resp.Status)
+	}
+	return nil
+}
