@@ -20,6 +20,7 @@ import (
 
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/contract"
+	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migratorcli"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -93,13 +94,31 @@ func startDrainees(t *testing.T, ctx context.Context, l *lab.Lab, node string, d
 // empty. It returns the node the pod went to.
 func expectMovedOff(t *testing.T, ctx context.Context, l *lab.Lab, d *drainee, node string) string {
 	t.Helper()
-	list, err := l.Client.CoreV1().Pods(lab.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + d.name})
+	// kubectl drain ends once the source is gone, and the controller
+	// records the outcome on the target just after it deleted the source
+	// (a second later, once, on a loaded machine): wait for the record.
+	var (
+		list *corev1.PodList
+		err  error
+		st   controller.Status
+	)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		list, err = l.Client.CoreV1().Pods(lab.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + d.name})
+		if err == nil && len(list.Items) == 1 {
+			if st = migrationStatus(t, &list.Items[0]); st.Phase != "" && st.Phase != contract.PhaseRunning {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
 	if err != nil || len(list.Items) != 1 {
 		t.Errorf("%s %s: %d pods (%v), want 1", d.kind, d.name, len(list.Items), err)
 		return ""
 	}
 	target := &list.Items[0]
-	st := migrationStatus(t, target)
 	t.Logf("%s/%s: %s on %s by %s, %s", d.kind, d.image, target.Name, target.Spec.NodeName, st.Strategy, st.Message)
 	if target.UID == d.src.UID || target.Spec.NodeName == node || st.Phase != contract.PhaseSucceeded || st.Evacuation != node {
 		t.Errorf("%s %s: %s on %s, status %s evacuation %q; want a restore on another node by an evacuation off %s (status %s, restored from %s)", d.kind, d.name, target.Name, target.Spec.NodeName, st.Phase, st.Evacuation, node,
