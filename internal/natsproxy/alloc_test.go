@@ -98,3 +98,57 @@ func TestPassThroughAllocs(t *testing.T) {
 		t.Errorf("%.2f allocations per ack, want at most %d", ack, maxAllocsAck)
 	}
 }
+
+// BenchmarkSourcePath is the source sidecar's own CPU per message on the
+// pass-through path, without the network: reads of 100 pull deliveries
+// from the server (100-byte bodies) teed into a real Tee, whose log has
+// every write durable at once, and the app's read of their 100 acks.
+// ns/op is per message.
+func BenchmarkSourcePath(b *testing.B) {
+	log := &gateLog{open: make(chan struct{})}
+	close(log.open)
+	tee := shadowqueue.NewTee(log, shadowqueue.Record{}, shadowqueue.TeeOptions{})
+	ctx, cancel := context.WithCancel(b.Context())
+	done := make(chan struct{})
+	go func() { _ = tee.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	p := New(tee, Options{Logger: slog.New(slog.DiscardHandler), MaxUnacked: 1 << 20})
+	c := newConn(p, discardConn{}, discardConn{}, p.log)
+	down, up := natswire.NewParser(0), natswire.NewParser(0)
+	if _, err := c.parseApp(ctx, up, []byte("SUB _INBOX.abc 1\r\n")); err != nil {
+		b.Fatal(err)
+	}
+	// Ack subjects are unique per delivery, as the server's are (stream
+	// sequence, delivery count): batches cycles through reads of distinct
+	// ones.
+	const perRead, reads = 100, 64
+	body := make([]byte, 100)
+	var msgs, acks [reads][]byte
+	for r := range reads {
+		for i := range perRead {
+			seq := r*perRead + i + 1
+			reply := fmt.Appendf(nil, "$JS.ACK.ORDERS.proc.1.%d.%d.1700000000000000000.%d", seq, seq, perRead-i)
+			msgs[r] = natswire.AppendMsg(msgs[r], []byte("_INBOX.abc"), []byte("1"), reply, nil, body)
+			acks[r] = natswire.AppendPub(acks[r], reply, nil, nil, natswire.AckAck)
+		}
+	}
+	out := make([]byte, 0, len(msgs[0]))
+	b.ResetTimer()
+	for i, r := 0, 0; i < b.N; i, r = i+perRead, (r+1)%reads {
+		var err error
+		if out, err = c.passDown(down, msgs[r], out[:0]); err != nil {
+			b.Fatal(err)
+		}
+		ch, err := c.parseApp(ctx, up, acks[r])
+		if err != nil || len(ch.ch.data) != len(acks[r]) {
+			b.Fatalf("the acks: %v, %d bytes for the server", err, len(ch.ch.data))
+		}
+		if err := tee.WaitRoom(ctx); err != nil { // as the downstream pump does
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if st := p.Stats(); st.AcksAbsorbed != 0 || p.unacked.len() != 0 {
+		b.Fatalf("%d acks absorbed, %d deliveries unacked: want every ack to settle its delivery", st.AcksAbsorbed, p.unacked.len())
+	}
+}

@@ -41,6 +41,8 @@
 // as read unless an INFO was rewritten. The upstream pump (app to server)
 // parses and queues chunks of raw bytes for a writer goroutine, which waits
 // on the log before it writes a chunk that holds an ack of a delivery not
-// yet durable. PONGs, the app's answers to the server's PINGs, skip that
+// yet durable, and writes the chunks queued behind it whose acks are
+// durable too in the same write (writev). A read's deliveries and acks take
+// the clock once. PONGs, the app's answers to the server's PINGs, skip that
 // queue so that a slow log never gets the app disconnected as stale.
 package natsproxy

@@ -144,14 +144,14 @@ func New(tee Tee, opts Options) *Proxy {
 }
 
 // settled tells the tracker that the app settled delivery id of key, handed
-// to it at at, with the ack body: -NAK hands it back, anything else
+// to it at at, at now, with the ack body: -NAK hands it back, anything else
 // (+ACK, +TERM, +NXT) is the app done with it.
-func (p *Proxy) settled(key string, id uint64, at time.Time, body []byte) {
+func (p *Proxy) settled(key string, id uint64, at, now time.Time, body []byte) {
 	if bytes.HasPrefix(body, natswire.AckNak) {
 		p.tracker.Rejected(key, 1)
 		return
 	}
-	p.tracker.Acked(key, id, at, time.Now(), 1)
+	p.tracker.Acked(key, id, at, now, 1)
 }
 
 // modeWake returns a channel closed at the next mode switch.

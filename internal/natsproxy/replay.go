@@ -366,9 +366,9 @@ func replayReply(rec *shadowqueue.Record, redelivered bool) []byte {
 	return b
 }
 
-// onReplayAck absorbs the app's ack of a replayed delivery, and reports
-// whether it settled one.
-func (p *Proxy) onReplayAck(subject, body []byte) bool {
+// onReplayAck absorbs the app's ack of a replayed delivery, made at now,
+// and reports whether it settled one.
+func (p *Proxy) onReplayAck(subject, body []byte, now time.Time) bool {
 	ack, ok := natswire.ParseJSAck(subject)
 	if !ok {
 		return false
@@ -386,7 +386,7 @@ func (p *Proxy) onReplayAck(subject, body []byte) bool {
 	}
 	at, ok := k.settle(id, body)
 	if ok {
-		p.settled(k.key, id, at, body)
+		p.settled(k.key, id, at, now, body)
 	}
 	return ok
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -57,6 +58,20 @@ func runApp(t *testing.T, cmd *exec.Cmd, env map[string]string) {
 			t.Logf("%s output:\n%s", filepath.Base(cmd.Path), logs.String())
 		}
 	})
+}
+
+// handoverPoint returns at a random point while a handoff test's producer
+// runs, once the source's app (its state at srcApp) has processed a first
+// message through its sidecar: an app still starting (a Python one takes
+// seconds on a loaded machine) would otherwise be handed over before it
+// consumed anything, at cutoff 0, which is not the migration under test.
+func handoverPoint(t *testing.T, srcApp string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, "the source's app to process a first message", func() bool {
+		s, err := appStateAt(srcApp)
+		return err == nil && s.Count > 0
+	})
+	time.Sleep(time.Duration(rand.IntN(900)) * time.Millisecond) // the random point, not a wait
 }
 
 func appStateAt(addr string) (appState, error) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -69,7 +68,7 @@ func TestHandoff(t *testing.T) {
 			t.Cleanup(func() { producer.Process.Kill(); producer.Wait() })
 
 			// Hand over at a random point while the producer is running.
-			time.Sleep(time.Duration(300+rand.IntN(900)) * time.Millisecond)
+			handoverPoint(t, srcApp)
 			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 			defer cancel()
 			stop, err := control.Handover(ctx,

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"testing"
 	"time"
@@ -103,7 +102,7 @@ func natsHandoff(t *testing.T, lang, mode string, n int) {
 	}()
 
 	// Hand over at a random point while the producer is running.
-	time.Sleep(time.Duration(300+rand.IntN(900)) * time.Millisecond)
+	handoverPoint(t, srcApp)
 	hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	stop, err := control.Handover(hctx,

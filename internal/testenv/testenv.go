@@ -114,15 +114,57 @@ func ModuleRoot(t testing.TB) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago, for a process the test starts to listen on. The port lies below
+// the kernel's ephemeral range (ip_local_port_range): a port from that
+// range, free when asked for, is handed to the next outgoing connection or
+// bind to port 0 of any process on the machine, and a Python consumer that
+// takes seconds to start on a loaded machine then fails to bind it (or the
+// test reads another process's state there). Below the range only another
+// FreeAddr can pick it, and one process never picks a port twice.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := freePortRange()
+	freePortsMu.Lock()
+	defer freePortsMu.Unlock()
+	for range 1000 {
+		var b [2]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		port := lo + (int(b[0])<<8|int(b[1]))%(hi-lo)
+		if freePortsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
+		if err != nil {
+			continue // in use
+		}
+		_ = l.Close()
+		freePortsGiven[port] = true
+		return l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("no free loopback port in %d..%d", lo, hi-1)
+	return ""
+}
+
+var (
+	freePortsMu    sync.Mutex
+	freePortsGiven = map[int]bool{}
+)
+
+// freePortRange is where FreeAddr picks ports: [lo, hi), the 12,768
+// ports below the start of the kernel's ephemeral range (32768 unless
+// ip_local_port_range says otherwise), and never below 1024.
+func freePortRange() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var a, z int
+		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a > 1024+1000 {
+			hi = a
+		}
+	}
+	return max(1024, hi-12768), hi
 }
 
 // Eventually polls cond every 20 ms until it is true or timeout passes.
