@@ -129,13 +129,53 @@ func TestTwoContainerPod(t *testing.T) {
 	}
 }
 
+// TestTwoContainerPodRebuilt: the second app container of a whole pod,
+// migrated by the controller, restarts from its checkpoint image. The
+// controller sees it (the app containers' restartCounts), stops the pod
+// and restores it again, each container from its own image, and both
+// apps end exact for their queues.
+func TestTwoContainerPodRebuilt(t *testing.T) {
+	c := cluster(t)
+	resetNodes(c)
+	defer resetNodes(c)
+	w := deployWith(t, c, "sim-pod2-rebuild", "Deployment", twoContainerTemplate(), nil)
+	t.Cleanup(func() { scaleToZero(t, c, w) })
+	startController(t, c, "the controller", c.Kubeconfig)
+	requestMigration(t, c, w, contract.StrategyMS2M)
+	served := waitServed(t, c, w)
+	sp := c.Nodes[nodeB].Pod(w.ns, served.Name)
+	before := sp.Apps["audit"].State()
+	if err := c.Nodes[nodeB].RestartContainer(t.Context(), w.ns, served.Name, "audit"); err != nil {
+		t.Fatal(err)
+	}
+	if after := sp.Apps["audit"].State(); after.Count >= before.Count {
+		t.Fatalf("the restart did not take audit back to its checkpoint (%d processed before, %d after)", before.Count, after.Count)
+	}
+	expectEventOn(t, c, w.ns, served.Name, contract.ReasonStateRebuilt, "the state was rebuilt")
+	name := migrate.RebuildPodName(served)
+	var got *corev1.Pod
+	testenv.Eventually(t, time.Minute, "the new restore "+name+" alone serves", func() bool {
+		list, err := c.Client.CoreV1().Pods(w.ns).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 || list.Items[0].Name != name || list.Items[0].Annotations[contract.AnnotationRestoredFrom] == "" {
+			return false
+		}
+		got = &list.Items[0]
+		return true
+	})
+	rp := c.Nodes[nodeB].Pod(w.ns, got.Name)
+	if rp == nil || rp.UID != got.UID || !rp.Restored || len(rp.Apps) != 2 {
+		t.Fatalf("node %s does not run the new restore %s with two apps", nodeB, name)
+	}
+	checkApps(t, c, rp, inject.LogName(got), true)
+}
+
 // checkApps checks that both apps of the whole pod sp serve on, each has
 // processed every delivery of its queue once, and together all the
 // log's (restored: they came back from their checkpoints).
 func checkApps(t *testing.T, c *simcluster.Cluster, sp *simcluster.SimPod, log string, restored bool) {
 	t.Helper()
 	var last uint64
-	for i, name := range []string{"app", "audit"} {
+	for _, name := range []string{"app", "audit"} {
 		app := sp.Apps[name]
 		before := app.State().Last
 		testenv.Eventually(t, 10*time.Second, name+" processes new deliveries", func() bool { return app.State().Last > before+4 })
@@ -143,8 +183,8 @@ func checkApps(t *testing.T, c *simcluster.Cluster, sp *simcluster.SimPod, log s
 		if len(st.Violations) > 0 {
 			t.Errorf("%s saw deliveries out of order: %v", name, st.Violations)
 		}
-		// Part i of 2 takes IDs i+1, i+3, ...: up to its last, this many.
-		if want := (st.Last-uint64(i)-1)/2 + 1; st.Count != want {
+		// The app of part i of 2 takes IDs i+1, i+3, ...
+		if want := app.WantCount(st.Last); st.Count != want {
 			t.Errorf("%s processed %d deliveries, the last %d: want %d, each of its queue once", name, st.Count, st.Last, want)
 		}
 		if restored && st.Count <= 4 {

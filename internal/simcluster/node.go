@@ -854,11 +854,6 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 	return n.setRunning(ctx, pod, ip, imageIDs)
 }
 
-// appContainer is the pod's app container (the first of them).
-func appContainer(pod *corev1.Pod) *corev1.Container {
-	return container(pod, inject.AppContainer(pod))
-}
-
 // container is pod's container named name, nil if none.
 func container(pod *corev1.Pod, name string) *corev1.Container {
 	for i := range pod.Spec.Containers {
@@ -1095,6 +1090,12 @@ func (n *Node) HoldReplaysAfter(k uint64) {
 // checkpoint image (the state it was restored with), any other empty. Its
 // sidecar goes on.
 func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
+	return n.RestartContainer(ctx, ns, name, "")
+}
+
+// RestartContainer is RestartApp for the app container named container of
+// a whole pod ("": the first).
+func (n *Node) RestartContainer(ctx context.Context, ns, name, cname string) error {
 	sp := n.Pod(ns, name)
 	if sp == nil {
 		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
@@ -1107,20 +1108,27 @@ func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
 	if pod.UID != sp.UID {
 		return fmt.Errorf("pod %s/%s was replaced meanwhile", ns, name)
 	}
-	if sp.Restored {
-		if st, err = n.checkpointImage(ctx, appContainer(pod).Image); err != nil {
+	if cname == "" {
+		cname = inject.AppContainer(pod)
+	}
+	a, c := sp.Apps[cname], container(pod, cname)
+	if a == nil || c == nil {
+		return fmt.Errorf("pod %s/%s has no app container %s", ns, name, cname)
+	}
+	if sp.Restored && strings.HasPrefix(c.Image, n.c.RegistryHost+"/") {
+		if st, err = n.checkpointImage(ctx, c.Image); err != nil {
 			return err
 		}
 	}
-	sp.App.mu.Lock()
-	sp.App.state = st
-	sp.App.mu.Unlock()
+	a.mu.Lock()
+	a.state = st
+	a.mu.Unlock()
 	if sp.Sidecar != nil {
 		sp.Sidecar.appRestarted()
 	}
 	// The kubelet reports the restart: a higher restartCount and a new
 	// container ID.
-	app := inject.AppContainer(pod)
+	app := cname
 	s := *pod.Status.DeepCopy()
 	for i := range s.ContainerStatuses {
 		if cs := &s.ContainerStatuses[i]; cs.Name == app {

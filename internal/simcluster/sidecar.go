@@ -89,6 +89,19 @@ type App struct {
 // takes says whether the app consumes the queue of delivery id.
 func (a *App) takes(id uint64) bool { return a.parts <= 1 || (id-1)%a.parts == a.part }
 
+// WantCount is how many deliveries the app, its last one last, has
+// processed if it processed each of its queue's once: last for a pod's one
+// app, the IDs of its part up to last for one of several.
+func (a *App) WantCount(last uint64) uint64 {
+	switch {
+	case a.parts <= 1:
+		return last
+	case last <= a.part:
+		return 0
+	}
+	return (last-a.part-1)/a.parts + 1
+}
+
 // next is the delivery ID the app expects next.
 func (a *App) next() uint64 {
 	switch {
