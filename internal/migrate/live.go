@@ -32,6 +32,9 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	r.phase(prefix + "quiesce")
 	steps.resume = func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) }
 	held := checkpointUnderHold(ctx, steps, quiesced)
+	if len(r.others) > 0 {
+		held.fallback = steps.thawNo // the hold lasts for every call, not until a freeze
+	}
 	if held.err != nil {
 		r.reportHold(held, prefix)
 		return cut, r.checkpointFailed(ctx, ep, held)

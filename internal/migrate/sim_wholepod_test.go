@@ -51,6 +51,9 @@ func TestTwoContainerPod(t *testing.T) {
 			if err != nil {
 				t.Fatalf("migrate: %v", err)
 			}
+			if h := rep.Hold; h == nil || h.AtFreeze || !strings.Contains(h.Fallback, "2 app containers") {
+				t.Errorf("the hold %+v: want it held for both checkpoint calls, and the report to say so", h)
+			}
 			audit := rep.Images["audit"]
 			if !strings.HasPrefix(audit, c.ImageRepo()+"/"+w.ns+"@sha256:") || audit == rep.Image || len(rep.Images) != 1 {
 				t.Fatalf("the report's images: app %s, others %v; want one of audit's own", rep.Image, rep.Images)
