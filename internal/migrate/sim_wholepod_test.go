@@ -46,6 +46,7 @@ func TestTwoContainerPod(t *testing.T) {
 		t.Run(string(tc.strategy), func(t *testing.T) {
 			resetNodes(c)
 			w := deployWith(t, c, "sim-pod2-"+string(tc.strategy), tc.owner, twoContainerTemplate(), nil)
+			t.Cleanup(func() { scaleToZero(t, c, w) }) // their addresses back before the next test
 			p := plan(w, tc.strategy)
 			rep, err := migrate.Run(t.Context(), env(c, c.Client), p)
 			if err != nil {
@@ -85,6 +86,7 @@ func TestTwoContainerPod(t *testing.T) {
 	}
 
 	w := deployWith(t, c, "sim-pod2-fail", "Deployment", twoContainerTemplate(), nil)
+	t.Cleanup(func() { scaleToZero(t, c, w) })
 	auditRef := func(p migrate.Plan) string {
 		return migrate.CheckpointRef(c.ImageRepo(), w.ns, migrate.ContainerTag(p.Name, "audit"), c.SigningKey)
 	}
