@@ -29,14 +29,7 @@ const secondPort = lab.AppPort + 1
 // sidecar, migrated by ms2m while both producers send. Each container is
 // checkpointed and restored from a checkpoint image of its own, and both
 // end with their producer's hash.
-//
-// It runs with MS2M_E2E_WHOLEPOD=1 only until it has passed on the real
-// nodes (the real-node lock was held by others until the branch's
-// deadline; issue 22).
 func TestTwoContainerPod(t *testing.T) {
-	if os.Getenv("MS2M_E2E_WHOLEPOD") != "1" {
-		t.Skip("not yet run on real nodes: set MS2M_E2E_WHOLEPOD=1 (issue 22)")
-	}
 	l := needLab(t, "it runs migrate.Run in the test process, admitting targets itself")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
