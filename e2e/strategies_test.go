@@ -51,6 +51,10 @@ import (
 // StatefulSet's by statefulset and statefulset-shadow (auto). CRIU alone
 // is refused for NATS pods.
 //
+// A whole pod: TestTwoContainerPod moves a bare pod of two G consumers,
+// each on its own queue, by ms2m, each container from its own checkpoint
+// image (wholepod_test.go).
+//
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
 // annotation (pingpong_test.go).

@@ -176,12 +176,16 @@ type AppState struct {
 }
 
 // GetAppState reads the state of the consumer in pod.
-func GetAppState(pod *corev1.Pod) (AppState, error) {
+func GetAppState(pod *corev1.Pod) (AppState, error) { return GetAppStateOn(pod, AppPort) }
+
+// GetAppStateOn reads the state of the consumer in pod that serves it on
+// port (a second consumer in the pod serves on another).
+func GetAppStateOn(pod *corev1.Pod, port int) (AppState, error) {
 	var st AppState
 	// No keep-alive: an idle connection into the pod would be one more TCP
 	// socket for CRIU to deal with at a checkpoint.
 	c := http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(fmt.Sprintf("http://%s:%d/state", pod.Status.PodIP, AppPort))
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/state", pod.Status.PodIP, port))
 	if err != nil {
 		return st, err
 	}
@@ -248,10 +252,16 @@ func (p *Producer) Stop() {
 // messages ending with the last one, or timeout passes, and returns its
 // last state.
 func WaitFor(pod *corev1.Pod, want ProducerResult, timeout time.Duration) AppState {
+	return WaitForOn(pod, AppPort, want, timeout)
+}
+
+// WaitForOn is WaitFor for the consumer in pod that serves its state on
+// port.
+func WaitForOn(pod *corev1.Pod, port int, want ProducerResult, timeout time.Duration) AppState {
 	var got AppState
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if st, err := GetAppState(pod); err == nil {
+		if st, err := GetAppStateOn(pod, port); err == nil {
 			got = st
 			if st.Count >= want.Count && st.Last == fmt.Sprintf("msg-%d", want.Count) {
 				break

@@ -23,8 +23,10 @@ const (
 	// means "already injected".
 	AnnotationStatus = Prefix + "status"
 
-	// AnnotationContainer names the app container when the pod has more
-	// than one. Default: the first container.
+	// AnnotationContainer names the one app container that keeps state
+	// when the pod has more than one: only it is migrated, the others
+	// start afresh. Default: every container but ms2m's sidecar is an app
+	// container, and all of them are migrated (a whole pod).
 	AnnotationContainer = Prefix + "container"
 	// AnnotationBrokerEnv names further env vars, comma separated, that hold
 	// a broker URL (amqp://…) or host:port, beyond the well-known ones.

@@ -32,6 +32,9 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 	r.phase(prefix + "quiesce")
 	steps.resume = func(ctx context.Context) error { return ep.ResumeHold(ctx, cut.Hold) }
 	held := checkpointUnderHold(ctx, steps, quiesced)
+	if len(r.others) > 0 {
+		held.fallback = steps.thawNo // the hold lasts for every call, not until a freeze
+	}
 	if held.err != nil {
 		r.reportHold(held, prefix)
 		return cut, r.checkpointFailed(ctx, ep, held)
@@ -41,15 +44,15 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 		return cut, err
 	}
 	r.phase(prefix + "resume")
-	image, err := r.image(ctx, pod, held.archive, tag)
+	image, others, err := r.images(ctx, pod, held.archive, tag)
 	if err != nil {
 		return cut, err
 	}
 	r.phase(prefix + "image")
 	if prefix == "" {
-		r.rep.Archive, r.rep.Image = held.archive, image
+		r.rep.Archive, r.rep.Image, r.rep.Images = held.archive, image, others
 	} else {
-		r.rep.ShadowImage = image
+		r.rep.ShadowImage, r.rep.ShadowImages = image, others
 	}
 	return cut, nil
 }
@@ -57,12 +60,20 @@ func (r *run) liveCheckpoint(ctx context.Context, pod *corev1.Pod, tag, prefix s
 // holdSteps are the steps of pod's live checkpoint, with its watches
 // started on wctx: the freeze watch, at which the hold ends (unless
 // Plan.HoldWholeCall), and, when Plan.ThawAfterDump allows, the dump
-// watch at which the node's agent thaws the app.
+// watch at which the node's agent thaws the app. A whole pod's app
+// containers are checkpointed one after the other under one hold, which
+// lasts until the last call returned: a freeze of the first would let the
+// others take deliveries after the cut.
 func (r *run) holdSteps(wctx context.Context, pod *corev1.Pod) holdSteps {
 	steps := holdSteps{
 		checkpoint: func(ctx context.Context) (string, error) { return r.checkpoint(ctx, pod) },
 		atFreeze:   !r.p.HoldWholeCall,
 		now:        r.now,
+	}
+	if len(r.others) > 0 {
+		steps.atFreeze = false
+		steps.thawNo = fmt.Sprintf("the pod's %d app containers are checkpointed one after the other under one hold", len(r.others)+1)
+		return steps
 	}
 	id := containerID(pod, r.p.Container)
 	if fw, ok := r.env.Agent.(FreezeWatcher); ok && id != "" {

@@ -207,24 +207,36 @@ func TestCheckpointRef(t *testing.T) {
 	}
 }
 
-// TestOneAppContainer: a pod with a second app container migrates only
-// once the pod names the container that holds the state.
+// TestOneAppContainer: a pod's app containers are migrated together (a
+// whole pod), after the one Plan.Container names; a pod that names its
+// app container with ms2m.io/container migrates that one alone, and
+// ms2m's sidecar is never among them.
 func TestOneAppContainer(t *testing.T) {
 	pod := func(annotations map[string]string, names ...string) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "app-0", Annotations: annotations}}
 		for _, n := range names {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n})
 		}
+		p.Spec.InitContainers = []corev1.Container{{Name: inject.SidecarName}}
 		return p
 	}
-	if err := oneAppContainer(pod(nil, "app")); err != nil {
-		t.Errorf("one container: %v", err)
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		container string
+		want      string
+	}{
+		{"one container", pod(nil, "app"), "app", ""},
+		{"two containers", pod(nil, "orders", "audit"), "orders", "audit"},
+		{"three, the plan's not first", pod(nil, "orders", "audit", "mail"), "audit", "orders,mail"},
+		{"no container in the plan", pod(nil, "orders", "audit"), "", "audit"},
+		{"one named", pod(map[string]string{contract.AnnotationContainer: "audit"}, "orders", "audit"), "audit", ""},
+	} {
+		if got := strings.Join(otherApps(tc.pod, tc.container), ","); got != tc.want {
+			t.Errorf("%s: the other app containers are %q, want %q", tc.name, got, tc.want)
+		}
 	}
-	err := oneAppContainer(pod(nil, "orders", "audit"))
-	if err == nil || !strings.Contains(err.Error(), "2 app containers (orders, audit)") || !strings.Contains(err.Error(), contract.AnnotationContainer) {
-		t.Errorf("two containers, none named: %v; want a refusal naming both and %s", err, contract.AnnotationContainer)
-	}
-	if err := oneAppContainer(pod(map[string]string{contract.AnnotationContainer: "orders"}, "orders", "audit")); err != nil {
-		t.Errorf("two containers, one named: %v", err)
+	if a, b := ContainerTag("orders-0-tpj70d", "shadow"), ShadowName("orders-0-tpj70d"); a == b {
+		t.Errorf("container shadow's image tag %s is the shadow's", a)
 	}
 }

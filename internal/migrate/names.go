@@ -77,6 +77,12 @@ func ShadowName(migration string) string {
 // ShadowName), at most MaxTagLen.
 func ImageTag(migration string) string { return bounded(migration, MaxTagLen) }
 
+// ContainerTag is the tag of the checkpoint image of container, an app
+// container of a whole pod after the first, in the checkpoint tagged tag
+// (a migration's name, or its shadow's). The '_' keeps it apart from any
+// migration's or shadow's name, which never holds one.
+func ContainerTag(tag, container string) string { return tag + "_" + container }
+
 // tagSecretLen is the length of the unguessable part of a checkpoint
 // image's tag: 22 base64url characters, 132 bits.
 const tagSecretLen = 22

@@ -63,15 +63,35 @@ var ErrStateLost = errors.New("the replay log no longer holds the records after 
 // still there): nothing was done; try again shortly.
 var ErrRebuildNotYet = errors.New("the pod's migration has not finished yet")
 
-// AppRestarts is the restartCount of pod's app container.
+// AppRestarts is the restartCount of pod's app container, summed over
+// its app containers (a whole pod): any of them that restarts came back
+// from its checkpoint.
 func AppRestarts(pod *corev1.Pod) int32 {
-	app := inject.AppContainer(pod)
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == app {
-			return cs.RestartCount
+	var n int32
+	for _, app := range inject.AppContainers(pod) {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == app {
+				n += cs.RestartCount
+			}
 		}
 	}
-	return 0
+	return n
+}
+
+// otherImages are the images of pod's app containers after the first (a
+// whole pod's restore runs each from its own checkpoint image), by
+// container; nil for a pod with one.
+func otherImages(pod *corev1.Pod) map[string]string {
+	var out map[string]string
+	for _, c := range pod.Spec.Containers {
+		if slices.Contains(otherApps(pod, ""), c.Name) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[c.Name] = c.Image
+		}
+	}
+	return out
 }
 
 // AppRestartedSince reports whether pod, a restored pod that took over
@@ -193,7 +213,7 @@ func (r *run) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild %s/%s: %w", p.Namespace, p.Pod, err)
 	}
-	restore := Restore{Migration: p.Name, Image: from.Image, Node: pod.Spec.NodeName, LogName: inject.LogName(pod),
+	restore := Restore{Migration: p.Name, Image: from.Image, Images: otherImages(pod), Node: pod.Spec.NodeName, LogName: inject.LogName(pod),
 		Start: start, Cutoff: cutoff, Epoch: epoch, Skip: skip}
 	r.rep.Skipped = len(skip)
 	if ownedByStatefulSet(pod) {

@@ -13,7 +13,7 @@ import (
 )
 
 func TestAppRestartedSince(t *testing.T) {
-	pod := func(from string, appRestarts, otherRestarts int32) *corev1.Pod {
+	pod := func(from string, appRestarts, otherRestarts int32, ann ...string) *corev1.Pod {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: "other"}}},
@@ -22,6 +22,9 @@ func TestAppRestartedSince(t *testing.T) {
 		}
 		if from != "" {
 			p.Annotations[contract.AnnotationRestoredFrom] = from
+		}
+		for i := 0; i+1 < len(ann); i += 2 {
+			p.Annotations[ann[i]] = ann[i+1]
 		}
 		return p
 	}
@@ -33,14 +36,15 @@ func TestAppRestartedSince(t *testing.T) {
 		pod  *corev1.Pod
 		want got
 	}{
-		"not a restored pod":             {pod("", 3, 0), got{}},
-		"no restart since it took over":  {pod(`{"appRestarts":2}`, 2, 0), got{false, 2, 2}},
-		"restarted since it took over":   {pod(`{"appRestarts":2}`, 3, 0), got{true, 2, 3}},
-		"another container restarted":    {pod(`{"appRestarts":0}`, 0, 5), got{false, 0, 0}},
-		"an older record counts from 0":  {pod(`{"migration":"m"}`, 1, 0), got{true, 0, 1}},
-		"a bad record counts from 0":     {pod(`not json`, 1, 0), got{true, 0, 1}},
-		"a bad record, and no restart":   {pod(`not json`, 0, 0), got{false, 0, 0}},
-		"a record above the count (old)": {pod(`{"appRestarts":9}`, 1, 0), got{false, 9, 1}},
+		"not a restored pod":              {pod("", 3, 0), got{}},
+		"no restart since it took over":   {pod(`{"appRestarts":2}`, 2, 0), got{false, 2, 2}},
+		"restarted since it took over":    {pod(`{"appRestarts":2}`, 3, 0), got{true, 2, 3}},
+		"another app container restarted": {pod(`{"appRestarts":0}`, 0, 5), got{true, 0, 5}}, // a whole pod: it came back from its checkpoint too
+		"a stateless container restarted": {pod(`{"appRestarts":0}`, 0, 5, contract.AnnotationContainer, "app"), got{false, 0, 0}},
+		"an older record counts from 0":   {pod(`{"migration":"m"}`, 1, 0), got{true, 0, 1}},
+		"a bad record counts from 0":      {pod(`not json`, 1, 0), got{true, 0, 1}},
+		"a bad record, and no restart":    {pod(`not json`, 0, 0), got{false, 0, 0}},
+		"a record above the count (old)":  {pod(`{"appRestarts":9}`, 1, 0), got{false, 9, 1}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var g got

@@ -58,7 +58,7 @@ func (r *run) continueShadow(ctx context.Context) error {
 	if !switched {
 		return fmt.Errorf("migration %s: the shadow %s has not taken over: roll back instead", p.Name, shadow.Name)
 	}
-	r.source = src
+	r.source, r.others = src, otherApps(src, p.Container)
 	r.rep.TargetPod, r.rep.ShadowPod = src.Name, shadow.Name
 	r.phase("shadow found")
 	return r.fromShadow(ctx, shadow)

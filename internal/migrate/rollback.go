@@ -20,12 +20,12 @@ import (
 // retry; what was undone stays undone.
 func RollBack(ctx context.Context, env Env, p Plan, source *corev1.Pod) error {
 	r := newRun(env, p)
-	r.source = source
+	r.source, r.others = source, otherApps(source, p.Container)
 	// As the phases push them: the checkpoint (resume, images), then the
 	// target.
 	r.push(r.undoResume(r.endpoint(source)),
 		undoStep{name: "delete the checkpoint images", fn: func(ctx context.Context) error {
-			return r.dropImages(ctx, []string{p.Name, ShadowName(p.Name)})
+			return r.dropImages(ctx, append(r.imageTags(p.Name), r.imageTags(ShadowName(p.Name))...))
 		}})
 	switch p.Strategy {
 	case contract.StrategyStatefulSet, contract.StrategyStatefulSetShadow:

@@ -268,6 +268,7 @@ func resetNodes(c *simcluster.Cluster) {
 		n.Reset()
 	}
 	c.FailPushes(false)
+	c.FailPushesOf("")
 }
 
 func env(c *simcluster.Cluster, cs kubernetes.Interface) migrate.Env {

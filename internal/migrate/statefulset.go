@@ -86,7 +86,7 @@ func (r *run) stopAtCutoff(ctx context.Context, srcEP control.Client, m *recreat
 // the source's node (restoreOnSource).
 func (r *run) restoreRecreated(ctx context.Context, m *recreated) error {
 	p, src := r.p, r.source
-	restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src),
+	restore := Restore{Migration: p.Name, Image: r.rep.Image, Images: r.rep.Images, Node: p.TargetNode, LogName: inject.LogName(src),
 		Start: r.rep.Start, Cutoff: m.stopped.CutoffID, Epoch: m.stopped.Epoch}
 	// Until the source is deleted, a failed write changes nothing and is
 	// tried again (the API server may be back soon).
@@ -298,7 +298,7 @@ func (r *run) statefulSetShadow(ctx context.Context) error {
 			return nil
 		}, undo: []undoStep{r.undoResume(srcEP), r.undoImages()}},
 		phase{name: "shadow restore", do: func(ctx context.Context) error {
-			shadow, err := r.targetPod(src, shadowName, Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch})
+			shadow, err := r.targetPod(src, shadowName, Restore{Migration: p.Name, Image: r.rep.Image, Images: r.rep.Images, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch})
 			if err != nil {
 				return err
 			}
@@ -403,7 +403,7 @@ func (r *run) fromShadow(ctx context.Context, shadowPod *corev1.Pod) error {
 		return serving(err)
 	}
 	r.rep.ShadowCheckpoint = cut2.ID
-	restore := Restore{Migration: p.Name, Image: r.rep.ShadowImage, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut2.ID, Epoch: cut2.Epoch}
+	restore := Restore{Migration: p.Name, Image: r.rep.ShadowImage, Images: r.rep.ShadowImages, Node: p.TargetNode, LogName: inject.LogName(src), Start: cut2.ID, Epoch: cut2.Epoch}
 	var running *corev1.Pod
 	err = r.tryAgain(ctx, deadline, "recreate the StatefulSet's pod", func() (err error) {
 		running, err = r.recreate(ctx, restore)

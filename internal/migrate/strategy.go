@@ -124,10 +124,14 @@ type Env struct {
 
 // Plan is one migration.
 type Plan struct {
-	Name       string // the migration's name; the checkpoint image's tag
-	Namespace  string
-	Pod        string // the source pod
-	Container  string // the app container
+	Name      string // the migration's name; the checkpoint image's tag
+	Namespace string
+	Pod       string // the source pod
+	// Container is the app container: the first of the pod's app
+	// containers (inject.AppContainers), or the one ms2m.io/container
+	// names. The pod's other app containers, if any, are checkpointed and
+	// restored with it (Report.Images).
+	Container  string
 	TargetNode string
 	TargetPod  string // the new pod's name
 	Strategy   contract.Strategy
@@ -162,17 +166,22 @@ type Plan struct {
 
 // Report is what a migration measured.
 type Report struct {
-	Strategy  contract.Strategy `json:"strategy"`
-	Total     time.Duration     `json:"total"`
-	Downtime  time.Duration     `json:"downtime"`
-	CutoffID  uint64            `json:"cutoffId,omitempty"`
-	Start     uint64            `json:"checkpointId"`
-	Epoch     uint64            `json:"epoch,omitempty"` // the log's epoch at the checkpoint
-	Phases    []Phase           `json:"phases"`
-	Archive   string            `json:"archive"`
-	Image     string            `json:"image"`
-	TargetPod string            `json:"targetPod"`
-	Handover  *control.Timings  `json:"handover,omitempty"`
+	Strategy contract.Strategy `json:"strategy"`
+	Total    time.Duration     `json:"total"`
+	Downtime time.Duration     `json:"downtime"`
+	CutoffID uint64            `json:"cutoffId,omitempty"`
+	Start    uint64            `json:"checkpointId"`
+	Epoch    uint64            `json:"epoch,omitempty"` // the log's epoch at the checkpoint
+	Phases   []Phase           `json:"phases"`
+	Archive  string            `json:"archive"`
+	Image    string            `json:"image"`
+	// Images are the checkpoint images of the pod's app containers after
+	// Plan.Container (a whole pod), by container; ShadowImages the
+	// shadow's (statefulset-shadow).
+	Images       map[string]string `json:"images,omitempty"`
+	ShadowImages map[string]string `json:"shadowImages,omitempty"`
+	TargetPod    string            `json:"targetPod"`
+	Handover     *control.Timings  `json:"handover,omitempty"`
 	// Cutoff strategy: the rates it was sized with, and T_cutoff.
 	Cutoff  contract.CutoffRule `json:"cutoff,omitempty"`
 	Lambda  float64             `json:"lambda,omitempty"`
@@ -289,6 +298,11 @@ type run struct {
 	last   time.Time
 	source *corev1.Pod
 	log    logr.Logger
+	// others are the source's app containers after Plan.Container,
+	// checkpointed and restored with it (a whole pod); archives their
+	// checkpoint archives of the last checkpoint.
+	others   []string
+	archives map[string]string
 	// undo are the steps that take back what the phases so far did,
 	// oldest first (undo.go).
 	undo []undoStep
@@ -355,24 +369,13 @@ func (r *run) do(ctx context.Context) error {
 	if err := r.preflight(ctx, src.Spec.NodeName); err != nil {
 		return &Refused{fmt.Errorf("migration %s: %w", p.Name, err)}
 	}
-	r.source = src
+	r.source, r.others = src, otherApps(src, p.Container)
 	r.phase("preconditions")
 
-	base := imageID(src, p.Container)
-	if base == "" {
-		return fmt.Errorf("migration %s: pod %s/%s reports no image ID for container %s", p.Name, p.Namespace, p.Pod, p.Container)
-	}
-	// With the pod's own pull secret for the image's registry, as the
-	// kubelet pulled it on the source node.
-	auth, unreadable, err := pullsecret.ForPod(ctx, r.env.Client, src, base)
-	if err != nil {
-		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
-	}
-	if err := r.env.Agent.PullImage(ctx, p.TargetNode, base, auth); err != nil {
-		if len(unreadable) > 0 {
-			err = fmt.Errorf("%w (the migrator may not read the pod's imagePullSecrets %s: list their names in the chart's migrator.pullSecretNames, docs/security.md)", err, strings.Join(unreadable, ", "))
+	for _, c := range append([]string{p.Container}, r.others...) {
+		if err := r.pullBase(ctx, src, c); err != nil {
+			return fmt.Errorf("migration %s: %w", p.Name, err)
 		}
-		return fmt.Errorf("migration %s: pull the app's image %s on the target node %s: %w", p.Name, base, p.TargetNode, err)
 	}
 	r.phase("prepare target")
 
@@ -383,6 +386,27 @@ func (r *run) do(ctx context.Context) error {
 		return r.statefulSetShadow(ctx)
 	}
 	return r.podCopy(ctx)
+}
+
+// pullBase pulls the image app container c of src runs from on the
+// target node, with the pod's own pull secret for the image's registry, as
+// the kubelet pulled it on the source node.
+func (r *run) pullBase(ctx context.Context, src *corev1.Pod, c string) error {
+	base := imageID(src, c)
+	if base == "" {
+		return fmt.Errorf("pod %s/%s reports no image ID for container %s", src.Namespace, src.Name, c)
+	}
+	auth, unreadable, err := pullsecret.ForPod(ctx, r.env.Client, src, base)
+	if err != nil {
+		return fmt.Errorf("pull the app's image %s on the target node %s: %w", base, r.p.TargetNode, err)
+	}
+	if err := r.env.Agent.PullImage(ctx, r.p.TargetNode, base, auth); err != nil {
+		if len(unreadable) > 0 {
+			err = fmt.Errorf("%w (the migrator may not read the pod's imagePullSecrets %s: list their names in the chart's migrator.pullSecretNames, docs/security.md)", err, strings.Join(unreadable, ", "))
+		}
+		return fmt.Errorf("pull the app's image %s on the target node %s: %w", base, r.p.TargetNode, err)
+	}
+	return nil
 }
 
 // podCopy migrates by a copy of the source under a new name (ms2m,
@@ -407,7 +431,7 @@ func (r *run) podCopy(ctx context.Context) error {
 	}
 	phases := append(checkpoint,
 		phase{name: "create target", do: func(ctx context.Context) error {
-			restore := Restore{Migration: p.Name, Image: r.rep.Image, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
+			restore := Restore{Migration: p.Name, Image: r.rep.Image, Images: r.rep.Images, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
 			if p.Strategy == contract.StrategyStopAndCopy {
 				restore.Cutoff = r.rep.CutoffID
 			}
@@ -579,7 +603,7 @@ func (r *run) checkpointPhase(src *corev1.Pod) phase {
 // undo deletes it.
 func (r *run) imagePhase(src *corev1.Pod) phase {
 	return phase{name: "image", do: func(ctx context.Context) (err error) {
-		if r.rep.Image, err = r.image(ctx, src, r.rep.Archive, r.p.Name); err != nil {
+		if r.rep.Image, r.rep.Images, err = r.images(ctx, src, r.rep.Archive, r.p.Name); err != nil {
 			return err
 		}
 		r.phase("image")
@@ -619,10 +643,10 @@ func (r *run) undoImages() undoStep {
 	return undoStep{name: "delete the checkpoint images", fn: func(ctx context.Context) error {
 		var tags []string
 		if r.rep.Image != "" {
-			tags = append(tags, r.p.Name)
+			tags = append(tags, r.imageTags(r.p.Name)...)
 		}
 		if r.rep.ShadowImage != "" {
-			tags = append(tags, ShadowName(r.p.Name))
+			tags = append(tags, r.imageTags(ShadowName(r.p.Name))...)
 		}
 		return r.dropImages(ctx, tags)
 	}}
@@ -688,10 +712,10 @@ func (r *run) dropServedImages(ctx context.Context) {
 	}
 	var tags []string
 	if r.rep.Image != "" || r.pushedBefore {
-		tags = append(tags, r.p.Name)
+		tags = append(tags, r.imageTags(r.p.Name)...)
 	}
 	if r.rep.ShadowImage != "" || r.pushedBefore {
-		tags = append(tags, ShadowName(r.p.Name))
+		tags = append(tags, r.imageTags(ShadowName(r.p.Name))...)
 	}
 	if err := r.dropImages(ctx, tags); err != nil {
 		r.rep.Warnings = append(r.rep.Warnings, err.Error())
@@ -708,18 +732,38 @@ func (r *run) resume(ctx context.Context, err error, ep control.Client) error {
 	return fmt.Errorf("%w (%s)", err, s.done)
 }
 
-// checkpoint checkpoints pod's app container through the kubelet: asked
-// by the node's agent, or through the API server's node proxy.
+// checkpoint checkpoints pod's app container through the kubelet, and
+// then each of its other app containers (r.others, whose archives go to
+// r.archives): the caller holds the sidecar's deliveries for all of them.
+// It returns the app container's archive.
 func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
+	archive, err := r.checkpointOne(ctx, pod, r.p.Container)
+	if err != nil {
+		return "", err
+	}
+	r.archives = map[string]string{}
+	for _, c := range r.others {
+		a, err := r.checkpointOne(ctx, pod, c)
+		if err != nil {
+			return "", err
+		}
+		r.archives[c] = a
+	}
+	return archive, nil
+}
+
+// checkpointOne checkpoints pod's container through the kubelet: asked by
+// the node's agent, or through the API server's node proxy.
+func (r *run) checkpointOne(ctx context.Context, pod *corev1.Pod, container string) (string, error) {
 	var archive string
 	var err error
 	if c, ok := r.env.Agent.(Checkpointer); ok && !r.env.CheckpointThroughAPIServer {
-		archive, err = c.Checkpoint(ctx, pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
+		archive, err = c.Checkpoint(ctx, pod.Spec.NodeName, pod.Namespace, pod.Name, container, r.env.Timeouts.Checkpoint)
 		if err != nil {
-			err = fmt.Errorf("checkpoint %s/%s container %s on node %s, by its agent: %w", pod.Namespace, pod.Name, r.p.Container, pod.Spec.NodeName, err)
+			err = fmt.Errorf("checkpoint %s/%s container %s on node %s, by its agent: %w", pod.Namespace, pod.Name, container, pod.Spec.NodeName, err)
 		}
 	} else {
-		archive, err = Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, r.p.Container, r.env.Timeouts.Checkpoint)
+		archive, err = Checkpoint(ctx, r.env.Client.CoreV1().RESTClient(), pod.Spec.NodeName, pod.Namespace, pod.Name, container, r.env.Timeouts.Checkpoint)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%w%s", err, r.criuErrors(ctx, pod.Spec.NodeName, err))
@@ -727,14 +771,51 @@ func (r *run) checkpoint(ctx context.Context, pod *corev1.Pod) (string, error) {
 	return archive, nil
 }
 
-// image builds and pushes the checkpoint image of archive, on pod's node.
-func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, error) {
+// images builds and pushes the checkpoint image of archive (the app
+// container's), tagged tag, and those of the other app containers'
+// archives (r.archives), each tagged ContainerTag(tag, container), on
+// pod's node. If one fails, those pushed before it are deleted.
+func (r *run) images(ctx context.Context, pod *corev1.Pod, archive, tag string) (string, map[string]string, error) {
+	img, err := r.image(ctx, pod, archive, r.p.Container, tag)
+	if err != nil || len(r.others) == 0 {
+		return img, nil, err
+	}
+	others := map[string]string{}
+	for _, c := range r.others {
+		if others[c], err = r.image(ctx, pod, r.archives[c], c, ContainerTag(tag, c)); err != nil {
+			cctx, cancel := r.cleanupContext(ctx)
+			defer cancel()
+			tags := []string{tag}
+			for pushed := range others {
+				if pushed != c {
+					tags = append(tags, ContainerTag(tag, pushed))
+				}
+			}
+			return "", nil, errors.Join(fmt.Errorf("app container %s: %w", c, err), r.dropImages(cctx, tags))
+		}
+	}
+	return img, others, nil
+}
+
+// image builds and pushes the checkpoint image of archive, container's,
+// on pod's node.
+func (r *run) image(ctx context.Context, pod *corev1.Pod, archive, container, tag string) (string, error) {
 	ref := CheckpointRef(r.env.ImageRepo, pod.Namespace, tag, r.env.SigningKey)
-	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, r.p.Container, ref)
+	img, err := r.env.Agent.BuildCheckpointImage(ctx, pod.Spec.NodeName, archive, container, ref)
 	if err != nil {
 		return "", fmt.Errorf("build and push the checkpoint image %s from %s: %w", ref, filepath.Base(archive), err)
 	}
 	return img, nil
+}
+
+// imageTags are the tags of the checkpoint images of a checkpoint tagged
+// tag: the app container's, and each other app container's.
+func (r *run) imageTags(tag string) []string {
+	tags := []string{tag}
+	for _, c := range r.others {
+		tags = append(tags, ContainerTag(tag, c))
+	}
+	return tags
 }
 
 // handover stops the source and lets the target replay to the cutoff and
@@ -968,25 +1049,22 @@ func natsStrategy(src *corev1.Pod, strategy contract.Strategy) error {
 		src.Namespace, src.Name, strategy, contract.AnnotationStrategy, contract.StrategyMS2M, contract.StrategyAuto)
 }
 
-// oneAppContainer is an error if src has more than one app container
-// and does not say which of them holds the state: ms2m checkpoints,
-// restores and logs the deliveries of one container (the one
-// contract.AnnotationContainer names, else the first); the others start
-// afresh from their images on the target, their memory gone and their
-// deliveries never logged. Naming the container says the others may.
-func oneAppContainer(src *corev1.Pod) error {
-	if len(src.Spec.Containers) < 2 {
-		return nil
+// otherApps are src's app containers other than container (the one
+// Plan.Container names), in the pod's order: a pod's app containers are
+// checkpointed and restored together (a whole pod), unless
+// contract.AnnotationContainer names one, which says the others keep no
+// state.
+func otherApps(src *corev1.Pod, container string) []string {
+	if container == "" {
+		container = inject.AppContainer(src)
 	}
-	if _, named := src.Annotations[contract.AnnotationContainer]; named {
-		return nil
+	var out []string
+	for _, c := range inject.AppContainers(src) {
+		if c != container {
+			out = append(out, c)
+		}
 	}
-	names := make([]string, 0, len(src.Spec.Containers))
-	for _, c := range src.Spec.Containers {
-		names = append(names, c.Name)
-	}
-	return fmt.Errorf("pod %s/%s has %d app containers (%s): ms2m moves the memory of one, and the others would start afresh on the target, their state lost and their deliveries not logged; name the one that holds the state with annotation %s (the others must not keep state), or give each stateful consumer its own pod (docs/runtimes.md, whole pods)",
-		src.Namespace, src.Name, len(names), strings.Join(names, ", "), contract.AnnotationContainer)
+	return out
 }
 
 // preconditions checks what a migration needs before it touches anything.
@@ -1028,9 +1106,6 @@ func preconditions(ctx context.Context, cs kubernetes.Interface, src *corev1.Pod
 		return fmt.Errorf("pod %s/%s is not a StatefulSet's pod: strategy %s needs one; use %s (or %s)", src.Namespace, src.Name, p.Strategy, contract.StrategyMS2M, contract.StrategyAuto)
 	}
 	if err := natsStrategy(src, p.Strategy); err != nil {
-		return err
-	}
-	if err := oneAppContainer(src); err != nil {
 		return err
 	}
 	found := false

@@ -23,9 +23,12 @@ import (
 type Restore struct {
 	Migration string // the migration's name
 	Image     string // the checkpoint image of the app container
-	Node      string // the target node
-	LogName   string // the source's replay log
-	Start     uint64 // the checkpoint ID
+	// Images are the checkpoint images of the pod's other app containers
+	// (a whole pod), by container.
+	Images  map[string]string
+	Node    string // the target node
+	LogName string // the source's replay log
+	Start   uint64 // the checkpoint ID
 	// Cutoff is the last ID to replay; 0 means the source's cutoff marker.
 	Cutoff uint64
 	// Epoch is the log's epoch at the checkpoint: only a cutoff marker of
@@ -46,7 +49,7 @@ func (r Restore) instruction() inject.Migration {
 	return inject.Migration{
 		Name: r.Migration, Image: r.Image, Node: r.Node, LogName: r.LogName,
 		ReplayStart: fmt.Sprint(r.Start), ReplayCutoff: r.cutoff(), ReplayEpoch: fmt.Sprint(r.Epoch),
-		ReplaySkip: strings.Join(skip, ","),
+		ReplaySkip: strings.Join(skip, ","), Images: r.Images,
 	}
 }
 
@@ -91,6 +94,10 @@ func TargetPod(source *corev1.Pod, name string, r Restore, key []byte, expires t
 	delete(p.Annotations, contract.AnnotationReplaySkip)
 	if m.ReplaySkip != "" {
 		p.Annotations[contract.AnnotationReplaySkip] = m.ReplaySkip
+	}
+	delete(p.Annotations, contract.AnnotationRestoreImages)
+	if len(m.Images) > 0 {
+		p.Annotations[contract.AnnotationRestoreImages] = inject.EncodeImages(m.Images)
 	}
 	for k, v := range map[string]string{
 		contract.AnnotationRestoreImage:     m.Image,

@@ -87,13 +87,16 @@ type Cluster struct {
 	schedDone chan error
 	reg       *http.Server
 	failPush  atomic.Bool
-	cancel    context.CancelFunc
-	stopped   chan struct{}
-	logsMu    sync.Mutex
-	logs      map[string]*Log
-	logf      func(format string, args ...any)
-	inject    inject.Config
-	broker    broker // the sidecars' broker (CutBroker)
+	// failPushTag: the registry refuses manifest pushes of this tag
+	// (FailPushesOf).
+	failPushTag atomic.Pointer[string]
+	cancel      context.CancelFunc
+	stopped     chan struct{}
+	logsMu      sync.Mutex
+	logs        map[string]*Log
+	logf        func(format string, args ...any)
+	inject      inject.Config
+	broker      broker // the sidecars' broker (CutBroker)
 }
 
 // Missing says what Start needs that this machine lacks, or "".
@@ -239,7 +242,8 @@ func (c *Cluster) startRegistry() error {
 	}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	c.reg = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.failPush.Load() && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") {
+		tag := c.failPushTag.Load()
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") && (c.failPush.Load() || tag != nil && strings.HasSuffix(r.URL.Path, "/manifests/"+*tag)) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprint(w, `{"errors":[{"code":"UNAVAILABLE","message":"the simulated registry refuses pushes"}]}`)
@@ -254,6 +258,16 @@ func (c *Cluster) startRegistry() error {
 
 // FailPushes makes the registry refuse (true) or accept manifest pushes.
 func (c *Cluster) FailPushes(on bool) { c.failPush.Store(on) }
+
+// FailPushesOf makes the registry refuse manifest pushes tagged tag alone
+// ("": none): one image of several fails.
+func (c *Cluster) FailPushesOf(tag string) {
+	if tag == "" {
+		c.failPushTag.Store(nil)
+		return
+	}
+	c.failPushTag.Store(&tag)
+}
 
 // ImageRepo is where the migrator pushes checkpoint images.
 func (c *Cluster) ImageRepo() string { return c.RegistryHost + "/ms2m/checkpoints" }

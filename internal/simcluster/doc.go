@@ -14,8 +14,12 @@
 // a checkpoint ID up to a cutoff, and an app state that goes into the
 // checkpoint archive and comes back out of the restored image, so that a
 // test sees every delivery processed exactly once or the gap or duplicate
-// that broke it. Failures and holds can be armed per step, to fail a
-// checkpoint, a restore or a push, or to kill the migrator in a phase.
+// that broke it. A pod with several app containers (a whole pod) runs an
+// app model for each, each on a queue of its own through the one sidecar
+// (SimPod.Apps), checkpointed and restored each from its own image. Failures and holds can be armed per step, to fail a
+// checkpoint (Node.FailCheckpointOf: one container's), a restore or a
+// push (Cluster.FailPushesOf: one tag's), or to kill the migrator in a
+// phase.
 //
 // Nothing here is the evidence that a sidecar or a checkpoint works (the
 // e2e suite runs the real ones on real nodes); it is the evidence that the

@@ -80,11 +80,14 @@ type Node struct {
 	// reads archives from.
 	CheckpointDir string
 
-	c     *Cluster
-	mu    sync.Mutex
-	fail  map[Step]Failure
-	holds map[Step]*Hold
-	pods  map[types.UID]*SimPod
+	c    *Cluster
+	mu   sync.Mutex
+	fail map[Step]Failure
+	// failOf: the kubelet's checkpoint of these containers fails
+	// (FailCheckpointOf).
+	failOf map[string]Failure
+	holds  map[Step]*Hold
+	pods   map[types.UID]*SimPod
 	// holdReplays: targets that start now start with their replay held.
 	holdReplays bool
 	// controlCut: the pods' control APIs drop every connection
@@ -131,9 +134,12 @@ type SimPod struct {
 	IP              string
 	Sidecar         *Sidecar
 	App             *App
-	Restored        bool // started from a checkpoint image
-	srv             *http.Server
-	stateReads      atomic.Int64
+	// Apps are the apps of the pod's app containers by name (a whole pod
+	// has several), App among them.
+	Apps       map[string]*App
+	Restored   bool // started from a checkpoint image
+	srv        *http.Server
+	stateReads atomic.Int64
 	// sidecarDown: the sidecar container is dead (KillSidecar), its
 	// control API drops every request.
 	sidecarDown atomic.Bool
@@ -176,6 +182,22 @@ func (n *Node) Fail(step Step, f Failure) {
 		return
 	}
 	n.fail[step] = f
+}
+
+// FailCheckpointOf arms the kubelet's checkpoint of container (in any
+// pod) to fail with f until FailCheckpointOf(container, Failure{})
+// disarms it: one container of a whole pod fails.
+func (n *Node) FailCheckpointOf(container string, f Failure) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if f == (Failure{}) {
+		delete(n.failOf, container)
+		return
+	}
+	if n.failOf == nil {
+		n.failOf = map[string]Failure{}
+	}
+	n.failOf[container] = f
 }
 
 // HoldStep makes the next occurrences of step wait until the hold is
@@ -568,13 +590,24 @@ func (n *Node) kubelet(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, f.Body, f.Code)
 		return
 	}
+	n.mu.Lock()
+	f, failed := n.failOf[container]
+	n.mu.Unlock()
+	if failed {
+		http.Error(w, f.Body, f.Code)
+		return
+	}
 	p := n.Pod(ns, podName)
 	if p == nil {
 		http.Error(w, fmt.Sprintf("pod %s/%s not found on node %s", ns, podName, n.Name), http.StatusNotFound)
 		return
 	}
+	app := p.App
+	if a, ok := p.Apps[container]; ok {
+		app = a
+	}
 	path := filepath.Join(n.CheckpointDir, fmt.Sprintf("checkpoint-%s_%s-%s-%s.tar", podName, ns, container, time.Now().UTC().Format("2006-01-02T15:04:05.000000000Z")))
-	if err := writeArchive(path, ns, podName, container, p.App.State()); err != nil {
+	if err := writeArchive(path, ns, podName, container, app.State()); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -750,23 +783,34 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 	if f, ok := n.gate(ctx, StepStart); ok {
 		return errors.New(f.Body)
 	}
-	app := appContainer(pod)
-	if app == nil {
+	names := inject.AppContainers(pod)
+	if len(names) == 0 {
 		return errors.New("no app container")
 	}
-	var imageID string
-	if _, ok := pod.Annotations[contract.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
-		if f, ok := n.gate(ctx, StepRestore); ok {
-			return errors.New(f.Body)
+	apps, imageIDs := []*App{sp.App}, map[string]string{}
+	sp.Apps = map[string]*App{names[0]: sp.App}
+	for i, name := range names {
+		if i > 0 {
+			apps = append(apps, &App{})
+			sp.Apps[name] = apps[i]
 		}
-		st, err := n.checkpointImage(ctx, app.Image)
-		if err != nil {
-			return fmt.Errorf("restore from %s: %w", app.Image, err)
+		apps[i].part, apps[i].parts = uint64(i), uint64(len(names))
+		app := container(pod, name)
+		if _, ok := pod.Annotations[contract.AnnotationStatus]; ok && strings.HasPrefix(app.Image, n.c.RegistryHost+"/") {
+			if i == 0 {
+				if f, ok := n.gate(ctx, StepRestore); ok {
+					return errors.New(f.Body)
+				}
+			}
+			st, err := n.checkpointImage(ctx, app.Image)
+			if err != nil {
+				return fmt.Errorf("restore from %s: %w", app.Image, err)
+			}
+			apps[i].state, sp.Restored, imageIDs[name] = st, true, app.Image
+		} else {
+			sum := sha256.Sum256([]byte(app.Image))
+			imageIDs[name] = "sim.test/app@sha256:" + hex.EncodeToString(sum[:])
 		}
-		sp.App.state, sp.Restored, imageID = st, true, app.Image
-	} else {
-		sum := sha256.Sum256([]byte(app.Image))
-		imageID = "sim.test/app@sha256:" + hex.EncodeToString(sum[:])
 	}
 
 	ip, err := n.c.ns.take()
@@ -783,7 +827,7 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		n.mu.Lock()
 		held, holdAfter := n.holdReplays, n.holdAfter
 		n.mu.Unlock()
-		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), sp.App, rp, held, holdAfter, &n.c.broker)
+		sp.Sidecar = newSidecar(n.c.log(inject.LogName(pod)), apps, rp, held, holdAfter, &n.c.broker)
 		port, token, err := migrate.SidecarGiven(ctx, n.c.Client, pod)
 		if err != nil {
 			return err
@@ -805,14 +849,13 @@ func (n *Node) startPod(ctx context.Context, pod *corev1.Pod, sp *SimPod) error 
 		})}
 		go sp.srv.Serve(ln)
 	} else {
-		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), sp.App, nil, false, 0, &n.c.broker)
+		sp.Sidecar = newSidecar(n.c.log(pod.Namespace+"/"+pod.Name), apps, nil, false, 0, &n.c.broker)
 	}
-	return n.setRunning(ctx, pod, ip, imageID)
+	return n.setRunning(ctx, pod, ip, imageIDs)
 }
 
-// appContainer is the pod's first container.
-func appContainer(pod *corev1.Pod) *corev1.Container {
-	name := inject.AppContainer(pod)
+// container is pod's container named name, nil if none.
+func container(pod *corev1.Pod, name string) *corev1.Container {
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
 			return &pod.Spec.Containers[i]
@@ -863,7 +906,7 @@ func replayOf(env map[string]string) (*Replay, error) {
 	return &rp, nil
 }
 
-func (n *Node) setRunning(ctx context.Context, pod *corev1.Pod, ip, imageID string) error {
+func (n *Node) setRunning(ctx context.Context, pod *corev1.Pod, ip string, imageIDs map[string]string) error {
 	now := metav1.Now()
 	st := corev1.PodStatus{
 		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: n.IP, StartTime: &now,
@@ -883,10 +926,9 @@ func (n *Node) setRunning(ctx context.Context, pod *corev1.Pod, ip, imageID stri
 			Ready: true, Started: &started, State: running, ContainerID: "sim://" + string(pod.UID) + "/" + c.Name,
 		})
 	}
-	app := inject.AppContainer(pod)
 	for _, c := range pod.Spec.Containers {
-		id := imageID
-		if c.Name != app {
+		id, ok := imageIDs[c.Name]
+		if !ok {
 			sum := sha256.Sum256([]byte(c.Image))
 			id = "sim.test/other@sha256:" + hex.EncodeToString(sum[:])
 		}
@@ -1000,7 +1042,7 @@ func (n *Node) close() {
 func (n *Node) Reset() {
 	n.mu.Lock()
 	n.calls, n.pulls, n.pullAuths = nil, nil, nil
-	n.fail = map[Step]Failure{}
+	n.fail, n.failOf = map[Step]Failure{}, nil
 	for _, h := range n.holds {
 		h.Release()
 	}
@@ -1048,6 +1090,12 @@ func (n *Node) HoldReplaysAfter(k uint64) {
 // checkpoint image (the state it was restored with), any other empty. Its
 // sidecar goes on.
 func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
+	return n.RestartContainer(ctx, ns, name, "")
+}
+
+// RestartContainer is RestartApp for the app container named container of
+// a whole pod ("": the first).
+func (n *Node) RestartContainer(ctx context.Context, ns, name, cname string) error {
 	sp := n.Pod(ns, name)
 	if sp == nil {
 		return fmt.Errorf("node %s runs no pod %s/%s", n.Name, ns, name)
@@ -1060,20 +1108,27 @@ func (n *Node) RestartApp(ctx context.Context, ns, name string) error {
 	if pod.UID != sp.UID {
 		return fmt.Errorf("pod %s/%s was replaced meanwhile", ns, name)
 	}
-	if sp.Restored {
-		if st, err = n.checkpointImage(ctx, appContainer(pod).Image); err != nil {
+	if cname == "" {
+		cname = inject.AppContainer(pod)
+	}
+	a, c := sp.Apps[cname], container(pod, cname)
+	if a == nil || c == nil {
+		return fmt.Errorf("pod %s/%s has no app container %s", ns, name, cname)
+	}
+	if sp.Restored && strings.HasPrefix(c.Image, n.c.RegistryHost+"/") {
+		if st, err = n.checkpointImage(ctx, c.Image); err != nil {
 			return err
 		}
 	}
-	sp.App.mu.Lock()
-	sp.App.state = st
-	sp.App.mu.Unlock()
+	a.mu.Lock()
+	a.state = st
+	a.mu.Unlock()
 	if sp.Sidecar != nil {
 		sp.Sidecar.appRestarted()
 	}
 	// The kubelet reports the restart: a higher restartCount and a new
 	// container ID.
-	app := inject.AppContainer(pod)
+	app := cname
 	s := *pod.Status.DeepCopy()
 	for i := range s.ContainerStatuses {
 		if cs := &s.ContainerStatuses[i]; cs.Name == app {

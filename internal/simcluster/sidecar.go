@@ -73,9 +73,44 @@ func (l *Log) LastID() uint64 {
 // App is a simulated stateful consumer. Its state is the last delivery ID
 // it processed and how many it processed; a delivery that is not the next
 // one is a gap (lost messages) or a duplicate, and is recorded as such.
+//
+// The app containers of a whole pod each consume a queue of their own
+// through the pod's one sidecar: with parts apps, the app of part i (from
+// 0) gets the deliveries whose IDs are i+1 modulo parts, as if the log
+// held the deliveries of parts queues in turn.
 type App struct {
 	mu    sync.Mutex
 	state AppState
+	// part and parts: which of the pod's app containers this is, and how
+	// many there are; 0 parts is 1.
+	part, parts uint64
+}
+
+// takes says whether the app consumes the queue of delivery id.
+func (a *App) takes(id uint64) bool { return a.parts <= 1 || (id-1)%a.parts == a.part }
+
+// WantCount is how many deliveries the app, its last one last, has
+// processed if it processed each of its queue's once: last for a pod's one
+// app, the IDs of its part up to last for one of several.
+func (a *App) WantCount(last uint64) uint64 {
+	switch {
+	case a.parts <= 1:
+		return last
+	case last <= a.part:
+		return 0
+	}
+	return (last-a.part-1)/a.parts + 1
+}
+
+// next is the delivery ID the app expects next.
+func (a *App) next() uint64 {
+	switch {
+	case a.parts <= 1:
+		return a.state.Last + 1
+	case a.state.Last == 0:
+		return a.part + 1
+	}
+	return a.state.Last + a.parts
 }
 
 // AppState is what a checkpoint carries of the app, and what a restore
@@ -89,12 +124,12 @@ type AppState struct {
 func (a *App) process(id uint64, via string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch {
-	case id == a.state.Last+1:
+	switch next := a.next(); {
+	case id == next:
 	case id <= a.state.Last:
 		a.state.Violations = append(a.state.Violations, fmt.Sprintf("duplicate: %s delivered %d after %d", via, id, a.state.Last))
 	default:
-		a.state.Violations = append(a.state.Violations, fmt.Sprintf("gap: %s delivered %d after %d (%d lost)", via, id, a.state.Last, id-a.state.Last-1))
+		a.state.Violations = append(a.state.Violations, fmt.Sprintf("gap: %s delivered %d after %d (%d lost)", via, id, a.state.Last, (id-next)/max(a.parts, 1)))
 	}
 	a.state.Last = max(a.state.Last, id)
 	a.state.Count++
@@ -124,9 +159,12 @@ type Replay struct {
 // the log; a target replays the log from Replay.Start to its cutoff, then
 // serves. It implements control.Sidecar, with the real sidecar's JSON.
 type Sidecar struct {
-	mu       sync.Mutex
-	log      *Log
-	app      *App
+	mu  sync.Mutex
+	log *Log
+	app *App
+	// apps are the pod's app containers' apps (a whole pod), app the
+	// first.
+	apps     []*App
 	mode     string
 	replay   *Replay
 	replayed uint64 // last ID replayed to the app
@@ -186,8 +224,8 @@ func (s *Sidecar) SetUnreplayable(qs []proxy.UnreplayableQueue) {
 // newSidecar starts a sidecar on log; rp is nil for a serving one. A
 // target's replay starts held (Hold) or holds after holdAfter records
 // (HoldAfter), set before its first step.
-func newSidecar(log *Log, app *App, rp *Replay, held bool, holdAfter uint64, b *broker) *Sidecar {
-	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{}), broker: b}
+func newSidecar(log *Log, apps []*App, rp *Replay, held bool, holdAfter uint64, b *broker) *Sidecar {
+	s := &Sidecar{log: log, app: apps[0], apps: apps, mode: ModeServing, replay: rp, stopped: make(chan struct{}), broker: b}
 	if rp != nil {
 		s.held, s.holdAfter = held, holdAfter
 		s.mode = ModeReplaying
@@ -245,7 +283,7 @@ func (s *Sidecar) tick(now time.Time) {
 			id := s.log.lastID
 			s.log.mu.Unlock()
 			s.handed = id
-			s.app.process(id, "the primary queue")
+			s.deliver(id, "the primary queue")
 			s.next = s.next.Add(time.Duration(float64(time.Second) / Lambda))
 		}
 	case ModeReplaying:
@@ -272,7 +310,7 @@ func (s *Sidecar) tick(now time.Time) {
 		for n := 0; n < 20 && s.replayed < end; n++ {
 			s.replayed++
 			s.handed = s.replayed
-			s.app.process(s.replayed, "the replay")
+			s.deliver(s.replayed, "the replay")
 			t := now
 			s.lastRep = &t
 		}
@@ -283,6 +321,25 @@ func (s *Sidecar) tick(now time.Time) {
 			s.next = now
 		}
 	}
+}
+
+// deliver hands delivery id to the app that consumes its queue.
+func (s *Sidecar) deliver(id uint64, via string) {
+	for _, a := range s.apps {
+		if a.takes(id) {
+			a.process(id, via)
+			return
+		}
+	}
+}
+
+// appsLast is the last delivery ID any of the pod's apps processed.
+func (s *Sidecar) appsLast() uint64 {
+	var last uint64
+	for _, a := range s.apps {
+		last = max(last, a.State().Last)
+	}
+	return last
 }
 
 // extend is cutoff moved past what this identity took before the sidecar
@@ -390,10 +447,17 @@ func (s *Sidecar) State() control.State {
 	s.log.mu.Lock()
 	logLast, epoch := s.log.lastID, s.log.epoch
 	s.log.mu.Unlock()
-	app := s.app.State()
+	var queues []tracking.QueueStats
+	for i, a := range s.apps {
+		app, q := a.State(), Queue
+		if i > 0 {
+			q = fmt.Sprintf("%s-%d", Queue, i)
+		}
+		queues = append(queues, tracking.QueueStats{Queue: q, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu})
+	}
 	st := control.State{LogName: s.log.name, Ready: true, State: proxy.State{
 		Mode:   s.mode,
-		Queues: []tracking.QueueStats{{Queue: Queue, LastDeliveredID: app.Last, LastAckedID: app.Last, Delivered: app.Count, Acked: app.Count, Lambda: Lambda, Mu: Mu}},
+		Queues: queues,
 		Log:    shadowqueue.TeeStatus{LastID: logLast, ConfirmedID: logLast, Epoch: epoch},
 
 		Unreplayable: s.unreplayable,
@@ -437,7 +501,7 @@ func (s *Sidecar) Quiesce(ctx context.Context) (control.Cut, error) {
 	}
 	s.mode = ModeQuiesced
 	s.log.mu.Lock()
-	cut := control.Cut{ID: max(s.handed, s.app.State().Last), Epoch: s.log.epoch}
+	cut := control.Cut{ID: max(s.handed, s.appsLast()), Epoch: s.log.epoch}
 	s.log.mu.Unlock()
 	s.mu.Unlock()
 	if err := s.broker.wait(ctx); err != nil {
@@ -481,7 +545,7 @@ func (s *Sidecar) Stop(ctx context.Context) (control.StopResult, error) {
 		return control.StopResult{}, errDead
 	}
 	s.mode = ModeStopped
-	cut := max(s.handed, s.app.State().Last)
+	cut := max(s.handed, s.appsLast())
 	s.mu.Unlock()
 	if err := s.broker.wait(ctx); err != nil {
 		s.mu.Lock()

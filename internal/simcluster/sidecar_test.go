@@ -16,7 +16,7 @@ func step(s *Sidecar, from time.Time, n int) time.Time {
 }
 
 func newManual(log *Log, app *App, rp *Replay) *Sidecar {
-	s := &Sidecar{log: log, app: app, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
+	s := &Sidecar{log: log, app: app, apps: []*App{app}, mode: ModeServing, replay: rp, stopped: make(chan struct{})}
 	if rp != nil {
 		s.mode, s.replayed, s.cutoff = ModeReplaying, rp.Start, rp.Cutoff
 	}
@@ -80,6 +80,28 @@ func TestSimulatedAppSeesGapsAndDuplicates(t *testing.T) {
 	}
 	v := a.State().Violations
 	if len(v) != 2 || !strings.HasPrefix(v[0], "duplicate") || !strings.HasPrefix(v[1], "gap") || !strings.Contains(v[1], "(2 lost)") {
+		t.Fatalf("violations %q", v)
+	}
+}
+
+// TestSimulatedWholePod: the two apps of a whole pod each take their
+// queue's deliveries (odd and even IDs) through one sidecar, and each
+// sees a gap or a duplicate of its own queue.
+func TestSimulatedWholePod(t *testing.T) {
+	a, b := &App{part: 0, parts: 2}, &App{part: 1, parts: 2}
+	s := newManual(&Log{name: "l"}, a, nil)
+	s.apps = []*App{a, b}
+	step(s, time.Unix(0, 0), 100)
+	sa, sb := a.State(), b.State()
+	if len(sa.Violations)+len(sb.Violations) > 0 || sa.Count+sb.Count != s.log.LastID() || sa.Last%2 != 1 || sb.Last%2 != 0 || sb.Count != sb.Last/2 {
+		t.Fatalf("apps %+v and %+v, log %d", sa, sb, s.log.LastID())
+	}
+	c := &App{part: 1, parts: 2}
+	for _, id := range []uint64{2, 4, 4, 10} {
+		c.process(id, "test")
+	}
+	v := c.State().Violations
+	if len(v) != 2 || !strings.HasPrefix(v[0], "duplicate") || !strings.Contains(v[1], "(2 lost)") {
 		t.Fatalf("violations %q", v)
 	}
 }
