@@ -183,6 +183,16 @@ func nodesRun(ctx context.Context, l *lab.Lab, runtime string) error {
 	return nil
 }
 
+// needContainerdNodes skips a test that drives the nodes' containerd
+// itself when the suite runs on other nodes (MS2M_E2E_RUNTIME=crio); why
+// says what it does. An external cluster's nodes are not looked at.
+func needContainerdNodes(t *testing.T, l *lab.Lab, why string) {
+	t.Helper()
+	if l.Cluster != nil && l.Cluster.Runtime() != cluster.RuntimeContainerd {
+		t.Skipf("the suite runs on %s nodes (MS2M_E2E_RUNTIME), and %s", l.Cluster.Runtime(), why)
+	}
+}
+
 // ms2mSetup says what of ms2m a test needs running on the suite's own
 // cluster; on an external one, all of it is installed already.
 type ms2mSetup int
