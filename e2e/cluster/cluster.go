@@ -522,6 +522,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := setupNetwork(opts.Nodes); err != nil {
 		return nil, err
 	}
+	if opts.Runtime == RuntimeCRIO {
+		if err := mountHugetlb(l); err != nil {
+			return nil, err
+		}
+	}
 	if err := setupCgroups(opts.Nodes); err != nil {
 		return nil, err
 	}

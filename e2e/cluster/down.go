@@ -112,6 +112,13 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 		for i := 1; i <= maxNodes; i++ {
 			hostErrs = append(hostErrs, removeCgroupsRetry(i)...)
 		}
+		if len(hostErrs) == 0 {
+			// The hugetlb hierarchy a CRI-O cluster mounted goes once the
+			// nodes' cgroups in it are gone.
+			if err := unmountHugetlb(l); err != nil {
+				hostErrs = append(hostErrs, err)
+			}
+		}
 		note(hostErrs...)
 		if len(hostErrs) == 0 {
 			// Only now: while anything is left, this cluster still owns it,
