@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,8 +204,10 @@ const hugetlbMount = "/sys/fs/cgroup/hugetlb"
 func hugetlbRecord(l layout) string { return l.path("run", "mounted-hugetlb") }
 
 // mountHugetlb mounts the hugetlb hierarchy at hugetlbMount if the kernel
-// has the controller enabled, cgroups are v1 and no hierarchy has it, and
-// records that it did.
+// has the controller enabled, cgroups are v1 and no mounted hierarchy has
+// it, and records that it did. Whether one is mounted comes from the
+// mount table: /proc/cgroups keeps a hierarchy's number for a while after
+// its last unmount.
 func mountHugetlb(l layout) error {
 	b, err := os.ReadFile("/proc/cgroups")
 	if err != nil {
@@ -212,14 +215,17 @@ func mountHugetlb(l layout) error {
 	}
 	enabled := false
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 4 && f[0] == "hugetlb" && f[3] == "1" {
-			enabled = f[1] == "0" // enabled, and in no mounted hierarchy
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "hugetlb" {
+			enabled = f[3] == "1"
 		}
 	}
 	var st syscall.Statfs_t
 	if !enabled || syscall.Statfs("/sys/fs/cgroup", &st) != nil || st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
 		return nil
+	}
+	mounted, err := hugetlbMounted()
+	if err != nil || mounted {
+		return err
 	}
 	if err := os.MkdirAll(hugetlbMount, 0o755); err != nil {
 		return fmt.Errorf("mount the hugetlb cgroup for CRI-O: %w", err)
@@ -228,6 +234,22 @@ func mountHugetlb(l layout) error {
 		return fmt.Errorf("mount the hugetlb cgroup at %s for CRI-O: %w", hugetlbMount, err)
 	}
 	return os.WriteFile(hugetlbRecord(l), []byte(hugetlbMount+"\n"), 0o644)
+}
+
+// hugetlbMounted says whether a cgroup v1 hierarchy with the hugetlb
+// controller is mounted (its super options name it).
+func hugetlbMounted() (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		_, after, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(after); ok && len(f) >= 3 && f[0] == "cgroup" && slices.Contains(strings.Split(f[2], ","), "hugetlb") {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // unmountHugetlb undoes mountHugetlb, once the nodes' cgroups are gone.
