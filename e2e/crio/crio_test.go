@@ -27,13 +27,13 @@ func repoBin(t *testing.T) string {
 }
 
 func TestCheckpointAndRestoreOnCRIO(t *testing.T) {
-	if os.Getenv("MS2M_E2E_CRIO") != "1" {
-		t.Skip("CRI-O runs with MS2M_E2E_CRIO=1 after make crio-bin (not yet part of make test)")
+	if os.Getenv("MS2M_E2E_CRIO") != "1" && os.Getenv("CI") != "true" {
+		t.Skip("CRI-O runs with MS2M_E2E_CRIO=1 (or CI=true, as in make test, which builds it) after make crio-bin")
 	}
 	bin := repoBin(t)
 	for _, f := range []string{filepath.Join(bin, "crio", "crio"), filepath.Join(bin, "crio", "pinns"), filepath.Join(bin, "criu", "criu"), "/usr/bin/conmon", "/usr/sbin/runc"} {
 		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("MS2M_E2E_CRIO=1 but %v (make crio-bin criu node-setup)", err)
+			t.Fatalf("CRI-O's test runs, but %v (make crio-bin criu node-setup)", err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

@@ -5,6 +5,6 @@
 // container in CreateContainer from a checkpoint image that
 // internal/ociimage built and pushed to an in-process registry, with the
 // crio.conf the local cluster's CRI-O nodes run (cluster.CRIOConfig). It
-// runs only with MS2M_E2E_CRIO=1, under the real-node lock;
+// runs with MS2M_E2E_CRIO=1 or CI=true (make test), under the real-node lock;
 // docs/local-cluster.md lists the settings found here.
 package crio
