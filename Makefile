@@ -46,8 +46,8 @@ CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Versi
 # is read from hack/crio/go.mod like containerd's. CGO_ENABLED=0 needs the
 # stub/exclude tags below (no ostree, gpgme, btrfs or devicemapper; the node
 # uses overlay or vfs storage). About 4 minutes on 2 cores here (modules
-# downloaded, the Go cache warm from the other tools modules). Not a
-# prerequisite of `make test` yet: add crio-bin to test's list to make it one.
+# downloaded, the Go cache warm from the other tools modules); a
+# prerequisite of `make test`, which runs one migration on CRI-O nodes.
 # pinns, the small C helper CRI-O pins a pod's namespaces with, is not in
 # Debian: it is compiled statically from the module's own pinns/src with cc
 # (under a second).
@@ -75,14 +75,18 @@ setup:
 ## builds the control plane, kubelet and containerd (10-18 minutes on 2 cores)
 ## and installs CRIU; warm runs reuse them.
 test: export KUBEBUILDER_ASSETS := $(K8S_BIN)
-test: setup k8s-bin node-setup node-bin criu helm-bin consumer-spring consumer-nats-python consumer-nats-node
+test: setup k8s-bin node-setup node-bin crio-bin criu helm-bin consumer-spring consumer-nats-python consumer-nats-node
 	$(GO) vet ./...
 	cd $(BENCH_MOD) && GOWORK=off $(GO) vet ./...
 	$(MAKE) --no-print-directory lint
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m $$($(GO) list ./... | grep -v /e2e)
 	cd $(BENCH_MOD) && GOWORK=off $(GO) test $(GOFLAGS) -count=1 -timeout 10m ./...
 	MS2M_E2E_FAULTS=$(MS2M_E2E_FAULTS) $(GO) test $(GOFLAGS) -count=1 -timeout 55m -p 1 ./e2e/...
+	MS2M_E2E_RUNTIME=crio $(GO) test $(GOFLAGS) -count=1 -timeout 15m -p 1 -run '$(E2E_CRIO_RUN)' ./e2e/
 	$(MAKE) --no-print-directory chart-test
+
+## E2E_CRIO_RUN: the e2e tests make test runs again on CRI-O nodes (MS2M_E2E_RUNTIME=crio, docs/runtimes.md).
+E2E_CRIO_RUN ?= ^TestFirstRealMigration$$/^consumer$$/^ms2m$$
 
 ## e2e: the end-to-end suite against an existing cluster with ms2m installed, given by
 ## KUBECONFIG (one that `go run ./hack/cluster up --with-ms2m` made, say), instead of a

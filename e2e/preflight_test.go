@@ -27,6 +27,7 @@ func TestPreflightOnRealNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	l, agents := needMS2MAgents(t, ctx, withAgents)
+	needContainerdNodes(t, l, "it turns restore off in a node's containerd config.toml")
 	if l.External {
 		t.Skip("the node's containerd config and agent are changed by the test: only on the suite's own cluster")
 	}

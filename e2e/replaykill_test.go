@@ -44,6 +44,7 @@ func TestTargetKilledDuringReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
 	l := needMS2M(t, ctx, withController)
+	needContainerdNodes(t, l, "it kills the target's containers with ctr")
 	for _, tc := range []struct {
 		name      string
 		strategy  contract.Strategy

@@ -106,13 +106,19 @@ func needCluster(t *testing.T) *lab.Lab {
 			theLab, labErr = lab.External(ctx, o)
 			return
 		}
+		runtime := e2eRuntime()
+		state := "/var/tmp/ms2m-e2e"
+		if runtime == cluster.RuntimeCRIO {
+			state = "/var/tmp/ms2m-e2e-crio"
+		}
 		opts := cluster.Options{
 			Nodes:          3,
-			StateDir:       envOr("MS2M_E2E_STATE", "/var/tmp/ms2m-e2e"),
+			StateDir:       envOr("MS2M_E2E_STATE", state),
 			RepoDir:        root,
 			BinDir:         filepath.Join(root, "bin"),
 			Log:            os.Stderr,
 			WaitForNetwork: true,
+			Runtime:        runtime,
 		}
 		var l *lab.Lab
 		l, labErr = lab.Start(ctx, opts)
@@ -122,6 +128,9 @@ func needCluster(t *testing.T) *lab.Lab {
 			if err := cluster.Down(opts); err != nil { // whatever a failed up left
 				t.Logf("take down what the failed start left: %v", err)
 			}
+		}
+		if labErr == nil {
+			labErr = nodesRun(ctx, l, runtime)
 		}
 		if labErr == nil {
 			// Its controller would race the tests' own for every
@@ -141,6 +150,47 @@ func needCluster(t *testing.T) *lab.Lab {
 		t.Fatalf("bring up the lab: %v", labErr)
 	}
 	return theLab
+}
+
+// e2eRuntime is the container runtime of the suite's own nodes:
+// MS2M_E2E_RUNTIME, containerd (the default) or crio. `make test` runs the
+// suite on containerd and one ms2m migration on CRI-O (docs/runtimes.md).
+func e2eRuntime() string {
+	if r := os.Getenv("MS2M_E2E_RUNTIME"); r != "" {
+		return r
+	}
+	return cluster.RuntimeContainerd
+}
+
+// nodesRun checks that every node of the lab reports the runtime the
+// suite asked for (the kubelet's containerRuntimeVersion, cri-o://1.34.0
+// or containerd://2.3.x), so that a run on CRI-O cannot pass on a
+// cluster of containerd nodes left up in the state folder.
+func nodesRun(ctx context.Context, l *lab.Lab, runtime string) error {
+	want := "containerd://"
+	if runtime == cluster.RuntimeCRIO {
+		want = "cri-o://"
+	}
+	nodes, err := l.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		if v := n.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, want) {
+			return fmt.Errorf("node %s runs %q, not the %s the suite asked for (MS2M_E2E_RUNTIME)", n.Name, v, runtime)
+		}
+	}
+	return nil
+}
+
+// needContainerdNodes skips a test that drives the nodes' containerd
+// itself when the suite runs on other nodes (MS2M_E2E_RUNTIME=crio); why
+// says what it does. An external cluster's nodes are not looked at.
+func needContainerdNodes(t *testing.T, l *lab.Lab, why string) {
+	t.Helper()
+	if l.Cluster != nil && l.Cluster.Runtime() != cluster.RuntimeContainerd {
+		t.Skipf("the suite runs on %s nodes (MS2M_E2E_RUNTIME), and %s", l.Cluster.Runtime(), why)
+	}
 }
 
 // ms2mSetup says what of ms2m a test needs running on the suite's own

@@ -51,7 +51,20 @@ type Options struct {
 	// once. Test packages that each bring up a cluster set it, because
 	// go test runs packages in parallel.
 	WaitForNetwork bool
+	// Runtime is the nodes' container runtime: RuntimeContainerd (the
+	// default) or RuntimeCRIO.
+	Runtime string
 }
+
+// The nodes' container runtimes (Options.Runtime).
+const (
+	// RuntimeContainerd: containerd 2.3 from bin/containerd, restore
+	// through CreateContainer on.
+	RuntimeContainerd = "containerd"
+	// RuntimeCRIO: CRI-O 1.34 from bin/crio (make crio-bin) with
+	// Debian's conmon, CRIU support on.
+	RuntimeCRIO = "crio"
+)
 
 func (o Options) withDefaults() Options {
 	if o.Nodes == 0 {
@@ -77,6 +90,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 3 * time.Minute
+	}
+	if o.Runtime == "" {
+		o.Runtime = RuntimeContainerd
 	}
 	return o
 }
@@ -106,6 +122,16 @@ func findRepo() string {
 type record struct {
 	Nodes  int    `json:"nodes"`
 	BinDir string `json:"binDir"`
+	// Runtime is Options.Runtime; "" in a record from before it: containerd.
+	Runtime string `json:"runtime,omitempty"`
+}
+
+// runtime is the record's runtime, containerd if it names none.
+func (r record) runtime() string {
+	if r.Runtime == "" {
+		return RuntimeContainerd
+	}
+	return r.Runtime
 }
 
 // NodeInfo describes one node as tests need it.
@@ -118,22 +144,39 @@ type NodeInfo struct {
 	// KubeletCert is the kubelet's self-signed serving certificate (made
 	// at its first start, for the node's name): what a caller of the
 	// kubelet checks it against.
-	KubeletCert    string
-	ContainerdSock string // containerd's socket, for ctr -a
-	// ContainerdConfig is containerd's config.toml, which the agents'
-	// preflight reads.
+	KubeletCert string
+	// Runtime is the node's container runtime: RuntimeContainerd or
+	// RuntimeCRIO.
+	Runtime string
+	// RuntimeSock is the runtime's CRI socket (containerd's or CRI-O's),
+	// the kubelet's containerRuntimeEndpoint.
+	RuntimeSock string
+	// RuntimeConfig is the runtime's configuration file (containerd's
+	// config.toml, CRI-O's crio.conf), which the agents' preflight reads.
+	RuntimeConfig string
+	// ContainerdSock is containerd's socket, for ctr -a; "" on a CRI-O
+	// node.
+	ContainerdSock string
+	// ContainerdConfig is containerd's config.toml; "" on a CRI-O node.
 	ContainerdConfig string
-	Netns            string // /run/netns/<Name>
+	// RuntimeStateDir is where the runtime keeps its containers' work
+	// folders (the CRIU logs of their checkpoints and restores).
+	RuntimeStateDir string
+	Netns           string // /run/netns/<Name>
 }
 
 // Cluster is a running local cluster.
 type Cluster struct {
-	l     layout
-	nodes int
-	bin   string
-	log   io.Writer
-	rest  *rest.Config
+	l       layout
+	nodes   int
+	bin     string
+	runtime string
+	log     io.Writer
+	rest    *rest.Config
 }
+
+// Runtime is the nodes' container runtime: RuntimeContainerd or RuntimeCRIO.
+func (c *Cluster) Runtime() string { return c.runtime }
 
 // Kubeconfig is the path of the admin kubeconfig (group system:masters).
 func (c *Cluster) Kubeconfig() string { return c.l.kubeconfig() }
@@ -150,17 +193,34 @@ func (c *Cluster) Nodes() int { return c.nodes }
 // Node describes node i, 1-based.
 func (c *Cluster) Node(i int) NodeInfo {
 	n := c.l.node(i)
-	return NodeInfo{
-		Name:             NodeName(i),
-		IP:               NodeIP(i),
-		PodCIDR:          PodCIDR(i),
-		KubeletRoot:      n.kubeletRoot(),
-		CheckpointDir:    filepath.Join(n.kubeletRoot(), "checkpoints"),
-		KubeletCert:      filepath.Join(n.kubeletCerts(), "kubelet.crt"),
-		ContainerdSock:   n.containerdSock(),
-		ContainerdConfig: n.containerdConfig(),
-		Netns:            netnsPath(i),
+	info := NodeInfo{
+		Name:          NodeName(i),
+		IP:            NodeIP(i),
+		PodCIDR:       PodCIDR(i),
+		KubeletRoot:   n.kubeletRoot(),
+		CheckpointDir: filepath.Join(n.kubeletRoot(), "checkpoints"),
+		KubeletCert:   filepath.Join(n.kubeletCerts(), "kubelet.crt"),
+		Runtime:       c.runtime,
+		RuntimeSock:   runtimeSock(c.runtime, n),
+		Netns:         netnsPath(i),
 	}
+	if c.runtime == RuntimeCRIO {
+		info.RuntimeConfig = n.crioConfig()
+		info.RuntimeStateDir = filepath.Join(n.crioDir(), "run", "storage")
+	} else {
+		info.RuntimeConfig = n.containerdConfig()
+		info.ContainerdSock, info.ContainerdConfig = n.containerdSock(), n.containerdConfig()
+		info.RuntimeStateDir = n.containerdState()
+	}
+	return info
+}
+
+// runtimeSock is node n's CRI socket for runtime.
+func runtimeSock(runtime string, n nodeLayout) string {
+	if runtime == RuntimeCRIO {
+		return n.crioSock()
+	}
+	return n.containerdSock()
 }
 
 // APIServer is the apiserver's URL.
@@ -175,6 +235,9 @@ func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
 // cluster's registry: a hosts.toml in each node's registry folder, which
 // containerd reads at each pull. The returned func removes them.
 func (c *Cluster) PlainHTTPRegistry(addr string) (undo func() error, err error) {
+	if c.runtime == RuntimeCRIO {
+		return nil, fmt.Errorf("PlainHTTPRegistry: CRI-O nodes take plain-HTTP registries from their --insecure-registry flags only (the cluster's registry)")
+	}
 	var dirs []string
 	undo = func() error {
 		var errs []error
@@ -209,6 +272,9 @@ func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
 // node i's containerd, where the kubelet's pods can use it with
 // imagePullPolicy Never or IfNotPresent.
 func (c *Cluster) ImportImage(i int, tarball string) error {
+	if c.runtime == RuntimeCRIO {
+		return fmt.Errorf("import %s into %s: CRI-O nodes import no tarballs; push the image to the cluster's registry", tarball, NodeName(i))
+	}
 	return importImage(c.bin, c.l.node(i), tarball)
 }
 
@@ -220,6 +286,9 @@ func (c *Cluster) ImportImage(i int, tarball string) error {
 // registry configuration and speaks only HTTPS to 10.77.0.1:5000, so the
 // base image must be on the target node already, under that name@digest.
 func (c *Cluster) PullImage(ctx context.Context, i int, ref string) error {
+	if c.runtime == RuntimeCRIO {
+		return criPull(ctx, c.l.node(i).crioSock(), ref)
+	}
 	ctr := filepath.Join(c.bin, "containerd", "ctr")
 	out, err := exec.CommandContext(ctx, ctr, "-a", c.l.node(i).containerdSock(), "-n", "k8s.io", "images", "pull", "--plain-http", ref).CombinedOutput()
 	if err != nil {
@@ -318,7 +387,7 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 		c, err := attach(l, rec, opts.Log)
 		if err == nil {
 			var down []string
-			for _, comp := range components(rec.Nodes) {
+			for _, comp := range components(rec) {
 				if _, ok := running(l, comp); !ok {
 					down = append(down, comp)
 				}
@@ -331,6 +400,8 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 				p.say("cluster in %s runs but its apiserver is not ready (%v); taking it down first", l.dir, apiErr)
 			case rec.Nodes != opts.Nodes:
 				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
+			case rec.runtime() != opts.Runtime:
+				p.say("cluster in %s runs %s, %s asked for; taking it down first", l.dir, rec.runtime(), opts.Runtime)
 			default:
 				p.say("cluster already up (%d nodes, state %s); kubeconfig %s", rec.Nodes, l.dir, c.Kubeconfig())
 				continueKubelets(l, rec.Nodes)
@@ -358,10 +429,10 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 	return c, nil
 }
 
-func components(nodes int) []string {
+func components(rec record) []string {
 	comps := []string{compEtcd, compAPIServer, compKCM, compScheduler, compHost}
-	for i := 1; i <= nodes; i++ {
-		comps = append(comps, compContainerd(i), compKubelet(i), compKubeProxy(i))
+	for i := 1; i <= rec.Nodes; i++ {
+		comps = append(comps, compRuntime(rec.runtime(), i), compKubelet(i), compKubeProxy(i))
 	}
 	return comps
 }
@@ -401,7 +472,7 @@ func attach(l layout, rec record, log io.Writer) (*Cluster, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	return &Cluster{l: l, nodes: rec.Nodes, bin: rec.BinDir, log: log, rest: cfg}, nil
+	return &Cluster{l: l, nodes: rec.Nodes, bin: rec.BinDir, runtime: rec.runtime(), log: log, rest: cfg}, nil
 }
 
 func (c *Cluster) apiReady(ctx context.Context) error {
@@ -436,7 +507,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := recordHostPaths(l); err != nil {
 		return nil, err
 	}
-	rec := record{Nodes: opts.Nodes, BinDir: opts.BinDir}
+	rec := record{Nodes: opts.Nodes, BinDir: opts.BinDir, Runtime: opts.Runtime}
 	b, _ := json.Marshal(rec)
 	if err := os.WriteFile(l.record(), b, 0o644); err != nil {
 		return nil, err
@@ -444,12 +515,17 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := ensurePKI(l, opts.Nodes); err != nil {
 		return nil, err
 	}
-	if err := writeNodeFiles(l, opts.Nodes); err != nil {
+	if err := writeNodeFiles(l, opts); err != nil {
 		return nil, err
 	}
 	p.say("state, certificates and configs ready in %s", l.dir)
 	if err := setupNetwork(opts.Nodes); err != nil {
 		return nil, err
+	}
+	if opts.Runtime == RuntimeCRIO {
+		if err := mountHugetlb(l); err != nil {
+			return nil, err
+		}
 	}
 	if err := setupCgroups(opts.Nodes); err != nil {
 		return nil, err
@@ -494,29 +570,39 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		n := l.node(i)
-		if _, err := start(l, process{name: compContainerd(i), bin: filepath.Join(opts.BinDir, "containerd", "containerd"),
-			args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: nodeEnv(i)}); err != nil {
+		if _, err := start(l, runtimeProcess(l, opts, i, nodeEnv(i))); err != nil {
 			return nil, err
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		n := l.node(i)
-		if err := waitAlive(ctx, l, 30*time.Second, func() bool { return socketAnswers(n.containerdSock()) }, compContainerd(i)); err != nil {
-			return nil, fmt.Errorf("containerd of %s did not open %s: %w", NodeName(i), n.containerdSock(), withLogs(err, l, compContainerd(i)))
+		sock, comp := runtimeSock(opts.Runtime, l.node(i)), compRuntime(opts.Runtime, i)
+		if err := waitAlive(ctx, l, 30*time.Second, func() bool { return socketAnswers(sock) }, comp); err != nil {
+			return nil, fmt.Errorf("%s of %s did not open %s: %w", opts.Runtime, NodeName(i), sock, withLogs(err, l, comp))
 		}
 	}
-	p.say("containerd up on %d nodes", opts.Nodes)
+	p.say("%s up on %d nodes", opts.Runtime, opts.Nodes)
 	pauseErr, pauseDone = <-pause, true
 	if pauseErr != nil {
 		return nil, pauseErr
 	}
-	for i := 1; i <= opts.Nodes; i++ {
-		if err := importImage(opts.BinDir, l.node(i), l.pauseTarball()); err != nil {
+	if opts.Runtime == RuntimeCRIO {
+		// CRI-O pulls its sandbox image from the registry.
+		helperErr, helperDone = <-helper, true
+		if helperErr != nil {
+			return nil, helperErr
+		}
+		if err := pushPauseImage(ctx, l); err != nil {
 			return nil, err
 		}
+		p.say("pause image pushed to %s", crioPauseImage())
+	} else {
+		for i := 1; i <= opts.Nodes; i++ {
+			if err := importImage(opts.BinDir, l.node(i), l.pauseTarball()); err != nil {
+				return nil, err
+			}
+		}
+		p.say("pause image imported into every node")
 	}
-	p.say("pause image imported into every node")
 
 	if err := waitAlive(ctx, l, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }, compEtcd, compAPIServer); err != nil {
 		return nil, fmt.Errorf("kube-apiserver not ready at %s: %w", c.APIServer(), withLogs(err, l, compAPIServer))
@@ -541,9 +627,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		}
 		waitSocket(ctx, devicePluginSocket, 20*time.Second)
 	}
-	helperErr, helperDone = <-helper, true
-	if helperErr != nil {
-		return nil, helperErr
+	if !helperDone {
+		helperErr, helperDone = <-helper, true
+		if helperErr != nil {
+			return nil, helperErr
+		}
 	}
 
 	cs, err := kubernetes.NewForConfig(c.rest)
@@ -555,9 +643,9 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		err := waitAlive(ctx, l, opts.Timeout, func() bool {
 			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			return err == nil && nodeReady(node)
-		}, compContainerd(i), compKubelet(i))
+		}, compRuntime(opts.Runtime, i), compKubelet(i))
 		if err != nil {
-			return nil, fmt.Errorf("node %s not Ready: %w", name, withLogs(err, l, compKubelet(i), compContainerd(i)))
+			return nil, fmt.Errorf("node %s not Ready: %w", name, withLogs(err, l, compKubelet(i), compRuntime(opts.Runtime, i)))
 		}
 		p.say("node %s Ready (%s, pods %s)", name, NodeIP(i), PodCIDR(i))
 	}
@@ -690,10 +778,26 @@ func wipeRuntime(l layout) error {
 	return nil
 }
 
-// writeNodeFiles writes each node's containerd, CNI, registry and kubelet
+// runtimeProcess is node i's container runtime, in the node's network
+// namespace. CRI-O gets the node's own HOME, where containers/image finds
+// the signature policy, the cluster's registry as a plain-HTTP one, and
+// a drop-in folder of its own (none of the host's).
+func runtimeProcess(l layout, opts Options, i int, env []string) process {
+	n := l.node(i)
+	if opts.Runtime == RuntimeCRIO {
+		return process{name: compCRIO(i), bin: filepath.Join(opts.BinDir, "crio", "crio"),
+			args: []string{"--config", n.crioConfig(), "--config-dir", filepath.Join(n.crioDir(), "crio.conf.d"),
+				"--insecure-registry", hostAddr(RegistryPort), "--log-level", "info"},
+			netns: NodeName(i), env: append(env, "HOME="+n.crioHome())}
+	}
+	return process{name: compContainerd(i), bin: filepath.Join(opts.BinDir, "containerd", "containerd"),
+		args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: env}
+}
+
+// writeNodeFiles writes each node's runtime, CNI, registry and kubelet
 // configuration.
-func writeNodeFiles(l layout, nodes int) error {
-	for i := 1; i <= nodes; i++ {
+func writeNodeFiles(l layout, opts Options) error {
+	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
 		for _, d := range []string{n.cniConfDir(), n.cniIPAMDir(), n.kubeletRoot(), n.kubeletCerts(), n.podLogs(), n.tmp(),
 			filepath.Join(n.registryHosts(), hostAddr(RegistryPort))} {
@@ -706,10 +810,20 @@ func writeNodeFiles(l layout, nodes int) error {
 			return err
 		}
 		files := map[string][]byte{
-			n.containerdConfig():                                                   []byte(containerdConfig(n)),
-			filepath.Join(n.cniConfDir(), "10-ms2m.conflist"):                      cni,
-			filepath.Join(n.registryHosts(), hostAddr(RegistryPort), "hosts.toml"): []byte(registryHostsTOML()),
-			n.kubeletConfig():                                                      []byte(kubeletConfig(n, l.pki("ca.crt"))),
+			filepath.Join(n.cniConfDir(), "10-ms2m.conflist"): cni,
+			n.kubeletConfig(): []byte(kubeletConfig(n, l.pki("ca.crt"), runtimeSock(opts.Runtime, n))),
+		}
+		if opts.Runtime == RuntimeCRIO {
+			files[n.crioConfig()] = []byte(crioConfig(n, opts.BinDir))
+			files[filepath.Join(n.crioHome(), ".config", "containers", "policy.json")] = []byte(CRIOPolicy)
+			for _, d := range []string{filepath.Join(n.crioHome(), ".config", "containers"), filepath.Join(n.crioDir(), "crio.conf.d")} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					return err
+				}
+			}
+		} else {
+			files[n.containerdConfig()] = []byte(containerdConfig(n))
+			files[filepath.Join(n.registryHosts(), hostAddr(RegistryPort), "hosts.toml")] = []byte(registryHostsTOML())
 		}
 		for path, data := range files {
 			if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -893,7 +1007,7 @@ func GetStatus(ctx context.Context, opts Options) (Status, error) {
 		return Status{StateDir: l.dir}, err
 	}
 	st := Status{StateDir: l.dir, Kubeconfig: l.kubeconfig(), APIServer: "https://" + hostAddr(APIServerPort)}
-	for _, comp := range append(components(rec.Nodes), addons(l)...) {
+	for _, comp := range append(components(rec), addons(l)...) {
 		pid, ok := running(l, comp)
 		st.Components = append(st.Components, ComponentStatus{Name: comp, PID: pid, Running: ok, Log: l.log(comp)})
 	}

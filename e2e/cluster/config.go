@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -65,6 +66,93 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 	return b.String()
 }
 
+// crioConfig is node n's CRI-O configuration (RuntimeCRIO), CRIOConfig
+// with the node's folders and the cluster's pause image.
+func crioConfig(n nodeLayout, binDir string) string {
+	return CRIOConfig(CRIOPaths{Dir: n.crioDir(), Sock: n.crioSock(), CNIConfDir: n.cniConfDir(), BinDir: binDir, PauseImage: crioPauseImage()})
+}
+
+// CRIOPaths place one CRI-O's files.
+type CRIOPaths struct {
+	Dir        string // storage, state and logs go below it
+	Sock       string // the CRI socket
+	CNIConfDir string // the CNI configuration it reads
+	BinDir     string // has crio/pinns (make crio-bin)
+	PauseImage string // the sandbox image
+}
+
+// CRIOConfig is a crio.conf that keeps CRI-O's storage (overlay), state,
+// logs and socket where p says; Debian's runc
+// with cgroupfs and its own root, monitored by Debian's conmon, in the
+// pod's cgroup; pinns from binDir; CRIU support on, which in CRI-O 1.34.0
+// turns on checkpoint and restore alike (later patch releases add
+// [crio.checkpoint_restore] container_level_enabled, whose default,
+// checkpoint_only, restores nothing); the sandbox image from the
+// cluster's registry; no infra container for pods whose PID namespace is
+// per container (the kubelet's default), since the infra container's
+// oom_score_adj of -998 needs CAP_SYS_RESOURCE; CNI from the node's own
+// conf dir; NRI off (its socket is machine-wide). The signature policy
+// is not set here: a namespaced one makes every restore fail, so the
+// policy comes from $HOME/.config/containers (the node's crioHome), and
+// the registry's plain HTTP from --insecure-registry (no crio.conf key in
+// 1.34).
+func CRIOConfig(p CRIOPaths) string {
+	q := strconv.Quote
+	d := p.Dir
+	return fmt.Sprintf(`[crio]
+root = %s
+runroot = %s
+storage_driver = "overlay"
+log_dir = %s
+version_file = %s
+clean_shutdown_file = %s
+
+[crio.api]
+listen = %s
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+drop_infra_ctr = true
+enable_criu_support = true
+pinns_path = %s
+namespaces_dir = %s
+container_exits_dir = %s
+container_attach_socket_dir = %s
+
+[crio.runtime.runtimes.runc]
+runtime_path = "/usr/sbin/runc"
+runtime_root = %s
+runtime_type = "oci"
+monitor_path = "/usr/bin/conmon"
+
+[crio.image]
+pause_image = %s
+
+[crio.network]
+network_dir = %s
+plugin_dirs = ["/usr/lib/cni"]
+
+[crio.nri]
+enable_nri = false
+`, q(filepath.Join(d, "storage")), q(filepath.Join(d, "run", "storage")), q(filepath.Join(d, "pods")),
+		q(filepath.Join(d, "run", "version")), q(filepath.Join(d, "clean.shutdown")), q(p.Sock),
+		q(filepath.Join(p.BinDir, "crio", "pinns")), q(filepath.Join(d, "run", "ns")), q(filepath.Join(d, "run", "exits")),
+		q(filepath.Join(d, "run", "attach")), q(filepath.Join(d, "run", "runc")), q(p.PauseImage), q(p.CNIConfDir))
+}
+
+// crioPauseImage is the sandbox image of CRI-O nodes: PauseImage's
+// build, pushed to the cluster's registry (CRI-O cannot import a tarball).
+func crioPauseImage() string { return hostAddr(RegistryPort) + "/ms2m/pause:3.10" }
+
+// CRIOPolicy is a containers/image signature policy that accepts every
+// image (the cluster's images are unsigned), for
+// $HOME/.config/containers/policy.json in CRI-O's environment.
+const CRIOPolicy = `{"default":[{"type":"insecureAcceptAnything"}]}` + "\n"
+
 // registryHostsTOML tells containerd to pull from the cluster's registry
 // over plain HTTP. It goes to certs.d/<HostIP:RegistryPort>/hosts.toml.
 func registryHostsTOML() string { return plainHTTPHostsTOML(hostAddr(RegistryPort)) }
@@ -109,7 +197,7 @@ func cniConfList(i int, ipamDir string) ([]byte, error) {
 // system:masters); pods go under the node's own cgroup root; eviction
 // thresholds are low, because all nodes share one disk and one memory; and
 // pods get no DNS (resolvConf ""), since nothing serves it.
-func kubeletConfig(n nodeLayout, caFile string) string {
+func kubeletConfig(n nodeLayout, caFile, runtimeSock string) string {
 	q := strconv.Quote
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -145,5 +233,5 @@ serializeImagePulls: false
 clusterDomain: cluster.local
 featureGates:
   ContainerCheckpoint: true
-`, q(cgroupRoot(n.i)), q("unix://"+n.containerdSock()), q(n.podLogs()), q(NodeIP(n.i)), q(caFile))
+`, q(cgroupRoot(n.i)), q("unix://"+runtimeSock), q(n.podLogs()), q(NodeIP(n.i)), q(caFile))
 }

@@ -106,7 +106,7 @@ func TestCNIConfList(t *testing.T) {
 func TestKubeletConfig(t *testing.T) {
 	n := layout{dir: "/s"}.node(1)
 	var got map[string]any
-	if err := yaml.Unmarshal([]byte(kubeletConfig(n, "/s/pki/ca.crt")), &got); err != nil {
+	if err := yaml.Unmarshal([]byte(kubeletConfig(n, "/s/pki/ca.crt", runtimeSock(RuntimeContainerd, n))), &got); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]any{
@@ -129,6 +129,41 @@ func TestKubeletConfig(t *testing.T) {
 	}
 	if got["evictionHard"].(map[string]any)["nodefs.available"] != "1%" {
 		t.Errorf("evictionHard = %v, want low thresholds", got["evictionHard"])
+	}
+}
+
+// TestCRIOConfig holds a CRI-O node's crio.conf to what the node agent's
+// preflight reads as checkpoint and restore on, and to the node's folder.
+func TestCRIOConfig(t *testing.T) {
+	n := layout{dir: "/s"}.node(2)
+	text := crioConfig(n, "/repo/bin")
+	kv := agent.ParseTOMLish(text)
+	for k, want := range map[string]string{
+		"crio.api.listen":                         "/s/ms2m-node-2/crio.sock",
+		"crio.root":                               "/s/ms2m-node-2/crio/storage",
+		"crio.storage_driver":                     "overlay",
+		"crio.runtime.cgroup_manager":             "cgroupfs",
+		"crio.runtime.drop_infra_ctr":             "true",
+		"crio.runtime.pinns_path":                 "/repo/bin/crio/pinns",
+		"crio.runtime.runtimes.runc.monitor_path": "/usr/bin/conmon",
+		"crio.image.pause_image":                  "10.77.0.1:5000/ms2m/pause:3.10",
+		"crio.network.network_dir":                "/s/ms2m-node-2/cni/net.d",
+		"crio.nri.enable_nri":                     "false",
+	} {
+		if kv[k] != want {
+			t.Errorf("%s = %q, want %q", k, kv[k], want)
+		}
+	}
+	s := agent.RuntimeSettings("cri-o", "1.34.0", []string{text})
+	if s.Checkpoint == nil || !*s.Checkpoint || s.Restore == nil || !*s.Restore {
+		t.Errorf("the agent reads checkpoint %v, restore %v from the node's crio.conf; want both on", s.Checkpoint, s.Restore)
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal([]byte(kubeletConfig(n, "/s/pki/ca.crt", runtimeSock(RuntimeCRIO, n))), &k); err != nil {
+		t.Fatal(err)
+	}
+	if got := k["containerRuntimeEndpoint"]; got != "unix:///s/ms2m-node-2/crio.sock" {
+		t.Errorf("the kubelet of a CRI-O node talks to %v", got)
 	}
 }
 

@@ -12,6 +12,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Down takes the cluster in opts.StateDir down and removes what Up made:
@@ -76,6 +80,16 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 	}
 	for i := 1; i <= maxNodes; i++ {
 		n := l.node(i)
+		if rec.runtime() == RuntimeCRIO {
+			if _, ok := running(l, compCRIO(i)); ok {
+				if k := removeCRIOPods(n.crioSock()); k > 0 {
+					p.say("%s: removed %d pod sandboxes", NodeName(i), k)
+				}
+			}
+			note(stop(l, compCRIO(i), 10*time.Second))
+			note(killLeftovers(bin, l, i)...)
+			continue
+		}
 		var ids []string
 		if _, ok := running(l, compContainerd(i)); ok && bin != "" {
 			ids = removeContainers(bin, n)
@@ -97,6 +111,13 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 		hostErrs := teardownNetwork()
 		for i := 1; i <= maxNodes; i++ {
 			hostErrs = append(hostErrs, removeCgroupsRetry(i)...)
+		}
+		if len(hostErrs) == 0 {
+			// The hugetlb hierarchy a CRI-O cluster mounted goes once the
+			// nodes' cgroups in it are gone.
+			if err := unmountHugetlb(l); err != nil {
+				hostErrs = append(hostErrs, err)
+			}
 		}
 		note(hostErrs...)
 		if len(hostErrs) == 0 {
@@ -146,6 +167,31 @@ func removeContainers(bin string, n nodeLayout) []string {
 			if _, ok := ctr("-n", ns, "containers", "delete", c); ok {
 				removed = append(removed, ns+"/"+c)
 			}
+		}
+	}
+	return removed
+}
+
+// removeCRIOPods stops and removes every pod sandbox (and with them their
+// containers) of the CRI-O at sock, and returns how many it removed.
+func removeCRIOPods(sock string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	rt := cri.NewRuntimeServiceClient(conn)
+	l, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, sb := range l.Items {
+		rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: sb.Id}) //nolint:errcheck // the removal says whether it went
+		if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err == nil {
+			removed++
 		}
 	}
 	return removed

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,6 +189,81 @@ func cgroupMounts() ([]string, error) {
 		}
 	}
 	return out, s.Err()
+}
+
+// hugetlbMount is where Up mounts cgroup v1's hugetlb hierarchy for CRI-O
+// nodes, when the kernel has the controller and nothing mounted it (as
+// here). CRI-O sets the hugepage limits the kubelet sends (0 for every
+// page size the kernel has) whenever /proc/cgroups lists the controller,
+// and runc fails every container without the hierarchy: "cannot set
+// hugetlb limit: container could not join or create cgroup". containerd
+// leaves the limits out then.
+const hugetlbMount = "/sys/fs/cgroup/hugetlb"
+
+// hugetlbRecord is the file that says this cluster mounted hugetlbMount.
+func hugetlbRecord(l layout) string { return l.path("run", "mounted-hugetlb") }
+
+// mountHugetlb mounts the hugetlb hierarchy at hugetlbMount if the kernel
+// has the controller enabled, cgroups are v1 and no mounted hierarchy has
+// it, and records that it did. Whether one is mounted comes from the
+// mount table: /proc/cgroups keeps a hierarchy's number for a while after
+// its last unmount.
+func mountHugetlb(l layout) error {
+	b, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		return err
+	}
+	enabled := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "hugetlb" {
+			enabled = f[3] == "1"
+		}
+	}
+	var st syscall.Statfs_t
+	if !enabled || syscall.Statfs("/sys/fs/cgroup", &st) != nil || st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+		return nil
+	}
+	mounted, err := hugetlbMounted()
+	if err != nil || mounted {
+		return err
+	}
+	if err := os.MkdirAll(hugetlbMount, 0o755); err != nil {
+		return fmt.Errorf("mount the hugetlb cgroup for CRI-O: %w", err)
+	}
+	if err := syscall.Mount("cgroup", hugetlbMount, "cgroup", 0, "hugetlb"); err != nil {
+		return fmt.Errorf("mount the hugetlb cgroup at %s for CRI-O: %w", hugetlbMount, err)
+	}
+	return os.WriteFile(hugetlbRecord(l), []byte(hugetlbMount+"\n"), 0o644)
+}
+
+// hugetlbMounted says whether a cgroup v1 hierarchy with the hugetlb
+// controller is mounted (its super options name it).
+func hugetlbMounted() (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		_, after, ok := strings.Cut(line, " - ")
+		if f := strings.Fields(after); ok && len(f) >= 3 && f[0] == "cgroup" && slices.Contains(strings.Split(f[2], ","), "hugetlb") {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unmountHugetlb undoes mountHugetlb, once the nodes' cgroups are gone.
+func unmountHugetlb(l layout) error {
+	if _, err := os.Stat(hugetlbRecord(l)); err != nil {
+		return nil
+	}
+	if err := syscall.Unmount(hugetlbMount, 0); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", hugetlbMount, err)
+	}
+	if err := os.Remove(hugetlbMount); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.Remove(hugetlbRecord(l))
 }
 
 // setupCgroups makes node i's cgroup root in every hierarchy; the kubelet

@@ -8,6 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	nodeagent "github.com/ms2m/ms2m/internal/agent"
 	"github.com/ms2m/ms2m/internal/ociimage"
 )
 
@@ -31,6 +34,25 @@ func ensurePauseImage(ctx context.Context, l layout, opts Options) error {
 		return fmt.Errorf("pause image: %w", err)
 	}
 	return nil
+}
+
+// pushPauseImage pushes the pause image's tarball to the cluster's
+// registry as crioPauseImage, where CRI-O nodes pull it from.
+func pushPauseImage(ctx context.Context, l layout) error {
+	img, err := tarball.ImageFromPath(l.pauseTarball(), nil)
+	if err != nil {
+		return fmt.Errorf("pause image: %w", err)
+	}
+	if err := ociimage.Push(ctx, img, crioPauseImage(), ociimage.PushOptions{Insecure: true}); err != nil {
+		return fmt.Errorf("pause image: %w", err)
+	}
+	return nil
+}
+
+// criPull pulls ref through the CRI image service at sock, as the kubelet
+// does: with the runtime's own registry settings.
+func criPull(ctx context.Context, sock, ref string) error {
+	return nodeagent.CRIPuller{Endpoint: sock}.Pull(ctx, ref, nil)
 }
 
 // ensureHelper puts the host-services helper at a stable path in the state

@@ -93,6 +93,10 @@ func (n nodeLayout) containerdRoot() string   { return n.path("containerd", "roo
 func (n nodeLayout) containerdState() string  { return n.path("containerd", "state") }
 func (n nodeLayout) containerdOpt() string    { return n.path("containerd", "opt") }
 func (n nodeLayout) runcRoot() string         { return n.path("containerd", "runc") }
+func (n nodeLayout) crioConfig() string       { return n.path("crio.conf") }
+func (n nodeLayout) crioSock() string         { return n.path("crio.sock") }
+func (n nodeLayout) crioDir() string          { return n.path("crio") }
+func (n nodeLayout) crioHome() string         { return n.path("crio", "home") }
 func (n nodeLayout) cniConfDir() string       { return n.path("cni", "net.d") }
 func (n nodeLayout) cniIPAMDir() string       { return n.path("cni", "ipam") }
 func (n nodeLayout) registryHosts() string    { return n.path("certs.d") }
@@ -115,8 +119,17 @@ const (
 )
 
 func compContainerd(i int) string { return NodeName(i) + "-containerd" }
+func compCRIO(i int) string       { return NodeName(i) + "-crio" }
 func compKubelet(i int) string    { return NodeName(i) + "-kubelet" }
 func compKubeProxy(i int) string  { return NodeName(i) + "-kube-proxy" }
+
+// compRuntime is node i's container runtime component.
+func compRuntime(runtime string, i int) string {
+	if runtime == RuntimeCRIO {
+		return compCRIO(i)
+	}
+	return compContainerd(i)
+}
 
 // kubeProxyHealthPort is kube-proxy's health port on its node's address.
 const kubeProxyHealthPort = 10256

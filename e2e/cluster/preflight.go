@@ -36,10 +36,20 @@ var binaries = []struct{ rel, target string }{
 	{"k8s/kube-scheduler", "make node-bin"},
 	{"k8s/kubelet", "make node-bin"},
 	{"k8s/kube-proxy", "make node-bin"},
-	{"containerd/containerd", "make node-bin"},
-	{"containerd/ctr", "make node-bin"},
-	{"containerd/containerd-shim-runc-v2", "make node-bin"},
 	{"criu/criu", "make criu"},
+}
+
+// runtimeBinaries are each runtime's executables under BinDir.
+var runtimeBinaries = map[string][]struct{ rel, target string }{
+	RuntimeContainerd: {
+		{"containerd/containerd", "make node-bin"},
+		{"containerd/ctr", "make node-bin"},
+		{"containerd/containerd-shim-runc-v2", "make node-bin"},
+	},
+	RuntimeCRIO: {
+		{"crio/crio", "make crio-bin"},
+		{"crio/pinns", "make crio-bin"},
+	},
 }
 
 // Preflight checks everything Up needs, without changing anything: root,
@@ -72,9 +82,18 @@ func Preflight(opts Options) error {
 		add("no cgroup hierarchy is mounted", "mount cgroups (v1 under /sys/fs/cgroup/<controller> or v2 at /sys/fs/cgroup)")
 	}
 
+	rtBins, known := runtimeBinaries[opts.Runtime]
+	if !known {
+		add(fmt.Sprintf("unknown node runtime %q", opts.Runtime), fmt.Sprintf("ask for %s or %s", RuntimeContainerd, RuntimeCRIO))
+	}
+	if opts.Runtime == RuntimeCRIO {
+		if st, err := os.Stat("/usr/bin/conmon"); err != nil || st.Mode()&0o111 == 0 {
+			add("missing /usr/bin/conmon (Debian's conmon, CRI-O's container monitor)", "make node-setup (or apt-get install conmon)")
+		}
+	}
 	missing := map[string][]string{}
 	var targets []string
-	for _, b := range binaries {
+	for _, b := range append(append([]struct{ rel, target string }{}, binaries...), rtBins...) {
 		p := filepath.Join(opts.BinDir, b.rel)
 		if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
 			if len(missing[b.target]) == 0 {
@@ -87,7 +106,7 @@ func Preflight(opts Options) error {
 		add("missing "+strings.Join(missing[t], ", "), t+" (from the repository root)")
 	}
 	if st, err := os.Stat("/usr/sbin/runc"); err != nil || st.Mode()&0o111 == 0 {
-		add("missing /usr/sbin/runc (Debian's runc, which containerd is configured to use)", "make node-setup (or apt-get install runc)")
+		add("missing /usr/sbin/runc (Debian's runc, which the runtime is configured to use)", "make node-setup (or apt-get install runc)")
 	}
 	if st, err := os.Stat("/usr/sbin/nft"); err != nil || st.Mode()&0o111 == 0 {
 		add("missing /usr/sbin/nft (Debian's nftables, which kube-proxy programs Services with)", "make node-setup (or apt-get install nftables)")

@@ -225,11 +225,11 @@ func (a *Agents) start(ctx context.Context, i int, criu string, extra ...string)
 
 // agentEnv configures `migrator agent` for node n: it listens on the
 // node's address, over TLS, over the node's kubelet checkpoint folder,
-// containerd socket and state folder, with the lab's token; it asks the
+// runtime's socket and state folder, with the lab's token; it asks the
 // node's kubelet for checkpoints with the ServiceAccount token of files,
 // checking the kubelet's own certificate, and pushes to repo in the
-// cluster's plain-HTTP registry; its preflight reads the node's containerd
-// config and runs criu, the nodes' CRIU.
+// cluster's plain-HTTP registry; its preflight reads the node's runtime
+// config (containerd's or CRI-O's) and runs criu, the nodes' CRIU.
 func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles, criu string) []string {
 	return []string{
 		"NODE_NAME=" + n.Name,
@@ -240,12 +240,12 @@ func agentEnv(n cluster.NodeInfo, repo string, files AgentFiles, criu string) []
 		"MS2M_AGENT_KUBELET_CA_FILE=" + n.KubeletCert,
 		"MS2M_AGENT_LISTEN=" + n.IP + ":" + strconv.Itoa(AgentPort),
 		"MS2M_AGENT_CHECKPOINT_DIR=" + n.CheckpointDir,
-		"MS2M_AGENT_RUNTIME_ENDPOINT=unix://" + n.ContainerdSock,
-		"MS2M_AGENT_LOG_DIRS=" + filepath.Join(filepath.Dir(n.ContainerdSock), "containerd", "state"),
+		"MS2M_AGENT_RUNTIME_ENDPOINT=unix://" + n.RuntimeSock,
+		"MS2M_AGENT_LOG_DIRS=" + n.RuntimeStateDir,
 		"MS2M_AGENT_TOKEN=" + AgentToken,
 		"MS2M_AGENT_REGISTRY_INSECURE=true",
 		"MS2M_AGENT_IMAGE_REPO=" + repo,
-		"MS2M_AGENT_RUNTIME_CONFIG=" + n.ContainerdConfig,
+		"MS2M_AGENT_RUNTIME_CONFIG=" + n.RuntimeConfig,
 		"MS2M_AGENT_CRIU_PATH=" + criu,
 	}
 }

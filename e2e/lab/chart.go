@@ -82,7 +82,7 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 		return nil, err
 	}
 	values := filepath.Join(dir, "values.yaml")
-	if err := os.WriteFile(values, []byte(chartValues(l.Cluster.StateDir(), l.Registry, l.ImageRepo())), 0o644); err != nil {
+	if err := os.WriteFile(values, []byte(chartValues(l.Cluster.StateDir(), l.Registry, l.ImageRepo(), l.Cluster.Runtime())), 0o644); err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
@@ -133,9 +133,14 @@ func (l *Lab) ChartImageRefs() []string {
 // written by the webhook, the lab's agent token, and the
 // agent's folders per node ($(NODE_NAME)), since the nodes share this
 // host's filesystem; the agent checks its kubelet against the kubelet's
-// own self-signed certificate, in the node's folder too.
-func chartValues(state, registry, checkpoints string) string {
+// own self-signed certificate, in the node's folder too. The runtime's
+// socket and work folders are containerd's or, on CRI-O nodes, CRI-O's.
+func chartValues(state, registry, checkpoints, runtime string) string {
 	node := filepath.Join(state, "$(NODE_NAME)")
+	sock, workDir := filepath.Join(node, "containerd.sock"), filepath.Join(node, "containerd", "state")
+	if runtime == cluster.RuntimeCRIO {
+		sock, workDir = filepath.Join(node, "crio.sock"), filepath.Join(node, "crio", "run", "storage")
+	}
 	return fmt.Sprintf(`# Written by the e2e lab (InstallChart) for the local cluster in %[1]s.
 image:
   registry: %[2]q
@@ -172,8 +177,8 @@ agent:
 `, state, registry, chartImageTag, Namespace,
 		fmt.Sprintf("rabbitmq-stream://%s:%d/", cluster.HostIP, cluster.StreamPort),
 		checkpoints,
-		filepath.Join(node, "kubelet", "checkpoints"), "unix://"+filepath.Join(node, "containerd.sock"),
-		filepath.Join(node, "containerd", "state"), chartAgentTokenSecret,
+		filepath.Join(node, "kubelet", "checkpoints"), "unix://"+sock,
+		workDir, chartAgentTokenSecret,
 		filepath.Join(node, "kubelet-pki", "kubelet.crt"))
 }
 

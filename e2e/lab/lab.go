@@ -337,10 +337,13 @@ func (agent) ReadLog(ctx context.Context, node, path string) (string, error) {
 // RestoreLog returns the last 64 KiB of CRIU's log of the restore of
 // container id on node: runc writes restore.log into the container's
 // work folder, which containerd's runc shim keeps in the node's
-// containerd root folder.
+// containerd root folder, and CRI-O in its storage's run folder.
 func (a agent) RestoreLog(ctx context.Context, node, id string) (string, error) {
 	if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
 		return "", fmt.Errorf("container ID %q: want 64 hex digits", id)
+	}
+	if n, ok := a.node(node); ok && n.Runtime == cluster.RuntimeCRIO {
+		return a.ReadLog(ctx, node, filepath.Join(n.RuntimeStateDir, "overlay-containers", id, "userdata", "restore.log"))
 	}
 	return a.ReadLog(ctx, node, filepath.Join(a.l.Cluster.StateDir(), node, "containerd", "root", "io.containerd.runtime.v2.task", "k8s.io", id, "restore.log"))
 }
@@ -364,10 +367,10 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 // (GET /v1/freeze?state=dumped&thaw=true).
 func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, time.Duration, error), error) {
 	var w nodeagent.FreezeWatch
-	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
-		if n := a.l.Cluster.Node(i); n.Name == node {
-			w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
-		}
+	// Only containerd can be asked to resume a container paused for its
+	// checkpoint; CRI-O keeps it paused until the call ends.
+	if n, ok := a.node(node); ok && n.ContainerdSock != "" {
+		w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
 	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {
@@ -379,14 +382,28 @@ func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, 
 	}, nil
 }
 
+// node is the lab cluster's node of that name.
+func (a agent) node(name string) (cluster.NodeInfo, bool) {
+	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
+		if n := a.l.Cluster.Node(i); n.Name == name {
+			return n, true
+		}
+	}
+	return cluster.NodeInfo{}, false
+}
+
 // PullImage pulls ref into node's containerd with ctr, over plain HTTP,
 // with auth's username and password when given (ctr takes them in its
-// arguments, which only a test on one host may do).
+// arguments, which only a test on one host may do); into a CRI-O node's
+// storage through CRI, as the kubelet pulls.
 func (a agent) PullImage(ctx context.Context, node, ref string, auth *contract.RegistryAuth) error {
 	for i := 1; i <= a.l.Cluster.Nodes(); i++ {
 		n := a.l.Cluster.Node(i)
 		if n.Name != node {
 			continue
+		}
+		if n.Runtime == cluster.RuntimeCRIO {
+			return nodeagent.CRIPuller{Endpoint: n.RuntimeSock}.Pull(ctx, ref, auth)
 		}
 		ctr := filepath.Join(a.l.Opts.BinDir, "containerd", "ctr")
 		args := []string{"-a", n.ContainerdSock, "-n", "k8s.io", "images", "pull", "--plain-http"}

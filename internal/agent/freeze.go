@@ -101,8 +101,11 @@ func (w FreezeWatch) roots() (cg, proc string, poll time.Duration) {
 
 // FindCgroup returns the container's cgroup folder: in the v1 freezer
 // hierarchy if there is one, else in the unified one. The folder's name
-// holds the container ID (cgroupfs: <id>; systemd: cri-containerd-<id>.scope,
-// crio-<id>.scope), below a folder that names the pod's UID.
+// holds the container ID (cgroupfs: <id> for containerd, crio-<id> for
+// CRI-O; systemd: cri-containerd-<id>.scope, crio-<id>.scope), below a
+// folder that names the pod's UID. CRI-O's conmon for the container has a
+// cgroup that names the ID too (crio-conmon-<id>), which is not the
+// container's.
 func (w FreezeWatch) FindCgroup(podUID, containerID string) (string, error) {
 	if len(containerID) < 12 || strings.ContainsAny(containerID, "/.") || podUID == "" || strings.ContainsAny(podUID, "/.") {
 		return "", fmt.Errorf("pod UID %q and container ID %q: want a UID and a runtime's container ID (64 hex digits)", podUID, containerID)
@@ -123,7 +126,7 @@ func (w FreezeWatch) FindCgroup(podUID, containerID string) (string, error) {
 			if strings.Count(strings.TrimPrefix(p, root), "/") > 8 {
 				return fs.SkipDir
 			}
-			if strings.Contains(d.Name(), containerID) {
+			if strings.Contains(d.Name(), containerID) && !strings.Contains(d.Name(), "conmon") {
 				parent := filepath.Dir(p)
 				if strings.Contains(parent, uidDash) || strings.Contains(parent, uidUnder) {
 					found = p

@@ -102,6 +102,24 @@ func TestFindCgroup(t *testing.T) {
 	}
 }
 
+// TestFindCgroupCRIO: on a CRI-O node (cgroupfs, conmon in the pod's
+// cgroup) the container's cgroup is crio-<id>, beside its conmon's
+// crio-conmon-<id>, which sorts first and is not it.
+func TestFindCgroupCRIO(t *testing.T) {
+	root := t.TempDir()
+	pod := filepath.Join(root, "freezer", "ms2m-node-1", "kubepods", "besteffort", "pod"+testPod)
+	id := "f" + strings.Repeat("0", 63)
+	for _, d := range []string{"crio-conmon-" + id, "crio-" + id} {
+		if err := os.MkdirAll(filepath.Join(pod, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := FreezeWatch{CgroupRoot: root}.FindCgroup(testPod, id)
+	if want := filepath.Join(pod, "crio-"+id); err != nil || got != want {
+		t.Errorf("FindCgroup = %q, %v; want %q", got, err, want)
+	}
+}
+
 // TestWatchFreeze: the agent's watch is in place when WatchFreeze
 // returns; it ends once the container freezes, then once it thaws (its
 // tasks free of the tracer), and with an error when it never freezes.
