@@ -73,6 +73,12 @@ type StopResult struct {
 	Held      int       `json:"held"`
 	Requeued  int       `json:"requeued"`
 	StoppedAt time.Time `json:"stoppedAt"`
+	// Recovered counts, for NATS push consumers, the deliveries the server
+	// made during the stop to a subject no one listened on any more, which
+	// the stop read back from the stream and logged before the cutoff: the
+	// target replays them in order, and the app of this sidecar never had
+	// them.
+	Recovered int `json:"recovered,omitempty"`
 }
 
 // ErrorResponse is the body of every answer that is not 200 OK (but

@@ -71,6 +71,10 @@ type Timings struct {
 	// to the broker instead (MS2M_STOP_HELD=requeue), which the target gets.
 	Held     int `json:"held"`
 	Requeued int `json:"requeued"`
+	// Recovered counts the NATS push deliveries the server made to no one
+	// during the stop, which the source logged before the cutoff for the
+	// target (its own app never had them).
+	Recovered int `json:"recovered,omitempty"`
 }
 
 // Handover stops the source and lets the target take over: it waits until
@@ -94,7 +98,7 @@ func Handover(ctx context.Context, source, target Client, o HandoverOptions) (Ti
 	if err != nil {
 		return t, fmt.Errorf("handover: %w; it keeps serving or stays as the stop left it (POST /resume undoes a stop)", err)
 	}
-	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued
+	t.CutoffID, t.StopStarted, t.Stopped, t.Held, t.Requeued, t.Recovered = stop.CutoffID, stop.StartedAt, stop.StoppedAt, stop.Held, stop.Requeued, stop.Recovered
 	return waitSwitch(ctx, target, o, t)
 }
 

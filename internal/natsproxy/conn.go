@@ -57,6 +57,10 @@ type conn struct {
 	// jsSIDs are the app's subscriptions that got JetStream deliveries:
 	// a stop takes them off the server.
 	jsSIDs map[string]bool
+	// seen is, per JetStream consumer (ReplayKey), the last delivery this
+	// connection handed the app (guarded by mu): what a stop compares
+	// with the server's delivered sequence (void.go).
+	seen map[string]*seenConsumer
 	// lastNames are the last delivery's strings (names).
 	lastNames deliveryNames
 	// downAt is when the server's bytes being parsed were read (downClock).
@@ -95,6 +99,7 @@ func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
 		aborted:   make(chan struct{}),
 		subs:      map[string]appSub{},
 		jsSIDs:    map[string]bool{},
+		seen:      map[string]*seenConsumer{},
 		feeds:     map[string]*pushFeed{},
 		replaying: map[*keyReplay]bool{},
 	}
@@ -320,6 +325,7 @@ func (c *conn) teeMsg(m *natswire.Msg, ack natswire.JSAck, js bool) error {
 		repeats = c.p.firsts.first(msg)
 	}
 	n := c.names(ack.Stream, ack.Consumer, m.Subject)
+	c.noteSeen(n, ack.StreamSeq, m.SID)
 	id, tk := c.p.tee.Append(shadowqueue.Record{
 		Queue: n.stream, ConsumerTag: n.consumer,
 		RoutingKey: n.subject, Exchange: reply,

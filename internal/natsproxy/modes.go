@@ -68,6 +68,10 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	if err := p.waitSettled(ctx); err != nil {
 		return proxy.StopResult{}, err
 	}
+	recovered, err := p.recoverVoid(ctx)
+	if err != nil {
+		return proxy.StopResult{}, fmt.Errorf("stop: read back the push deliveries made to no one during the stop: %w; POST /resume puts the subscriptions back", err)
+	}
 	id, epoch, tk := p.tee.AppendMarker(shadowqueue.KindCutoff)
 	if err := p.tee.Wait(ctx, tk); err != nil {
 		return proxy.StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", id, err)
@@ -76,8 +80,8 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	p.mu.Lock()
 	p.cutoffID, p.stopEpoch, p.stopAt = id, epoch, now
 	p.mu.Unlock()
-	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "held", held)
-	return proxy.StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, StoppedAt: now}, nil
+	p.log.Info("stopped", "cutoff_id", id, "epoch", epoch, "held", held, "recovered", recovered)
+	return proxy.StopResult{StartedAt: started, CutoffID: id, Epoch: epoch, Held: held, Recovered: recovered, StoppedAt: now}, nil
 }
 
 // StartStopped makes a proxy that serves no app yet stopped at r, a stop

@@ -53,6 +53,10 @@ type Options struct {
 	// server. Lookup must be set with it.
 	Replay ReplaySource
 	Lookup Lookup
+	// Recover, if set, lets a stop read back the push deliveries the
+	// server made to no one while the stop took the app's subscriptions
+	// off it (void.go).
+	Recover Recoverer
 }
 
 // Stats counts what the proxy did since it started.

@@ -393,6 +393,12 @@ type StopResult struct {
 	Held      int       `json:"held"`
 	Requeued  int       `json:"requeued"`
 	StoppedAt time.Time `json:"stoppedAt"`
+	// Recovered counts, for NATS push consumers, the deliveries the server
+	// made during the stop to a subject no one listened on any more, which
+	// the stop read back from the stream and logged before the cutoff: the
+	// target replays them in order, and the app of this sidecar never had
+	// them.
+	Recovered int `json:"recovered,omitempty"`
 }
 
 // Stop ends this sidecar's tenure of the app's queues: it cancels the app's

@@ -2,12 +2,15 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/natsproxy"
 )
 
 // natsLookup answers a NATS target's questions to the server on a
@@ -96,4 +99,73 @@ func (l *natsLookup) Close() {
 	if l.nc != nil {
 		l.nc.Close()
 	}
+}
+
+// Delivered reads how far consumer of stream has delivered, for a stop's
+// read-back of push deliveries made to no one (natsproxy, void.go).
+func (l *natsLookup) Delivered(ctx context.Context, stream, consumer string) (natsproxy.ConsumerDelivered, error) {
+	if _, err := l.conn(); err != nil {
+		return natsproxy.ConsumerDelivered{}, err
+	}
+	l.mu.Lock()
+	nc := l.nc
+	l.mu.Unlock()
+	// The JetStream API's own request: jetstream.Consumer serves pull
+	// consumers only.
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.INFO."+stream+"."+consumer, nil)
+	if err != nil {
+		return natsproxy.ConsumerDelivered{}, err
+	}
+	var info struct {
+		jetstream.ConsumerInfo
+		Error *jetstream.APIError `json:"error,omitempty"`
+	}
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		return natsproxy.ConsumerDelivered{}, fmt.Errorf("consumer info of %s/%s: %w", stream, consumer, err)
+	}
+	if info.Error != nil {
+		return natsproxy.ConsumerDelivered{}, fmt.Errorf("consumer info of %s/%s: %w", stream, consumer, info.Error)
+	}
+	filters := info.Config.FilterSubjects
+	if info.Config.FilterSubject != "" {
+		filters = append(filters, info.Config.FilterSubject)
+	}
+	return natsproxy.ConsumerDelivered{StreamSeq: info.Delivered.Stream, Filters: filters, Bound: info.PushBound}, nil
+}
+
+// Message reads the message stream stores at seq.
+func (l *natsLookup) Message(ctx context.Context, stream string, seq uint64) (natsproxy.StoredMsg, bool, error) {
+	js, err := l.conn()
+	if err != nil {
+		return natsproxy.StoredMsg{}, false, err
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return natsproxy.StoredMsg{}, false, err
+	}
+	m, err := s.GetMsg(ctx, seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return natsproxy.StoredMsg{}, false, nil
+	case err != nil:
+		return natsproxy.StoredMsg{}, false, err
+	}
+	return natsproxy.StoredMsg{Subject: m.Subject, Header: headerBlock(m.Header), Body: m.Data, Time: m.Time}, true, nil
+}
+
+// headerBlock is h as the NATS/1.0 header block of an HMSG, or nil.
+func headerBlock(h nats.Header) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	b := []byte("NATS/1.0\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	return append(b, "\r\n"...)
 }

@@ -48,7 +48,7 @@ type Sidecar struct {
 	tee          *shadowqueue.Tee
 	replay       shadowqueue.Log
 	source       *replay.Source // target sidecars only
-	lookup       *natsLookup    // NATS target sidecars only
+	lookup       *natsLookup    // NATS sidecars only
 	amqp         net.Listener
 	ctlAddr      net.Addr
 	ready        atomic.Bool
@@ -238,9 +238,10 @@ func (s *Sidecar) startNATSProxy(reg *prometheus.Registry, dial func(ctx context
 		Logger:         s.log,
 		Dial:           dial,
 	}
+	lookup := &natsLookup{url: s.cfg.NATSURL} // connects on first use
+	s.lookup = lookup
+	o.Recover = lookup
 	if s.source != nil {
-		lookup := &natsLookup{url: s.cfg.NATSURL}
-		s.lookup = lookup
 		o.Replay, o.Lookup = s.source, lookup
 	}
 	np := natsproxy.New(s.tee, o)
