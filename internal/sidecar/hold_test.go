@@ -21,7 +21,10 @@ func TestResumeHoldAfterRestart(t *testing.T) {
 	e := newEnv(t)
 	sc := e.start(sidecar.Options{})
 	q := e.queue()
-	e.publish(q, bodies("h", 20)...)
+	// Five, the app's whole window: once it acked them the broker has
+	// nothing to send before the quiesce, which would otherwise wait for
+	// the app to ack a window refilled meanwhile (it never does here).
+	e.publish(q, bodies("h", 5)...)
 	ctx := t.Context()
 	client := func(sc *sidecar.Sidecar) control.Client {
 		return control.Client{URL: "http://" + sc.ControlAddr(), Token: token}
@@ -43,6 +46,7 @@ func TestResumeHoldAfterRestart(t *testing.T) {
 	if st, err := client(sc).State(ctx); err != nil || st.Hold != cut.Hold || st.Mode != control.ModeQuiesced {
 		t.Fatalf("state: mode %s, hold %q (%v); want quiesced under %q", st.Mode, st.Hold, err, cut.Hold)
 	}
+	e.publish(q, bodies("h2", 15)...) // after the checkpoint ID
 
 	// The restart: the sidecar goes away and comes back on the same log.
 	conn.Close()
