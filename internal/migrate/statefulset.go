@@ -87,7 +87,7 @@ func (r *run) stopAtCutoff(ctx context.Context, srcEP control.Client, m *recreat
 func (r *run) restoreRecreated(ctx context.Context, m *recreated) error {
 	p, src := r.p, r.source
 	restore := Restore{Migration: p.Name, Image: r.rep.Image, Images: r.rep.Images, Node: p.TargetNode, LogName: inject.LogName(src),
-		Start: r.rep.Start, Cutoff: m.stopped.CutoffID, Epoch: m.stopped.Epoch}
+		Start: r.rep.Start}.atStop(m.stopped.CutoffID, m.stopped.Epoch)
 	// Until the source is deleted, a failed write changes nothing and is
 	// tried again (the API server may be back soon).
 	err := r.tryAgain(ctx, r.now().Add(p.Timeout), "recreate the StatefulSet's pod", func() (err error) {

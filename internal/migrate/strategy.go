@@ -433,7 +433,7 @@ func (r *run) podCopy(ctx context.Context) error {
 		phase{name: "create target", do: func(ctx context.Context) error {
 			restore := Restore{Migration: p.Name, Image: r.rep.Image, Images: r.rep.Images, Node: p.TargetNode, LogName: inject.LogName(src), Start: r.rep.Start, Epoch: r.rep.Epoch}
 			if p.Strategy == contract.StrategyStopAndCopy {
-				restore.Cutoff = r.rep.CutoffID
+				restore = restore.atStop(r.rep.CutoffID, r.rep.Epoch)
 			}
 			if err := r.createTarget(ctx, src, restore); err != nil {
 				return err

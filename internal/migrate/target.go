@@ -62,6 +62,18 @@ func (r Restore) Pending(namespace, pod string, key []byte, expires time.Time) i
 	return m
 }
 
+// atStop makes r replay up to a stop's cutoff ID and epoch. A stop at ID 0
+// (the source logged no delivery at all) has no cutoff ID to give, since
+// 0 reads as "learn it from the marker": r then learns it from that stop's
+// own marker, the first one of an epoch above the one before it.
+func (r Restore) atStop(cutoff, epoch uint64) Restore {
+	r.Cutoff, r.Epoch = cutoff, epoch
+	if cutoff == 0 && epoch > 0 {
+		r.Epoch = epoch - 1
+	}
+	return r
+}
+
 func (r Restore) cutoff() string {
 	if r.Cutoff == 0 {
 		return "marker"

@@ -24,6 +24,9 @@ func (t *countTee) AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqu
 	t.last++
 	return t.last, 1, shadowqueue.Ticket(t.last)
 }
+func (t *countTee) AppendCutoff([]string) (id, epoch uint64, tk shadowqueue.Ticket) {
+	return t.AppendMarker(shadowqueue.KindCutoff)
+}
 func (t *countTee) Status() shadowqueue.TeeStatus                  { return shadowqueue.TeeStatus{} }
 func (t *countTee) Durable(shadowqueue.Ticket) bool                { return true }
 func (t *countTee) Wait(context.Context, shadowqueue.Ticket) error { return nil }

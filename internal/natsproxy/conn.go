@@ -78,6 +78,9 @@ type conn struct {
 	subs      map[string]appSub    // by sid
 	feeds     map[string]*pushFeed // held subscriptions fed from the log, by sid
 	replaying map[*keyReplay]bool  // consumers served from the log here
+	// pulled holds the pull consumers (ReplayKey) the app asked for
+	// messages, at most maxSubs: a stop's cutoff marker names them.
+	pulled map[string]bool
 	// replaySettled counts the replayed deliveries the app settled here.
 	replaySettled atomic.Uint64
 
@@ -585,6 +588,9 @@ func (c *conn) onAppPub(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
 			c.p.acksWaited.Add(1)
 			ch.gate, ch.gated = max(ch.gate, d.tk), true
 		}
+	}
+	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) {
+		c.notePulled(m.Subject[len(pullPrefix):])
 	}
 	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && !c.onAppPull(ctx, m) {
 		return false

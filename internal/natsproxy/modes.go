@@ -72,7 +72,7 @@ func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	if err != nil {
 		return proxy.StopResult{}, fmt.Errorf("stop: read back the push deliveries made to no one during the stop: %w; POST /resume puts the subscriptions back", err)
 	}
-	id, epoch, tk := p.tee.AppendMarker(shadowqueue.KindCutoff)
+	id, epoch, tk := p.tee.AppendCutoff(p.cutoffKeys(ctx))
 	if err := p.tee.Wait(ctx, tk); err != nil {
 		return proxy.StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", id, err)
 	}

@@ -20,6 +20,8 @@ import (
 type Tee interface {
 	Append(shadowqueue.Record) (uint64, shadowqueue.Ticket)
 	AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqueue.Ticket)
+	// AppendCutoff writes a stop's cutoff marker naming the app's consumers.
+	AppendCutoff(keys []string) (id, epoch uint64, tk shadowqueue.Ticket)
 	Status() shadowqueue.TeeStatus
 	Durable(shadowqueue.Ticket) bool
 	Wait(context.Context, shadowqueue.Ticket) error

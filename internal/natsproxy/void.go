@@ -1,8 +1,11 @@
 package natsproxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +36,9 @@ type Recoverer interface {
 	// Message returns the message stream stores at seq; ok is false if it
 	// has none there (deleted, or never stored).
 	Message(ctx context.Context, stream string, seq uint64) (m StoredMsg, ok bool, err error)
+	// PushConsumers maps the deliver subject of every push consumer the
+	// server has to its ReplayKey.
+	PushConsumers(ctx context.Context) (map[string]string, error)
 }
 
 // ConsumerDelivered is a consumer's delivered position.
@@ -244,4 +250,80 @@ func matchSubject(filter, subject string) bool {
 		}
 	}
 	return len(ft) == len(st)
+}
+
+// notePulled remembers the pull consumer "<stream>.<consumer>" (the rest
+// of a pull request's subject, which is its ReplayKey) that the app asked
+// for messages.
+func (c *conn) notePulled(key []byte) {
+	i := bytes.IndexByte(key, '.')
+	if i <= 0 || i == len(key)-1 || bytes.ContainsAny(key[i+1:], ".*> ") {
+		return
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.pulled[string(key)] || len(c.pulled) >= maxSubs {
+		return
+	}
+	if c.pulled == nil {
+		c.pulled = map[string]bool{}
+	}
+	c.pulled[string(key)] = true
+}
+
+// appKeys adds to keys the JetStream consumers (ReplayKey) the app takes
+// from on this connection: those it had deliveries of and the pull
+// consumers it asked. It returns the subjects of the app's other
+// subscriptions (no pull inbox, nothing delivered on them yet): a push
+// consumer's deliver subject among them names a consumer that had no
+// delivery here, which only the server can name.
+func (c *conn) appKeys(keys map[string]bool) (unresolved []string) {
+	c.mu.Lock()
+	fed := map[string]bool{}
+	for k, e := range c.seen {
+		keys[k] = true
+		fed[e.sid] = true
+	}
+	for sid := range c.jsSIDs {
+		fed[sid] = true
+	}
+	c.mu.Unlock()
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	for k := range c.pulled {
+		keys[k] = true
+	}
+	for sid, s := range c.subs {
+		// A deliver subject has no wildcard (nats.go's request inbox "_INBOX.<id>.*" does).
+		if !s.pull && !fed[sid] && !strings.ContainsAny(s.subject, "*>") {
+			unresolved = append(unresolved, s.subject)
+		}
+	}
+	return unresolved
+}
+
+// cutoffKeys returns the JetStream consumers the app takes from, for the
+// stop's cutoff marker: a target then switches those that have no record
+// in the log to the server at once (replay.Collector.Known). The deliver
+// subjects of subscriptions that had no delivery are looked up on the
+// server once; if that fails, the marker names what is known (a target
+// then refuses such a consumer as before) and the stop goes on.
+func (p *Proxy) cutoffKeys(ctx context.Context) []string {
+	keys := map[string]bool{}
+	var unresolved []string
+	for _, c := range p.snapshotConns() {
+		unresolved = append(unresolved, c.appKeys(keys)...)
+	}
+	if len(unresolved) > 0 && p.opts.Recover != nil {
+		byDeliver, err := p.opts.Recover.PushConsumers(ctx)
+		if err != nil {
+			p.log.Warn("stop: could not look up the push consumers of subscriptions that had no delivery; the cutoff marker does not name them", "err", err)
+		}
+		for _, subj := range unresolved {
+			if k, ok := byDeliver[subj]; ok {
+				keys[k] = true
+			}
+		}
+	}
+	return slices.Collect(maps.Keys(keys))
 }

@@ -52,6 +52,8 @@ func (s *stubServer) Message(_ context.Context, _ string, seq uint64) (StoredMsg
 	return m, ok, nil
 }
 
+func (s *stubServer) PushConsumers(context.Context) (map[string]string, error) { return nil, nil }
+
 // voidProxy is a proxy with one connection whose app got deliveries of
 // consumer C of stream S up to stream sequence seen, on push subscription
 // "1" (queue: its queue group), and the log it writes.

@@ -55,6 +55,9 @@ type conn struct {
 	// unreplayable holds the queues this connection consumed that a
 	// migration cannot carry over (queues.go).
 	unreplayable map[string]bool
+	// polled holds the queues the app asked for with basic.get (at most
+	// shadowqueue.MaxCutoffQueues): a stop's cutoff marker names them.
+	polled map[string]bool
 	// Losing the broker (drainApp). closing is set once a connection.close
 	// passed either way: the connection is ending, not lost. lastDown is
 	// when the sidecar last read from the broker; recent are the app's last
@@ -465,4 +468,36 @@ func (c *conn) publishDone(ch *channel) {
 
 func unexpected(f amqpwire.Frame, what string) error {
 	return &amqpwire.Error{Code: amqpwire.UnexpectedFrame, Text: fmt.Sprintf("%s (channel %d)", what, f.Channel)}
+}
+
+// appQueues adds to qs the queues the app takes from on this connection:
+// those of its consumers (also the ones a stop cancelled and the ones a
+// replay serves) and those it polled with basic.get.
+func (c *conn) appQueues(qs map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ch := range c.chans {
+		for _, cons := range ch.consumers {
+			qs[cons.queue] = true
+		}
+		for _, cons := range ch.cancelled {
+			qs[cons.queue] = true
+		}
+		for _, rc := range ch.replaying {
+			qs[rc.m.Queue] = true
+		}
+	}
+	for q := range c.polled {
+		qs[q] = true
+	}
+}
+
+// notePolled remembers that the app polled queue. Call with mu held.
+func (c *conn) notePolled(queue string) {
+	if c.polled == nil {
+		c.polled = map[string]bool{}
+	}
+	if len(c.polled) < shadowqueue.MaxCutoffQueues {
+		c.polled[queue] = true
+	}
 }

@@ -292,6 +292,7 @@ func (c *conn) upGet(ch *channel, f amqpwire.Frame) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.notePolled(m.Queue)
 	if c.mode == Stopped {
 		c.writeApp(amqpwire.AppendMethodFrame(nil, ch.id, &amqpwire.BasicGetEmpty{}))
 		return nil, nil

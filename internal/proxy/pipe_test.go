@@ -26,6 +26,8 @@ type memTee struct {
 	markers []shadowqueue.Kind
 	last    uint64
 	epoch   uint64
+	// cutoffQueues holds the queues each AppendCutoff named.
+	cutoffQueues [][]string
 }
 
 func (t *memTee) Append(r shadowqueue.Record) (uint64, shadowqueue.Ticket) {
@@ -45,6 +47,13 @@ func (t *memTee) AppendMarker(k shadowqueue.Kind) (id, epoch uint64, tk shadowqu
 	}
 	t.markers = append(t.markers, k)
 	return t.last, t.epoch, shadowqueue.Ticket(t.last)
+}
+
+func (t *memTee) AppendCutoff(queues []string) (id, epoch uint64, tk shadowqueue.Ticket) {
+	t.mu.Lock()
+	t.cutoffQueues = append(t.cutoffQueues, queues)
+	t.mu.Unlock()
+	return t.AppendMarker(shadowqueue.KindCutoff)
 }
 
 func (t *memTee) Durable(shadowqueue.Ticket) bool                { return true }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -21,6 +22,8 @@ import (
 type Tee interface {
 	Append(shadowqueue.Record) (uint64, shadowqueue.Ticket)
 	AppendMarker(shadowqueue.Kind) (id, epoch uint64, tk shadowqueue.Ticket)
+	// AppendCutoff writes a stop's cutoff marker naming the app's queues.
+	AppendCutoff(queues []string) (id, epoch uint64, tk shadowqueue.Ticket)
 	Durable(shadowqueue.Ticket) bool
 	Wait(context.Context, shadowqueue.Ticket) error
 	Status() shadowqueue.TeeStatus
@@ -436,7 +439,11 @@ func (p *Proxy) Stop(ctx context.Context) (StopResult, error) {
 	if err := p.waitSettled(ctx); err != nil {
 		return StopResult{}, err
 	}
-	id, epoch, tk := p.tee.AppendMarker(shadowqueue.KindCutoff)
+	queues := map[string]bool{}
+	for _, c := range conns {
+		c.appQueues(queues)
+	}
+	id, epoch, tk := p.tee.AppendCutoff(slices.Collect(maps.Keys(queues)))
 	if err := p.tee.Wait(ctx, tk); err != nil {
 		return StopResult{}, fmt.Errorf("write the cutoff marker (cutoff ID %d) to the replay log: %w", id, err)
 	}

@@ -312,3 +312,76 @@ func TestCollectorGoesOnThroughWhatTheIdentityTook(t *testing.T) {
 		t.Error("a range to the log's end with a cutoff ID validates")
 	}
 }
+
+// cutoffNaming is a stop's cutoff marker that names the app's queues.
+func cutoffNaming(id, epoch uint64, queues ...string) shadowqueue.Record {
+	r := marker(shadowqueue.KindCutoff, id, epoch)
+	r.Body = shadowqueue.CutoffBody(queues)
+	return r
+}
+
+// TestCollectorQueuesFromTheStop: a queue the source's app consumed that
+// had no delivery in the log is known from the stop's cutoff marker, so
+// a target switches it to the broker instead of refusing it. With a fixed
+// cutoff from a stop (the epoch given), whether a queue is the source's is
+// final only once that stop's marker, which follows the record at the
+// cutoff, or anything after it was read.
+func TestCollectorQueuesFromTheStop(t *testing.T) {
+	t.Run("marker cutoff", func(t *testing.T) {
+		c := NewCollector(Range{Start: 0, Epoch: 0})
+		for _, r := range []shadowqueue.Record{del(1, "a"), cutoffNaming(1, 1, "a", "idle")} {
+			if err := c.Add(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !c.Complete() || !c.QueuesKnown() || !c.Known("idle") || c.Known("other") {
+			t.Fatalf("complete %v, queues known %v, idle known %v, other known %v; want true, true, true, false", c.Complete(), c.QueuesKnown(), c.Known("idle"), c.Known("other"))
+		}
+	})
+	t.Run("never fed: cutoff 0 from its own marker", func(t *testing.T) {
+		c := NewCollector(Range{Start: 0, Epoch: 0}) // Restore.atStop(0, 1)
+		if err := c.Add(cutoffNaming(0, 1, "idle")); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Complete() || !c.QueuesKnown() || !c.Known("idle") || len(c.Records("idle")) != 0 {
+			t.Fatalf("complete %v, queues known %v, idle known %v, %d records; want complete with idle known and nothing to replay", c.Complete(), c.QueuesKnown(), c.Known("idle"), len(c.Records("idle")))
+		}
+	})
+	t.Run("fixed cutoff from a stop", func(t *testing.T) {
+		c := NewCollector(Range{Start: 1, Cutoff: 2, Epoch: 3})
+		for _, r := range []shadowqueue.Record{del(1, "a"), del(2, "a")} {
+			if err := c.Add(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !c.Complete() || c.QueuesKnown() || c.Known("idle") {
+			t.Fatalf("at the cutoff: complete %v, queues known %v, idle known %v; want true, false, false", c.Complete(), c.QueuesKnown(), c.Known("idle"))
+		}
+		if err := c.Add(cutoffNaming(2, 3, "a", "idle")); err != nil {
+			t.Fatal(err)
+		}
+		if !c.QueuesKnown() || !c.Known("idle") {
+			t.Fatalf("after the stop's marker: queues known %v, idle known %v; want both", c.QueuesKnown(), c.Known("idle"))
+		}
+	})
+	t.Run("fixed cutoff, a record after it", func(t *testing.T) {
+		c := NewCollector(Range{Start: 0, Cutoff: 1, Epoch: 1})
+		for _, r := range []shadowqueue.Record{del(1, "a"), del(2, "a")} { // an old sidecar's stop: no marker naming queues
+			if err := c.Add(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !c.QueuesKnown() || c.Known("idle") {
+			t.Fatalf("queues known %v, idle known %v; want true, false", c.QueuesKnown(), c.Known("idle"))
+		}
+	})
+	t.Run("fixed cutoff without a stop's epoch", func(t *testing.T) {
+		c := NewCollector(Range{Start: 0, Cutoff: 1})
+		if err := c.Add(del(1, "a")); err != nil {
+			t.Fatal(err)
+		}
+		if !c.Complete() || !c.QueuesKnown() {
+			t.Fatalf("complete %v, queues known %v; want both", c.Complete(), c.QueuesKnown())
+		}
+	})
+}

@@ -116,7 +116,7 @@ type Collector struct {
 	lastID   uint64 // highest delivery ID seen
 	seenAny  bool
 	queues   map[string][]shadowqueue.Record
-	known    map[string]bool // every queue with a delivery anywhere in the log
+	known    map[string]bool // every queue with a delivery anywhere in the log, or named by a cutoff marker
 	complete bool
 	// pubs holds the source's recorded publishes (publish checking) by the
 	// delivery ID they are attributed to, for IDs in the range.
@@ -126,14 +126,22 @@ type Collector struct {
 	// repeats counts the range's records left out as repeats of a
 	// delivery the replay has (Record.Repeats).
 	repeats int
+	// wantStop is set for a fixed cutoff that a stop made (Range.Epoch is
+	// its epoch): its cutoff marker follows the record at the cutoff and
+	// names the queues the source's app consumed. stopSeen is set once
+	// that marker (or anything after it) was read: from then on a queue
+	// that is not Known is not the source's.
+	wantStop, stopSeen bool
 }
 
 // NewCollector returns a Collector for rng.
 func NewCollector(rng Range) *Collector {
+	wantStop := rng.Cutoff != 0 && rng.Epoch != 0 // a stop's cutoff, not the log's end
 	if rng.ToEnd {
 		rng.Cutoff, rng.ToEnd = rng.end(), false // a fixed cutoff from here on
 	}
-	c := &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{}}
+	c := &Collector{rng: rng, cutoff: rng.extend(rng.Cutoff, rng.Epoch), passed: rng.Start == 0, queues: map[string][]shadowqueue.Record{}, known: map[string]bool{},
+		wantStop: wantStop}
 	if len(rng.Skip) > 0 {
 		c.skip = make(map[uint64]bool, len(rng.Skip))
 		for _, id := range rng.Skip {
@@ -169,7 +177,7 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			return nil
 		}
 		if c.cutoff != 0 && r.ID > c.cutoff {
-			c.complete = true
+			c.complete, c.stopSeen = true, true // a stop's marker precedes this
 			return nil
 		}
 		switch {
@@ -188,6 +196,16 @@ func (c *Collector) Add(r shadowqueue.Record) error {
 			c.complete, c.epoch = true, r.Epoch
 		}
 	case shadowqueue.KindCutoff:
+		queues, err := r.CutoffQueues()
+		if err != nil {
+			return fmt.Errorf("the cutoff marker after delivery ID %d: %w", r.ID, err)
+		}
+		for _, q := range queues {
+			c.known[q] = true
+		}
+		if c.wantStop && r.ID >= c.rng.Cutoff && r.Epoch >= c.rng.Epoch {
+			c.stopSeen = true
+		}
 		if c.rng.Cutoff != 0 || !c.passed || r.ID < c.rng.Start || r.Epoch <= c.rng.Epoch {
 			return nil
 		}
@@ -224,7 +242,14 @@ func (c *Collector) Complete() bool { return c.complete }
 // Records returns the records of queue collected so far, in ID order.
 func (c *Collector) Records(queue string) []shadowqueue.Record { return c.queues[queue] }
 
-// Known reports whether queue has a delivery anywhere in the log read so far.
+// QueuesKnown reports whether Known is final for the range's queues: the
+// range's cutoff is a stop's and that stop's marker, which names the
+// source's queues, has been read (or the range has no such marker).
+func (c *Collector) QueuesKnown() bool { return !c.wantStop || c.stopSeen }
+
+// Known reports whether queue has a delivery anywhere in the log read so
+// far, or a cutoff marker names it (a queue the source's app consumed when
+// it stopped, whether or not it ever had a delivery).
 func (c *Collector) Known(queue string) bool { return c.known[queue] }
 
 // Queues returns the queues that have records.
@@ -345,7 +370,7 @@ func (s *Source) Run(ctx context.Context) error {
 				return err
 			}
 			s.notifyLocked()
-			if s.col.Complete() {
+			if s.col.Complete() && s.col.QueuesKnown() {
 				return errDone
 			}
 			return nil
@@ -415,9 +440,9 @@ func (s *Source) Next(ctx context.Context, queue string, i int) (rec shadowqueue
 			err = s.err
 		case i < len(recs):
 			rec = recs[i]
-		case s.col.Complete() && !s.col.Known(queue):
+		case s.col.Complete() && !s.col.Known(queue) && s.col.QueuesKnown():
 			err = fmt.Errorf("%w: queue %q; the sidecar consumes nothing upstream for it (check the app's queue and MS2M_LOG_NAME)", ErrUnknownQueue, queue)
-		case s.col.Complete():
+		case s.col.Complete() && s.col.Known(queue):
 			done = true
 		default:
 			ch := s.changed

@@ -156,7 +156,8 @@ func uvarintLen(v uint64) int {
 // length against the bytes left before it copies or slices, and against
 // what AMQP allows the field: Queue, Exchange, RoutingKey and ConsumerTag
 // at most 255 bytes (a short string), Properties empty or at least its
-// 2-byte flags word, and a KindPublish Body exactly PublishDigestLen bytes.
+// 2-byte flags word, a KindPublish Body exactly PublishDigestLen bytes, and
+// a KindCutoff Body a list of queues (CutoffBody).
 // It rejects unknown versions, kinds and flags, non-minimal varints and
 // trailing bytes. Every error wraps ErrBadRecord, and an error about one
 // field is a *FieldError naming it. A log holds what any client with the
@@ -216,6 +217,11 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Body = d.readBytes("Body")
 	if d.err == nil && r.Kind == KindPublish && len(r.Body) != PublishDigestLen {
 		d.fail("Body", "%d bytes in a publish record, want the %d of a SHA-256 digest", len(r.Body), PublishDigestLen)
+	}
+	if d.err == nil && r.Kind == KindCutoff {
+		if _, err := r.CutoffQueues(); err != nil {
+			return Record{}, err
+		}
 	}
 	if d.err != nil {
 		return Record{}, d.err

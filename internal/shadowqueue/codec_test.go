@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -708,4 +709,33 @@ func FuzzReassembler(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCutoffQueues: a cutoff marker's queues go through the codec, and
+// DecodeRecord refuses a marker whose list is not CutoffBody's.
+func TestCutoffQueues(t *testing.T) {
+	r := Record{Kind: KindCutoff, ID: 7, Epoch: 2, Body: CutoffBody([]string{"b", "a", "b", ""})}
+	got, err := DecodeRecord(AppendRecord(nil, &r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := got.CutoffQueues()
+	if err != nil || !slices.Equal(qs, []string{"", "a", "b"}) {
+		t.Fatalf("queues %q (%v), want \"\", a, b", qs, err)
+	}
+	for name, body := range map[string][]byte{
+		"not ascending": appendString(appendString(nil, "b"), "a"),
+		"twice":         appendString(appendString(nil, "a"), "a"),
+		"truncated":     {5, 'a'},
+		"too long":      appendString(nil, strings.Repeat("q", MaxCutoffQueueLen+1)),
+	} {
+		bad := Record{Kind: KindCutoff, ID: 7, Epoch: 2, Body: body}
+		if _, err := DecodeRecord(AppendRecord(nil, &bad)); !errors.Is(err, ErrBadRecord) {
+			t.Errorf("%s: DecodeRecord = %v, want ErrBadRecord", name, err)
+		}
+	}
+	// A resume marker's body is not a list: unchanged.
+	if _, err := DecodeRecord(AppendRecord(nil, &Record{Kind: KindResume, ID: 7, Epoch: 2})); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,6 +1,9 @@
 package shadowqueue
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Kind says what a record in the replay log is.
 type Kind uint8
@@ -10,7 +13,9 @@ const (
 	KindDelivery Kind = 1
 	// KindCutoff marks the end of a source's tenure: no delivery with an ID
 	// above Record.ID was handed out by the sidecar that wrote it, until a
-	// matching KindResume record (if any).
+	// matching KindResume record (if any). Its Body names the queues the
+	// app consumed then (CutoffBody, Record.CutoffQueues); a marker from a
+	// sidecar older than that has none.
 	KindCutoff Kind = 2
 	// KindResume voids the KindCutoff record with the same Epoch: the source
 	// went on serving after a migration was abandoned.
@@ -70,6 +75,72 @@ type Record struct {
 	// rebuild of an app that lost it skips it) replays this one. Zero
 	// when the record repeats nothing.
 	Repeats uint64
+}
+
+// MaxCutoffQueues and MaxCutoffQueueLen bound the queues a cutoff marker
+// names: an AMQP queue name is a short string (255 bytes); a NATS replay
+// key is a stream and a consumer name.
+const (
+	MaxCutoffQueues   = 4096
+	MaxCutoffQueueLen = 1024
+)
+
+// CutoffBody encodes queues as a KindCutoff record's Body: each queue as a
+// uvarint length and its bytes, in ascending order, each once. Queues
+// beyond the bounds are left out (the replay then treats them as it did
+// before markers named queues). A target that replays to this marker
+// knows the queues the source's app consumed, including those that never
+// had a delivery, so it can switch them to the broker at once instead of
+// refusing them as unknown.
+func CutoffBody(queues []string) []byte {
+	qs := slices.Clone(queues)
+	slices.Sort(qs)
+	qs = slices.Compact(qs)
+	var b []byte
+	n := 0
+	for _, q := range qs {
+		if len(q) > MaxCutoffQueueLen || n == MaxCutoffQueues {
+			continue
+		}
+		b = appendString(b, q)
+		n++
+	}
+	return b
+}
+
+// CutoffQueues decodes a KindCutoff record's Body (CutoffBody). An empty
+// Body names no queue. DecodeRecord has checked it for records read from a
+// log.
+func (r *Record) CutoffQueues() ([]string, error) {
+	d := decoder{buf: r.Body}
+	var out []string
+	for len(d.buf) > 0 && d.err == nil {
+		if len(out) == MaxCutoffQueues {
+			d.fail("Body", "a cutoff marker names more than %d queues", MaxCutoffQueues)
+			break
+		}
+		n := d.readUvarint("Body")
+		if d.err == nil && n > MaxCutoffQueueLen {
+			d.fail("Body", "a queue of %d bytes in a cutoff marker, at most %d", n, MaxCutoffQueueLen)
+		}
+		if d.err == nil && n > uint64(len(d.buf)) {
+			d.fail("Body", "a queue of %d bytes in a cutoff marker, %d left", n, len(d.buf))
+		}
+		if d.err != nil {
+			break
+		}
+		q := string(d.buf[:n])
+		d.buf = d.buf[n:]
+		if len(out) > 0 && q <= out[len(out)-1] {
+			d.fail("Body", "the queues of a cutoff marker are not in ascending order, each once (%q after %q)", q, out[len(out)-1])
+			break
+		}
+		out = append(out, q)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return out, nil
 }
 
 // Publish is what publish checking compares of one app publish.

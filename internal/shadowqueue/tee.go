@@ -156,12 +156,24 @@ func (t *Tee) Append(r Record) (uint64, Ticket) {
 // delivery ID assigned so far. A cutoff opens a new epoch; a resume closes
 // the current one. It returns the marker's ID, epoch and ticket.
 func (t *Tee) AppendMarker(kind Kind) (id, epoch uint64, tk Ticket) {
+	return t.appendMarker(kind, nil)
+}
+
+// AppendCutoff queues a KindCutoff marker, as AppendMarker does, that names
+// the queues the app consumes (CutoffBody): a target learns from it which
+// of the app's queues are the source's, also those with no delivery in
+// the log.
+func (t *Tee) AppendCutoff(queues []string) (id, epoch uint64, tk Ticket) {
+	return t.appendMarker(KindCutoff, CutoffBody(queues))
+}
+
+func (t *Tee) appendMarker(kind Kind, body []byte) (id, epoch uint64, tk Ticket) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if kind == KindCutoff {
 		t.epoch++
 	}
-	r := Record{Kind: kind, ID: t.lastID, Epoch: t.epoch, Time: t.opts.Now()}
+	r := Record{Kind: kind, ID: t.lastID, Epoch: t.epoch, Time: t.opts.Now(), Body: body}
 	return r.ID, r.Epoch, t.enqueueLocked(r)
 }
 

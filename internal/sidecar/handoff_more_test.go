@@ -350,3 +350,85 @@ func TestHandoffIdleConsumer(t *testing.T) {
 		t.Errorf("source app: %d messages, want %d", n, before)
 	}
 }
+
+// TestHandoffNeverFedConsumer: a consumer that has had no delivery since
+// its log was made (a new app on an empty queue) can be handed over. The
+// log holds no record of its queue, only the cutoff marker; before, the
+// target refused the queue as one that "never appears in the replay log"
+// and the migration rolled back.
+func TestHandoffNeverFedConsumer(t *testing.T) {
+	e, q, source, src := startNeverFed(t)
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	target := e.startConfig(cfg, sidecar.Options{})
+	dst := startMultiApp(t, target.AMQPAddr(), []string{q}, 5, time.Millisecond)
+	tm := handover(t, source, target, control.HandoverOptions{})
+	if tm.CutoffID != 0 {
+		t.Fatalf("handover %+v; want cutoff 0", tm)
+	}
+	feedTheTarget(t, e, q, src, dst)
+}
+
+// TestStopAndCopyNeverFedConsumer: the range stop-and-copy and the
+// statefulset strategy give a target (migrate.Restore.atStop) when the
+// source's app had no delivery since its log was made: the stop's cutoff
+// is 0, which a target learns from the stop's marker. Before, the target
+// ignored that marker (its epoch was the range's own) and never switched.
+func TestStopAndCopyNeverFedConsumer(t *testing.T) {
+	e, q, source, src := startNeverFed(t)
+	stop, err := control.Client{URL: "http://" + source.ControlAddr(), Token: token}.Stop(t.Context(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stop.CutoffID != 0 {
+		t.Fatalf("stop: cutoff %d, want 0", stop.CutoffID)
+	}
+	// As migrate.Restore.atStop gives it (TestRestoreAtStop): a stop at
+	// ID 0 is learnt from its own marker, the first above the epoch
+	// before it. Before, the range said "marker" with the stop's own
+	// epoch, whose marker the target ignored.
+	cfg := e.config()
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", "marker", fmt.Sprint(stop.Epoch-1)
+	target := e.startConfig(cfg, sidecar.Options{})
+	dst := startMultiApp(t, target.AMQPAddr(), []string{q}, 5, time.Millisecond)
+	if _, err := (control.Client{URL: "http://" + target.ControlAddr(), Token: token}).WaitSwitched(t.Context(), 20*time.Second); err != nil {
+		t.Fatalf("the target did not switch: %v", err)
+	}
+	feedTheTarget(t, e, q, src, dst)
+}
+
+// startNeverFed starts a source sidecar and an app consuming a new, empty
+// queue q through it.
+func startNeverFed(t *testing.T) (*env, string, *sidecar.Sidecar, *multiApp) {
+	e := newEnv(t)
+	q := e.queue()
+	source := e.start(sidecar.Options{})
+	src := startMultiApp(t, source.AMQPAddr(), []string{q}, 5, time.Millisecond)
+	testenv.Eventually(t, 30*time.Second, "the source's app to consume", func() bool {
+		return e.consumers(q) > 0
+	})
+	return e, q, source, src
+}
+
+// feedTheTarget publishes 20 messages to q after a handover of a source
+// whose app had none: the target's app folds them all, the source's none.
+func feedTheTarget(t *testing.T, e *env, q string, src, dst *multiApp) {
+	const after = 20
+	want := &chain{}
+	for i := 1; i <= after; i++ {
+		want.add([]byte(fmt.Sprintf("%s-%d", q, i)))
+	}
+	var producers sync.WaitGroup
+	publishPaced(t, e, q, after, 300, &producers)
+	producers.Wait()
+	testenv.Eventually(t, 30*time.Second, "the target's app to process the messages", func() bool {
+		n, _ := dst.state(q)
+		return n >= after
+	})
+	if n, h := dst.state(q); n != after || h != want.hex() {
+		t.Errorf("target app: %d messages, hash %s; want %d, %s", n, h, after, want.hex())
+	}
+	if n, _ := src.state(q); n != 0 {
+		t.Errorf("source app: %d messages, want 0", n)
+	}
+}

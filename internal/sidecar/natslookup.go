@@ -48,9 +48,36 @@ func (l *natsLookup) conn() (jetstream.JetStream, error) {
 // every stream's consumers (read afresh each time: the app may have made
 // its consumer a moment ago).
 func (l *natsLookup) PushConsumer(ctx context.Context, subject string) (stream, consumer string, ok bool, err error) {
-	js, err := l.conn()
+	err = l.eachConsumer(ctx, func(s string, ci *jetstream.ConsumerInfo) {
+		if ci.Config.DeliverSubject == subject && !ok {
+			stream, consumer, ok = s, ci.Name, true
+		}
+	})
 	if err != nil {
 		return "", "", false, err
+	}
+	return stream, consumer, ok, nil
+}
+
+// PushConsumers maps every push consumer's deliver subject to its
+// ReplayKey, for a source's cutoff marker (natsproxy.Recoverer).
+func (l *natsLookup) PushConsumers(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	err := l.eachConsumer(ctx, func(s string, ci *jetstream.ConsumerInfo) {
+		if d := ci.Config.DeliverSubject; d != "" {
+			if _, dup := out[d]; !dup {
+				out[d] = natsproxy.ReplayKey(s, ci.Name)
+			}
+		}
+	})
+	return out, err
+}
+
+// eachConsumer calls fn with every consumer of every stream the server has.
+func (l *natsLookup) eachConsumer(ctx context.Context, fn func(stream string, ci *jetstream.ConsumerInfo)) error {
+	js, err := l.conn()
+	if err != nil {
+		return err
 	}
 	streams := js.ListStreams(ctx)
 	for si := range streams.Info() {
@@ -59,22 +86,17 @@ func (l *natsLookup) PushConsumer(ctx context.Context, subject string) (stream, 
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
 				continue // deleted meanwhile
 			}
-			return "", "", false, err
+			return err
 		}
 		lister := s.ListConsumers(ctx)
 		for ci := range lister.Info() {
-			if ci.Config.DeliverSubject == subject && !ok {
-				stream, consumer, ok = si.Config.Name, ci.Name, true
-			}
+			fn(si.Config.Name, ci)
 		}
 		if err := lister.Err(); err != nil {
-			return "", "", false, err
+			return err
 		}
 	}
-	if err := streams.Err(); err != nil {
-		return "", "", false, err
-	}
-	return stream, consumer, ok, nil
+	return streams.Err()
 }
 
 // StreamOf returns the stream that stores subject.

@@ -1,0 +1,109 @@
+package sidecar_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestNATSHandoffNeverFed: a NATS consumer that has had no delivery since
+// its log was made (a new app on an empty stream) can be handed over, push
+// and pull. The log holds only the stop's cutoff marker, which names the
+// app's consumers; before, the target refused the consumer as one that
+// "never appears in the replay log" and the migration rolled back.
+func TestNATSHandoffNeverFed(t *testing.T) {
+	for _, mode := range []string{"push", "pull"} {
+		t.Run(mode, func(t *testing.T) { natsNeverFed(t, mode) })
+	}
+}
+
+func natsNeverFed(t *testing.T, mode string) {
+	const n = 30
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	work := testenv.UniqueName("ms2m-test-natswork")
+	js := natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
+	if mode == "push" {
+		cc.DeliverSubject = "deliver." + work
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, work, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = source.Close() })
+	cfg := natsConfig(nt, logName, "127.0.0.1:0")
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Close() })
+	startApp := func(sc *sidecar.Sidecar) string {
+		addr := testenv.FreeAddr(t)
+		argv := testenv.NATSConsumer(t, "go")
+		runApp(t, exec.Command(argv[0], argv[1:]...), map[string]string{
+			"NATS_URL": "nats://" + sc.AMQPAddr(), "STREAM": work, "CONSUMER": "worker", "MODE": mode,
+			"PREFETCH": "10", "WORK_MS": "1", "HTTP_ADDR": addr,
+		})
+		return addr
+	}
+	srcApp := startApp(source)
+	testenv.Eventually(t, 30*time.Second, "the source's app to subscribe or pull", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && (info.PushBound || info.NumWaiting > 0)
+	})
+	dstApp := startApp(target)
+	hctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	stop, err := control.Handover(hctx,
+		control.Client{URL: "http://" + source.ControlAddr(), Token: token},
+		control.Client{URL: "http://" + target.ControlAddr(), Token: token},
+		control.HandoverOptions{MaxLag: 5})
+	if err != nil {
+		t.Fatalf("handover: %v", err)
+	}
+	if stop.CutoffID != 0 {
+		t.Fatalf("handover: cutoff %d, want 0", stop.CutoffID)
+	}
+	var h [sha256.Size]byte
+	for i := range n {
+		body := fmt.Appendf(nil, "msg-%d", i)
+		if _, err := js.Publish(ctx, work+".in", body); err != nil {
+			t.Fatal(err)
+		}
+		d := sha256.New()
+		d.Write(h[:])
+		d.Write(body)
+		d.Sum(h[:0])
+	}
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the target to process every message", func() bool {
+		got, _ = appStateAt(dstApp)
+		return got.Count >= n
+	})
+	if want := hex.EncodeToString(h[:]); got.Count != n || got.Hash != want {
+		t.Fatalf("target app %+v, want count %d and the producer's hash %s", got, n, want)
+	}
+	if s, _ := appStateAt(srcApp); s.Count != 0 {
+		t.Errorf("source app processed %d, want 0", s.Count)
+	}
+}
