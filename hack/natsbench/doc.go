@@ -7,5 +7,7 @@
 // (replay). It reports messages per second, the ratio to direct round by
 // round, and the 95th percentile of the time per chunk of messages, and
 // writes the raw figures as JSON with -out. It needs the local nats-server
-// (make setup).
+// (make setup), or another one with JetStream (-server; -server-pid names
+// its process for the server's CPU time when several nats-server run, as
+// when one is started apart with -profile to profile the server).
 package main

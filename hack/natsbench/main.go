@@ -25,19 +25,20 @@ const (
 )
 
 type options struct {
-	server   string
-	messages int
-	size     int
-	rounds   int
-	windows  []int
-	batch    int
-	paths    []string
-	work     time.Duration
-	spin     time.Duration
-	chunk    int
-	out      string
-	report   string
-	argv     []string
+	server    string
+	serverPID int
+	messages  int
+	size      int
+	rounds    int
+	windows   []int
+	batch     int
+	paths     []string
+	work      time.Duration
+	spin      time.Duration
+	chunk     int
+	out       string
+	report    string
+	argv      []string
 }
 
 // result is one round of one path.
@@ -128,6 +129,7 @@ func parseFlags(args []string) (options, string, error) {
 	var windows, paths string
 	fs := flag.NewFlagSet("natsbench", flag.ContinueOnError)
 	fs.StringVar(&o.server, "server", "127.0.0.1:4222", "the NATS server (host:port), with JetStream")
+	fs.IntVar(&o.serverPID, "server-pid", 0, "the NATS server's PID, for its CPU time; 0: the one process named nats-server (none measured if there are several)")
 	fs.IntVar(&o.messages, "messages", 30000, "messages per drain")
 	fs.IntVar(&o.size, "size", 100, "message body size in bytes")
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds per window")
@@ -200,7 +202,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, url: url, js: js, serverPID: findProcess("nats-server")}
+	b := &bench{o: o, url: url, js: js, serverPID: o.serverPID}
+	if b.serverPID == 0 {
+		b.serverPID = findProcess("nats-server")
+	}
 	rep := report{
 		Command: "go run ./hack/natsbench " + strings.Join(o.argv, " "), Started: time.Now().UTC(),
 		Server: o.server, Body: o.size, LoadStart: load1(),
