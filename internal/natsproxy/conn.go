@@ -63,6 +63,9 @@ type conn struct {
 	seen map[string]*seenConsumer
 	// lastNames are the last delivery's strings (names).
 	lastNames deliveryNames
+	// block is where the teed deliveries' headers and bodies are copied
+	// (keep), guarded by mu.
+	block []byte
 	// downAt is when the server's bytes being parsed were read (downClock).
 	downAt time.Time
 	// upAt is the same for the app's bytes, read and written by the
@@ -313,7 +316,7 @@ func (c *conn) teeMsg(m *natswire.Msg, ack natswire.JSAck, js bool) error {
 		}
 		c.p.tee.Append(shadowqueue.Record{
 			RoutingKey: string(m.Subject), Exchange: string(m.Reply),
-			Properties: clone(m.Header), Body: clone(m.Body),
+			Properties: c.keep(m.Header), Body: c.keep(m.Body),
 		})
 		c.p.coreTeed.Add(1)
 		return nil
@@ -333,7 +336,7 @@ func (c *conn) teeMsg(m *natswire.Msg, ack natswire.JSAck, js bool) error {
 		Queue: n.stream, ConsumerTag: n.consumer,
 		RoutingKey: n.subject, Exchange: reply,
 		Redelivered: ack.Delivered > 1, Repeats: repeats,
-		Properties: clone(m.Header), Body: clone(m.Body), Time: c.downClock(),
+		Properties: c.keep(m.Header), Body: c.keep(m.Body), Time: c.downClock(),
 	})
 	if repeats == 0 {
 		c.p.firsts.note(msg, id)
@@ -439,11 +442,29 @@ func (c *conn) releasePullSlot(m *natswire.Msg, out []byte) []byte {
 // maxName is the longest string a replay log record field holds.
 const maxName = 255
 
-func clone(b []byte) []byte {
+// blockSize is the size of the blocks keep copies into.
+const blockSize = 32 << 10
+
+// keep copies b, a delivery's header or body for its record, into the
+// connection's current block, and starts a new block when b does not fit:
+// one allocation for the many deliveries of a read instead of one each,
+// which the garbage collector had to track one by one. A block is
+// garbage once the records that share it are written to the log (the Tee
+// drops them then) and the connection has moved on to another. The caller
+// holds c.mu.
+func (c *conn) keep(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
 	}
-	return bytes.Clone(b)
+	if cap(c.block)-len(c.block) < len(b) {
+		if len(b) > blockSize/4 {
+			return bytes.Clone(b) // a big one alone: it would waste the block's rest
+		}
+		c.block = make([]byte, 0, blockSize)
+	}
+	n := len(c.block)
+	c.block = append(c.block, b...)
+	return c.block[n:len(c.block):len(c.block)]
 }
 
 // isStatus reports whether m is a status message: an HMSG whose header

@@ -2,7 +2,7 @@ package natswire
 
 import (
 	"bytes"
-	"strconv"
+	"math"
 )
 
 // AckPrefix starts every JetStream ack reply subject.
@@ -63,8 +63,8 @@ func ParseJSAck(subject []byte) (a JSAck, ok bool) {
 	}
 	nums := [...]*uint64{&a.Delivered, &a.StreamSeq, &a.ConsumerSeq, &a.Timestamp, &a.Pending}
 	for i, p := range nums {
-		v, err := strconv.ParseUint(string(tok[base+2+i]), 10, 64) // no allocation: the compiler converts in place
-		if err != nil {
+		v, ok := parseUint64(tok[base+2+i])
+		if !ok {
 			return JSAck{}, false
 		}
 		*p = v
@@ -73,6 +73,25 @@ func ParseJSAck(subject []byte) (a JSAck, ok bool) {
 		return JSAck{}, false
 	}
 	return a, true
+}
+
+// parseUint64 parses b as a decimal number: digits only, as
+// strconv.ParseUint(b, 10, 64) takes them, failing on overflow. It is
+// ParseJSAck's, called five times per delivery, where strconv's general
+// parser was a third of the ack subject's parse.
+func parseUint64(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		d := uint64(c - '0')
+		if d > 9 || v > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }
 
 // The bodies an app publishes to a delivery's ack subject.

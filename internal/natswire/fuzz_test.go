@@ -2,6 +2,7 @@ package natswire
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -121,6 +122,21 @@ func FuzzParseJSAck(f *testing.F) {
 			if bytes.IndexByte(tok, '.') >= 0 || !bytes.Contains(subject, tok) {
 				t.Fatalf("token %q is not a token of %q", tok, subject)
 			}
+		}
+	})
+}
+
+// FuzzParseUint64 checks ParseJSAck's number parser against
+// strconv.ParseUint in base 10: the same numbers accepted, the same values.
+func FuzzParseUint64(f *testing.F) {
+	for _, s := range []string{"0", "1", "007", "18446744073709551615", "18446744073709551616", "99999999999999999999", "", "+1", "-1", "1_0", "12a", " 1"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseUint64(b)
+		want, err := strconv.ParseUint(string(b), 10, 64)
+		if ok != (err == nil) || (ok && got != want) {
+			t.Fatalf("parseUint64(%q) = %d, %v; strconv: %d, %v", b, got, ok, want, err)
 		}
 	})
 }

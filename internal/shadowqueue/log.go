@@ -11,7 +11,8 @@ type Log interface {
 	// Write appends recs, in order, and returns once the broker has
 	// confirmed every one of them as durably stored. On error, any prefix of
 	// recs may have been stored: the caller writes the same records again,
-	// and readers skip IDs they have already seen.
+	// and readers skip IDs they have already seen. Write keeps no
+	// reference to recs once it returns: the Tee reuses the slice.
 	Write(ctx context.Context, recs []Record) error
 	// Last returns the last record in the log, or ok=false when it is empty.
 	Last(ctx context.Context) (rec Record, ok bool, err error)

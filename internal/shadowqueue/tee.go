@@ -321,6 +321,11 @@ func (t *Tee) Status() TeeStatus {
 // Run writes queued records to the log until ctx is done. A failed write is
 // retried with the same records, with back-off, for as long as it takes.
 func (t *Tee) Run(ctx context.Context) error {
+	// batch is reused from write to write (Log.Write keeps no reference
+	// to it): a fresh one per write was the largest allocation per record
+	// on the NATS source path, and its records hold pointers for the
+	// garbage collector to scan.
+	var batch []Record
 	for {
 		t.mu.Lock()
 		for len(t.queue) == 0 {
@@ -334,10 +339,11 @@ func (t *Tee) Run(ctx context.Context) error {
 			t.mu.Lock()
 		}
 		n := min(len(t.queue), t.opts.MaxBatch)
-		batch := make([]Record, n)
-		copy(batch, t.queue)
+		batch = append(batch[:0], t.queue[:n]...)
 		lastTk := t.queueTk[n-1]
-		t.queue = append(t.queue[:0], t.queue[n:]...)
+		rest := copy(t.queue, t.queue[n:])
+		clear(t.queue[rest:]) // the records moved up or taken: drop the stale copies' bodies
+		t.queue = t.queue[:rest]
 		t.queueTk = append(t.queueTk[:0], t.queueTk[n:]...)
 		t.inflight = n
 		t.inflightB = 0
@@ -370,6 +376,7 @@ func (t *Tee) Run(ctx context.Context) error {
 		close(t.advanced)
 		t.advanced = make(chan struct{})
 		t.mu.Unlock()
+		clear(batch) // the bodies are the GC's once written
 	}
 }
 
