@@ -56,7 +56,15 @@ type JetStreamLog struct {
 
 	mu     sync.Mutex // serialises writes
 	closed bool
+	// enc is the buffer the last write encoded into, once all its
+	// messages are stored (guarded by mu): nats.go has copied them, and
+	// the next write reuses it.
+	enc []byte
 }
+
+// maxKeptEnc bounds the encoding buffer a JetStreamLog keeps between
+// writes: a write of big records does not pin its buffer.
+const maxKeptEnc = 1 << 20
 
 // OpenJetStream connects to the server and declares the stream (file
 // storage, the retention in o; an existing stream keeps its own retention,
@@ -186,14 +194,18 @@ func (l *JetStreamLog) Write(ctx context.Context, recs []Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	bodies, _, err := encodeBodies(recs, fragmentChunk)
-	if err != nil {
-		return err
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return fmt.Errorf("write to replay log %q: the log is closed", l.opts.Name)
+	}
+	bodies, _, enc, err := encodeBodiesInto(l.enc, recs, fragmentChunk)
+	// Until every message of this write is stored, nats.go may publish
+	// one again from enc (a retry after no responders): a write that
+	// fails leaves enc to it, and the next one takes a fresh buffer.
+	l.enc = nil
+	if err != nil {
+		return err
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(bodies))
 	for _, b := range bodies {
@@ -214,6 +226,9 @@ func (l *JetStreamLog) Write(ctx context.Context, recs []Record) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	}
+	if cap(enc) <= maxKeptEnc {
+		l.enc = enc
 	}
 	return nil
 }

@@ -482,11 +482,23 @@ func planMessages(recs []Record, chunk int) (spans []messageSpan, size, messages
 // with payloads of chunk bytes. parts[i] says what bodies[i] holds. All
 // bodies share one allocation.
 func encodeBodies(recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, err error) {
+	bodies, parts, _, err = encodeBodiesInto(nil, recs, chunk)
+	return bodies, parts, err
+}
+
+// encodeBodiesInto is encodeBodies into buf's array, when it holds them
+// (its contents are overwritten): a writer that keeps no body once its
+// write returns reuses one buffer from write to write. It returns the
+// buffer the bodies are in, for the next write.
+func encodeBodiesInto(buf []byte, recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, out []byte, err error) {
 	spans, size, messages, err := planMessages(recs, chunk)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, buf, err
 	}
-	buf := make([]byte, 0, size)
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = buf[:0]
 	bodies = make([][]byte, 0, messages)
 	parts = make([]bodyPart, 0, messages)
 	for _, s := range spans {
@@ -508,7 +520,7 @@ func encodeBodies(recs []Record, chunk int) (bodies [][]byte, parts []bodyPart, 
 		}
 		bodies = append(bodies, buf[start:len(buf):len(buf)])
 	}
-	return bodies, parts, nil
+	return bodies, parts, buf, nil
 }
 
 // writeBodies sends bodies as one message each and waits for their
