@@ -105,6 +105,7 @@ func TestMixedRuntimesRefused(t *testing.T) {
 		}
 		expectExact(t, ctx, s.prod, s.pod)
 		after, _ := lab.GetAppState(s.pod)
+		t.Logf("the source %s on %s consumed on: count %d after the refusals, %d at the end, hash %.12s", s.pod.Name, s.pod.Spec.NodeName, before.Count, after.Count, after.Hash)
 		if after.Count <= before.Count {
 			t.Errorf("the consumer in %s stopped at %d after the refusals (count %d at the end)", s.pod.Name, before.Count, after.Count)
 		}
