@@ -82,11 +82,13 @@ test: setup k8s-bin node-setup node-bin crio-bin criu helm-bin consumer-spring c
 	$(GO) test $(GOFLAGS) -count=1 -timeout 25m $$($(GO) list ./... | grep -v /e2e)
 	cd $(BENCH_MOD) && GOWORK=off $(GO) test $(GOFLAGS) -count=1 -timeout 10m ./...
 	MS2M_E2E_FAULTS=$(MS2M_E2E_FAULTS) $(GO) test $(GOFLAGS) -count=1 -timeout 55m -p 1 ./e2e/...
-	MS2M_E2E_RUNTIME=crio $(GO) test $(GOFLAGS) -count=1 -timeout 15m -p 1 -run '$(E2E_CRIO_RUN)' ./e2e/
+	MS2M_E2E_RUNTIME=$(E2E_CRIO_RUNTIME) $(GO) test $(GOFLAGS) -count=1 -timeout 15m -p 1 -run '$(E2E_CRIO_RUN)' ./e2e/
 	$(MAKE) --no-print-directory chart-test
 
-## E2E_CRIO_RUN: the e2e tests make test runs again on CRI-O nodes (MS2M_E2E_RUNTIME=crio, docs/runtimes.md).
-E2E_CRIO_RUN ?= ^TestFirstRealMigration$$/^consumer$$/^ms2m$$
+## E2E_CRIO_RUN: the e2e tests make test runs again on CRI-O nodes, on a mixed cluster (E2E_CRIO_RUNTIME: node-1 and node-2 CRI-O,
+## node-3 containerd; MS2M_E2E_RUNTIME, docs/runtimes.md): ms2m between the CRI-O nodes, and the refusal across runtimes.
+E2E_CRIO_RUN ?= ^TestFirstRealMigration$$/^consumer$$/^ms2m$$|^TestMixedRuntimesRefused$$
+E2E_CRIO_RUNTIME ?= crio,crio,containerd
 
 ## e2e: the end-to-end suite against an existing cluster with ms2m installed, given by
 ## KUBECONFIG (one that `go run ./hack/cluster up --with-ms2m` made, say), instead of a

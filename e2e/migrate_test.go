@@ -38,6 +38,9 @@ type scenario struct {
 	// check, if set, checks more of the target once its state is the
 	// producer's; queue is the consumer's queue.
 	check func(t *testing.T, target *corev1.Pod, queue string)
+	// from and to are the source's and the target's node: node 1 and
+	// node 2 if not set.
+	from, to string
 }
 
 // TestFirstRealMigration moves unmodified consumers, in Go and in Python,
@@ -70,12 +73,15 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("c-" + string(sc.strategy))
+	if sc.from == "" {
+		sc.from, sc.to = cluster.NodeName(1), cluster.NodeName(2)
+	}
 	plan := migrate.Plan{
 		Name: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
-		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: sc.strategy,
+		TargetNode: sc.to, TargetPod: name + "-target", Strategy: sc.strategy,
 		HoldWholeCall: sc.holdWholeCall, ThawAfterDump: sc.thaw,
 	}
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: sc.workMS, Image: sc.image, ReadOnlyRoot: sc.readOnlyRoot, Mutate: sc.mutate})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: sc.from, WorkMS: sc.workMS, Image: sc.image, ReadOnlyRoot: sc.readOnlyRoot, Mutate: sc.mutate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +128,8 @@ func migrateWhileProducing(t *testing.T, l *lab.Lab, sc scenario) (migrate.Repor
 	if err != nil {
 		t.Fatal(err)
 	}
-	if target.Spec.NodeName != cluster.NodeName(2) {
-		t.Errorf("target runs on %s, want %s", target.Spec.NodeName, cluster.NodeName(2))
+	if target.Spec.NodeName != sc.to {
+		t.Errorf("target runs on %s, want %s", target.Spec.NodeName, sc.to)
 	}
 	if _, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		t.Errorf("the source pod %s is still there", name)

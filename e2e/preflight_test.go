@@ -34,20 +34,7 @@ func TestPreflightOnRealNodes(t *testing.T) {
 	if l.Cluster.Nodes() < 3 {
 		t.Fatalf("the test needs three nodes, the cluster has %d", l.Cluster.Nodes())
 	}
-	files, err := l.AgentFiles(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	migrator := testenv.Build(t, "cmd/migrator")
-	run := func(args ...string) (string, string, error) {
-		cmd := exec.CommandContext(ctx, migrator, args...)
-		cmd.Env = append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l), "MS2M_STATUS_KEY="+string(signingKey(t, ctx, l)),
-			"MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		return out.String(), errOut.String(), err
-	}
+	run := migratorWithAgents(t, ctx, l)
 	// row is node's row of `migrator nodes`, split in fields:
 	// NODE RUNTIME(name version) CRIU CHECKPOINT RESTORE CGROUP NOTE...
 	row := func(out, node string) []string {
@@ -144,5 +131,27 @@ func TestPreflightOnRealNodes(t *testing.T) {
 	archives, _ := filepath.Glob(filepath.Join(l.Cluster.Node(1).CheckpointDir, "checkpoint-"+src.Name+"_*"))
 	if len(archives) != 0 {
 		t.Errorf("the source was checkpointed: %v", archives)
+	}
+}
+
+// migratorWithAgents builds `migrator` and returns a runner of it that
+// talks to the lab's node agents (their token and CA) and signs with the
+// lab's status key: its stdout, its stderr and how it exited.
+func migratorWithAgents(t *testing.T, ctx context.Context, l *lab.Lab) func(args ...string) (string, string, error) {
+	t.Helper()
+	files, err := l.AgentFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrator := testenv.Build(t, "cmd/migrator")
+	env := append(os.Environ(), "MS2M_AGENT_TOKEN="+agentToken(l), "MS2M_STATUS_KEY="+string(signingKey(t, ctx, l)),
+		"MS2M_AGENT_CA_FILE="+files.CA, "MS2M_AGENT_SERVER_NAME="+lab.AgentServerName)
+	return func(args ...string) (string, string, error) {
+		cmd := exec.CommandContext(ctx, migrator, args...)
+		cmd.Env = env
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		return out.String(), errOut.String(), err
 	}
 }

@@ -108,7 +108,10 @@ func needCluster(t *testing.T) *lab.Lab {
 		}
 		runtime := e2eRuntime()
 		state := "/var/tmp/ms2m-e2e"
-		if runtime == cluster.RuntimeCRIO {
+		switch {
+		case strings.Contains(runtime, ","):
+			state = "/var/tmp/ms2m-e2e-mixed"
+		case runtime == cluster.RuntimeCRIO:
 			state = "/var/tmp/ms2m-e2e-crio"
 		}
 		opts := cluster.Options{
@@ -130,7 +133,7 @@ func needCluster(t *testing.T) *lab.Lab {
 			}
 		}
 		if labErr == nil {
-			labErr = nodesRun(ctx, l, runtime)
+			labErr = nodesRun(ctx, l)
 		}
 		if labErr == nil {
 			// Its controller would race the tests' own for every
@@ -153,8 +156,10 @@ func needCluster(t *testing.T) *lab.Lab {
 }
 
 // e2eRuntime is the container runtime of the suite's own nodes:
-// MS2M_E2E_RUNTIME, containerd (the default) or crio. `make test` runs the
-// suite on containerd and one ms2m migration on CRI-O (docs/runtimes.md).
+// MS2M_E2E_RUNTIME, containerd (the default) or crio, or one per node
+// (cluster.Options.Runtime: crio,crio,containerd). `make test` runs the
+// suite on containerd, and on crio,crio,containerd one ms2m migration
+// between the CRI-O nodes and TestMixedRuntimesRefused (docs/runtimes.md).
 func e2eRuntime() string {
 	if r := os.Getenv("MS2M_E2E_RUNTIME"); r != "" {
 		return r
@@ -163,21 +168,22 @@ func e2eRuntime() string {
 }
 
 // nodesRun checks that every node of the lab reports the runtime the
-// suite asked for (the kubelet's containerRuntimeVersion, cri-o://1.34.0
+// suite asked for it (the kubelet's containerRuntimeVersion, cri-o://1.34.0
 // or containerd://2.3.x), so that a run on CRI-O cannot pass on a
 // cluster of containerd nodes left up in the state folder.
-func nodesRun(ctx context.Context, l *lab.Lab, runtime string) error {
-	want := "containerd://"
-	if runtime == cluster.RuntimeCRIO {
-		want = "cri-o://"
-	}
-	nodes, err := l.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes.Items {
+func nodesRun(ctx context.Context, l *lab.Lab) error {
+	for i := 1; i <= l.Cluster.Nodes(); i++ {
+		info := l.Cluster.Node(i)
+		want := "containerd://"
+		if info.Runtime == cluster.RuntimeCRIO {
+			want = "cri-o://"
+		}
+		n, err := l.Client.CoreV1().Nodes().Get(ctx, info.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
 		if v := n.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, want) {
-			return fmt.Errorf("node %s runs %q, not the %s the suite asked for (MS2M_E2E_RUNTIME)", n.Name, v, runtime)
+			return fmt.Errorf("node %s runs %q, not the %s the suite asked for (MS2M_E2E_RUNTIME=%s)", n.Name, v, info.Runtime, l.Cluster.Runtime())
 		}
 	}
 	return nil

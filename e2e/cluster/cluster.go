@@ -52,7 +52,9 @@ type Options struct {
 	// go test runs packages in parallel.
 	WaitForNetwork bool
 	// Runtime is the nodes' container runtime: RuntimeContainerd (the
-	// default) or RuntimeCRIO.
+	// default) or RuntimeCRIO; or one per node, comma-separated, node i
+	// running the i-th ("containerd,crio": node-1 containerd, node-2
+	// CRI-O), a mixed cluster. A list of one runtime is that runtime.
 	Runtime string
 }
 
@@ -94,7 +96,56 @@ func (o Options) withDefaults() Options {
 	if o.Runtime == "" {
 		o.Runtime = RuntimeContainerd
 	}
+	if rts, err := nodeRuntimes(o.Runtime, o.Nodes); err == nil {
+		o.Runtime = runtimeSpec(rts)
+	}
 	return o
+}
+
+// nodeRuntimes is each node's runtime by spec (Options.Runtime): one
+// runtime for every node, or one per node. Preflight reports an error.
+func nodeRuntimes(spec string, nodes int) ([]string, error) {
+	names := strings.Split(spec, ",")
+	for i, n := range names {
+		names[i] = strings.TrimSpace(n)
+		if _, known := runtimeBinaries[names[i]]; !known {
+			return nil, fmt.Errorf("unknown node runtime %q in %q", names[i], spec)
+		}
+	}
+	if len(names) == 1 {
+		for len(names) < nodes {
+			names = append(names, names[0])
+		}
+		return names, nil
+	}
+	if len(names) != nodes {
+		return nil, fmt.Errorf("%q names %d runtimes for %d nodes", spec, len(names), nodes)
+	}
+	return names, nil
+}
+
+// runtimeSpec is the Options.Runtime of nodes that run rts: the runtime
+// if they all run the same one, else the list.
+func runtimeSpec(rts []string) string {
+	for _, r := range rts {
+		if r != rts[0] {
+			return strings.Join(rts, ",")
+		}
+	}
+	if len(rts) == 0 {
+		return RuntimeContainerd
+	}
+	return rts[0]
+}
+
+// hasRuntime says whether one of rts is runtime.
+func hasRuntime(rts []string, runtime string) bool {
+	for _, r := range rts {
+		if r == runtime {
+			return true
+		}
+	}
+	return false
 }
 
 // findRepo walks up from the working directory to the folder whose go.mod
@@ -124,6 +175,9 @@ type record struct {
 	BinDir string `json:"binDir"`
 	// Runtime is Options.Runtime; "" in a record from before it: containerd.
 	Runtime string `json:"runtime,omitempty"`
+	// NodeRuntimes is each node's runtime, node i's at i-1; none in a
+	// record from before mixed clusters: Runtime's for every node.
+	NodeRuntimes []string `json:"nodeRuntimes,omitempty"`
 }
 
 // runtime is the record's runtime, containerd if it names none.
@@ -132,6 +186,28 @@ func (r record) runtime() string {
 		return RuntimeContainerd
 	}
 	return r.Runtime
+}
+
+// runtimeOf is node i's runtime (1-based). A node the record does not
+// list (Down looks at every possible node) runs the record's runtime if
+// that is one, else containerd.
+func (r record) runtimeOf(i int) string {
+	if i >= 1 && i <= len(r.NodeRuntimes) {
+		return r.NodeRuntimes[i-1]
+	}
+	if rt := r.runtime(); !strings.Contains(rt, ",") {
+		return rt
+	}
+	return RuntimeContainerd
+}
+
+// runtimes is every node's runtime.
+func (r record) runtimes() []string {
+	rts := make([]string, r.Nodes)
+	for i := range rts {
+		rts[i] = r.runtimeOf(i + 1)
+	}
+	return rts
 }
 
 // NodeInfo describes one node as tests need it.
@@ -167,16 +243,26 @@ type NodeInfo struct {
 
 // Cluster is a running local cluster.
 type Cluster struct {
-	l       layout
-	nodes   int
-	bin     string
-	runtime string
-	log     io.Writer
-	rest    *rest.Config
+	l        layout
+	nodes    int
+	bin      string
+	runtimes []string // node i's at i-1
+	log      io.Writer
+	rest     *rest.Config
 }
 
-// Runtime is the nodes' container runtime: RuntimeContainerd or RuntimeCRIO.
-func (c *Cluster) Runtime() string { return c.runtime }
+// Runtime is the nodes' container runtime, RuntimeContainerd or
+// RuntimeCRIO; on a mixed cluster the list of each node's
+// (Options.Runtime). Node(i).Runtime is node i's.
+func (c *Cluster) Runtime() string { return runtimeSpec(c.runtimes) }
+
+// runtimeOf is node i's runtime.
+func (c *Cluster) runtimeOf(i int) string {
+	if i >= 1 && i <= len(c.runtimes) {
+		return c.runtimes[i-1]
+	}
+	return RuntimeContainerd
+}
 
 // Kubeconfig is the path of the admin kubeconfig (group system:masters).
 func (c *Cluster) Kubeconfig() string { return c.l.kubeconfig() }
@@ -200,11 +286,11 @@ func (c *Cluster) Node(i int) NodeInfo {
 		KubeletRoot:   n.kubeletRoot(),
 		CheckpointDir: filepath.Join(n.kubeletRoot(), "checkpoints"),
 		KubeletCert:   filepath.Join(n.kubeletCerts(), "kubelet.crt"),
-		Runtime:       c.runtime,
-		RuntimeSock:   runtimeSock(c.runtime, n),
+		Runtime:       c.runtimeOf(i),
+		RuntimeSock:   runtimeSock(c.runtimeOf(i), n),
 		Netns:         netnsPath(i),
 	}
-	if c.runtime == RuntimeCRIO {
+	if c.runtimeOf(i) == RuntimeCRIO {
 		info.RuntimeConfig = n.crioConfig()
 		info.RuntimeStateDir = filepath.Join(n.crioDir(), "run", "storage")
 	} else {
@@ -235,7 +321,7 @@ func (c *Cluster) RegistryAddr() string { return hostAddr(RegistryPort) }
 // cluster's registry: a hosts.toml in each node's registry folder, which
 // containerd reads at each pull. The returned func removes them.
 func (c *Cluster) PlainHTTPRegistry(addr string) (undo func() error, err error) {
-	if c.runtime == RuntimeCRIO {
+	if hasRuntime(c.runtimes, RuntimeCRIO) {
 		return nil, fmt.Errorf("PlainHTTPRegistry: CRI-O nodes take plain-HTTP registries from their --insecure-registry flags only (the cluster's registry)")
 	}
 	var dirs []string
@@ -272,7 +358,7 @@ func (c *Cluster) BrokerStreamAddr() string { return hostAddr(StreamPort) }
 // node i's containerd, where the kubelet's pods can use it with
 // imagePullPolicy Never or IfNotPresent.
 func (c *Cluster) ImportImage(i int, tarball string) error {
-	if c.runtime == RuntimeCRIO {
+	if c.runtimeOf(i) == RuntimeCRIO {
 		return fmt.Errorf("import %s into %s: CRI-O nodes import no tarballs; push the image to the cluster's registry", tarball, NodeName(i))
 	}
 	return importImage(c.bin, c.l.node(i), tarball)
@@ -286,7 +372,7 @@ func (c *Cluster) ImportImage(i int, tarball string) error {
 // registry configuration and speaks only HTTPS to 10.77.0.1:5000, so the
 // base image must be on the target node already, under that name@digest.
 func (c *Cluster) PullImage(ctx context.Context, i int, ref string) error {
-	if c.runtime == RuntimeCRIO {
+	if c.runtimeOf(i) == RuntimeCRIO {
 		return criPull(ctx, c.l.node(i).crioSock(), ref)
 	}
 	ctr := filepath.Join(c.bin, "containerd", "ctr")
@@ -400,8 +486,8 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 				p.say("cluster in %s runs but its apiserver is not ready (%v); taking it down first", l.dir, apiErr)
 			case rec.Nodes != opts.Nodes:
 				p.say("cluster in %s has %d nodes, %d asked for; taking it down first", l.dir, rec.Nodes, opts.Nodes)
-			case rec.runtime() != opts.Runtime:
-				p.say("cluster in %s runs %s, %s asked for; taking it down first", l.dir, rec.runtime(), opts.Runtime)
+			case runtimeSpec(rec.runtimes()) != opts.Runtime:
+				p.say("cluster in %s runs %s, %s asked for; taking it down first", l.dir, runtimeSpec(rec.runtimes()), opts.Runtime)
 			default:
 				p.say("cluster already up (%d nodes, state %s); kubeconfig %s", rec.Nodes, l.dir, c.Kubeconfig())
 				continueKubelets(l, rec.Nodes)
@@ -432,7 +518,7 @@ func upLocked(ctx context.Context, opts Options, l layout, p *progress) (*Cluste
 func components(rec record) []string {
 	comps := []string{compEtcd, compAPIServer, compKCM, compScheduler, compHost}
 	for i := 1; i <= rec.Nodes; i++ {
-		comps = append(comps, compRuntime(rec.runtime(), i), compKubelet(i), compKubeProxy(i))
+		comps = append(comps, compRuntime(rec.runtimeOf(i), i), compKubelet(i), compKubeProxy(i))
 	}
 	return comps
 }
@@ -472,7 +558,7 @@ func attach(l layout, rec record, log io.Writer) (*Cluster, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	return &Cluster{l: l, nodes: rec.Nodes, bin: rec.BinDir, runtime: rec.runtime(), log: log, rest: cfg}, nil
+	return &Cluster{l: l, nodes: rec.Nodes, bin: rec.BinDir, runtimes: rec.runtimes(), log: log, rest: cfg}, nil
 }
 
 func (c *Cluster) apiReady(ctx context.Context) error {
@@ -507,7 +593,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := recordHostPaths(l); err != nil {
 		return nil, err
 	}
-	rec := record{Nodes: opts.Nodes, BinDir: opts.BinDir, Runtime: opts.Runtime}
+	rts, err := nodeRuntimes(opts.Runtime, opts.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	rec := record{Nodes: opts.Nodes, BinDir: opts.BinDir, Runtime: opts.Runtime, NodeRuntimes: rts}
 	b, _ := json.Marshal(rec)
 	if err := os.WriteFile(l.record(), b, 0o644); err != nil {
 		return nil, err
@@ -515,14 +605,14 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if err := ensurePKI(l, opts.Nodes); err != nil {
 		return nil, err
 	}
-	if err := writeNodeFiles(l, opts); err != nil {
+	if err := writeNodeFiles(l, opts, rts); err != nil {
 		return nil, err
 	}
 	p.say("state, certificates and configs ready in %s", l.dir)
 	if err := setupNetwork(opts.Nodes); err != nil {
 		return nil, err
 	}
-	if opts.Runtime == RuntimeCRIO {
+	if hasRuntime(rts, RuntimeCRIO) {
 		if err := mountHugetlb(l); err != nil {
 			return nil, err
 		}
@@ -570,14 +660,14 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		if _, err := start(l, runtimeProcess(l, opts, i, nodeEnv(i))); err != nil {
+		if _, err := start(l, runtimeProcess(l, opts.BinDir, rts[i-1], i, nodeEnv(i))); err != nil {
 			return nil, err
 		}
 	}
 	for i := 1; i <= opts.Nodes; i++ {
-		sock, comp := runtimeSock(opts.Runtime, l.node(i)), compRuntime(opts.Runtime, i)
+		sock, comp := runtimeSock(rts[i-1], l.node(i)), compRuntime(rts[i-1], i)
 		if err := waitAlive(ctx, l, 30*time.Second, func() bool { return socketAnswers(sock) }, comp); err != nil {
-			return nil, fmt.Errorf("%s of %s did not open %s: %w", opts.Runtime, NodeName(i), sock, withLogs(err, l, comp))
+			return nil, fmt.Errorf("%s of %s did not open %s: %w", rts[i-1], NodeName(i), sock, withLogs(err, l, comp))
 		}
 	}
 	p.say("%s up on %d nodes", opts.Runtime, opts.Nodes)
@@ -585,7 +675,7 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 	if pauseErr != nil {
 		return nil, pauseErr
 	}
-	if opts.Runtime == RuntimeCRIO {
+	if hasRuntime(rts, RuntimeCRIO) {
 		// CRI-O pulls its sandbox image from the registry.
 		helperErr, helperDone = <-helper, true
 		if helperErr != nil {
@@ -595,13 +685,17 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 			return nil, err
 		}
 		p.say("pause image pushed to %s", crioPauseImage())
-	} else {
+	}
+	if hasRuntime(rts, RuntimeContainerd) {
 		for i := 1; i <= opts.Nodes; i++ {
+			if rts[i-1] != RuntimeContainerd {
+				continue
+			}
 			if err := importImage(opts.BinDir, l.node(i), l.pauseTarball()); err != nil {
 				return nil, err
 			}
 		}
-		p.say("pause image imported into every node")
+		p.say("pause image imported into every containerd node")
 	}
 
 	if err := waitAlive(ctx, l, opts.Timeout, func() bool { return c.apiReady(ctx) == nil }, compEtcd, compAPIServer); err != nil {
@@ -643,11 +737,11 @@ func up(ctx context.Context, l layout, opts Options, p *progress) (*Cluster, err
 		err := waitAlive(ctx, l, opts.Timeout, func() bool {
 			node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			return err == nil && nodeReady(node)
-		}, compRuntime(opts.Runtime, i), compKubelet(i))
+		}, compRuntime(rts[i-1], i), compKubelet(i))
 		if err != nil {
-			return nil, fmt.Errorf("node %s not Ready: %w", name, withLogs(err, l, compKubelet(i), compRuntime(opts.Runtime, i)))
+			return nil, fmt.Errorf("node %s not Ready: %w", name, withLogs(err, l, compKubelet(i), compRuntime(rts[i-1], i)))
 		}
-		p.say("node %s Ready (%s, pods %s)", name, NodeIP(i), PodCIDR(i))
+		p.say("node %s Ready (%s, %s, pods %s)", name, NodeIP(i), rts[i-1], PodCIDR(i))
 	}
 	// kube-proxy reads its node's object, so it starts once the node is
 	// registered; it is healthy once it has programmed the Services.
@@ -782,21 +876,21 @@ func wipeRuntime(l layout) error {
 // namespace. CRI-O gets the node's own HOME, where containers/image finds
 // the signature policy, the cluster's registry as a plain-HTTP one, and
 // a drop-in folder of its own (none of the host's).
-func runtimeProcess(l layout, opts Options, i int, env []string) process {
+func runtimeProcess(l layout, binDir, runtime string, i int, env []string) process {
 	n := l.node(i)
-	if opts.Runtime == RuntimeCRIO {
-		return process{name: compCRIO(i), bin: filepath.Join(opts.BinDir, "crio", "crio"),
+	if runtime == RuntimeCRIO {
+		return process{name: compCRIO(i), bin: filepath.Join(binDir, "crio", "crio"),
 			args: []string{"--config", n.crioConfig(), "--config-dir", filepath.Join(n.crioDir(), "crio.conf.d"),
 				"--insecure-registry", hostAddr(RegistryPort), "--log-level", "info"},
 			netns: NodeName(i), env: append(env, "HOME="+n.crioHome())}
 	}
-	return process{name: compContainerd(i), bin: filepath.Join(opts.BinDir, "containerd", "containerd"),
+	return process{name: compContainerd(i), bin: filepath.Join(binDir, "containerd", "containerd"),
 		args: []string{"--config", n.containerdConfig()}, netns: NodeName(i), env: env}
 }
 
 // writeNodeFiles writes each node's runtime, CNI, registry and kubelet
-// configuration.
-func writeNodeFiles(l layout, opts Options) error {
+// configuration; node i runs rts[i-1].
+func writeNodeFiles(l layout, opts Options, rts []string) error {
 	for i := 1; i <= opts.Nodes; i++ {
 		n := l.node(i)
 		for _, d := range []string{n.cniConfDir(), n.cniIPAMDir(), n.kubeletRoot(), n.kubeletCerts(), n.podLogs(), n.tmp(),
@@ -811,9 +905,9 @@ func writeNodeFiles(l layout, opts Options) error {
 		}
 		files := map[string][]byte{
 			filepath.Join(n.cniConfDir(), "10-ms2m.conflist"): cni,
-			n.kubeletConfig(): []byte(kubeletConfig(n, l.pki("ca.crt"), runtimeSock(opts.Runtime, n))),
+			n.kubeletConfig(): []byte(kubeletConfig(n, l.pki("ca.crt"), runtimeSock(rts[i-1], n))),
 		}
-		if opts.Runtime == RuntimeCRIO {
+		if rts[i-1] == RuntimeCRIO {
 			files[n.crioConfig()] = []byte(crioConfig(n, opts.BinDir))
 			files[filepath.Join(n.crioHome(), ".config", "containers", "policy.json")] = []byte(CRIOPolicy)
 			for _, d := range []string{filepath.Join(n.crioHome(), ".config", "containers"), filepath.Join(n.crioDir(), "crio.conf.d")} {

@@ -80,7 +80,7 @@ func downLocked(l layout, p *progress, fallbackBin string) error {
 	}
 	for i := 1; i <= maxNodes; i++ {
 		n := l.node(i)
-		if rec.runtime() == RuntimeCRIO {
+		if rec.runtimeOf(i) == RuntimeCRIO {
 			if _, ok := running(l, compCRIO(i)); ok {
 				if k := removeCRIOPods(n.crioSock()); k > 0 {
 					p.say("%s: removed %d pod sandboxes", NodeName(i), k)

@@ -82,11 +82,17 @@ func Preflight(opts Options) error {
 		add("no cgroup hierarchy is mounted", "mount cgroups (v1 under /sys/fs/cgroup/<controller> or v2 at /sys/fs/cgroup)")
 	}
 
-	rtBins, known := runtimeBinaries[opts.Runtime]
-	if !known {
-		add(fmt.Sprintf("unknown node runtime %q", opts.Runtime), fmt.Sprintf("ask for %s or %s", RuntimeContainerd, RuntimeCRIO))
+	rts, err := nodeRuntimes(opts.Runtime, opts.Nodes)
+	if err != nil {
+		add(fmt.Sprintf("the node runtimes: %v", err), fmt.Sprintf("ask for %s or %s, for every node or one per node (%s,%s)", RuntimeContainerd, RuntimeCRIO, RuntimeContainerd, RuntimeCRIO))
 	}
-	if opts.Runtime == RuntimeCRIO {
+	var rtBins []struct{ rel, target string }
+	for _, rt := range []string{RuntimeContainerd, RuntimeCRIO} {
+		if hasRuntime(rts, rt) {
+			rtBins = append(rtBins, runtimeBinaries[rt]...)
+		}
+	}
+	if hasRuntime(rts, RuntimeCRIO) {
 		if st, err := os.Stat("/usr/bin/conmon"); err != nil || st.Mode()&0o111 == 0 {
 			add("missing /usr/bin/conmon (Debian's conmon, CRI-O's container monitor)", "make node-setup (or apt-get install conmon)")
 		}

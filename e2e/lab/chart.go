@@ -55,6 +55,9 @@ func (l *Lab) InstallChart(ctx context.Context) (*Installed, error) {
 	if l.Cluster == nil {
 		return nil, fmt.Errorf("install the chart: the lab has no local cluster")
 	}
+	if rt := l.Cluster.Runtime(); strings.Contains(rt, ",") {
+		return nil, fmt.Errorf("install the chart: the cluster's nodes run different runtimes (%s), and the chart's agent DaemonSet takes one runtime socket for every node; install ms2m as host processes (-install host)", rt)
+	}
 	helm := filepath.Join(l.Opts.RepoDir, "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
 		return nil, fmt.Errorf("install the chart: no %s; build it with `make helm-bin`", helm)

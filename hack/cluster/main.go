@@ -47,7 +47,7 @@ func main() {
 	}
 }
 
-const usage = `usage: cluster up|down|status [-nodes N] [-runtime containerd|crio] [-state DIR] [-bin DIR] [--with-ms2m [-install host|chart] (up)]`
+const usage = `usage: cluster up|down|status [-nodes N] [-runtime containerd|crio|RUNTIME,RUNTIME...] [-state DIR] [-bin DIR] [--with-ms2m [-install host|chart] (up)]`
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 2, "number of nodes (up)")
 	state := fs.String("state", cluster.DefaultStateDir, "state folder")
 	bin := fs.String("bin", "", "folder with k8s/, containerd/ and criu/ (default: the repository's bin/)")
-	runtime := fs.String("runtime", cluster.RuntimeContainerd, "the nodes' container runtime (up): containerd, or crio (CRI-O, after make crio-bin)")
+	runtime := fs.String("runtime", cluster.RuntimeContainerd, "the nodes' container runtime (up): containerd, or crio (CRI-O, after make crio-bin); or one per node, comma-separated, node i running the i-th (containerd,crio)")
 	withMS2M := fs.Bool("with-ms2m", false, "also run ms2m on the cluster: the webhook, the migrator controller and a node agent per node (up)")
 	install := fs.String("install", "host", "with --with-ms2m: how ms2m runs, as host processes (host) or in pods installed by the Helm chart (chart; needs `make helm-bin`)")
 	if err := fs.Parse(args[1:]); err != nil {
