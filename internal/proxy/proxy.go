@@ -102,6 +102,12 @@ type Options struct {
 	// the source's reject), so an app that drops what it takes for an old
 	// redelivery loses them. Default false: the app takes them, in order.
 	RequeueHeldOnStop bool
+	// Recent are the replay log's last records (at most MaxRequeued), in
+	// log order, when this sidecar continues a log that a sidecar before it
+	// wrote: their deliveries may be held by an app that died with that
+	// sidecar, and the broker's redelivery of one is logged as repeating
+	// it (requeuedMessages.seed). New keeps no reference to them.
+	Recent []shadowqueue.Record
 }
 
 // Proxy serves AMQP connections from the app.
@@ -191,13 +197,19 @@ func New(tee Tee, opts Options) *Proxy {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Proxy{
-		opts:    opts,
+	p := &Proxy{
 		tee:     tee,
 		tracker: tracking.NewTracker(5*time.Second, 0.2),
 		log:     opts.Logger,
 		conns:   map[*conn]struct{}{},
 	}
+	if n := p.requeuedMsgs.seed(opts.Recent); n > 0 {
+		p.log.Info("remembering the log's last deliveries, which an app that died with the sidecar before may have held: a redelivery of one is logged as repeating it",
+			"deliveries", n, "from_id", opts.Recent[0].ID, "to_id", opts.Recent[len(opts.Recent)-1].ID)
+	}
+	opts.Recent = nil
+	p.opts = opts
+	return p
 }
 
 // Serve accepts app connections on ln until ctx is done, then closes ln and

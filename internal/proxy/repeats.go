@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -101,6 +102,40 @@ func (m *requeuedMessages) remove(e requeuedMessage) {
 		return
 	}
 	m.byPrint[e.print] = es
+}
+
+// seed remembers the deliveries among recs, a log's last records in log
+// order, as a restarted sidecar's guess at what went back: the sidecar that
+// wrote them may have died with its app (the pod's containers restarting
+// together), and then the broker took back, unremembered, whatever the app
+// held. Each chain of deliveries of one message is remembered once, under
+// its first delivery's ID: a delivery that repeats nothing adds itself; a
+// repeat (Record.Repeats) adds its first only when that is older than recs,
+// which left it out. It returns how many it remembered.
+//
+// It is a guess from above. A delivery the app acked is never redelivered,
+// so its entry only ages out; one matched by take is one the broker
+// redelivered (take is asked only for redelivered messages), which names
+// its first delivery as a living sidecar would have, unless an older
+// message printed alike is still remembered (requeuedMessages says what
+// that does). A delivery older than recs, or than the last
+// maxRequeuedMessages, is not remembered: its redelivery is logged as a
+// first delivery, and a replay of both folds it twice.
+func (m *requeuedMessages) seed(recs []shadowqueue.Record) int {
+	added := map[uint64]bool{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Kind != shadowqueue.KindDelivery {
+			continue
+		}
+		first := cmp.Or(r.Repeats, r.ID)
+		if added[first] {
+			continue
+		}
+		added[first] = true
+		m.add(printOf(r), first)
+	}
+	return len(added)
 }
 
 // len returns how many messages it remembers.

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/ms2m/ms2m/internal/amqpwire"
 	"github.com/ms2m/ms2m/internal/shadowqueue"
@@ -126,5 +129,102 @@ func TestPipeRejectedRedeliveryRepeats(t *testing.T) {
 	// new message with the same body; 5 was rejected without requeue.
 	if want := []uint64{0, 1, 0, 0, 0, 1}; !slices.Equal(got, want) {
 		t.Fatalf("Repeats of the records = %v, want %v", got, want)
+	}
+}
+
+// TestRequeuedMessagesSeed: a restarted sidecar remembers each message of
+// the log's last deliveries once, under its first delivery's ID, and a
+// redelivery is matched to the oldest printed alike.
+func TestRequeuedMessagesSeed(t *testing.T) {
+	rec := func(kind shadowqueue.Kind, id uint64, body string, repeats uint64) shadowqueue.Record {
+		return shadowqueue.Record{Kind: kind, ID: id, Queue: "q", Exchange: "x", RoutingKey: "k", Body: []byte(body), Repeats: repeats}
+	}
+	del := func(id uint64, body string) shadowqueue.Record { return rec(shadowqueue.KindDelivery, id, body, 0) }
+	tests := map[string]struct {
+		recs      []shadowqueue.Record
+		wantAdded int
+		// wantTakes are, by body, the IDs take returns in turn, ending
+		// with 0 where the body's entries are used up.
+		wantTakes map[string][]uint64
+	}{
+		"none": {
+			wantTakes: map[string][]uint64{"a": {0}},
+		},
+		"deliveries, each under its own ID": {
+			recs:      []shadowqueue.Record{del(5, "a"), del(6, "b"), del(7, "c")},
+			wantAdded: 3,
+			wantTakes: map[string][]uint64{"a": {5, 0}, "b": {6, 0}, "c": {7, 0}},
+		},
+		"markers and publishes are not deliveries": {
+			recs: []shadowqueue.Record{
+				rec(shadowqueue.KindCutoff, 4, "", 0), del(5, "a"), rec(shadowqueue.KindResume, 5, "", 0),
+				rec(shadowqueue.KindPublish, 5, "a", 0),
+			},
+			wantAdded: 1,
+			wantTakes: map[string][]uint64{"a": {5, 0}},
+		},
+		"a repeat of a delivery in the tail adds nothing": {
+			recs:      []shadowqueue.Record{del(5, "a"), rec(shadowqueue.KindDelivery, 9, "a", 5)},
+			wantAdded: 1,
+			wantTakes: map[string][]uint64{"a": {5, 0}},
+		},
+		"a repeat of a delivery older than the tail names that one": {
+			recs:      []shadowqueue.Record{del(5, "b"), rec(shadowqueue.KindDelivery, 9, "a", 2), rec(shadowqueue.KindDelivery, 12, "a", 2)},
+			wantAdded: 2,
+			wantTakes: map[string][]uint64{"a": {2, 0}, "b": {5, 0}},
+		},
+		"an unmatched redelivery is a first": {
+			recs:      []shadowqueue.Record{{Kind: shadowqueue.KindDelivery, ID: 5, Queue: "q", Exchange: "x", RoutingKey: "k", Body: []byte("a"), Redelivered: true}},
+			wantAdded: 1,
+			wantTakes: map[string][]uint64{"a": {5, 0}},
+		},
+		"the same body twice: oldest first": {
+			recs:      []shadowqueue.Record{del(5, "a"), del(6, "b"), del(7, "a")},
+			wantAdded: 3,
+			wantTakes: map[string][]uint64{"a": {5, 7, 0}, "b": {6, 0}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var m requeuedMessages
+			if got := m.seed(tc.recs); got != tc.wantAdded {
+				t.Errorf("seed = %d, want %d", got, tc.wantAdded)
+			}
+			got := map[string][]uint64{}
+			for body, want := range tc.wantTakes {
+				p := printOf(&shadowqueue.Record{Queue: "q", Exchange: "x", RoutingKey: "k", Body: []byte(body)})
+				for range want {
+					got[body] = append(got[body], m.take(p))
+				}
+			}
+			if diff := cmp.Diff(tc.wantTakes, got); diff != "" {
+				t.Errorf("takes (-want +got):\n%s", diff)
+			}
+			if n := m.len(); n != 0 {
+				t.Errorf("%d left after the takes, want 0", n)
+			}
+		})
+	}
+}
+
+// TestRequeuedMessagesSeedBounded: of more deliveries than it keeps, a
+// seed remembers the newest.
+func TestRequeuedMessagesSeedBounded(t *testing.T) {
+	var recs []shadowqueue.Record
+	for id := range uint64(maxRequeuedMessages + 5) {
+		recs = append(recs, shadowqueue.Record{Kind: shadowqueue.KindDelivery, ID: id + 1, Queue: "q", Body: fmt.Appendf(nil, "m-%d", id+1)})
+	}
+	var m requeuedMessages
+	m.seed(recs)
+	if n := m.len(); n != maxRequeuedMessages {
+		t.Fatalf("%d kept, want %d", n, maxRequeuedMessages)
+	}
+	for _, c := range []struct {
+		id   uint64
+		want uint64
+	}{{5, 0}, {6, 6}, {maxRequeuedMessages + 5, maxRequeuedMessages + 5}} {
+		if got := m.take(printOf(&shadowqueue.Record{Queue: "q", Body: fmt.Appendf(nil, "m-%d", c.id)})); got != c.want {
+			t.Errorf("take of delivery %d = %d, want %d", c.id, got, c.want)
+		}
 	}
 }

@@ -645,15 +645,11 @@ func (l *StreamLog) Close() error {
 // window that starts inside a fragment set does not see that record; the
 // next, larger one does.
 func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
-	env, err := l.readEnvironment(ctx, "find the last record of")
+	env, end, err := l.readToTail(ctx, "find the last record of")
 	if err != nil {
 		return Record{}, false, err
 	}
 	defer func() { _ = env.Close() }()
-	end, err := l.tail(ctx, env)
-	if err != nil {
-		return Record{}, false, err
-	}
 	for window := int64(16); ; window *= 8 {
 		from := max(0, end-window)
 		r, found, truncated, err := l.lastBetween(ctx, env, from, end)
@@ -671,9 +667,27 @@ func (l *StreamLog) Last(ctx context.Context) (Record, bool, error) {
 // not seen, nor is a message that does not decode (it is logged). truncated
 // says that retention removed offsets at or after from.
 func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, from, end int64) (last Record, found, truncated bool, err error) {
-	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
+	truncated, err = l.scanBetween(ctx, env, from, end, "looking for the last record", func(r *Record) {
+		last, found = *r, true
+	})
 	if err != nil {
 		return Record{}, false, false, err
+	}
+	return last, found, truncated, nil
+}
+
+// scanBetween calls fn, in log order, with each complete record whose last
+// message has an offset in [from, end); a record whose first fragments come
+// before from is not seen. A message that does not decode is logged (doing
+// says what for) and skipped: a message this sidecar did not write (anyone
+// with the stream's credentials can append one) must not keep the writer
+// from starting, and replay, which reads every message, fails on it.
+// truncated says that retention removed offsets at or after from. fn may
+// keep r; r.Body shares the message's memory.
+func (l *StreamLog) scanBetween(ctx context.Context, env *stream.Environment, from, end int64, doing string, fn func(r *Record)) (truncated bool, err error) {
+	sub, err := l.subscribe(env, stream.OffsetSpecification{}.Offset(from))
+	if err != nil {
+		return false, err
 	}
 	defer sub.close()
 	var asm reassembler
@@ -682,31 +696,68 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 	for {
 		m, err := sub.next(ctx)
 		if err != nil {
-			return Record{}, false, false, err
+			return false, err
 		}
 		if first {
 			truncated = m.offset > from
 			first = false
 		}
 		if m.offset >= end {
-			return last, found, truncated, nil
+			return truncated, nil
 		}
 		recs, err = l.decode(recs[:0], &asm, m)
 		if errors.Is(err, ErrBadRecord) {
-			// A message this sidecar did not write (anyone with the
-			// stream's credentials can append one) must not keep the
-			// writer from starting: Last only tells it where to go on
-			// numbering. Replay reads every message and fails on it.
-			l.logger.Warn("the replay log holds a message that is not a record; ignored when looking for the last record, but a replay across it fails",
+			l.logger.Warn("the replay log holds a message that is not a record; ignored when "+doing+", but a replay across it fails",
 				"log", l.opts.Name, "offset", m.offset, "err", err)
 		} else if err != nil {
-			return Record{}, false, false, err
+			return false, err
 		}
-		if len(recs) > 0 {
-			last, found = recs[len(recs)-1], true
+		for i := range recs {
+			fn(&recs[i])
 		}
 		if m.offset == end-1 {
-			return last, found, truncated, nil
+			return truncated, nil
+		}
+	}
+}
+
+// Recent returns the log's last records, at most n, in log order, of every
+// kind. Like Last, it appends a tail marker to find the end, then reads
+// windows of offsets that end there, from 64 offsets growing eightfold,
+// until one holds n records, reaches the start of the log or spans
+// 4·max(n, 1024) offsets. A record takes one offset (a batch puts many in
+// one, a fragmented body more than one), and so does each tail marker
+// (every Last, Recent and ReadAll adds one): the bound leaves room for
+// both, and a sidecar that calls it at start (proxy.Options.Recent, n =
+// 4096) reads at most about 21000 messages (windows of 64, 512, 4096 and
+// 16384 offsets), and a few hundred where the log was written in batches.
+// A message that is not a record is skipped, as in Last. The records'
+// bodies share the messages' memory.
+func (l *StreamLog) Recent(ctx context.Context, n int) ([]Record, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	env, end, err := l.readToTail(ctx, "read the last records of")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = env.Close() }()
+	maxWindow := 4 * int64(max(n, 1024))
+	for window := int64(64); ; window *= 8 {
+		window = min(window, maxWindow)
+		from := max(0, end-window)
+		var recs []Record
+		truncated, err := l.scanBetween(ctx, env, from, end, "reading the last records", func(r *Record) {
+			if len(recs) == 2*n { // keep the last n, copying seldom
+				recs = append(recs[:0], recs[n:]...)
+			}
+			recs = append(recs, *r)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) >= n || from == 0 || truncated || window == maxWindow {
+			return recs[max(0, len(recs)-n):], nil
 		}
 	}
 }
@@ -715,15 +766,11 @@ func (l *StreamLog) lastBetween(ctx context.Context, env *stream.Environment, fr
 // It appends a tail marker (see markerVersion) to know where to stop; a
 // record whose fragments are not all before it is left out.
 func (l *StreamLog) ReadAll(ctx context.Context) ([]Record, error) {
-	env, err := l.readEnvironment(ctx, "read")
+	env, end, err := l.readToTail(ctx, "read")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = env.Close() }()
-	end, err := l.tail(ctx, env)
-	if err != nil {
-		return nil, err
-	}
 	sub, err := l.subscribe(env, stream.OffsetSpecification{}.First())
 	if err != nil {
 		return nil, err
@@ -852,6 +899,21 @@ func (l *StreamLog) readEnvironment(ctx context.Context, what string) (*stream.E
 		return nil, fmt.Errorf("%s replay log stream %q: connect to %s:%d: %w", what, l.opts.Name, l.resolver.Host, l.resolver.Port, err)
 	}
 	return env, nil
+}
+
+// readToTail connects for reading (what says what for, in errors) and
+// appends a tail marker (tail), whose offset it returns as end. The caller
+// closes env.
+func (l *StreamLog) readToTail(ctx context.Context, what string) (env *stream.Environment, end int64, err error) {
+	env, err = l.readEnvironment(ctx, what)
+	if err != nil {
+		return nil, 0, err
+	}
+	if end, err = l.tail(ctx, env); err != nil {
+		_ = env.Close()
+		return nil, 0, err
+	}
+	return env, end, nil
 }
 
 // tail appends a tail marker and returns its offset: every record written

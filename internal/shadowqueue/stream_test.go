@@ -920,3 +920,46 @@ func BenchmarkStreamWrite(b *testing.B) {
 		})
 	}
 }
+
+// TestStreamRecent checks that Recent returns the log's last n records,
+// oldest first, across windows that start inside batches, among tail
+// markers, and on a log shorter than n.
+func TestStreamRecent(t *testing.T) {
+	l := openTestStream(t, StreamOptions{})
+	ctx := testCtx(t)
+	if got, err := l.Recent(ctx, 10); err != nil || len(got) != 0 {
+		t.Fatalf("Recent on an empty log = %d records, %v; want none", len(got), err)
+	}
+	var all []Record
+	for id := uint64(1); id <= 100; id++ { // one message each: a window of 64 holds too few
+		rec := deliveries(id, 1, 10)
+		if err := l.Write(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, rec...)
+	}
+	cutoff := Record{Kind: KindCutoff, ID: 100, Epoch: 1, Time: time.Unix(1700000000, 0)}
+	batch := deliveries(101, 50, 10) // one message: the windows start inside none
+	for _, recs := range [][]Record{{cutoff}, batch} {
+		if err := l.Write(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	env := mustReadEnv(t, l)
+	for range 70 { // more markers than the first window
+		if _, err := l.tail(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{1, 30, 51, 52, 120, 151, 4096} {
+		got, err := l.Recent(ctx, n)
+		if err != nil {
+			t.Fatalf("Recent(%d): %v", n, err)
+		}
+		want := all[max(0, len(all)-n):]
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Recent(%d) mismatch (-want +got):\n%s", n, diff)
+		}
+	}
+}

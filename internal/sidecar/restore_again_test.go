@@ -177,7 +177,14 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 		t.Fatalf("requeued %v, no repeat in the log up to the cutoff %d: the fault did not fire", requeued, stop.CutoffID)
 	}
 	t.Logf("the killed app held %d deliveries; %d of their redeliveries came before the cutoff", len(requeued), repeats)
+	replayFromEmpty(t, e, q, n, want, stop)
+}
 
+// replayFromEmpty restores a target from the empty checkpoint (ID 0) to
+// stop's cutoff, with the Go consumer on q, and checks that its app folds
+// the n messages once each: the producer's hash want, none skipped.
+func replayFromEmpty(t *testing.T, e *env, q string, n int, want string, stop stopResult) {
+	t.Helper()
 	cfg := e.config()
 	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
 	target := e.startConfig(cfg, sidecar.Options{})
@@ -192,6 +199,80 @@ func TestReplayGivesAHeldMessageOnce(t *testing.T) {
 	if got.Count != n || got.Hash != want || got.Skipped != 0 {
 		t.Fatalf("the target: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
 	}
+}
+
+// TestSidecarKilledWithItsAppHoldingDeliveries: a source's app is killed
+// holding its prefetch window unacked, and its sidecar with it, before it
+// noted what the app held (as when the pod's containers restart together:
+// the replay log on the broker survives). A new sidecar continues the log
+// and a new app takes the broker's redeliveries; the new sidecar, which
+// remembers the log's last deliveries (proxy.Options.Recent), logs each as
+// repeating its first delivery. A target restored from the empty
+// checkpoint replays the whole log to the stop's cutoff and folds each
+// message once: the producer's hash. Without the memory the redeliveries
+// are logged as first deliveries and the target folds them twice.
+func TestSidecarKilledWithItsAppHoldingDeliveries(t *testing.T) {
+	const n = 300
+	e := newEnv(t)
+	q := e.queue()
+	cfg := e.config() // one pod: both sidecars share its state folder
+	first := e.startConfig(cfg, sidecar.Options{})
+	want := produce(t, e, q, n, "0")
+	// 20 ms a message, as in killedHoldingThenStopped: the app holds its
+	// window when it is killed.
+	app, appCmd := goConsumerWork(t, first, q, 10, 20)
+	testenv.Eventually(t, 30*time.Second, "the app to process a part", func() bool {
+		s, _ := appStateAt(app)
+		return s.Count >= n/4
+	})
+	_ = appCmd.Process.Kill() // SIGKILL: its unacked deliveries stay unacked
+	first.Close()             // at once: the sidecar's memory goes with it
+	var lastBefore uint64
+	for _, r := range e.records() {
+		lastBefore = max(lastBefore, r.ID)
+	}
+
+	second := e.startConfig(cfg, sidecar.Options{})
+	se := &env{t: t, broker: e.broker, log: e.log, sc: second}
+	app2, app2Cmd := goConsumer(t, second, q, 10)
+	testenv.Eventually(t, 30*time.Second, "the new app to process a part", func() bool {
+		s, _ := appStateAt(app2)
+		return s.Count >= n/4
+	})
+	var stop stopResult
+	if code := se.call("POST", "/stop?timeout=20s", &stop); code != 200 {
+		t.Fatalf("stop = %d", code)
+	}
+	_ = app2Cmd.Process.Kill()
+	second.Close()
+
+	// Each redelivery to the new sidecar is marked as repeating the
+	// message's first delivery.
+	firstOf := map[string]uint64{}
+	redeliveries := 0
+	for _, r := range e.records() {
+		if r.Kind != shadowqueue.KindDelivery || r.ID > stop.CutoffID {
+			continue
+		}
+		if f, seen := firstOf[string(r.Body)]; seen {
+			if r.ID > lastBefore && r.Redelivered {
+				redeliveries++
+			}
+			if r.Repeats != f || !r.Redelivered {
+				t.Errorf("record %d (redelivered %v) repeats %d, want %d: its body was first delivered as %d", r.ID, r.Redelivered, r.Repeats, f, f)
+			}
+			continue
+		}
+		if r.Repeats != 0 {
+			t.Errorf("record %d, the first delivery of its body, repeats %d", r.ID, r.Repeats)
+		}
+		firstOf[string(r.Body)] = r.ID
+	}
+	if redeliveries == 0 {
+		t.Fatalf("no redelivery to the new sidecar (log up to %d before the restart, cutoff %d): the fault did not fire", lastBefore, stop.CutoffID)
+	}
+	t.Logf("the killed app held %d deliveries that the new sidecar's app took again (log up to %d before the restart)", redeliveries, lastBefore)
+	replayFromEmpty(t, e, q, n, want, stop)
 }
 
 // stopResult is what the tests read of POST /stop.

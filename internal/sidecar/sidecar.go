@@ -52,6 +52,9 @@ type Sidecar struct {
 	amqp         net.Listener
 	ctlAddr      net.Addr
 	ready        atomic.Bool
+	// recent are the log's last records when an AMQP source continues a
+	// log (tryOpenLog), for proxy.Options.Recent.
+	recent []shadowqueue.Record
 
 	wg      sync.WaitGroup
 	errOnce sync.Once
@@ -276,7 +279,9 @@ func (s *Sidecar) startAMQPProxy(reg *prometheus.Registry, dial func(ctx context
 		Metrics:           proxy.NewMetrics(reg),
 		CheckPublishes:    s.cfg.PublishCheck,
 		RequeueHeldOnStop: s.cfg.StopHeld == "requeue",
+		Recent:            s.recent,
 	}
+	s.recent = nil
 	if s.source != nil {
 		popts.Replay = s.source
 	}
@@ -408,6 +413,14 @@ func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.
 	if err != nil {
 		l.Close()
 		return nil, shadowqueue.Record{}, err
+	}
+	if _, isTarget, _ := s.cfg.Replay(); !isTarget && last.ID > 0 {
+		// A source that continues a log may have died with its app: read
+		// what that app may have held (proxy.Options.Recent).
+		if s.recent, err = l.Recent(ctx, proxy.MaxRequeued); err != nil {
+			l.Close()
+			return nil, shadowqueue.Record{}, err
+		}
 	}
 	return l, last, nil
 }
