@@ -124,6 +124,25 @@ func expectNATSExact(t *testing.T, ctx context.Context, produced *lab.NATSProduc
 		want.Count, want.Hash, pod.Name, got.Count, got.Hash, got.Reconnects)
 	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
 		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
+		logDisorder(t, pod)
+	}
+}
+
+// logDisorder logs, from the journal of the consumer in pod, each fold
+// whose message-id is not the one after the previous fold's: where a
+// message was lost, repeated or came late, and when.
+func logDisorder(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	folds, _, err := lab.GetFolds(pod)
+	if err != nil {
+		t.Logf("no journal of %s to tell where: %v", pod.Name, err)
+		return
+	}
+	for i := 1; i < len(folds); i++ {
+		if prev, f := folds[i-1], folds[i]; f.ID != prev.ID+1 {
+			t.Logf("the consumer in %s folded message %d (sent %s) at %s after message %d",
+				pod.Name, f.ID, time.Unix(0, f.SentNS).Format("15:04:05.000"), time.Unix(0, f.AtNS).Format("15:04:05.000"), prev.ID)
+		}
 	}
 }
 
