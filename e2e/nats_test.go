@@ -29,7 +29,7 @@ import (
 // checkpoint ID to the source's cutoff into the restored app's
 // subscription or pull requests, and switches to the server. The restored
 // consumer ends with the producer's hash: nothing lost, nothing twice, in
-// order.
+// order. It logs the processing gap from the consumers' journals.
 func TestNATSMigration(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, admitting targets itself")
 	nt := testenv.RequireNATS(t)
@@ -73,9 +73,13 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 		return err == nil && st.Count >= 10
 	})
 
+	journals := l.NewJournals(src, plan)
+	began := time.Now()
 	rep, err := migrate.Run(ctx, l.Env(func(phase string, took time.Duration) {
 		t.Logf("phase %-20s %v", phase, took.Round(time.Millisecond))
+		journals.AfterPhase(ctx, phase)
 	}), plan)
+	ended := time.Now()
 	if err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
@@ -91,6 +95,7 @@ func migrateNATS(t *testing.T, l *lab.Lab, nt testenv.NATS, mode string) {
 		t.Errorf("target runs on %s, want %s", target.Spec.NodeName, cluster.NodeName(2))
 	}
 	expectNATSExact(t, ctx, produced, target)
+	logGap(t, mode, journals, target, began, ended)
 }
 
 // needNATSForward makes sure pods reach the host's nats-server: through a
@@ -119,6 +124,25 @@ func expectNATSExact(t *testing.T, ctx context.Context, produced *lab.NATSProduc
 		want.Count, want.Hash, pod.Name, got.Count, got.Hash, got.Reconnects)
 	if got.Count != want.Count || got.Hash != want.Hash || got.Skipped != 0 {
 		t.Errorf("the consumer in %s: count %d hash %s, %d redeliveries skipped; producer: count %d hash %s", pod.Name, got.Count, got.Hash, got.Skipped, want.Count, want.Hash)
+		logDisorder(t, pod)
+	}
+}
+
+// logDisorder logs, from the journal of the consumer in pod, each fold
+// whose message-id is not the one after the previous fold's: where a
+// message was lost, repeated or came late, and when.
+func logDisorder(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	folds, _, err := lab.GetFolds(pod)
+	if err != nil {
+		t.Logf("no journal of %s to tell where: %v", pod.Name, err)
+		return
+	}
+	for i := 1; i < len(folds); i++ {
+		if prev, f := folds[i-1], folds[i]; f.ID != prev.ID+1 {
+			t.Logf("the consumer in %s folded message %d (sent %s) at %s after message %d",
+				pod.Name, f.ID, time.Unix(0, f.SentNS).Format("15:04:05.000"), time.Unix(0, f.AtNS).Format("15:04:05.000"), prev.ID)
+		}
 	}
 }
 
@@ -145,7 +169,9 @@ func natsStream(t *testing.T, ctx context.Context, nt testenv.NATS, name, mode s
 // ms2m.io/migrate-to, by every strategy besides ms2m (TestNATSMigration)
 // that NATS pods may take, while the producer publishes: the restored
 // consumer ends with the producer's hash, and the migration leaves what
-// TestEveryStrategyByAnnotation checks (expectMigrated).
+// TestEveryStrategyByAnnotation checks (expectMigrated). It logs each
+// migration's processing gap from the consumers' journals, read every
+// 100 ms (logWatchedGap).
 func TestNATSEveryStrategy(t *testing.T) {
 	needLab(t, "its NATS server is the host's, which only the lab's pods reach")
 	nt := testenv.RequireNATS(t)
@@ -203,13 +229,20 @@ func TestNATSEveryStrategy(t *testing.T) {
 			if tc.strategy != "" {
 				req[contract.AnnotationStrategy] = string(tc.strategy)
 			}
+			// The controller deletes the source (and a shadow) after its
+			// handover: their journals are read every 100 ms until then.
+			journals := l.WatchJournals(ctx, name, 100*time.Millisecond)
+			defer journals.Close()
+			began := time.Now()
 			annotate(t, ctx, l, src.Name, req)
 			target, st := waitMigrated(t, ctx, l, name, src)
+			ended := time.Now()
 			expectMigrated(t, ctx, l, tc.kind, src, target, st, tc.want, tc.phases)
 			if rep := st.Report; rep != nil && rep.Strategy == contract.StrategyMS2MCutoff {
 				t.Logf("ms2m-cutoff: λ %.2f/s, μ %.2f/s, T_cutoff %v", rep.Lambda, rep.Mu, rep.TCutoff)
 			}
 			expectNATSExact(t, ctx, produced, target)
+			logWatchedGap(t, string(tc.want), journals, target, began, ended)
 			expectNoEmptyReplica(t, pods, src.UID, tc.pods)
 		})
 	}

@@ -188,13 +188,9 @@ func (pp pingPonger) once(t *testing.T, ctx context.Context, cur *corev1.Pod, i 
 		t.Fatalf("migration %d: the consumer in %s: %v", i, target.Name, err)
 	}
 	r.Checked = app.Count
-	if gap, err := journals.Stop(target, began, ended); err != nil {
-		t.Logf("migration %d: no processing gap: %v", i, err)
-	} else {
-		g := ms(gap.Duration())
+	if gap, ok := logWatchedGap(t, fmt.Sprintf("migration %d", i), journals, target, began, ended); ok {
+		g := ms(gap)
 		r.GapMS = &g
-		t.Logf("migration %d: processing gap %v (no consumer finished a message while one waited; an upper bound, by at most the journals' 100 ms between reads), %v after the request",
-			i, gap.Duration().Round(time.Millisecond), gap.Start.Sub(began).Round(time.Millisecond))
 	}
 	if err := lab.CheckPrefix(app); err != nil {
 		r.Outcome, r.Error = soak.Outcome(lab.PrefixFault(err)), err.Error()

@@ -176,7 +176,7 @@ func expectMigrated(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind
 	if rep == nil {
 		t.Fatalf("the status of %s has no report: %+v", target.Name, st)
 	}
-	t.Logf("%s: total %v, switch %v, checkpoint %d, cutoff %d; phases %v (the processing gap needs the journals read across migrate.Run: TestFirstRealMigration logs it)", rep.Strategy, rep.Total.Round(time.Millisecond),
+	t.Logf("%s: total %v, switch %v, checkpoint %d, cutoff %d; phases %v (the processing gap is logged by the tests that read the journals: TestFirstRealMigration, TestPingPong, the TestNATS ones)", rep.Strategy, rep.Total.Round(time.Millisecond),
 		rep.Downtime.Round(time.Millisecond), rep.Start, rep.CutoffID, rep.Phases)
 
 	if target.Spec.NodeName != l.NodeName(2) {

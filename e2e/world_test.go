@@ -315,8 +315,8 @@ func expectExact(t *testing.T, ctx context.Context, prod *lab.Producer, pod *cor
 }
 
 // logGap logs the migration's processing gap, the downtime as the consumer
-// sees it, from the journals read across it (only the Go consumer keeps
-// one), over the window [from, to] of migrate.Run.
+// sees it, from the journals read across it (only the Go consumers, AMQP
+// and NATS, keep one), over the window [from, to] of migrate.Run.
 func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from, to time.Time) time.Duration {
 	t.Helper()
 	j.Target(target)
@@ -328,6 +328,21 @@ func logGap(t *testing.T, what string, j *lab.Journals, target *corev1.Pod, from
 	t.Logf("%s: processing gap %v (no consumer finished a message while one waited), %v after the migration began",
 		what, g.Duration().Round(time.Millisecond), g.Start.Sub(from).Round(time.Millisecond))
 	return g.Duration()
+}
+
+// logWatchedGap is logGap for a migration the controller ran, from the
+// journals w read across it, over [from, to] (from the request to the
+// target's status). It reports false when there is none.
+func logWatchedGap(t *testing.T, what string, w *lab.JournalWatch, target *corev1.Pod, from, to time.Time) (time.Duration, bool) {
+	t.Helper()
+	gap, err := w.Stop(target, from, to)
+	if err != nil {
+		t.Logf("%s: no processing gap: %v", what, err)
+		return 0, false
+	}
+	t.Logf("%s: processing gap %v (no consumer finished a message while one waited; an upper bound, by at most the journals' 100 ms between reads), %v after the request",
+		what, gap.Duration().Round(time.Millisecond), gap.Start.Sub(from).Round(time.Millisecond))
+	return gap.Duration(), true
 }
 
 // e2eStatusKey signs the migration statuses of the controllers the tests

@@ -29,8 +29,9 @@ var journalPoints = map[contract.Strategy]map[string]string{
 }
 
 // Journals collects the journals (GET /folds) of the sample Go consumers
-// that serve in turn across one migration by migrate.Run: each is read
-// once it has stopped for good and before it is deleted. Call AfterPhase
+// (examples/consumer, examples/consumer-nats) that serve in turn across
+// one migration by migrate.Run: each is read once it has stopped for good
+// and before it is deleted. Call AfterPhase
 // from the Env's progress callback, and Target once the target has
 // processed everything.
 type Journals struct {
@@ -71,7 +72,7 @@ func (j *Journals) add(pod *corev1.Pod) {
 	folds, dropped, err := GetFolds(pod)
 	switch {
 	case err != nil:
-		j.errs = append(j.errs, fmt.Errorf("the journal of pod %s (only the Go consumer keeps one): %w", pod.Name, err))
+		j.errs = append(j.errs, fmt.Errorf("the journal of pod %s (only the Go consumers, AMQP and NATS, keep one): %w", pod.Name, err))
 	case dropped > 0:
 		j.errs = append(j.errs, fmt.Errorf("the journal of pod %s dropped its %d oldest folds", pod.Name, dropped))
 	default:

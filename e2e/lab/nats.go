@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,7 +114,12 @@ func (s *NATSStream) Delete(ctx context.Context) error {
 
 // NATSProducer is the NATS producer, on the host: it publishes msg-1 ..
 // msg-n to a stream's subject at a rate, as the sample producer does to a
-// queue, and folds the hash chain the sample consumers fold.
+// queue, and folds the hash chain the sample consumers fold. Each message
+// carries its number i as its Nats-Msg-Id and the time it was sent as
+// x-sent-at (Unix nanoseconds, decimal), as the sample producer's AMQP
+// messages carry a message-id and an x-sent-at header: the NATS sample
+// consumer journals them, and the processing gap is read from the
+// journals.
 type NATSProducer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -135,7 +141,7 @@ func (s *NATSStream) Produce(ctx context.Context, n int, rate float64) *NATSProd
 		defer tick.Stop()
 		for i := 1; i <= n; i++ {
 			body := fmt.Appendf(nil, "msg-%d", i)
-			if _, err := s.JS.Publish(ctx, NATSSubject(s.Name), body); err != nil {
+			if _, err := s.JS.PublishMsg(ctx, natsMessage(NATSSubject(s.Name), i, body, time.Now())); err != nil {
 				p.err = fmt.Errorf("NATS producer: publish %d: %w", i, err)
 				return
 			}
@@ -153,6 +159,16 @@ func (s *NATSStream) Produce(ctx context.Context, n int, rate float64) *NATSProd
 		p.want = ProducerResult{Count: n, Hash: h.hex()}
 	}()
 	return p
+}
+
+// natsMessage is the producer's i-th message, body, sent at sent: its
+// number as its Nats-Msg-Id (which also has the server drop a publish
+// retried within its duplicate window) and sent as x-sent-at.
+func natsMessage(subject string, i int, body []byte, sent time.Time) *nats.Msg {
+	h := nats.Header{}
+	h.Set(jetstream.MsgIDHeader, strconv.Itoa(i))
+	h.Set("x-sent-at", strconv.FormatInt(sent.UnixNano(), 10))
+	return &nats.Msg{Subject: subject, Header: h, Data: body}
 }
 
 // Wait waits for the producer to finish and returns what it sent.

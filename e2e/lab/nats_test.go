@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNATSProducerChain(t *testing.T) {
@@ -52,5 +53,15 @@ func TestCheckNATSInfo(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%q: error %v, want one saying %q", line, err, want)
 		}
+	}
+}
+
+// TestNATSMessageStamps: the producer's message carries what the NATS
+// sample consumer journals, under the names it reads.
+func TestNATSMessageStamps(t *testing.T) {
+	sent := time.Unix(100, 5)
+	m := natsMessage("s.in", 42, []byte("msg-42"), sent)
+	if m.Subject != "s.in" || string(m.Data) != "msg-42" || m.Header.Get("Nats-Msg-Id") != "42" || m.Header.Get("x-sent-at") != "100000000005" {
+		t.Errorf("message %q %q headers %v, want s.in, msg-42, Nats-Msg-Id 42, x-sent-at 100000000005", m.Subject, m.Data, m.Header)
 	}
 }

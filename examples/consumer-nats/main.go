@@ -20,13 +20,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/examples/internal/journal"
 )
 
 const usage = `Usage: consumer-nats
 
 Consumes a NATS JetStream durable consumer with explicit acks, folds a
 SHA-256 hash chain over the message bodies, and serves the state at GET
-/state (and GET /healthz). nats.go reconnects by itself, keeping the state,
+/state, its journal of folds at GET /folds (each message's Nats-Msg-Id
+and the producer's x-sent-at stamp, Unix nanoseconds, when it has them),
+and GET /healthz. nats.go reconnects by itself, keeping the state,
 until SIGTERM or SIGINT.
 
 Environment:
@@ -113,7 +117,7 @@ func loadConfig(lookup func(string) (string, bool)) (config, error) {
 }
 
 // state is the consumer's in-memory state: the hash chain over the bodies
-// folded so far.
+// folded so far, and the journal of those folds.
 type state struct {
 	mu        sync.Mutex
 	h         [sha256.Size]byte
@@ -121,10 +125,30 @@ type state struct {
 	last      string
 	connected bool
 	sessions  int
+	// journal is every folded message in fold order (the last
+	// journal.Max), as the AMQP sample consumer keeps it: a benchmark
+	// reads the journals of the instances that served across a migration
+	// for its processing gap.
+	journal journal.Journal
 }
 
-// fold advances the chain by one body: h = SHA256(h || body).
-func (s *state) fold(body []byte) {
+// sentAtHeader is the producer's send stamp, Unix nanoseconds in decimal,
+// as the AMQP sample producer's x-sent-at header carries it.
+const sentAtHeader = "x-sent-at"
+
+// stamps reads a message's ID (its Nats-Msg-Id, the producer's sequence
+// number) and the producer's send time (zero without a valid x-sent-at).
+func stamps(h nats.Header) (id string, sent time.Time) {
+	if ns, err := strconv.ParseInt(h.Get(sentAtHeader), 10, 64); err == nil && ns > 0 {
+		sent = time.Unix(0, ns)
+	}
+	return h.Get(jetstream.MsgIDHeader), sent
+}
+
+// fold advances the chain by one body, h = SHA256(h || body), and
+// journals it as folded at now, with the message's stamps (stamps).
+func (s *state) fold(body []byte, h nats.Header, now time.Time) {
+	id, sent := stamps(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := sha256.New()
@@ -133,6 +157,7 @@ func (s *state) fold(body []byte) {
 	d.Sum(s.h[:0])
 	s.count++
 	s.last = string(body)
+	s.journal.Add(journal.NewFold(id, sent, now))
 }
 
 func (s *state) setConnected(c bool) {
@@ -153,6 +178,13 @@ func (s *state) handler() http.Handler {
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v) // the client went away if this fails
+	})
+	mux.HandleFunc("GET /folds", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		v := s.journal.Snapshot()
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v) // as above
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n")) // as above
@@ -184,7 +216,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	handle := func(m jetstream.Msg) {
 		time.Sleep(cfg.work)
-		st.fold(m.Data())
+		st.fold(m.Data(), m.Headers(), time.Now())
 		if cfg.result != "" {
 			if _, err := js.Publish(ctx, cfg.result, append([]byte("result-"), m.Data()...)); err != nil {
 				log.Warn("result publish failed", "subject", cfg.result, "err", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ms2m/ms2m/examples/internal/hashchain"
+	"github.com/ms2m/ms2m/examples/internal/journal"
 )
 
 // state is the consumer's in-memory state and connection status. The HTTP
@@ -30,10 +31,9 @@ type state struct {
 	sessions   int
 	maxLatency time.Duration
 	// journal is every folded message in fold order, the last
-	// journalMax of them: what a benchmark needs to tell each message's
+	// journal.Max of them: what a benchmark needs to tell each message's
 	// latency and to count lost and repeated ones.
-	journal []fold
-	dropped int // folds that fell out of the journal
+	journal journal.Journal
 
 	// extra is STATE_MB's state: never read, only kept, so that it is
 	// part of every checkpoint.
@@ -51,22 +51,6 @@ func extraState(mib int) []byte {
 	binary.LittleEndian.PutUint64(seed[:], uint64(time.Now().UnixNano()))
 	_, _ = rand.NewChaCha8(seed).Read(b) // ChaCha8's Read never fails
 	return b
-}
-
-// journalMax bounds the journal (32 bytes a fold, 3.2 MiB); when it is
-// full the older half goes.
-const journalMax = 100_000
-
-// fold is one folded message: its message-id (-1 if it had no numeric one),
-// the time from its x-sent-at header to its fold (-1 without one), when it
-// was folded, and its x-sent-at (0 without one), both in Unix nanoseconds
-// of the host's clock. A benchmark reads the times to find the longest
-// interval in which nothing was folded while a message waited.
-type fold struct {
-	ID        int64   `json:"id"`
-	LatencyMS float64 `json:"latency_ms"`
-	AtNS      int64   `json:"at_ns"`
-	SentNS    int64   `json:"sent_ns"`
 }
 
 // message is what apply needs from a delivery.
@@ -99,21 +83,10 @@ func (s *state) apply(m message, now time.Time) bool {
 	s.count++
 	s.last = string(m.body)
 	s.lastID, s.haveLastID = id, hasID
-	f := fold{ID: -1, LatencyMS: -1, AtNS: now.UnixNano()}
-	if hasID {
-		f.ID = id
-	}
 	if !m.sentAt.IsZero() {
 		s.maxLatency = max(s.maxLatency, now.Sub(m.sentAt))
-		f.LatencyMS = float64(now.Sub(m.sentAt)) / float64(time.Millisecond)
-		f.SentNS = m.sentAt.UnixNano()
 	}
-	if len(s.journal) == journalMax { // drop the older half, amortised
-		n := copy(s.journal, s.journal[journalMax/2:])
-		s.journal = s.journal[:n]
-		s.dropped += journalMax / 2
-	}
-	s.journal = append(s.journal, f)
+	s.journal.Add(journal.NewFold(m.messageID, m.sentAt, now))
 	return true
 }
 
@@ -152,16 +125,11 @@ func (s *state) snapshot() stateJSON {
 	}
 }
 
-// foldsJSON is the body of GET /folds: the journal, oldest first.
-type foldsJSON struct {
-	Folds   []fold `json:"folds"`
-	Dropped int    `json:"dropped"`
-}
-
-func (s *state) folds() foldsJSON {
+// folds is the body of GET /folds: the journal, oldest first.
+func (s *state) folds() journal.Folds {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return foldsJSON{Folds: append([]fold{}, s.journal...), Dropped: s.dropped}
+	return s.journal.Snapshot()
 }
 
 // handler serves the state. A reply that cannot be written means the client

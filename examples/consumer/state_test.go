@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ms2m/ms2m/examples/internal/hashchain"
+	"github.com/ms2m/ms2m/examples/internal/journal"
 )
 
 func TestApply(t *testing.T) {
@@ -95,7 +96,7 @@ func TestFolds(t *testing.T) {
 	s.apply(message{body: []byte("msg-2"), messageID: "2", redelivered: true}, now) // skipped: not folded
 	s.apply(message{body: []byte("x"), messageID: "x", sentAt: now.Add(-5 * time.Millisecond)}, now.Add(time.Millisecond))
 	at, later := now.UnixNano(), now.Add(time.Millisecond).UnixNano()
-	want := foldsJSON{Folds: []fold{
+	want := journal.Folds{Folds: []journal.Fold{
 		{ID: 1, LatencyMS: 30, AtNS: at, SentNS: now.Add(-30 * time.Millisecond).UnixNano()},
 		{ID: 2, LatencyMS: -1, AtNS: at},
 		{ID: -1, LatencyMS: 6, AtNS: later, SentNS: now.Add(-5 * time.Millisecond).UnixNano()},
@@ -103,12 +104,12 @@ func TestFolds(t *testing.T) {
 	if diff := cmp.Diff(want, s.folds()); diff != "" {
 		t.Errorf("folds (-want +got):\n%s", diff)
 	}
-	for i := range journalMax {
+	for i := range journal.Max {
 		s.apply(message{body: []byte("m"), messageID: strconv.Itoa(i + 3)}, now)
 	}
 	got := s.folds()
-	if got.Dropped != journalMax/2 || len(got.Folds) != journalMax-journalMax/2+3 || got.Folds[len(got.Folds)-1].ID != journalMax+2 {
-		t.Errorf("after %d more folds: %d in the journal, %d dropped, last %v", journalMax, len(got.Folds), got.Dropped, got.Folds[len(got.Folds)-1])
+	if got.Dropped != journal.Max/2 || len(got.Folds) != journal.Max-journal.Max/2+3 || got.Folds[len(got.Folds)-1].ID != journal.Max+2 {
+		t.Errorf("after %d more folds: %d in the journal, %d dropped, last %v", journal.Max, len(got.Folds), got.Dropped, got.Folds[len(got.Folds)-1])
 	}
 }
 

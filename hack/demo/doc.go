@@ -4,7 +4,9 @@
 // (stop-and-copy, ms2m and ms2m-cutoff of a Deployment's pod, statefulset
 // and statefulset-shadow of a StatefulSet's), and ms2m of a Deployment's
 // pod with the Go NATS consumer (a durable JetStream pull consumer; the
-// row "ms2m (NATS)", fed by lab.NATSStream's producer).
+// row "ms2m (NATS)", fed by lab.NATSStream's producer, whose Nats-Msg-Id
+// and x-sent-at the NATS consumer journals, so that the row has its
+// processing gap too).
 //
 // It brings up the local cluster of real nodes (e2e/cluster, through
 // e2e/lab) in its own state folder and the admission webhook, starts the
