@@ -367,10 +367,11 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 // (GET /v1/freeze?state=dumped&thaw=true).
 func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, time.Duration, error), error) {
 	var w nodeagent.FreezeWatch
-	// Only containerd can be asked to resume a container paused for its
-	// checkpoint; CRI-O keeps it paused until the call ends.
-	if n, ok := a.node(node); ok && n.ContainerdSock != "" {
-		w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
+	// The node's runtime resumes the container paused for its
+	// checkpoint: containerd through its task API, CRI-O's OCI runtime
+	// (runc) by its resume, where the node's crio.conf says.
+	if n, ok := a.node(node); ok {
+		w.Runtime = &nodeagent.NodeResumer{Endpoint: n.RuntimeSock, Config: []string{n.RuntimeConfig}}
 	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {
