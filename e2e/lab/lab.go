@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -70,6 +71,9 @@ type Lab struct {
 	// installed is set once Install has run ms2m as the cluster's addons
 	// (install.go).
 	installed bool
+	// resumers are the nodes' runtimes' resumers (WatchDump's thaw), by
+	// node name: each finds its runtime once, as an agent's does.
+	resumers sync.Map
 }
 
 // Start brings the cluster up (or attaches to one that is up) and puts the
@@ -371,7 +375,8 @@ func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, 
 	// checkpoint: containerd through its task API, CRI-O's OCI runtime
 	// (runc) by its resume, where the node's crio.conf says.
 	if n, ok := a.node(node); ok {
-		w.Runtime = &nodeagent.NodeResumer{Endpoint: n.RuntimeSock, Config: []string{n.RuntimeConfig}}
+		r, _ := a.l.resumers.LoadOrStore(node, &nodeagent.NodeResumer{Endpoint: n.RuntimeSock, Config: []string{n.RuntimeConfig}})
+		w.Runtime = r.(*nodeagent.NodeResumer)
 	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {
