@@ -376,7 +376,11 @@ func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, 
 	// (runc) by its resume, where the node's crio.conf says.
 	if n, ok := a.node(node); ok {
 		r, _ := a.l.resumers.LoadOrStore(node, &nodeagent.NodeResumer{Endpoint: n.RuntimeSock, Config: []string{n.RuntimeConfig}})
-		w.Runtime = r.(*nodeagent.NodeResumer)
+		res := r.(*nodeagent.NodeResumer)
+		// Before the checkpoint call, not at the thaw; the thaw says
+		// why if it still cannot find it.
+		_ = res.Prepare(ctx)
+		w.Runtime = res
 	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {

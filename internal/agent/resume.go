@@ -212,6 +212,15 @@ func (r *NodeResumer) Resume(ctx context.Context, id string) error {
 	return res.Resume(ctx, id)
 }
 
+// Prepare finds the node's runtime now, so that the first thaw does not
+// wait for it: CRI-O ends its checkpoint call some 10-30 ms after CRIU's
+// dump, and a thaw that comes later is no thaw. An error (the runtime
+// not up yet) leaves it to the first resume.
+func (r *NodeResumer) Prepare(ctx context.Context) error {
+	_, err := r.runtime(ctx)
+	return err
+}
+
 // runtime finds the node's runtime's resumer, once it is known.
 func (r *NodeResumer) runtime(ctx context.Context) (Resumer, error) {
 	r.mu.Lock()

@@ -132,6 +132,9 @@ func TestNodeResumerFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &NodeResumer{Endpoint: "unix://" + filepath.Join(dir, "no.sock"), Config: []string{conf, filepath.Join(dir, "absent-drop-in.conf")}}
+	if err := r.Prepare(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	got, err := r.runtime(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -145,5 +148,17 @@ func TestNodeResumerFromConfig(t *testing.T) {
 	}
 	if again, err := r.runtime(t.Context()); err != nil || !cmp.Equal(again, got) {
 		t.Errorf("second lookup = %v, %v: want the first one kept", again, err)
+	}
+	// One that finds nothing keeps nothing: a later call asks again.
+	none := &NodeResumer{Endpoint: r.Endpoint}
+	if err := none.Prepare(t.Context()); err == nil {
+		t.Fatal("Prepare found a runtime with neither an answer nor a configuration")
+	}
+	none.Config = []string{conf}
+	if err := os.WriteFile(conf, []byte(crioConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := none.Prepare(t.Context()); err != nil {
+		t.Errorf("Prepare after the configuration appeared: %v", err)
 	}
 }

@@ -141,7 +141,13 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		// The thaw after CRIU's dump goes through the node's runtime:
 		// containerd's task API on the same socket, or on CRI-O the OCI
 		// runtime's resume, from CRI-O's configuration (RuntimeConfig).
-		freeze.Runtime = &agent.NodeResumer{Endpoint: cfg.RuntimeEndpoint, Config: cfg.RuntimeConfig}
+		resumer := &agent.NodeResumer{Endpoint: cfg.RuntimeEndpoint, Config: cfg.RuntimeConfig}
+		freeze.Runtime = resumer
+		go func() {
+			if err := resumer.Prepare(ctx); err != nil {
+				log.Warn("the node's runtime is not known yet; the first thaw or unpause asks again", "err", err)
+			}
+		}()
 	}
 	var tlsCfg *tls.Config
 	switch {
