@@ -145,7 +145,7 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 		freeze.Runtime = resumer
 		go func() {
 			if err := resumer.Prepare(ctx); err != nil {
-				log.Warn("the node's runtime is not known yet; the first thaw or unpause asks again", "err", err)
+				log.Warn("the agent cannot resume containers through the node's runtime yet (no thaw at the dump; an unpause after a failed checkpoint thaws the freezer cgroup itself); it tries again at the first resume", "err", err)
 			}
 		}()
 	}
