@@ -86,8 +86,9 @@ test: setup k8s-bin node-setup node-bin crio-bin criu helm-bin consumer-spring c
 	$(MAKE) --no-print-directory chart-test
 
 ## E2E_CRIO_RUN: the e2e tests make test runs again on CRI-O nodes, on a mixed cluster (E2E_CRIO_RUNTIME: node-1 and node-2 CRI-O,
-## node-3 containerd; MS2M_E2E_RUNTIME, docs/runtimes.md): ms2m between the CRI-O nodes, and the refusal across runtimes.
-E2E_CRIO_RUN ?= ^TestFirstRealMigration$$/^consumer$$/^ms2m$$|^TestMixedRuntimesRefused$$
+## node-3 containerd; MS2M_E2E_RUNTIME, docs/runtimes.md): ms2m and statefulset between the CRI-O nodes, the agent's thaw at
+## the dump through runc, and the refusal across runtimes.
+E2E_CRIO_RUN ?= ^TestFirstRealMigration$$/^consumer$$/^ms2m$$|^TestEveryStrategyByAnnotation$$/^go$$/^statefulset$$/^statefulset$$|^TestHoldUntilFrozen$$/^thaw-at-dump-1$$|^TestMixedRuntimesRefused$$
 E2E_CRIO_RUNTIME ?= crio,crio,containerd
 
 ## e2e: the end-to-end suite against an existing cluster with ms2m installed, given by

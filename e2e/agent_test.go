@@ -26,8 +26,11 @@ import (
 // TestMigrationThroughTheAgent runs an ms2m migration whose node-local
 // steps go through the real node agents: `migrator agent` processes, one in
 // each node's network namespace, over that node's kubelet checkpoint
-// folder, containerd's CRI socket and state folder, reached at the node's
-// InternalIP as a host-network DaemonSet would be.
+// folder, the runtime's CRI socket and state folder, reached at the
+// node's InternalIP as a host-network DaemonSet would be. The app's root
+// filesystem is read-only, so the source node's agent thaws it as soon as
+// CRIU's dump is done (ThawAuto), through the node's runtime: containerd's
+// task API, or runc's resume on CRI-O nodes.
 func TestMigrationThroughTheAgent(t *testing.T) {
 	l := needLab(t, "it runs migrate.Run in the test process, with the agents started for the test")
 	agents, err := l.StartAgents(t.Context())
@@ -39,7 +42,7 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	name := testenv.UniqueName("agent")
-	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	src, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50, ReadOnlyRoot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +68,11 @@ func TestMigrationThroughTheAgent(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Logf("through the agent: total %v, switch %v, image %s", rep.Total.Round(time.Millisecond), rep.Downtime.Round(time.Millisecond), rep.Image)
+	if h := rep.Hold; h == nil || !h.ThawedAtDump {
+		t.Errorf("the agent did not thaw the app (read-only root filesystem) at the dump: %+v", h)
+	} else {
+		t.Logf("through the agent: thawed at the dump, the call returned %v after it (CRIU held the app %v)", h.AfterDump.Round(time.Millisecond), h.CRIU.Round(time.Millisecond))
+	}
 	target, err := migrate.WaitRunning(ctx, l.Client, lab.Namespace, plan.TargetPod, time.Minute)
 	if err != nil {
 		t.Fatal(err)

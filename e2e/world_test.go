@@ -354,7 +354,7 @@ var e2eStatusKey = []byte(lab.SigningKey)
 func signingKey(t *testing.T, ctx context.Context, l *lab.Lab) []byte {
 	t.Helper()
 	if l.External {
-		return chartStatusKey(t, ctx, l)
+		return externalStatusKey(t, ctx, l)
 	}
 	return e2eStatusKey
 }

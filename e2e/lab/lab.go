@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -70,6 +71,9 @@ type Lab struct {
 	// installed is set once Install has run ms2m as the cluster's addons
 	// (install.go).
 	installed bool
+	// resumers are the nodes' runtimes' resumers (WatchDump's thaw), by
+	// node name: each finds its runtime once, as an agent's does.
+	resumers sync.Map
 }
 
 // Start brings the cluster up (or attaches to one that is up) and puts the
@@ -367,10 +371,16 @@ func (agent) WatchFreeze(ctx context.Context, node, podUID, containerID, state s
 // (GET /v1/freeze?state=dumped&thaw=true).
 func (a agent) WatchDump(ctx context.Context, node, podUID, containerID string, thaw bool, timeout time.Duration) (func() (bool, string, time.Duration, error), error) {
 	var w nodeagent.FreezeWatch
-	// Only containerd can be asked to resume a container paused for its
-	// checkpoint; CRI-O keeps it paused until the call ends.
-	if n, ok := a.node(node); ok && n.ContainerdSock != "" {
-		w.Runtime = nodeagent.ContainerdResumer{Endpoint: n.ContainerdSock}
+	// The node's runtime resumes the container paused for its
+	// checkpoint: containerd through its task API, CRI-O's OCI runtime
+	// (runc) by its resume, where the node's crio.conf says.
+	if n, ok := a.node(node); ok {
+		r, _ := a.l.resumers.LoadOrStore(node, &nodeagent.NodeResumer{Endpoint: n.RuntimeSock, Config: []string{n.RuntimeConfig}})
+		res := r.(*nodeagent.NodeResumer)
+		// Before the checkpoint call, not at the thaw; the thaw says
+		// why if it still cannot find it.
+		_ = res.Prepare(ctx)
+		w.Runtime = res
 	}
 	dir, err := w.FindCgroup(podUID, containerID)
 	if err != nil {

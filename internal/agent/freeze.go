@@ -54,7 +54,8 @@ type FreezeWatch struct {
 	polled func(seized bool)
 }
 
-// Resumer resumes a container the runtime paused (ContainerdResumer).
+// Resumer resumes a container the runtime paused (ContainerdResumer,
+// OCIResumer; NodeResumer picks the node's).
 type Resumer interface {
 	Resume(ctx context.Context, containerID string) error
 }

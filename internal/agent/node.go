@@ -197,23 +197,11 @@ type Settings struct {
 // later ones winning, for whether it checkpoints and restores. version
 // decides containerd's default.
 func RuntimeSettings(runtime, version string, texts []string) Settings {
-	kv := map[string]string{}
-	for _, t := range texts {
-		for k, v := range ParseTOMLish(t) {
-			kv[k] = v
-		}
-	}
+	kv := mergeTOMLish(texts)
 	if runtime == "" {
 		// The runtime did not answer CRI's Version: its configuration
 		// tells which one it is.
-		for k := range kv {
-			switch {
-			case strings.HasPrefix(k, "crio."):
-				runtime = "cri-o"
-			case strings.HasPrefix(k, "plugins.io.containerd."):
-				runtime = "containerd"
-			}
-		}
+		runtime = configRuntime(kv)
 	}
 	yes := true
 	switch runtime {
@@ -316,6 +304,33 @@ func semver(v string) (major, minor, patch int, ok bool) {
 		n[i] = x
 	}
 	return n[0], n[1], n[2], true
+}
+
+// mergeTOMLish reads configuration texts with ParseTOMLish, later ones
+// winning.
+func mergeTOMLish(texts []string) map[string]string {
+	kv := map[string]string{}
+	for _, t := range texts {
+		for k, v := range ParseTOMLish(t) {
+			kv[k] = v
+		}
+	}
+	return kv
+}
+
+// configRuntime is the runtime whose configuration kv is (cri-o,
+// containerd), by its keys; "" if they do not tell.
+func configRuntime(kv map[string]string) string {
+	runtime := ""
+	for k := range kv {
+		switch {
+		case strings.HasPrefix(k, "crio."):
+			runtime = "cri-o"
+		case strings.HasPrefix(k, "plugins.io.containerd."):
+			runtime = "containerd"
+		}
+	}
+	return runtime
 }
 
 // ParseTOMLish reads the flat key = value settings of a TOML file into

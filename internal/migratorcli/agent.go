@@ -138,10 +138,16 @@ func runAgent(ctx context.Context, cfg AgentConfig, log *slog.Logger) error {
 	if cfg.RuntimeEndpoint != "" {
 		puller = agent.CRIPuller{Endpoint: cfg.RuntimeEndpoint}
 		locator = agent.CRILocator{Endpoint: cfg.RuntimeEndpoint}
-		// The thaw after CRIU's dump goes through containerd's task API
-		// on the same socket; another runtime refuses it, and no thaw
-		// happens.
-		freeze.Runtime = agent.ContainerdResumer{Endpoint: cfg.RuntimeEndpoint}
+		// The thaw after CRIU's dump goes through the node's runtime:
+		// containerd's task API on the same socket, or on CRI-O the OCI
+		// runtime's resume, from CRI-O's configuration (RuntimeConfig).
+		resumer := &agent.NodeResumer{Endpoint: cfg.RuntimeEndpoint, Config: cfg.RuntimeConfig}
+		freeze.Runtime = resumer
+		go func() {
+			if err := resumer.Prepare(ctx); err != nil {
+				log.Warn("the agent cannot resume containers through the node's runtime yet (no thaw at the dump; an unpause after a failed checkpoint thaws the freezer cgroup itself); it tries again at the first resume", "err", err)
+			}
+		}()
 	}
 	var tlsCfg *tls.Config
 	switch {
