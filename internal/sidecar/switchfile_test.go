@@ -41,16 +41,7 @@ func TestTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 	})
 	produceFrom(t, e, q, n1+1, n2)
 	want := hashOf(t, e, n1+n2)
-	var got appState
-	testenv.Eventually(t, 60*time.Second, "the app to process the new messages", func() bool {
-		got, _ = appStateAt(app)
-		return got.Count >= n1+n2
-	})
-	time.Sleep(500 * time.Millisecond) // a doubled message would show as one more
-	got, _ = appStateAt(app)
-	if got.Count != n1+n2 || got.Hash != want || got.Skipped != 0 {
-		t.Fatalf("the app behind the restarted target: %+v, want %d messages, the producer's hash %s and none skipped", got, n1+n2, want)
-	}
+	foldsExactly(t, app, n1+n2, want)
 	// The restarted sidecar numbered its deliveries after the log's last.
 	if recs := deliveries(t, e.records(), 1); len(recs) != n1+n2 {
 		t.Errorf("the log holds %d deliveries, want %d", len(recs), n1+n2)
@@ -84,17 +75,7 @@ func TestTakenOverThenStoppedRestartsStopped(t *testing.T) {
 	if code := dst.call("POST", "/resume", nil); code != 200 {
 		t.Fatalf("POST /resume = %d", code)
 	}
-	want := hashOf(t, e, n1+n2)
-	var got appState
-	testenv.Eventually(t, 60*time.Second, "the app to process the new messages", func() bool {
-		got, _ = appStateAt(app)
-		return got.Count >= n1+n2
-	})
-	time.Sleep(500 * time.Millisecond)
-	got, _ = appStateAt(app)
-	if got.Count != n1+n2 || got.Hash != want {
-		t.Fatalf("after the resume: %+v, want %d messages and the producer's hash %s", got, n1+n2, want)
-	}
+	foldsExactly(t, app, n1+n2, hashOf(t, e, n1+n2))
 }
 
 // TestRecordedTakeoverThatCannotBeReadIsRefused: a target whose state
@@ -205,4 +186,20 @@ func hashOf(t *testing.T, e *env, n int) string {
 		t.Fatalf("producer printed %q: %v", out, err)
 	}
 	return p.Hash
+}
+
+// foldsExactly waits for the app at appAddr to fold n messages, and checks
+// that it folds no more, to the producer's hash want, none skipped.
+func foldsExactly(t *testing.T, appAddr string, n int, want string) {
+	t.Helper()
+	var got appState
+	testenv.Eventually(t, 60*time.Second, "the app to fold every message", func() bool {
+		got, _ = appStateAt(appAddr)
+		return got.Count >= n
+	})
+	time.Sleep(500 * time.Millisecond) // a doubled message would show as one more
+	got, _ = appStateAt(appAddr)
+	if got.Count != n || got.Hash != want || got.Skipped != 0 {
+		t.Fatalf("the app: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
+	}
 }
