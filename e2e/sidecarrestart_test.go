@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,7 +54,7 @@ func sidecarKilledAfterStop(t *testing.T, l *lab.Lab, strategy contract.Strategy
 		base = env.HTTP.Transport
 	}
 	k := &killAfterStop{base: base, host: pod.Status.PodIP, kill: func(ctx context.Context) error {
-		return restartSourceSidecar(ctx, l, pod)
+		return restartSidecar(ctx, l, pod)
 	}}
 	env.HTTP = &http.Client{Transport: k, Timeout: 2 * time.Minute}
 	plan := migrate.Plan{Name: fmt.Sprintf("s%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
@@ -82,10 +81,63 @@ func sidecarKilledAfterStop(t *testing.T, l *lab.Lab, strategy contract.Strategy
 	expectExact(t, ctx, prod, target)
 }
 
-// restartSourceSidecar kills pod's sidecar and waits until the kubelet has
-// started it again and it answers, stopped or not: the migration goes on
-// with a sidecar that restarted since its stop.
-func restartSourceSidecar(ctx context.Context, l *lab.Lab, pod *corev1.Pod) error {
+// TestTargetSidecarKilledAfterTheSwitch: once an ms2m migration has
+// completed, the target's sidecar is SIGKILLed while its app (the restored
+// Go consumer) runs on, and the kubelet restarts it with the same env,
+// which still describes the replay. The restarted sidecar finds its
+// takeover in its state folder (switched.json) and serves instead of
+// replaying; the app reconnects by itself, takes the rest of the
+// producer's messages, and its count and hash are the producer's. Before
+// the record the new sidecar replayed the log again, to an app that had
+// folded it.
+func TestTargetSidecarKilledAfterTheSwitch(t *testing.T) {
+	l := needLab(t, "it kills a container through its node's containerd")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	name := testenv.UniqueName("tgtkill")
+	pod, err := l.StartConsumer(ctx, lab.Consumer{Name: name, Queue: name, Node: cluster.NodeName(1), WorkMS: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.DeletePods(context.WithoutCancel(t.Context()), name, name+"-target") })
+	prod := produce(t, pod, name, 10, 250, 10)
+	plan := migrate.Plan{Name: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Namespace: lab.Namespace, Pod: name, Container: "app",
+		TargetNode: cluster.NodeName(2), TargetPod: name + "-target", Strategy: contract.StrategyMS2M}
+	if _, err := migrate.Run(ctx, l.Env(nil), plan); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	target, err := l.Client.CoreV1().Pods(lab.Namespace).Get(ctx, plan.TargetPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := lab.GetAppState(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restartSidecar(ctx, l, target); err != nil {
+		t.Fatalf("the fault: %v", err)
+	}
+	var st struct {
+		Mode     string `json:"mode"`
+		TookOver *struct {
+			CutoffID uint64 `json:"cutoffId"`
+		} `json:"tookOver"`
+	}
+	// It answers once it is started, before its log is open.
+	testenv.Eventually(t, time.Minute, "the target's restarted sidecar to open its log", func() bool {
+		return sidecarState(ctx, l, target, &st) == nil && st.Mode != "starting"
+	})
+	if st.TookOver == nil || st.Mode != "serving" {
+		t.Errorf("the target's restarted sidecar: mode %q, took over %+v; want serving, having taken over", st.Mode, st.TookOver)
+	}
+	t.Logf("the target's app had folded %d of the producer's messages when its sidecar was killed; it restarted %s, taken over at %+v", before.Count, st.Mode, st.TookOver)
+	expectExact(t, ctx, prod, target)
+}
+
+// restartSidecar kills pod's sidecar and waits until the kubelet has
+// started it again and it answers, stopped or not: a source's migration
+// goes on with a sidecar that restarted since its stop.
+func restartSidecar(ctx context.Context, l *lab.Lab, pod *corev1.Pod) error {
 	cur, err := l.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -119,7 +171,7 @@ func restartSourceSidecar(ctx context.Context, l *lab.Lab, pod *corev1.Pod) erro
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return errors.New("the source's sidecar did not answer again within 90 s of its kill")
+	return fmt.Errorf("the sidecar in %s did not answer again within 90 s of its kill", pod.Name)
 }
 
 // killAfterStop is the migrator's transport to the sidecars, with a fault:

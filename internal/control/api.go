@@ -32,6 +32,17 @@ type State struct {
 	ReplayLag *uint64 `json:"replayLag,omitempty"`
 	// Hold is the hold of the quiesce in force, if any (see Cut.Hold).
 	Hold string `json:"hold,omitempty"`
+	// TookOver is, on a target whose sidecar restarted after it had taken
+	// the log over, that takeover, read from its state folder: such a
+	// sidecar serves as a source does, and is switched.
+	TookOver *TakeOver `json:"tookOver,omitempty"`
+}
+
+// TakeOver is a target's takeover of the log, recorded when it switched.
+type TakeOver struct {
+	CutoffID   uint64    `json:"cutoffId"`
+	Epoch      uint64    `json:"epoch"`
+	SwitchedAt time.Time `json:"switchedAt"`
 }
 
 // Modes a State can show: the proxy's, and two of the sidecar's own.

@@ -165,7 +165,15 @@ func (c Client) Inspect(ctx context.Context) (SidecarState, error) {
 
 // switched: the target's replay is done and it consumes the primary queue.
 func (st State) switched() bool {
-	return st.Replay != nil && st.Replay.SwitchedAt != nil && st.Replay.Replaying == 0
+	return st.TookOver != nil || st.Replay != nil && st.Replay.SwitchedAt != nil && st.Replay.Replaying == 0
+}
+
+// switchedAt is when a switched target's broker confirmed its switch.
+func (st State) switchedAt() time.Time {
+	if st.TookOver != nil {
+		return st.TookOver.SwitchedAt
+	}
+	return *st.Replay.SwitchedAt
 }
 
 func (c Client) call(ctx context.Context, method, path string, v any) error {

@@ -181,6 +181,11 @@ func waitSwitch(ctx context.Context, target Client, o HandoverOptions, t Timings
 		if err := st.replayFailed(); err != nil {
 			return t, fmt.Errorf("handover: the source is stopped at cutoff %d, but %w", t.CutoffID, err)
 		}
+		if st.TookOver != nil { // its sidecar restarted since: no replay to time
+			t.Switched = st.TookOver.SwitchedAt
+			t.Downtime = t.Switched.Sub(t.StopStarted)
+			return t, nil
+		}
 		if r := st.Replay; st.Source != nil && st.Source.Complete && st.switched() {
 			t.Switched = *r.SwitchedAt
 			if r.LastReplayedAt != nil && r.LastReplayedAt.After(t.StopStarted) {
@@ -256,7 +261,7 @@ func (c Client) WaitSwitched(ctx context.Context, timeout time.Duration) (time.T
 				return time.Time{}, ferr
 			}
 			if st.switched() {
-				return *st.Replay.SwitchedAt, nil
+				return st.switchedAt(), nil
 			}
 		}
 		if serr := sleep(ctx, 20*time.Millisecond); serr != nil {

@@ -189,16 +189,7 @@ func replayFromEmpty(t *testing.T, e *env, q string, n int, want string, stop st
 	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
 	target := e.startConfig(cfg, sidecar.Options{})
 	app, _ := goConsumer(t, target, q, 10)
-	var got appState
-	testenv.Eventually(t, 60*time.Second, "the target to process everything", func() bool {
-		got, _ = appStateAt(app)
-		return got.Count >= n
-	})
-	time.Sleep(500 * time.Millisecond) // a doubled message would show as one more
-	got, _ = appStateAt(app)
-	if got.Count != n || got.Hash != want || got.Skipped != 0 {
-		t.Fatalf("the target: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
-	}
+	foldsExactly(t, app, n, want)
 }
 
 // TestSidecarKilledWithItsAppHoldingDeliveries: a source's app is killed

@@ -47,11 +47,15 @@ type Sidecar struct {
 	upstreamDesc string       // the broker, for logs: never with a password
 	tee          *shadowqueue.Tee
 	replay       shadowqueue.Log
-	source       *replay.Source // target sidecars only
-	lookup       *natsLookup    // NATS sidecars only
-	amqp         net.Listener
-	ctlAddr      net.Addr
-	ready        atomic.Bool
+	source       *replay.Source  // target sidecars only
+	switchRec    *switchRecorder // target sidecars only
+	// tookOver: this sidecar is configured for replay, but a previous run
+	// in this pod took the log over (switchfile.go): it serves instead.
+	tookOver *control.TakeOver
+	lookup   *natsLookup // NATS sidecars only
+	amqp     net.Listener
+	ctlAddr  net.Addr
+	ready    atomic.Bool
 	// recent are the log's last records when an AMQP source continues a
 	// log (tryOpenLog), for proxy.Options.Recent.
 	recent []shadowqueue.Record
@@ -120,6 +124,10 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	} else if err := s.startAMQPProxy(reg, opts.Dial); err != nil {
 		return nil, s.abort(err)
 	}
+	if s.source != nil {
+		s.switchRec = &switchRecorder{s: s}
+		s.goRun(func() error { s.switchRec.watch(ctx); return nil })
+	}
 	if err := s.restoreStop(); err != nil {
 		return nil, s.abort(err)
 	}
@@ -182,9 +190,20 @@ func (s *Sidecar) serveControl(ctx context.Context, reg *prometheus.Registry) er
 // prepareLog opens the replay log and returns it with the record the tee
 // continues after. A target first checks that the log exists, and then
 // replays from it (startReplay); its tee continues after the cutoff, once
-// replay is done, so last is the zero record.
+// replay is done, so last is the zero record. A target that took the log
+// over before it restarted (switchfile.go) opens it as a source does.
 func (s *Sidecar) prepareLog(ctx context.Context) (rlog shadowqueue.Log, last shadowqueue.Record, err error) {
 	rng, isTarget, _ := s.cfg.Replay()
+	if isTarget && s.cfg.StateDir != "" {
+		rec, ok, err := readSwitch(s.cfg.StateDir, s.cfg.LogName)
+		if err != nil {
+			return nil, shadowqueue.Record{}, err
+		}
+		if ok {
+			s.tookOver, isTarget = &control.TakeOver{CutoffID: rec.CutoffID, Epoch: rec.Epoch, SwitchedAt: rec.SwitchedAt}, false
+			s.log.Warn(fmt.Sprintf("this sidecar had already taken the replay log over at cutoff %d before it restarted: serving it, not replaying", rec.CutoffID), "log", s.cfg.LogName, "epoch", rec.Epoch, "switched_at", rec.SwitchedAt)
+		}
+	}
 	if isTarget {
 		if err := s.requireLog(ctx); err != nil {
 			return nil, shadowqueue.Record{}, err
@@ -414,7 +433,7 @@ func (s *Sidecar) tryOpenLog(ctx context.Context) (shadowqueue.Log, shadowqueue.
 		l.Close()
 		return nil, shadowqueue.Record{}, err
 	}
-	if _, isTarget, _ := s.cfg.Replay(); !isTarget && last.ID > 0 {
+	if _, isTarget, _ := s.cfg.Replay(); (!isTarget || s.tookOver != nil) && last.ID > 0 {
 		// A source that continues a log may have died with its app: read
 		// what that app may have held (proxy.Options.Recent).
 		if s.recent, err = l.Recent(ctx, proxy.MaxRequeued); err != nil {
@@ -532,7 +551,7 @@ type api struct{ s *Sidecar }
 var _ control.Sidecar = api{}
 
 func (a api) State() control.State {
-	st := control.State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load()}
+	st := control.State{LogName: a.s.cfg.LogName, Ready: a.s.ready.Load(), TookOver: a.s.tookOver}
 	if st.Ready {
 		st.State = a.s.front.State()
 		if a.s.source != nil {
@@ -540,6 +559,13 @@ func (a api) State() control.State {
 			st.Source = &ss
 			lag := a.s.replayLag()
 			st.ReplayLag = &lag
+			if ok, err := a.s.switchRec.record(st.State); !ok && switched(st.State) {
+				// Not reported until recorded: a restart would replay again.
+				a.s.log.Error("cannot record the takeover; not reporting the switch until it is recorded", "err", err)
+				r := *st.Replay
+				r.SwitchedAt = nil
+				st.Replay = &r
+			}
 			if r := st.Replay; r != nil && (r.SwitchedAt == nil || r.Replaying > 0) {
 				st.Mode = control.ModeReplaying // a target that has not taken over yet
 			}

@@ -1,0 +1,117 @@
+package sidecar_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestNATSTargetSidecarRestartedAfterTheSwitch is
+// TestTargetSidecarRestartedAfterTheSwitch for a NATS target, with the Go
+// sample consumer on a pull consumer: restarted after it took the log
+// over, the sidecar serves instead of replaying the log to the app again.
+func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
+	const n1, n2 = 200, 100
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	work := testenv.UniqueName("ms2m-test-natswork")
+	js := natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
+	if _, err := js.CreateOrUpdateConsumer(ctx, work, cc); err != nil {
+		t.Fatal(err)
+	}
+	var h [sha256.Size]byte // the producer's chain, as the app folds it
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			body := fmt.Appendf(nil, "msg-%d", i)
+			if _, err := js.Publish(ctx, work+".in", body); err != nil {
+				t.Fatal(err)
+			}
+			d := sha256.New()
+			d.Write(h[:])
+			d.Write(body)
+			d.Sum(h[:0])
+		}
+	}
+	startApp := func(sc *sidecar.Sidecar) string {
+		addr := testenv.FreeAddr(t)
+		argv := testenv.NATSConsumer(t, "go")
+		runApp(t, exec.Command(argv[0], argv[1:]...), map[string]string{
+			"NATS_URL": "nats://" + sc.AMQPAddr(), "STREAM": work, "CONSUMER": "worker", "MODE": "pull",
+			"PREFETCH": "10", "WORK_MS": "2", "HTTP_ADDR": addr,
+		})
+		return addr
+	}
+
+	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = source.Close() })
+	srcApp := startApp(source)
+	publish(0, n1)
+	testenv.Eventually(t, 30*time.Second, "the source to process a part", func() bool {
+		s, _ := appStateAt(srcApp)
+		return s.Count >= n1/3
+	})
+	stop, err := control.Client{URL: "http://" + source.ControlAddr(), Token: token}.Stop(ctx, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := natsConfig(nt, logName, testenv.FreeAddr(t))
+	cfg.StateDir = t.TempDir()
+	cfg.ReplayStart, cfg.ReplayCutoff, cfg.ReplayEpoch = "0", fmt.Sprint(stop.CutoffID), fmt.Sprint(stop.Epoch)
+	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Close() })
+	app := startApp(target)
+	ctl := control.Client{URL: "http://" + target.ControlAddr(), Token: token}
+	testenv.Eventually(t, 60*time.Second, "the target to switch and its app to fold everything", func() bool {
+		s, _ := appStateAt(app)
+		sw, err := ctl.Switched(ctx)
+		return err == nil && sw && s.Count >= n1
+	})
+	time.Sleep(500 * time.Millisecond) // the app's last acks reach the server
+	if s, _ := appStateAt(app); s.Count != n1 {
+		t.Fatalf("the target's app folded %d messages before the restart, want %d", s.Count, n1)
+	}
+
+	if err := target.Close(); err != nil {
+		t.Fatalf("target: %v", err)
+	}
+	target, err = sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Close() })
+	ctl.URL = "http://" + target.ControlAddr()
+	st, err := ctl.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TookOver == nil || st.TookOver.CutoffID != stop.CutoffID || st.Mode != control.ModeServing {
+		t.Errorf("the restarted target: mode %s, took over %+v; want serving, taken over at cutoff %d", st.Mode, st.TookOver, stop.CutoffID)
+	}
+	testenv.Eventually(t, 30*time.Second, "the app to reconnect", func() bool {
+		s, _ := appStateAt(app)
+		return s.Connected && s.Reconnects >= 1
+	})
+	publish(n1, n1+n2)
+	foldsExactly(t, app, n1+n2, hex.EncodeToString(h[:]))
+}
