@@ -25,7 +25,7 @@ import (
 // can run at once.
 const (
 	subnetBase = "10.78."
-	maxAddrs   = 60
+	maxAddrs   = 200 // pods of a test package's whole run, also those of namespaces still going away
 	// subnetLock serializes the claims of the processes of one machine.
 	subnetLock = "ms2m-simcluster-subnet.lock"
 )
@@ -73,9 +73,10 @@ func newNetns() (*netns, error) {
 		{"-n", n.name, "link", "set", "lo", "up"},
 		{"-n", n.name, "link", "set", "eth0", "up"},
 	}
+	var batch strings.Builder // the pods' addresses, in one ip run
 	for i := 2; i < 2+maxAddrs; i++ {
 		a := n.prefix + fmt.Sprint(i)
-		steps = append(steps, []string{"-n", n.name, "addr", "add", a + "/24", "dev", "eth0"})
+		fmt.Fprintf(&batch, "addr add %s/24 dev eth0\n", a)
 		n.free = append(n.free, a)
 	}
 	for _, s := range steps {
@@ -83,6 +84,12 @@ func newNetns() (*netns, error) {
 			_ = n.close() // best effort: the failed step is what to report
 			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, strings.TrimSpace(string(out)))
 		}
+	}
+	cmd := exec.Command("ip", "-n", n.name, "-batch", "-")
+	cmd.Stdin = strings.NewReader(batch.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		_ = n.close()
+		return nil, fmt.Errorf("ip -n %s -batch (the pods' %d addresses): %v: %s", n.name, maxAddrs, err, strings.TrimSpace(string(out)))
 	}
 	return n, nil
 }
