@@ -613,7 +613,7 @@ func (c *conn) onAppPub(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
 	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) {
 		c.notePulled(m.Subject[len(pullPrefix):])
 	}
-	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && !c.onAppPull(ctx, m) {
+	if bytes.HasPrefix(m.Subject, []byte(pullPrefix)) && !c.onAppPull(ctx, m, ch) {
 		return false
 	}
 	if c.p.absorbing() && isAppPublish(m.Subject) {
@@ -625,16 +625,27 @@ func (c *conn) onAppPub(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
 
 // onAppPull handles the app's pull request m: answered from the log while
 // its consumer replays, held while the proxy is quiesced or stopped. It
-// reports whether m goes on to the server.
-func (c *conn) onAppPull(ctx context.Context, m *natswire.Msg) bool {
+// reports whether m goes on to the server; ch gets what goes instead.
+func (c *conn) onAppPull(ctx context.Context, m *natswire.Msg, ch *chunk) bool {
 	if sid := c.sidFor(string(m.Reply)); sid != nil {
 		c.markPull(sid)
 	}
 	h, ok := c.parsePull(m)
+	if ok && c.p.rp != nil {
+		k := c.p.rp.key(h.stream, h.consumer)
+		if !k.isSwitched() {
+			if c.holdInbox(h.sid, k) {
+				// After the app's SUB, in the same queue.
+				ch.data = natswire.AppendUnsub(ch.data, h.sid, 0)
+			}
+			go c.servePull(ctx, h)
+			return false // answered from the log
+		}
+		// Switched: its inbox goes back on the server before this
+		// request, if the switch has not put it back yet.
+		ch.data = append(ch.data, c.takeHeldInboxes(k)...)
+	}
 	switch {
-	case ok && c.p.rp != nil && !c.p.rp.key(h.stream, h.consumer).isSwitched():
-		go c.servePull(ctx, h)
-		return false // answered from the log
 	case c.p.Mode() != proxy.Serving:
 		c.p.pullsAbsorbed.Add(1)
 		if ok {

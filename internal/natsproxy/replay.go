@@ -304,11 +304,10 @@ func (p *Proxy) switchKey(k *keyReplay) {
 		p.rp.firstSwitch = now
 	}
 	p.rp.mu.Unlock()
-	p.mu.Lock()
-	for c := range p.conns {
+	for _, c := range p.snapshotConns() {
 		c.stopReplaying(k)
+		c.releaseInboxes(k)
 	}
-	p.mu.Unlock()
 	p.log.Info("replay done; consuming from the server", "stream", k.stream, "consumer", k.consumer)
 }
 

@@ -19,6 +19,11 @@ type appSub struct {
 	raw            []byte // the app's SUB, to send again on a resume after a stop
 	pull           bool   // the reply subject of the app's pull requests
 	unsubscribed   bool   // a stop took it off the server
+	// heldFor is, on a target, the consumer whose pull requests the app
+	// makes on this subscription while the sidecar answers them from the
+	// log: the subscription is off the server until that consumer
+	// switches (holdInbox).
+	heldFor *keyReplay
 }
 
 // maxSubs bounds the subscriptions a connection's table keeps.
@@ -295,6 +300,62 @@ func (c *conn) writeApp(b []byte) error {
 	defer c.mu.Unlock()
 	_, err := c.app.Write(b)
 	return err
+}
+
+// holdInbox takes the app's subscription sid, the reply subject of its
+// pull requests for k, off the server until k switches (releaseInboxes),
+// and reports whether the caller is to send the UNSUB. A restored app's
+// inbox is its source's, byte for byte (CRIU restores nats.go's memory):
+// on the server, the source's open pull requests would go on delivering
+// to it through the target's subscription after the stop's UNSUB, and a
+// target drops a delivery it cannot number yet (before the cutoff is
+// known), which the server gives again only after the ack wait, behind
+// later messages. Off the server, such a delivery finds no interest, and
+// the server keeps it for the next pull request, the target's after the
+// switch. A subscription with a wildcard (a request mux) is left on.
+func (c *conn) holdInbox(sid []byte, k *keyReplay) bool {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	s, ok := c.subs[string(sid)]
+	if !ok || s.heldFor != nil || s.unsubscribed || c.feeds[string(sid)] != nil || strings.ContainsAny(s.subject, "*>") {
+		return false
+	}
+	s.heldFor = k
+	c.subs[string(sid)] = s
+	return true
+}
+
+// releaseInboxes puts back on the server the pull inboxes holdInbox took
+// off for k, once k has switched.
+func (c *conn) releaseInboxes(k *keyReplay) {
+	c.subMu.Lock() // held over the write: an UNSUB of the app's goes after it
+	defer c.subMu.Unlock()
+	if out := c.takeHeldInboxesLocked(k); len(out) > 0 {
+		c.sendUp(out)
+	}
+}
+
+// takeHeldInboxes returns the SUBs of the pull inboxes held for k, which
+// are no longer held.
+func (c *conn) takeHeldInboxes(k *keyReplay) []byte {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	return c.takeHeldInboxesLocked(k)
+}
+
+func (c *conn) takeHeldInboxesLocked(k *keyReplay) []byte {
+	var out []byte
+	for sid, s := range c.subs {
+		if s.heldFor != k {
+			continue
+		}
+		s.heldFor = nil
+		c.subs[sid] = s
+		if !s.unsubscribed {
+			out = append(out, s.raw...)
+		}
+	}
+	return out
 }
 
 // sendUp writes b to the server, outside the queue of the app's chunks.

@@ -1,0 +1,115 @@
+package sidecar_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ms2m/ms2m/internal/control"
+	"github.com/ms2m/ms2m/internal/sidecar"
+	"github.com/ms2m/ms2m/internal/testenv"
+)
+
+// TestNATSTargetHoldsTheClonedPullInbox: a restored app's pull inbox is
+// its source's, byte for byte (CRIU restores nats.go's memory), so the
+// target's subscription to it keeps the source's open pull request alive
+// on the server after the source's stop takes its own off. A message
+// published then went to the target before it knew the cutoff, which
+// dropped it, and the server gave it again only after the ack wait (30 s),
+// behind later messages: the out-of-order ms2m-cutoff run of docs/nats.md.
+// The target keeps the inbox off the server while it answers the app's
+// pull requests from the log, so that the message waits at the server and
+// the target's app gets it at its first pull after the switch.
+func TestNATSTargetHoldsTheClonedPullInbox(t *testing.T) {
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	work := testenv.UniqueName("ms2m-test-natswork")
+	js := natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, work, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = source.Close() })
+	cfg := natsConfig(nt, logName, "127.0.0.1:0")
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = target.Close() })
+	connect := func(sc *sidecar.Sidecar) *nats.Conn {
+		nc, err := nats.Connect("nats://" + sc.AMQPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	src, dst := connect(source), connect(target)
+	const inbox = "_INBOX.restored.1" // the same on both sides
+	pull := "$JS.API.CONSUMER.MSG.NEXT." + work + ".worker"
+	srcGot, dstGot := make(chan *nats.Msg, 64), make(chan *nats.Msg, 64)
+	srcSub, err := src.ChanSubscribe(inbox, srcGot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.ChanSubscribe(inbox, dstGot); err != nil {
+		t.Fatal(err)
+	}
+	// Both apps wait on a pull request: the source's at the server, the
+	// target's answered from the log (nothing there yet).
+	for _, nc := range []*nats.Conn{src, dst} {
+		if err := nc.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":30000000000}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The source's interest ends, as at the stop's UNSUB, and a message
+	// comes before the target knows the cutoff.
+	if err := srcSub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, work+".in", []byte("m1")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the time the server had to route it; not a wait for an outcome
+	if _, err := (control.Client{URL: "http://" + source.ControlAddr(), Token: token}).Stop(ctx, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The target switches the consumer (no record to replay) and ends the
+	// held request with a 408; its app asks again, now the server.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case m := <-dstGot:
+			if len(m.Data) == 0 {
+				if err := dst.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":2000000000}`)); err != nil {
+					t.Fatal(err)
+				}
+				continue // a status: ask again
+			}
+			if string(m.Data) != "m1" {
+				t.Fatalf("the target's app got %q, want m1", m.Data)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	ci, _ := js.Consumer(ctx, work, "worker")
+	info, _ := ci.Info(ctx)
+	t.Fatalf("the target's app did not get m1 in 10 s (the consumer's ack wait is 30 s): consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
+}
