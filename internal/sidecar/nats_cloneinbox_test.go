@@ -9,7 +9,6 @@ import (
 
 	"github.com/ms2m/ms2m/internal/control"
 	"github.com/ms2m/ms2m/internal/sidecar"
-	"github.com/ms2m/ms2m/internal/testenv"
 )
 
 // TestNATSTargetHoldsTheClonedPullInbox: a restored app's pull inbox is
@@ -23,29 +22,9 @@ import (
 // pull requests from the log, so that the message waits at the server and
 // the target's app gets it at its first pull after the switch.
 func TestNATSTargetHoldsTheClonedPullInbox(t *testing.T) {
-	nt := testenv.RequireNATS(t)
 	ctx := t.Context()
-	logName := testenv.UniqueName("ms2m-test-natslog")
-	work := testenv.UniqueName("ms2m-test-natswork")
-	js := natsAdmin(t, nt, work, logName)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, work, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = source.Close() })
-	cfg := natsConfig(nt, logName, "127.0.0.1:0")
-	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
-	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = target.Close() })
+	pair := newNATSPair(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}, false)
+	js, work, source, target := pair.js, pair.work, pair.source, pair.target
 	connect := func(sc *sidecar.Sidecar) *nats.Conn {
 		nc, err := nats.Connect("nats://" + sc.AMQPAddr())
 		if err != nil {

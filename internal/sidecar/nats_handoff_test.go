@@ -40,34 +40,10 @@ func TestNATSHandoff(t *testing.T) {
 // natsHandoff is one TestNATSHandoff with the sample consumer in lang on
 // both sides, over a push or a pull consumer (mode), for n messages.
 func natsHandoff(t *testing.T, lang, mode string, n int) {
-	nt := testenv.RequireNATS(t)
 	ctx := t.Context()
-	logName := testenv.UniqueName("ms2m-test-natslog")
-	work := testenv.UniqueName("ms2m-test-natswork")
-	js := natsAdmin(t, nt, work, logName)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
-		t.Fatal(err)
-	}
-	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
-	if mode == "push" {
-		cc.DeliverSubject = "deliver." + work
-	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, work, cc); err != nil {
-		t.Fatal(err)
-	}
-
-	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = source.Close() })
-	cfg := natsConfig(nt, logName, "127.0.0.1:0")
-	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
-	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = target.Close() })
+	cc := jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
+	pair := newNATSPair(t, cc, mode == "push")
+	js, work, source, target := pair.js, pair.work, pair.source, pair.target
 
 	startApp := func(sc *sidecar.Sidecar) string {
 		addr := testenv.FreeAddr(t)
@@ -140,7 +116,7 @@ func natsHandoff(t *testing.T, lang, mode string, n int) {
 		st, err := ctl.State(ctx)
 		return err == nil && st.Log.ConfirmedID == uint64(n)
 	})
-	recs := natsLogRecords(t, nt.URL, logName)
+	recs := natsLogRecords(t, pair.url, pair.logName)
 	var ids []uint64
 	for _, r := range recs {
 		if r.Kind == shadowqueue.KindDelivery {
@@ -159,6 +135,51 @@ func natsHandoff(t *testing.T, lang, mode string, n int) {
 	if st.Replay == nil || st.Replay.Replayed < stop.CutoffID {
 		t.Errorf("target replay state %+v: want every delivery up to the cutoff %d replayed", st.Replay, stop.CutoffID)
 	}
+}
+
+// natsPair is a handoff's setting on the real server: a stream work
+// (subjects work.>) with the durable consumer "worker", a source sidecar,
+// and a target sidecar that replays the log from ID 0 to the source's
+// cutoff marker.
+type natsPair struct {
+	js             jetstream.JetStream
+	url, logName   string // the server's, and the replay log's name
+	work           string
+	cons           jetstream.Consumer
+	source, target *sidecar.Sidecar
+}
+
+// newNATSPair makes a natsPair whose consumer is cc (named "worker"; a
+// push consumer on deliver.<work> if push).
+func newNATSPair(t *testing.T, cc jetstream.ConsumerConfig, push bool) natsPair {
+	t.Helper()
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	p := natsPair{url: nt.URL, logName: logName, work: testenv.UniqueName("ms2m-test-natswork")}
+	p.js = natsAdmin(t, nt, p.work, logName)
+	if _, err := p.js.CreateStream(ctx, jetstream.StreamConfig{Name: p.work, Subjects: []string{p.work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cc.Durable = "worker"
+	if push {
+		cc.DeliverSubject = "deliver." + p.work
+	}
+	var err error
+	if p.cons, err = p.js.CreateOrUpdateConsumer(ctx, p.work, cc); err != nil {
+		t.Fatal(err)
+	}
+	if p.source, err = sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.source.Close() })
+	cfg := natsConfig(nt, logName, "127.0.0.1:0")
+	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
+	if p.target, err = sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.target.Close() })
+	return p
 }
 
 // natsAdmin connects to the server for the test's own use, and deletes

@@ -29,34 +29,9 @@ func TestNATSHandoffNeverFed(t *testing.T) {
 
 func natsNeverFed(t *testing.T, mode string) {
 	const n = 30
-	nt := testenv.RequireNATS(t)
 	ctx := t.Context()
-	logName := testenv.UniqueName("ms2m-test-natslog")
-	work := testenv.UniqueName("ms2m-test-natswork")
-	js := natsAdmin(t, nt, work, logName)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
-		t.Fatal(err)
-	}
-	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
-	if mode == "push" {
-		cc.DeliverSubject = "deliver." + work
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, work, cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	source, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = source.Close() })
-	cfg := natsConfig(nt, logName, "127.0.0.1:0")
-	cfg.ReplayStart, cfg.ReplayCutoff = "0", "marker"
-	target, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = target.Close() })
+	pair := newNATSPair(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}, mode == "push")
+	js, work, cons, source, target := pair.js, pair.work, pair.cons, pair.source, pair.target
 	startApp := func(sc *sidecar.Sidecar) string {
 		addr := testenv.FreeAddr(t)
 		argv := testenv.NATSConsumer(t, "go")
