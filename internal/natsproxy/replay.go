@@ -306,7 +306,6 @@ func (p *Proxy) switchKey(k *keyReplay) {
 	p.rp.mu.Unlock()
 	for _, c := range p.snapshotConns() {
 		c.stopReplaying(k)
-		c.releaseInboxes(k)
 	}
 	p.log.Info("replay done; consuming from the server", "stream", k.stream, "consumer", k.consumer)
 }

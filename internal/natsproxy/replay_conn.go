@@ -303,7 +303,7 @@ func (c *conn) writeApp(b []byte) error {
 }
 
 // holdInbox takes the app's subscription sid, the reply subject of its
-// pull requests for k, off the server until k switches (releaseInboxes),
+// pull requests for k, off the server until k switches (takeHeldInboxes),
 // and reports whether the caller is to send the UNSUB. A restored app's
 // inbox is its source's, byte for byte (CRIU restores nats.go's memory):
 // on the server, the source's open pull requests would go on delivering
@@ -325,25 +325,14 @@ func (c *conn) holdInbox(sid []byte, k *keyReplay) bool {
 	return true
 }
 
-// releaseInboxes puts back on the server the pull inboxes holdInbox took
-// off for k, once k has switched.
-func (c *conn) releaseInboxes(k *keyReplay) {
-	c.subMu.Lock() // held over the write: an UNSUB of the app's goes after it
-	defer c.subMu.Unlock()
-	if out := c.takeHeldInboxesLocked(k); len(out) > 0 {
-		c.sendUp(out)
-	}
-}
-
 // takeHeldInboxes returns the SUBs of the pull inboxes held for k, which
-// are no longer held.
+// are no longer held. They go in the app's queue ahead of its first pull
+// request after k's switch (onAppPull), never straight to the server: the
+// UNSUB that held an inbox may still wait in that queue, and a SUB
+// written before it would be undone by it.
 func (c *conn) takeHeldInboxes(k *keyReplay) []byte {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	return c.takeHeldInboxesLocked(k)
-}
-
-func (c *conn) takeHeldInboxesLocked(k *keyReplay) []byte {
 	var out []byte
 	for sid, s := range c.subs {
 		if s.heldFor != k {

@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -91,4 +92,81 @@ func TestNATSTargetHoldsTheClonedPullInbox(t *testing.T) {
 	ci, _ := js.Consumer(ctx, work, "worker")
 	info, _ := ci.Info(ctx)
 	t.Fatalf("the target's app did not get m1 in 10 s (the consumer's ack wait is 30 s): consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
+}
+
+// TestNATSClonedPullInboxAfterTheStop: a stop-and-copy target learns its
+// cutoff before the restored app's first pull request, and has nothing to
+// replay, so that first request switches the consumer at once. The switch
+// put the held inbox back on the server at once too, ahead of the UNSUB
+// the same request had queued, which then took it off for good: the app's
+// later pull requests went to the server with no one to take the answer,
+// and the e2e stop-and-copy consumer stopped at its cutoff (24 of 120).
+// Every SUB and UNSUB of a held inbox now goes in the app's queue, in
+// order. Each round is a fresh pair: the race is within one request.
+func TestNATSClonedPullInboxAfterTheStop(t *testing.T) {
+	for round := range 20 {
+		t.Run(strconv.Itoa(round), func(t *testing.T) {
+			ctx := t.Context()
+			pair := newNATSPair(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second}, false)
+			js, work, source, target := pair.js, pair.work, pair.source, pair.target
+			const inbox = "_INBOX.restored.2" // the same on both sides
+			pull := "$JS.API.CONSUMER.MSG.NEXT." + work + ".worker"
+			// The source's app pulled (and got nothing): its stop names
+			// the consumer.
+			src, err := nats.Connect("nats://" + source.AMQPAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(src.Close)
+			if _, err := src.SubscribeSync(inbox); err != nil {
+				t.Fatal(err)
+			}
+			if err := src.PublishRequest(pull, inbox, []byte(`{"batch":1,"no_wait":true}`)); err != nil {
+				t.Fatal(err)
+			}
+			if err := src.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := (control.Client{URL: "http://" + source.ControlAddr(), Token: token}).Stop(ctx, 30*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			dst, err := nats.Connect("nats://" + target.AMQPAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(dst.Close)
+			got := make(chan *nats.Msg, 64)
+			if _, err := dst.ChanSubscribe(inbox, got); err != nil {
+				t.Fatal(err)
+			}
+			// The SUB and the first pull in one write, as a reconnecting
+			// nats.go sends them.
+			if err := dst.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":2000000000}`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.Publish(ctx, work+".in", []byte("m1")); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				select {
+				case m := <-got:
+					if len(m.Data) == 0 {
+						if err := dst.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":2000000000}`)); err != nil {
+							t.Fatal(err)
+						}
+						continue // a status: ask again
+					}
+					if string(m.Data) != "m1" {
+						t.Fatalf("the target's app got %q, want m1", m.Data)
+					}
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			ci, _ := js.Consumer(ctx, work, "worker")
+			info, _ := ci.Info(ctx)
+			t.Fatalf("the target's app did not get m1 in 10 s: consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
+		})
+	}
 }
