@@ -35,6 +35,9 @@ type Options struct {
 	// the broker (default ms2m-replay-reader), so that a test can close a
 	// target's reader from the broker's side.
 	ReaderName string
+	// DrainOnCancel makes the end of Start's ctx (SIGTERM, for Run) a
+	// Shutdown rather than a Close: the app first finishes what it holds.
+	DrainOnCancel bool
 }
 
 // Sidecar is a running sidecar.
@@ -79,7 +82,7 @@ type frontProxy interface {
 
 // Run runs a sidecar until ctx is done.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
-	s, err := Start(ctx, cfg, Options{Logger: logger})
+	s, err := Start(ctx, cfg, Options{Logger: logger, DrainOnCancel: true})
 	if err != nil {
 		return err
 	}
@@ -94,8 +97,22 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Sidecar, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	parent := ctx
+	if opts.DrainOnCancel {
+		ctx = context.WithoutCancel(ctx) // the end of parent drains first (below)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Sidecar{cfg: cfg, log: opts.Logger, reader: opts.ReaderName, cancel: cancel}
+	if opts.DrainOnCancel {
+		go func() {
+			select {
+			case <-parent.Done():
+				s.drain()
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -520,10 +537,47 @@ func (s *Sidecar) Wait() error {
 	return s.err
 }
 
-// Close stops the sidecar and waits for it.
+// Close stops the sidecar at once and waits for it, as a crash would: the
+// acks of its app that have not gone upstream yet are lost, and the broker
+// redelivers those messages. Shutdown is the graceful stop.
 func (s *Sidecar) Close() error {
 	s.cancel()
 	return s.Wait()
+}
+
+// Shutdown stops the sidecar as SIGTERM does (Run): a serving AMQP
+// sidecar first holds new deliveries back from its app and lets it settle
+// what it holds, its acks upstream, for up to MS2M_DRAIN_TIMEOUT; then it
+// closes. The kubelet restarts a sidecar whose liveness probe failed with
+// SIGTERM while the app runs on: without the drain, the acks still on
+// their way (waiting on the log, or in the sidecar's queue) were lost, and
+// the app folded the broker's redeliveries of messages it had done.
+func (s *Sidecar) Shutdown() error {
+	s.drain()
+	return s.Close()
+}
+
+// drain is Shutdown's first part. It does nothing unless the sidecar is
+// ready, serving AMQP and not replaying: a quiesced or stopped sidecar
+// already holds its deliveries and has its app's acks upstream, and a
+// target still replaying is given up by its migration anyway. A drain that
+// times out is logged, and the sidecar closes regardless.
+func (s *Sidecar) drain() {
+	if !s.ready.Load() || s.proxy == nil {
+		return
+	}
+	st := s.proxy.State()
+	if st.Mode != proxy.Serving.String() || (st.Replay != nil && st.Replay.Replaying > 0) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	began := time.Now()
+	if _, _, err := s.proxy.Quiesce(ctx); err != nil {
+		s.log.Warn("shutting down without a full drain: what the app still holds goes back to the broker", "err", err)
+		return
+	}
+	s.log.Info("drained: the app settled what it held and its acks are upstream; shutting down", "took", time.Since(began).Round(time.Millisecond))
 }
 
 // AMQPAddr is where the app connects.
@@ -559,9 +613,9 @@ func (a api) State() control.State {
 			st.Source = &ss
 			lag := a.s.replayLag()
 			st.ReplayLag = &lag
-			if ok, err := a.s.switchRec.record(st.State); !ok && switched(st.State) {
-				// Not reported until recorded: a restart would replay again.
-				a.s.log.Error("cannot record the takeover; not reporting the switch until it is recorded", "err", err)
+			if ok, _ := a.s.switchRec.record(st.State); !ok && switched(st.State) {
+				// Not reported until recorded: a restart would replay
+				// again. The recorder's watch logs why.
 				r := *st.Replay
 				r.SwitchedAt = nil
 				st.Replay = &r

@@ -78,11 +78,17 @@ func (w *switchRecorder) record(st proxy.State) (bool, error) {
 }
 
 // watch records the takeover as soon as the proxy reports it, without
-// waiting for a read of /state, until it is recorded or ctx is done.
+// waiting for a read of /state, until it is recorded or ctx is done. A
+// record that cannot be written is logged at once, then once a minute
+// while it fails (each attempt's error names a fresh temporary file, so
+// its text never repeats), not on every try or read of /state.
 func (w *switchRecorder) watch(ctx context.Context) {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	var logged string
+	var (
+		failing time.Time // since when the record fails; zero while it does not
+		logged  time.Time
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -93,9 +99,20 @@ func (w *switchRecorder) watch(ctx context.Context) {
 		if ok {
 			return
 		}
-		if err != nil && err.Error() != logged {
-			logged = err.Error()
-			w.s.log.Error("cannot record the takeover; /state does not report the switch until it is recorded", "err", err)
+		if err == nil {
+			continue
+		}
+		now := time.Now()
+		if failing.IsZero() {
+			failing = now
+		}
+		if now.Sub(logged) >= switchLogEvery {
+			logged = now
+			w.s.log.Error("cannot record the takeover; /state does not report the switch until it is recorded, and the migration waits (make MS2M_STATE_DIR writable)",
+				"err", err, "failing_since", failing)
 		}
 	}
 }
+
+// switchLogEvery is how often watch logs a takeover it cannot record.
+const switchLogEvery = time.Minute

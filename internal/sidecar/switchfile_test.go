@@ -1,8 +1,10 @@
 package sidecar_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +17,15 @@ import (
 )
 
 // TestTargetSidecarRestartedAfterTheSwitch: a target's sidecar restarts
-// after it took the log over (OOM-killed, a failed liveness probe) while
-// its app runs on and reconnects by itself. The env still describes the
+// after it took the log over (a failed liveness probe: SIGTERM, Shutdown)
+// while its app runs on and reconnects by itself. The env still describes the
 // replay, but the new sidecar finds its takeover in the state folder and
 // serves as a source does, continuing the log's IDs: the app folds the
 // messages published after the restart once each, and nothing it had
 // again. Before switched.json the new sidecar replayed the log to the app
-// once more, which folded every replayed message twice.
+// once more, which folded every replayed message twice. (A crash, Close,
+// here could also lose the acks of the app's last deliveries still on
+// their way, 8 of 500 doubled in one run: TestShutdownLetsTheAppFinish.)
 func TestTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 	const n1, n2 = 300, 200
 	e, q, cfg, dst, app, cutoff := switchedTarget(t, n1)
@@ -30,7 +34,9 @@ func TestTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 		t.Fatalf("the target reports the switch, but its takeover is not recorded: %v", err)
 	}
 
-	target.Close() // the app runs on, and reconnects
+	if err := target.Shutdown(); err != nil { // the app runs on, and reconnects
+		t.Fatal(err)
+	}
 	dst.sc = e.startConfig(cfg, sidecar.Options{})
 	if st := tookOverState(t, dst); st.TookOver == nil || st.TookOver.CutoffID != cutoff || st.Mode != "serving" {
 		t.Errorf("the restarted target: mode %s, took over %+v; want serving, taken over at cutoff %d", st.Mode, st.TookOver, cutoff)
@@ -201,5 +207,98 @@ func foldsExactly(t *testing.T, appAddr string, n int, want string) {
 	got, _ = appStateAt(appAddr)
 	if got.Count != n || got.Hash != want || got.Skipped != 0 {
 		t.Fatalf("the app: %+v, want %d messages, the producer's hash %s and none skipped", got, n, want)
+	}
+}
+
+// TestTakeoverThatCannotBeRecordedIsNotReported: a target whose state
+// folder refuses switched.json (here: a directory in its place) does not
+// report the switch, so that no migration ends on a takeover a restart
+// would undo; it logs why once, not on every read of /state (the migrator
+// polls it), and reports the switch as soon as the record can be written.
+func TestTakeoverThatCannotBeRecordedIsNotReported(t *testing.T) {
+	const n = 50
+	e := newEnv(t)
+	q := e.queue()
+	cutoff, epoch, _ := sourceThenStopEpoch(t, e, q, n)
+	cfg := restartableTarget(e, cutoff, epoch)
+	var logs syncBuffer
+	dst := &env{t: t, broker: e.broker, log: e.log}
+	dst.sc = e.startConfig(cfg, sidecar.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	blocker := filepath.Join(cfg.StateDir, "switched.json")
+	if err := os.MkdirAll(filepath.Join(blocker, "in-the-way"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	app, _ := goConsumer(t, dst.sc, q, 10)
+	testenv.Eventually(t, 60*time.Second, "the target's app to fold the replay", func() bool {
+		s, _ := appStateAt(app)
+		return s.Count >= n
+	})
+	for range 20 { // the migrator's polls
+		if st := tookOverState(t, dst); st.Mode == "serving" || st.TookOver != nil {
+			t.Fatalf("the target reports mode %s, took over %+v, with no takeover recorded", st.Mode, st.TookOver)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := strings.Count(logs.String(), "cannot record the takeover"); got != 1 {
+		t.Errorf("the failed record was logged %d times over 20 reads of /state, want once:\n%s", got, logs.String())
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the switch to be recorded and reported", func() bool {
+		return tookOverState(t, dst).Mode == "serving"
+	})
+	if _, err := os.Stat(blocker); err != nil {
+		t.Fatalf("the target reports the switch, but its takeover is not recorded: %v", err)
+	}
+	if s, _ := appStateAt(app); s.Count != n {
+		t.Errorf("the target's app folded %d messages, want %d", s.Count, n)
+	}
+}
+
+// TestShutdownLetsTheAppFinish: a sidecar stopped by SIGTERM (the end of
+// Run's context, or Shutdown; the kubelet restarting it after a failed
+// liveness probe) while its app works on what it holds first lets the app
+// settle those deliveries and sends their acks upstream; the app, which
+// runs on, reconnects to the restarted sidecar and folds every message
+// once. Close, a crash, loses the acks on their way, and the app folds the
+// broker's redeliveries of messages it had done (21 of 20 without the
+// drain; the known gap in docs/faults.md).
+func TestShutdownLetsTheAppFinish(t *testing.T) {
+	for _, how := range []string{"Shutdown", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			const n = 20
+			e := newEnv(t)
+			q := e.queue()
+			cfg := e.config()
+			cfg.Listen = testenv.FreeAddr(t) // the restarted sidecar's too: the app reconnects
+			sigterm, send := context.WithCancel(t.Context())
+			defer send()
+			sc, err := sidecar.Start(sigterm, cfg, sidecar.Options{Logger: testLogger(), DrainOnCancel: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { sc.Close() })
+			app, _ := goConsumerWork(t, sc, q, 5, 300)
+			want := produce(t, e, q, n, "0")
+			testenv.Eventually(t, 30*time.Second, "the app to be in the middle of its deliveries", func() bool {
+				s, _ := appStateAt(app)
+				return s.Count >= 3
+			})
+			began := time.Now()
+			if how == "SIGTERM" {
+				send()
+				err = sc.Wait()
+			} else {
+				err = sc.Shutdown()
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", how, err)
+			}
+			s, _ := appStateAt(app)
+			t.Logf("shut down in %v with the app at %d messages", time.Since(began).Round(time.Millisecond), s.Count)
+			e.startConfig(cfg, sidecar.Options{})
+			foldsExactly(t, app, n, want)
+		})
 	}
 }
