@@ -48,6 +48,10 @@ type conn struct {
 	abortOnce sync.Once
 	aborted   chan struct{}
 
+	// origin stands for this connection in the proxy's unackedSet: the
+	// deliveries that came on it are awaited until it ends.
+	origin *connOrigin
+
 	// mu guards the app side of the downstream direction: the mode this
 	// connection acts on, the deliveries it holds back, and writes to app.
 	mu      sync.Mutex
@@ -103,6 +107,7 @@ func newConn(p *Proxy, app, up net.Conn, log *slog.Logger) *conn {
 		queue:     make(chan chunk, 64),
 		payloadCh: make(chan int, 1),
 		aborted:   make(chan struct{}),
+		origin:    &connOrigin{},
 		subs:      map[string]appSub{},
 		jsSIDs:    map[string]bool{},
 		seen:      map[string]*seenConsumer{},
@@ -345,7 +350,7 @@ func (c *conn) teeMsg(m *natswire.Msg, ack natswire.JSAck, js bool) error {
 	}
 	key, now := n.key, c.downClock()
 	c.p.tracker.Delivered(key, id, now, true)
-	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg, conn: c})
+	c.p.unacked.add(reply, delivery{tk: tk, id: id, key: key, at: now, msg: msg, from: c.origin})
 	c.p.jsDeliveries.Add(1)
 	return nil
 }

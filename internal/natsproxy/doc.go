@@ -12,10 +12,12 @@
 //     the app, and gets a sequence ID;
 //   - the app's acks (+ACK, -NAK, +WPI, +TERM, +NXT published to a $JS.ACK
 //     subject) go to the server only once the delivery they settle is
-//     durable in the log (invariant I1). An ack for a delivery this proxy
-//     did not hand out (one made before the sidecar restarted, say) is
-//     absorbed: the server redelivers the message after its ack wait, as a
-//     broker redelivers an AMQP delivery whose connection dropped.
+//     durable in the log (invariant I1), on whichever connection they
+//     come: after a cut, the clients send the acks they buffered on their
+//     new connection. An ack for a delivery this proxy did not hand out
+//     (one made before the sidecar restarted, say) is absorbed: the server
+//     redelivers the message after its ack wait, as a broker redelivers an
+//     AMQP delivery whose connection dropped.
 //
 // A stop first takes the app's JetStream subscriptions off the server (UNSUB
 // on its behalf) and waits for the PONG of a PING sent after them, so that

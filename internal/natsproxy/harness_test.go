@@ -61,11 +61,26 @@ type harness struct {
 	url   string // nats://addr
 	js    jetstream.JetStream
 	nc    *nats.Conn // direct to the server, for the test's own publishes
+	// relay, if set, is between the proxy and the server: a cut of it
+	// cuts the proxy's upstream connections.
+	relay *testenv.Relay
 }
 
 // newHarness starts a Tee on a real JetStream log and a Proxy in front of
 // the real nats-server.
 func newHarness(t *testing.T) *harness {
+	t.Helper()
+	return startHarness(t, false)
+}
+
+// newRelayedHarness is newHarness with a relay between the proxy and the
+// server (harness.relay).
+func newRelayedHarness(t *testing.T) *harness {
+	t.Helper()
+	return startHarness(t, true)
+}
+
+func startHarness(t *testing.T, relayed bool) *harness {
 	t.Helper()
 	n := testenv.RequireNATS(t)
 	ctx := t.Context()
@@ -95,7 +110,12 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.proxy = New(h.tee, Options{Upstream: n.Addr})
+	upstream := n.Addr
+	if relayed {
+		h.relay = testenv.StartRelay(t, n.Addr)
+		upstream = h.relay.Addr()
+	}
+	h.proxy = New(h.tee, Options{Upstream: upstream})
 	wg.Go(func() {
 		if err := h.proxy.Serve(runCtx, ln); err != nil {
 			t.Errorf("proxy: %v", err)
@@ -131,10 +151,11 @@ func (h *harness) stream(t *testing.T) (name, subject string) {
 	return name, subject
 }
 
-// app connects like an unmodified app would, through the proxy.
-func (h *harness) app(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+// app connects like an unmodified app would, through the proxy, with
+// nats.go's defaults but for opts.
+func (h *harness) app(t *testing.T, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.url, nats.Name("test-app"))
+	nc, err := nats.Connect(h.url, append([]nats.Option{nats.Name("test-app")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,11 @@ func (p *Proxy) Mode() proxy.Mode { return proxy.Mode(p.mode.Load()) }
 
 // Quiesce holds new JetStream deliveries back from the app and absorbs its
 // pull requests, then waits until the app has settled every delivery it
-// has and those acks are upstream. It returns the checkpoint ID (the last
-// delivery the app was given) and the log's epoch. On error the proxy stays
-// quiesced and Resume undoes it.
+// has on a connection still open and those acks are upstream (the
+// deliveries of a connection that ended are not waited for: the app that
+// held them may have died; unackedSet). It returns the checkpoint ID (the
+// last delivery the app was given) and the log's epoch. On error the proxy
+// stays quiesced and Resume undoes it.
 func (p *Proxy) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
@@ -39,9 +41,12 @@ func (p *Proxy) Quiesce(ctx context.Context) (id, epoch uint64, err error) {
 // quiesce go to the app (in the server's order), and from then on new
 // JetStream deliveries are dropped (the server redelivers them, after the
 // consumer's ack wait, to whoever consumes next) and the app's pull
-// requests are absorbed. It waits until the app has settled all it has,
-// then writes a cutoff marker with the last delivery ID and returns once
-// the marker is durable.
+// requests are absorbed. It waits until the app has settled all it has
+// on the connections still open, then writes a cutoff marker with the last
+// delivery ID and returns once the marker is durable. An ack that comes
+// after the stop, for a delivery of a connection that ended, still goes to
+// the server: its record is before the cutoff, and a target replays the
+// records up to the cutoff whether the app acked them or not.
 func (p *Proxy) Stop(ctx context.Context) (proxy.StopResult, error) {
 	p.opMu.Lock()
 	defer p.opMu.Unlock()
@@ -158,12 +163,12 @@ func (p *Proxy) snapshotConns() []*conn {
 }
 
 // waitSettled waits until the app has settled every delivery it was given
-// and every ack is written upstream.
+// on a connection still open, and every ack is written upstream.
 func (p *Proxy) waitSettled(ctx context.Context) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		unacked := p.unacked.len()
+		unacked := p.unacked.awaited()
 		queued := int64(0)
 		p.mu.Lock()
 		for c := range p.conns {

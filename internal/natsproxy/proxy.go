@@ -248,7 +248,7 @@ func (p *Proxy) handle(ctx context.Context, app net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
-	p.unacked.dropConn(c)
+	p.unacked.connEnded(c.origin)
 }
 
 func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
@@ -274,20 +274,30 @@ func (p *Proxy) dialUpstream(ctx context.Context) (net.Conn, error) {
 
 // unackedSet remembers the JetStream deliveries handed to the app and not
 // yet settled, by ack subject, with the ticket of their log record. It is
-// shared by all connections: an app may ack on another connection than the
-// one the delivery came on, while that one is open. Beyond max entries the
-// oldest are forgotten.
+// shared by all connections: an ack is a publish to the delivery's ack
+// subject, which the app may make on any connection, also after the one
+// the delivery came on has ended. nats.go, nats-py and nats.js reconnect
+// and send the publishes they buffered meanwhile, acks among them, on the
+// new connection; an app that held a message across a cut acks it there.
+// Beyond max entries the oldest are forgotten.
+//
+// A quiesce or stop waits only for the deliveries whose connection is
+// still open (awaited): those of a connection that ended stay known, so
+// that a later ack of one is honoured as any other, but nothing waits for
+// them, since the app that held them may have died with the connection.
+//
 // A redelivery of a message replaces its earlier delivery: the server
 // gave that one up (its ack wait passed, as when the app that held it
 // died), and an ack of it would never come, so a quiesce or stop would
 // wait for it in vain.
 type unackedSet struct {
-	mu    sync.Mutex
-	max   int
-	m     map[string]delivery
-	byMsg map[messageKey]string // the ack subject of each message's latest delivery in m
-	order []string              // insertion order, for forgetting the oldest; may hold settled subjects
-	head  int
+	mu      sync.Mutex
+	max     int
+	m       map[string]delivery
+	byMsg   map[messageKey]string // the ack subject of each message's latest delivery in m
+	order   []string              // insertion order, for forgetting the oldest; may hold settled subjects
+	head    int
+	waiting int // the deliveries in m whose connection is open
 }
 
 // delivery is a JetStream delivery the app has not settled: its log
@@ -299,7 +309,16 @@ type delivery struct {
 	key  string
 	at   time.Time
 	msg  messageKey
-	conn *conn // the connection it came on
+	from *connOrigin // the connection it came on; nil: none awaits it
+}
+
+// connOrigin is what an unackedSet knows of one connection: how many of
+// the deliveries it holds came on it, while it is open, and whether it has
+// ended (guarded by the set's mu). It is not the conn itself, so that the
+// deliveries of an ended connection do not keep its buffers alive.
+type connOrigin struct {
+	open  int
+	ended bool
 }
 
 func newUnackedSet(maxEntries int) unackedSet {
@@ -309,11 +328,16 @@ func newUnackedSet(maxEntries int) unackedSet {
 func (s *unackedSet) add(subject string, d delivery) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.byMsg[d.msg]; ok && old != subject {
-		delete(s.m, old)
+	s.remove(subject)
+	if old, ok := s.byMsg[d.msg]; ok {
+		s.remove(old)
 	}
 	s.m[subject] = d
 	s.byMsg[d.msg] = subject
+	if d.from != nil && !d.from.ended {
+		d.from.open++
+		s.waiting++
+	}
 	s.order = append(s.order, subject)
 	for len(s.m) > s.max && s.head < len(s.order) {
 		s.remove(s.order[s.head])
@@ -334,8 +358,9 @@ func (s *unackedSet) add(subject string, d delivery) {
 	}
 }
 
-// lookup returns the delivery whose ack subject is subject; settle
-// removes it as well (a final ack: +ACK, -NAK, +TERM, +NXT).
+// lookup returns the delivery whose ack subject is subject, whether its
+// connection is open or not; settle removes it as well (a final ack:
+// +ACK, -NAK, +TERM, +NXT).
 func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -347,23 +372,21 @@ func (s *unackedSet) lookup(subject []byte, settle bool) (delivery, bool) {
 		if s.byMsg[d.msg] == string(subject) {
 			delete(s.byMsg, d.msg)
 		}
+		s.unwait(d)
 	}
 	return d, ok
 }
 
-// dropConn forgets the deliveries that came on c, which has ended: the
-// clients ack a message on the connection it came on, so no ack of them
-// will come, and the server delivers them again once their ack wait has
-// passed (logged as repeats, firstDeliveries). A quiesce or stop does not
-// wait for them.
-func (s *unackedSet) dropConn(c *conn) {
+// connEnded stops awaiting the deliveries that came on the connection o
+// stands for, which has ended: a quiesce or stop no longer waits for
+// them, while an ack of one that comes on another connection is still
+// honoured. Those the app never acks go when the server redelivers them
+// (add) or as the oldest beyond max.
+func (s *unackedSet) connEnded(o *connOrigin) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for subject, d := range s.m {
-		if d.conn == c {
-			s.remove(subject)
-		}
-	}
+	s.waiting -= o.open
+	o.open, o.ended = 0, true
 }
 
 // remove forgets the delivery whose ack subject is subject, if there is
@@ -377,8 +400,26 @@ func (s *unackedSet) remove(subject string) {
 	if s.byMsg[d.msg] == subject {
 		delete(s.byMsg, d.msg)
 	}
+	s.unwait(d)
 }
 
+// unwait stops awaiting d, which has left the set; s.mu is held.
+func (s *unackedSet) unwait(d delivery) {
+	if d.from != nil && !d.from.ended {
+		d.from.open--
+		s.waiting--
+	}
+}
+
+// awaited returns how many deliveries a quiesce or stop waits for: those
+// not settled whose connection is open.
+func (s *unackedSet) awaited() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
+// len returns how many deliveries the set remembers, awaited or not.
 func (s *unackedSet) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

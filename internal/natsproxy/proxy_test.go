@@ -289,6 +289,92 @@ func TestAckOfAnotherSidecarsDeliveryIsAbsorbed(t *testing.T) {
 	}
 }
 
+// TestAckAfterAnUpstreamCutReachesTheServer: the proxy's connection to the
+// server is cut while the app holds a delivery; the connection ends on the
+// app's side too, nats.go reconnects through the proxy and sends the ack
+// it buffered meanwhile on its new connection. The ack reaches the server:
+// the message is not delivered again after the consumer's ack wait. Before,
+// the proxy forgot the deliveries of the connection that ended and
+// absorbed the ack, and the app got the message twice.
+func TestAckAfterAnUpstreamCutReachesTheServer(t *testing.T) {
+	h := newRelayedHarness(t)
+	stream, subject := h.stream(t)
+	ctx := t.Context()
+	const ackWait = 3 * time.Second
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: "proc", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disconnected, reconnected := make(chan struct{}, 8), make(chan struct{}, 8)
+	_, js := h.app(t, nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { disconnected <- struct{}{} }),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	pc, err := js.Consumer(ctx, stream, "proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliveries := make(chan jetstream.Msg, 16)
+	cc, err := pc.Consume(func(m jetstream.Msg) { deliveries <- m }) // acked by the test, not here
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	if _, err := h.js.Publish(ctx, subject, []byte("once")); err != nil {
+		t.Fatal(err)
+	}
+	var held jetstream.Msg
+	select {
+	case held = <-deliveries:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message did not reach the app")
+	}
+	if n := h.relay.Cut(); n == 0 {
+		t.Fatal("no upstream connection to cut")
+	}
+	select {
+	case <-disconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the app did not see its connection end after the upstream cut")
+	}
+	if err := held.Ack(); err != nil { // buffered by nats.go until it is back
+		t.Fatalf("ack while reconnecting: %v", err)
+	}
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the app did not reconnect through the proxy")
+	}
+	// Every delivery, by stream sequence, until the ack wait has passed
+	// twice over the ack's arrival.
+	count := map[uint64]int{}
+	window := time.After(2*ackWait + time.Second)
+collect:
+	for {
+		select {
+		case m := <-deliveries:
+			md, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			count[md.Sequence.Stream]++
+		case <-window:
+			break collect
+		}
+	}
+	ci, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := h.proxy.Stats()
+	if len(count) != 0 || ci.NumAckPending != 0 || ci.AckFloor.Stream != 1 {
+		t.Errorf("after the ack on the new connection: redeliveries by stream sequence %v, %d pending an ack, ack floor %d; want none, 0, 1 (the server never got the ack; proxy stats %+v)",
+			count, ci.NumAckPending, ci.AckFloor.Stream, st)
+	}
+	if st.Acks != 1 || st.AcksAbsorbed != 0 {
+		t.Errorf("proxy stats %+v: want the one ack forwarded, none absorbed", st)
+	}
+}
+
 // TestTLSServerRefused: a server that requires TLS is refused with a -ERR
 // that says so, rather than proxied blind.
 func TestTLSServerRefused(t *testing.T) {

@@ -60,6 +60,54 @@ func TestUnackedSetRedeliveryReplaces(t *testing.T) {
 	}
 }
 
+// TestUnackedSetAfterItsConnectionEnded: the deliveries of a connection
+// that ended are no longer awaited (a quiesce or stop does not wait for
+// them) but stay known: an ack of one, on any connection, still finds it;
+// a redelivery of one, on an open connection, is awaited in its place.
+func TestUnackedSetAfterItsConnectionEnded(t *testing.T) {
+	s := newUnackedSet(3)
+	a, b := &connOrigin{}, &connOrigin{}
+	msg := func(seq uint64) messageKey { return keyOf([]byte("S"), []byte("C"), seq) }
+	s.add("a1", delivery{id: 1, msg: msg(1), from: a})
+	s.add("a2", delivery{id: 2, msg: msg(2), from: a})
+	s.add("b3", delivery{id: 3, msg: msg(3), from: b})
+	if got := s.awaited(); got != 3 {
+		t.Fatalf("awaited %d, want 3", got)
+	}
+	s.connEnded(a)
+	if got, known := s.awaited(), s.len(); got != 1 || known != 3 {
+		t.Fatalf("after a's end: awaited %d, known %d; want 1 (b's), 3", got, known)
+	}
+	if d, ok := s.lookup([]byte("a1"), true); !ok || d.id != 1 {
+		t.Errorf("the ack of a's delivery 1 after a ended: %+v %v; want it found", d, ok)
+	}
+	s.add("b2", delivery{id: 4, msg: msg(2), from: b}) // the server redelivers a's 2 on b
+	if _, ok := s.lookup([]byte("a2"), false); ok {
+		t.Error("a's delivery 2 is still known after its redelivery")
+	}
+	if got := s.awaited(); got != 2 {
+		t.Errorf("awaited %d, want 2: b's 3 and the redelivery", got)
+	}
+	s.connEnded(b)
+	s.add("b5", delivery{id: 5, msg: msg(5), from: b}) // a held delivery released as b ended
+	if got, known := s.awaited(), s.len(); got != 0 || known != 3 {
+		t.Errorf("after b's end: awaited %d, known %d; want 0, 3", got, known)
+	}
+	c := &connOrigin{}
+	s.add("c6", delivery{id: 6, msg: msg(6), from: c}) // beyond the bound: b3, the oldest, goes
+	if _, ok := s.lookup([]byte("b3"), false); ok || s.len() != 3 || s.awaited() != 1 {
+		t.Errorf("past the bound: b3 known %v, %d known, %d awaited; want b3 forgotten, 3, 1", ok, s.len(), s.awaited())
+	}
+	for _, subj := range []string{"b2", "b5", "c6"} {
+		if _, ok := s.lookup([]byte(subj), true); !ok {
+			t.Errorf("the ack of %s: not found", subj)
+		}
+	}
+	if s.awaited() != 0 || s.len() != 0 || c.open != 0 {
+		t.Errorf("all settled: %d awaited, %d known, %d open on c; want 0", s.awaited(), s.len(), c.open)
+	}
+}
+
 func TestFirstDeliveries(t *testing.T) {
 	var f firstDeliveries
 	a, b := keyOf([]byte("S"), []byte("C"), 1), keyOf([]byte("S"), []byte("C"), 2)
