@@ -87,11 +87,13 @@ func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 		sw, err := ctl.Switched(ctx)
 		return err == nil && sw && s.Count >= n1
 	})
-	time.Sleep(500 * time.Millisecond) // the app's last acks reach the server
 	if s, _ := appStateAt(app); s.Count != n1 {
 		t.Fatalf("the target's app folded %d messages before the restart, want %d", s.Count, n1)
 	}
 
+	if err := target.Shutdown(); err != nil { // SIGTERM: the app's last acks reach the server first
+		t.Fatalf("target: %v", err)
+	}
 	if err := target.Close(); err != nil {
 		t.Fatalf("target: %v", err)
 	}
@@ -114,4 +116,68 @@ func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 	})
 	publish(n1, n1+n2)
 	foldsExactly(t, app, n1+n2, hex.EncodeToString(h[:]))
+}
+
+// TestNATSShutdownLetsTheAppFinish is TestShutdownLetsTheAppFinish for a
+// NATS sidecar: stopped by SIGTERM while the Go sample consumer works on
+// the messages it pulled, it lets the app ack them first. A sidecar that
+// comes after knows nothing of those deliveries and absorbs their acks, so
+// without the drain the server redelivers them after the ack wait and the
+// app, which runs on, folds them twice.
+func TestNATSShutdownLetsTheAppFinish(t *testing.T) {
+	const n = 20
+	nt := testenv.RequireNATS(t)
+	ctx := t.Context()
+	logName := testenv.UniqueName("ms2m-test-natslog")
+	work := testenv.UniqueName("ms2m-test-natswork")
+	js := natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = 3 * time.Second
+	if _, err := js.CreateOrUpdateConsumer(ctx, work, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait}); err != nil {
+		t.Fatal(err)
+	}
+	var h [sha256.Size]byte // the producer's chain, as the app folds it
+	for i := range n {
+		body := fmt.Appendf(nil, "msg-%d", i)
+		if _, err := js.Publish(ctx, work+".in", body); err != nil {
+			t.Fatal(err)
+		}
+		d := sha256.New()
+		d.Write(h[:])
+		d.Write(body)
+		d.Sum(h[:0])
+	}
+	cfg := natsConfig(nt, logName, testenv.FreeAddr(t)) // the restarted sidecar's too: the app reconnects
+	sc, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
+	app := testenv.FreeAddr(t)
+	argv := testenv.NATSConsumer(t, "go")
+	runApp(t, exec.Command(argv[0], argv[1:]...), map[string]string{
+		"NATS_URL": "nats://" + sc.AMQPAddr(), "STREAM": work, "CONSUMER": "worker", "MODE": "pull",
+		"PREFETCH": "5", "WORK_MS": "300", "HTTP_ADDR": app,
+	})
+	testenv.Eventually(t, 30*time.Second, "the app to be in the middle of its deliveries", func() bool {
+		s, _ := appStateAt(app)
+		return s.Count >= 3
+	})
+	began := time.Now()
+	if err := sc.Shutdown(); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	s, _ := appStateAt(app)
+	t.Logf("shut down in %v with the app at %d messages", time.Since(began).Round(time.Millisecond), s.Count)
+	if sc, err = sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
+	foldsExactly(t, app, n, hex.EncodeToString(h[:]))
+	time.Sleep(ackWait) // a redelivery of an ack that was lost comes after the ack wait
+	if s, _ := appStateAt(app); s.Count != n {
+		t.Fatalf("the app folded %d messages after the ack wait, want %d: the server redelivered what it had acked", s.Count, n)
+	}
 }

@@ -545,10 +545,10 @@ func (s *Sidecar) Close() error {
 	return s.Wait()
 }
 
-// Shutdown stops the sidecar as SIGTERM does (Run): a serving AMQP
-// sidecar first holds new deliveries back from its app and lets it settle
-// what it holds, its acks upstream, for up to MS2M_DRAIN_TIMEOUT; then it
-// closes. The kubelet restarts a sidecar whose liveness probe failed with
+// Shutdown stops the sidecar as SIGTERM does (Run): a serving sidecar
+// (AMQP or NATS) first holds new deliveries back from its app and lets it
+// settle what it holds, its acks upstream, for up to MS2M_DRAIN_TIMEOUT;
+// then it closes. The kubelet restarts a sidecar whose liveness probe failed with
 // SIGTERM while the app runs on: without the drain, the acks still on
 // their way (waiting on the log, or in the sidecar's queue) were lost, and
 // the app folded the broker's redeliveries of messages it had done.
@@ -558,22 +558,22 @@ func (s *Sidecar) Shutdown() error {
 }
 
 // drain is Shutdown's first part. It does nothing unless the sidecar is
-// ready, serving AMQP and not replaying: a quiesced or stopped sidecar
-// already holds its deliveries and has its app's acks upstream, and a
-// target still replaying is given up by its migration anyway. A drain that
-// times out is logged, and the sidecar closes regardless.
+// ready, serving and not replaying: a quiesced or stopped sidecar already
+// holds its deliveries and has its app's acks upstream, and a target still
+// replaying is given up by its migration anyway. A drain that times out is
+// logged, and the sidecar closes regardless.
 func (s *Sidecar) drain() {
-	if !s.ready.Load() || s.proxy == nil {
+	if !s.ready.Load() {
 		return
 	}
-	st := s.proxy.State()
+	st := s.front.State()
 	if st.Mode != proxy.Serving.String() || (st.Replay != nil && st.Replay.Replaying > 0) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
 	began := time.Now()
-	if _, _, err := s.proxy.Quiesce(ctx); err != nil {
+	if _, _, err := s.front.Quiesce(ctx); err != nil {
 		s.log.Warn("shutting down without a full drain: what the app still holds goes back to the broker", "err", err)
 		return
 	}
