@@ -18,18 +18,18 @@ import (
 func TestRestoredFromPod(t *testing.T) {
 	byAnnotations := testPod(map[string]string{
 		contract.AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", contract.AnnotationRestoreNode: "node-b", contract.AnnotationReplayStart: "85",
-		contract.AnnotationReplayCutoff: "marker", contract.AnnotationReplayEpoch: "2", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d",
+		contract.AnnotationReplayCutoff: "marker", contract.AnnotationReplayEpoch: "2", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d-b7x2k",
 	}, lit(envAMQPURL, "amqp://rabbit"))
-	pending := &Migration{Name: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19"}
+	pending := &Migration{Name: "db-0-tpj70d-b7x2k", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19"}
 	for name, tc := range map[string]struct {
 		in     Input
 		want   RestoredFrom
 		wantOK bool
 	}{
 		"a copy restored by annotations": {in: restoreInput(byAnnotations, nil), wantOK: true, want: RestoredFrom{
-			Migration: "app-x-tpj70d", Image: "reg.test/ckpt@sha256:aa", LogName: "default.app-x", ReplayStart: "85", ReplayCutoff: "marker", ReplayEpoch: "2"}},
+			Migration: "app-x-tpj70d-b7x2k", Image: "reg.test/ckpt@sha256:aa", LogName: "default.app-x", ReplayStart: "85", ReplayCutoff: "marker", ReplayEpoch: "2"}},
 		"a StatefulSet's pod restored from its pending migration": {in: restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")), pending), wantOK: true, want: RestoredFrom{
-			Migration: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19", ReplayEpoch: "0"}},
+			Migration: "db-0-tpj70d-b7x2k", Image: "reg.test/ckpt@sha256:bb", LogName: "default.db-0", ReplayStart: "7", ReplayCutoff: "19", ReplayEpoch: "0"}},
 		"an injected pod, no restore": {in: Input{Pod: testPod(nil, lit(envAMQPURL, "amqp://rabbit"))}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestRestoreSkip(t *testing.T) {
 	annotated := func(skip string) *corev1.Pod {
 		return testPod(map[string]string{
 			contract.AnnotationRestoreImage: "reg.test/ckpt@sha256:aa", contract.AnnotationRestoreNode: "node-b", contract.AnnotationReplayStart: "85",
-			contract.AnnotationReplayCutoff: "120", contract.AnnotationReplayEpoch: "3", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d",
+			contract.AnnotationReplayCutoff: "120", contract.AnnotationReplayEpoch: "3", contract.AnnotationLogName: "default.app-x", contract.AnnotationMigrationName: "app-x-tpj70d-b7x2k",
 			contract.AnnotationReplaySkip: skip,
 		}, lit(envAMQPURL, "amqp://rabbit"))
 	}
@@ -97,7 +97,7 @@ func TestRestoreSkip(t *testing.T) {
 	}{
 		"by annotations": {in: restoreInput(annotated("86,90,91"), nil), wantSkip: "86,90,91"},
 		"by a pending record": {in: restoreInput(testPod(nil, lit(envAMQPURL, "amqp://rabbit")),
-			&Migration{Name: "db-0-tpj70d", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.app-0", ReplayStart: "7", ReplayCutoff: "19", ReplaySkip: "8,12"}), wantSkip: "8,12"},
+			&Migration{Name: "db-0-tpj70d-b7x2k", Image: "reg.test/ckpt@sha256:bb", Node: "node-b", LogName: "default.app-0", ReplayStart: "7", ReplayCutoff: "19", ReplaySkip: "8,12"}), wantSkip: "8,12"},
 		"changed after signing": {in: restoreInput(annotated("86,90"), nil), tamper: "86", wantDeny: "its signature does not match"},
 		"not ascending":         {in: restoreInput(annotated("90,86"), nil), wantDeny: "ms2m.io/replay-skip"},
 		"not a number":          {in: restoreInput(annotated("86,x"), nil), wantDeny: "ms2m.io/replay-skip"},

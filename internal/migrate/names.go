@@ -60,11 +60,24 @@ func bounded(s string, n int) string {
 	return head + "-" + sum
 }
 
-// MigrationName names a migration of pod started at now: the pod's name
-// (cut to fit) and the time, at most MaxMigrationNameLen.
+// MigrationName names a migration of pod started at now:
+// <pod>-<time>-<random>, the pod's name (cut to fit), the time in seconds
+// in base 36, and randomLen random characters, at most
+// MaxMigrationNameLen. The random part keeps apart the migrations of one
+// pod that start within one second (a request refused at once and asked
+// again, a rebuild and a request): named by the time alone, the second
+// took the first's name, and with it the first's place in the pod's
+// history, its Events, its checkpoint image's tag and its pending record.
+// A migration keeps the name it was given: it is recorded in its status
+// (and pending record), and whatever resumes the migration reads it there.
 func MigrationName(pod string, now time.Time) string {
+	return migrationName(pod, now, utilrand.String(randomLen))
+}
+
+// migrationName is MigrationName with random as the random part.
+func migrationName(pod string, now time.Time, random string) string {
 	ts := strconv.FormatInt(now.Unix(), 36)
-	return bounded(pod, MaxMigrationNameLen-len(ts)-1) + "-" + ts
+	return bounded(pod, MaxMigrationNameLen-len(ts)-len(random)-2) + "-" + ts + "-" + random
 }
 
 // ShadowName is the shadow pod of migration: not <set>-<ordinal>, so that

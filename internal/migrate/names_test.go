@@ -74,6 +74,30 @@ func TestNamesStayBounded(t *testing.T) {
 	}
 }
 
+// TestMigrationName: <pod>-<time in base 36>-<random>, the pod's name cut
+// to fit; two names for one pod at one instant differ.
+func TestMigrationName(t *testing.T) {
+	now := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC) // tpnhg0 in base 36
+	long := strings.Repeat("a", 60) + "-5ff94789cb-8t97s"
+	for name, tc := range map[string]struct {
+		pod, random, want string
+	}{
+		"short pod": {pod: "consumer-5ff94789cb-8t97s", random: "b7x2k", want: "consumer-5ff94789cb-8t97s-tpnhg0-b7x2k"},
+		"long pod":  {pod: long, random: "b7x2k", want: bounded(long, MaxMigrationNameLen-len("-tpnhg0-b7x2k")) + "-tpnhg0-b7x2k"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := migrationName(tc.pod, now, tc.random); got != tc.want || len(got) > MaxMigrationNameLen {
+				t.Errorf("= %q (%d characters), want %q, at most %d", got, len(got), tc.want, MaxMigrationNameLen)
+			}
+		})
+	}
+	form := regexp.MustCompile(`^consumer-tpnhg0-[a-z0-9]{5}$`)
+	a, b := MigrationName("consumer", now), MigrationName("consumer", now)
+	if !form.MatchString(a) || !form.MatchString(b) || a == b {
+		t.Errorf("MigrationName twice at one instant: %q and %q, want two names of the form %s", a, b, form)
+	}
+}
+
 func TestNextPodName(t *testing.T) {
 	yes := true
 	owned := func(kind, name string) []metav1.OwnerReference {
