@@ -72,6 +72,10 @@ const (
 	// ReasonEvacuationWaiting (Normal): an evacuation waits for a
 	// concurrency limit or a PodDisruptionBudget, or for the scheduler.
 	ReasonEvacuationWaiting = "EvacuationWaiting"
+	// ReasonMigrationWaiting (Normal): a request waits for the rebuild of
+	// the pod's state (its app restarted) to end, and then runs against
+	// the pod that serves with the rebuilt state (carried over to it).
+	ReasonMigrationWaiting = "MigrationWaiting"
 )
 
 // ControllerReasons are the reasons of the controller's Events.
@@ -96,4 +100,5 @@ var ControllerReasons = []string{
 	ReasonForgedMigrationStatus,
 	ReasonEvacuationTarget,
 	ReasonEvacuationWaiting,
+	ReasonMigrationWaiting,
 }

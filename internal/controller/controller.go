@@ -99,8 +99,9 @@ const requeueAfter = 10 * time.Second
 // Reconciler runs requested migrations.
 type Reconciler struct {
 	cfg     Config
-	running sync.Map // migration name → true, for the ones this process drives
+	running sync.Map // migration name → true, for the ones this process drives; podKey → "migration" or "rebuild", for the pods they have
 	refused sync.Map // pod UID, migration and node → true, for the Events of refused requests
+	asked   sync.Map // pod UID → its request (requestOf), for the requests that wait for a rebuild of the pod
 	http    *http.Client
 }
 
@@ -201,6 +202,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		hasStatus: has, statusBad: stErr != nil, status: prev,
 		ours: has && r.isRunning(prev.Name), targetOfOurs: r.isRunning(pod.Annotations[contract.AnnotationMigrationName]),
 	})
+	// One operation per pod: a rebuild of its state goes first, and the
+	// request then runs against the pod that serves after it.
+	if act == ActMigrate || act == ActBusy && !(has && prev.Phase == contract.PhaseRunning) {
+		if rebuild := r.rebuildFirst(pod); rebuild != "" {
+			r.waitForRebuild(pod, rebuild, migrateTo)
+			return reconcile.Result{RequeueAfter: requeueAfter}, nil
+		}
+	}
+	if act == ActMigrate {
+		key := podKey(pod.Namespace, pod.Name)
+		if _, busy := r.running.LoadOrStore(key, "migration"); busy {
+			return reconcile.Result{RequeueAfter: requeueAfter}, nil
+		}
+		defer r.running.Delete(key)
+	}
 	switch act {
 	case ActNone:
 		return reconcile.Result{}, nil
@@ -244,6 +260,15 @@ func (r *Reconciler) start(ctx context.Context, pod *corev1.Pod, rq request, pre
 	r.running.Store(name, true)
 	defer r.running.Delete(name)
 	defer r.forgetRefused(name)
+	// The target is the migration's until it ends: a rebuild of it (its
+	// app restarted right after it took over) waits for the migration's
+	// last steps, which hand it to its workload and record the outcome
+	// on it.
+	if key := podKey(pod.Namespace, targetPod); targetPod != pod.Name {
+		if _, busy := r.running.LoadOrStore(key, "migration"); !busy {
+			defer r.running.Delete(key)
+		}
+	}
 	// A request made on the pod while this one runs is refused: its
 	// reconcile would wait until this one returns.
 	watchCtx, stopWatch := context.WithCancel(ctx)

@@ -53,17 +53,33 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	if pod == nil {
 		return res, err
 	}
-	// Fresh before acting: a cache that has not yet seen the end of a
-	// rebuild that just ran (the pod replaced or marked) would start
-	// another.
-	if pod, res, err = r.toRebuild(ctx, req, r.freshPod); pod == nil {
-		return res, err
-	}
-	key := "rebuild/" + string(pod.UID)
-	if _, busy := r.running.LoadOrStore(key, true); busy {
+	// The request carried over to the rebuilt pod is written once the
+	// rebuild has let go of the pods (the defers below run first), so
+	// that the new pod's reconcile finds them free.
+	var carry func()
+	defer func() {
+		if carry != nil {
+			carry()
+		}
+	}()
+	// One operation per pod: the pod, and the copy that rebuilds it, are
+	// the rebuild's until it ends; a migration request waits meanwhile
+	// (Reconcile), and one that runs makes the rebuild wait.
+	key, copyKey := podKey(pod.Namespace, pod.Name), podKey(pod.Namespace, migrate.RebuildPodName(pod))
+	if _, busy := r.running.LoadOrStore(key, "rebuild"); busy {
 		return reconcile.Result{RequeueAfter: requeueAfter}, nil
 	}
 	defer r.running.Delete(key)
+	if _, busy := r.running.LoadOrStore(copyKey, "rebuild"); busy {
+		return reconcile.Result{RequeueAfter: requeueAfter}, nil
+	}
+	defer r.running.Delete(copyKey)
+	// Fresh before acting, and once the pod is the rebuild's: a cache
+	// that has not yet seen the end of a rebuild or migration that just
+	// ran (the pod replaced or marked) would start another.
+	if pod, res, err = r.toRebuild(ctx, req, r.freshPod); pod == nil {
+		return res, err
+	}
 	port, token, err := migrate.SidecarControl(pod, r.cfg.StatusKey)
 	if err != nil {
 		return reconcile.Result{}, nil // no sidecar: not ours
@@ -74,13 +90,28 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 	r.running.Store(migrate.MigrationLabel(name), true)
 	defer r.running.Delete(migrate.MigrationLabel(name))
 	logger := log.FromContext(ctx).WithValues("rebuild", name)
-	rep, err := migrate.Rebuild(ctx, r.rebuildEnv(ctx, pod, name, port, token, logger),
-		migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
+	env := r.rebuildEnv(ctx, pod, name, port, token, logger)
+	// A migration request made on the pod meanwhile is read before each
+	// step that may replace the pod (the StatefulSet's pod deleted after
+	// the stop, the copy handed over after its replay), to be carried
+	// over to the pod that serves after it.
+	var asked map[string]string
+	progress := env.Progress
+	env.Progress = func(phase string, took time.Duration) {
+		progress(phase, took)
+		if p, gerr := r.freshPod(ctx, pod.Namespace, pod.Name); gerr == nil && p.UID == pod.UID {
+			if req := requestOf(p); req != nil {
+				asked = req
+			}
+		}
+	}
+	rep, err := migrate.Rebuild(ctx, env, migrate.RebuildPlan{Name: name, Namespace: pod.Namespace, Pod: pod.Name, Timeout: r.cfg.Timeout})
 	if errors.Is(err, migrate.ErrRebuildNotYet) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	var after *migrate.AfterTakeover
 	if err == nil || errors.As(err, &after) {
+		carry = func() { r.carryRequest(ctx, pod, rep.TargetPod, asked, logger) }
 		return r.rebuilt(ctx, pod, name, rep, after, logger), nil
 	}
 	return r.notRebuilt(ctx, pod, name, err, logger), nil
@@ -88,7 +119,9 @@ func (r *Reconciler) reconcileRebuild(ctx context.Context, req reconcile.Request
 
 // toRebuild reads the pod of req with get and returns it if its state is
 // to be rebuilt now: it runs, its app restarted since it took over, and
-// neither a migration of it nor an earlier verdict stands in the way.
+// neither a migration of it nor an earlier verdict stands in the way. A
+// migration request does not: it waits for the rebuild (rebuildFirst),
+// since a migration would move the restarted app's wrong state.
 // Otherwise it returns nil and what the reconcile answers.
 func (r *Reconciler) toRebuild(ctx context.Context, req reconcile.Request, get func(ctx context.Context, ns, name string) (*corev1.Pod, error)) (*corev1.Pod, reconcile.Result, error) {
 	pod, err := get(ctx, req.Namespace, req.Name)
@@ -106,9 +139,6 @@ func (r *Reconciler) toRebuild(ctx context.Context, req reconcile.Request, get f
 	}
 	if c := stateNotRebuilt(pod); c != nil && c.Reason == contract.ConditionReasonRetention {
 		return nil, reconcile.Result{}, nil // said once; nothing can mend it
-	}
-	if _, asked := pod.Annotations[contract.AnnotationMigrateTo]; asked {
-		return nil, reconcile.Result{RequeueAfter: requeueAfter}, nil // the migration's reconcile goes first
 	}
 	if st, has, err := statusOf(pod); err == nil && has && st.Phase == contract.PhaseRunning {
 		return nil, reconcile.Result{RequeueAfter: requeueAfter}, nil // a migration of it runs, or is to be rolled back
@@ -202,4 +232,122 @@ func (r *Reconciler) setStateNotRebuilt(ctx context.Context, pod *corev1.Pod, re
 	}
 	_, err = r.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
+}
+
+// podKey is the key in Reconciler.running of the pod ns/name while a
+// migration ("migration") or a rebuild ("rebuild") has it: one operation
+// per pod at a time.
+func podKey(ns, name string) string { return "pod/" + ns + "/" + name }
+
+// requestKeys are the annotations of a migration request, carried over
+// with it to the pod a rebuild makes.
+var requestKeys = []string{
+	contract.AnnotationMigrateTo, contract.AnnotationMigrateForce, contract.AnnotationStrategy,
+	contract.AnnotationReplayMax, contract.AnnotationCutoff, contract.AnnotationEvacuate,
+}
+
+// requestOf is pod's migration request (its requestKeys), or nil if it
+// has none.
+func requestOf(pod *corev1.Pod) map[string]string {
+	if _, ok := pod.Annotations[contract.AnnotationMigrateTo]; !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for _, k := range requestKeys {
+		if v, ok := pod.Annotations[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// rebuildFirst says why a migration request on pod waits for a rebuild
+// of its state, or "": this process rebuilds it (or pod is the copy that
+// does), or its app restarted since it took over and no rebuild has dealt
+// with that yet (this process's rebuild reconciler, or a restarted
+// controller's, which goes on from what its predecessor left). A
+// migration would move the restarted app's wrong state, or checkpoint a
+// pod the rebuild is about to replace. A pod whose state cannot be
+// rebuilt (the log lost its records) waits for nothing.
+func (r *Reconciler) rebuildFirst(pod *corev1.Pod) string {
+	if v, ok := r.running.Load(podKey(pod.Namespace, pod.Name)); ok && v == "rebuild" {
+		return "its state is being rebuilt"
+	}
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return ""
+	}
+	if restarted, _, _ := migrate.AppRestartedSince(pod); !restarted {
+		return ""
+	}
+	if c := stateNotRebuilt(pod); c != nil && c.Reason == contract.ConditionReasonRetention {
+		return ""
+	}
+	return "its app container restarted, and its state is rebuilt first"
+}
+
+// waitForRebuild answers a request for node on pod that waits for the
+// rebuild of its state (why), with one Event per pod, request and
+// reason, and remembers the request, to carry it over should the rebuild
+// replace the pod.
+func (r *Reconciler) waitForRebuild(pod *corev1.Pod, why, node string) {
+	if req := requestOf(pod); req != nil {
+		r.asked.Store(pod.UID, req)
+	}
+	key := "rebuild\x00" + string(pod.UID) + "\x00" + node + "\x00" + why
+	if _, seen := r.refused.LoadOrStore(key, true); seen {
+		return
+	}
+	r.cfg.Events.Eventf(pod, nil, corev1.EventTypeNormal, contract.ReasonMigrationWaiting, "Migrate",
+		"the request %s=%s is waiting for the rebuild of pod %s to end (%s); it then runs against the pod that serves with the rebuilt state (carried over to it if the rebuild replaces this one)",
+		contract.AnnotationMigrateTo, node, pod.Name, why)
+}
+
+// carryRequest carries the migration request made on pod while its state
+// was rebuilt over to target, the pod that serves after the rebuild, if
+// that is another pod (a copy, or a StatefulSet's pod made again): the
+// request on the pod it replaced would go with that pod. asked is the
+// request the rebuild read on pod before it could replace it; the
+// request Reconcile saw waiting, and the pod itself if still there, are
+// read too. The request then leaves pod, so that it is answered once.
+func (r *Reconciler) carryRequest(ctx context.Context, pod *corev1.Pod, target string, asked map[string]string, logger logr.Logger) {
+	if v, ok := r.asked.LoadAndDelete(pod.UID); ok && asked == nil {
+		asked = v.(map[string]string)
+	}
+	old, err := r.freshPod(ctx, pod.Namespace, pod.Name)
+	if err == nil && old.UID == pod.UID {
+		asked = requestOf(old) // still there: what it says now (none: withdrawn)
+	} else {
+		old = nil
+	}
+	if asked == nil || target == "" {
+		return
+	}
+	now, err := r.freshPod(ctx, pod.Namespace, target)
+	if err != nil || now.UID == pod.UID {
+		return // the pod itself serves on, with its request
+	}
+	if _, has := now.Annotations[contract.AnnotationMigrateTo]; !has {
+		ann := map[string]*string{}
+		for k, v := range asked {
+			ann[k] = &v
+		}
+		if err := r.patchAnnotations(ctx, now, ann, now.ResourceVersion); err != nil {
+			logger.Error(err, "carry the migration request over to the rebuilt pod", "pod", target)
+			r.cfg.Events.Eventf(pod, nil, corev1.EventTypeWarning, contract.ReasonMigrationWaiting, "Migrate",
+				"the request %s=%s could not be carried over to %s, which serves with the rebuilt state (%v): ask again there", contract.AnnotationMigrateTo, asked[contract.AnnotationMigrateTo], target, err)
+			return
+		}
+		r.cfg.Events.Eventf(now, nil, corev1.EventTypeNormal, contract.ReasonMigrationWaiting, "Migrate",
+			"the request %s=%s made on pod %s while its state was rebuilt is carried over to this pod, which serves with the rebuilt state",
+			contract.AnnotationMigrateTo, asked[contract.AnnotationMigrateTo], pod.Name)
+	}
+	if old != nil {
+		drop := map[string]*string{}
+		for k := range asked {
+			drop[k] = nil
+		}
+		if err := r.patchAnnotations(ctx, old, drop, ""); err != nil {
+			logger.Error(err, "remove the request carried over from the rebuilt pod", "pod", pod.Name)
+		}
+	}
 }
