@@ -4,5 +4,8 @@
 // ms2m.io/migration-status annotation (and the target's), with Events. A
 // migration found running when a controller starts (its predecessor was
 // killed) is rolled back: the source is resumed and serves, the half-made
-// target is deleted.
+// target is deleted. A restored pod whose app container restarted has its
+// state rebuilt (rebuild.go); one operation per pod at a time, so a
+// migration request on it waits for the rebuild and is carried over to
+// the pod that serves after it.
 package controller
