@@ -211,8 +211,15 @@ type ProducerResult struct {
 // StartProducer runs the sample producer binary bin on the host against
 // the broker's loopback address: n messages to queue at rate per second.
 func StartProducer(bin, queue string, rate float64, n int) (*Producer, error) {
+	return StartProducerFrom(bin, queue, rate, 1, n)
+}
+
+// StartProducerFrom is StartProducer whose first message is msg-first. Its
+// result's hash is of its own messages only; PrefixHash is that of
+// msg-1..msg-n.
+func StartProducerFrom(bin, queue string, rate float64, first, n int) (*Producer, error) {
 	p := &Producer{done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "-queue", queue, "-rate", fmt.Sprint(rate), "-count", fmt.Sprint(n))
+	p.cmd = exec.Command(bin, "-queue", queue, "-rate", fmt.Sprint(rate), "-start", fmt.Sprint(first), "-count", fmt.Sprint(n))
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.errOut
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
