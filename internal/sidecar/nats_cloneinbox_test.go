@@ -72,10 +72,20 @@ func TestNATSTargetHoldsTheClonedPullInbox(t *testing.T) {
 	}
 	// The target switches the consumer (no record to replay) and ends the
 	// held request with a 408; its app asks again, now the server.
+	pullsM1(t, pair, dst, dstGot, inbox)
+}
+
+// pullsM1 waits up to 10 s for the app dst, whose pull inbox inbox feeds
+// got, to get m1 from the pair's consumer, pulling again after each status
+// (a 408 ends a request the target answered); the consumer's ack wait is
+// 30 s, so m1 lost to no one would come only after the test fails.
+func pullsM1(t *testing.T, pair natsPair, dst *nats.Conn, got <-chan *nats.Msg, inbox string) {
+	t.Helper()
+	pull := "$JS.API.CONSUMER.MSG.NEXT." + pair.work + ".worker"
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case m := <-dstGot:
+		case m := <-got:
 			if len(m.Data) == 0 {
 				if err := dst.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":2000000000}`)); err != nil {
 					t.Fatal(err)
@@ -89,9 +99,9 @@ func TestNATSTargetHoldsTheClonedPullInbox(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	ci, _ := js.Consumer(ctx, work, "worker")
-	info, _ := ci.Info(ctx)
-	t.Fatalf("the target's app did not get m1 in 10 s (the consumer's ack wait is 30 s): consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
+	ci, _ := pair.js.Consumer(t.Context(), pair.work, "worker")
+	info, _ := ci.Info(t.Context())
+	t.Fatalf("the target's app did not get m1 in 10 s: consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
 }
 
 // TestNATSClonedPullInboxAfterTheStop: a stop-and-copy target learns its
@@ -147,26 +157,7 @@ func TestNATSClonedPullInboxAfterTheStop(t *testing.T) {
 			if _, err := js.Publish(ctx, work+".in", []byte("m1")); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) {
-				select {
-				case m := <-got:
-					if len(m.Data) == 0 {
-						if err := dst.PublishRequest(pull, inbox, []byte(`{"batch":1,"expires":2000000000}`)); err != nil {
-							t.Fatal(err)
-						}
-						continue // a status: ask again
-					}
-					if string(m.Data) != "m1" {
-						t.Fatalf("the target's app got %q, want m1", m.Data)
-					}
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			ci, _ := js.Consumer(ctx, work, "worker")
-			info, _ := ci.Info(ctx)
-			t.Fatalf("the target's app did not get m1 in 10 s: consumer delivered %d, ack pending %d, waiting %d", info.Delivered.Stream, info.NumAckPending, info.NumWaiting)
+			pullsM1(t, pair, dst, got, inbox)
 		})
 	}
 }

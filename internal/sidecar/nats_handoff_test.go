@@ -206,3 +206,25 @@ func natsAdmin(t *testing.T, nt testenv.NATS, work, logName string) jetstream.Je
 	})
 	return js
 }
+
+// natsChain is the sample consumers' hash chain over the producer's
+// bodies, as the test publishes them.
+type natsChain [sha256.Size]byte
+
+// publish publishes msg-from .. msg-(to-1) to subject, folding each.
+func (h *natsChain) publish(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		body := fmt.Appendf(nil, "msg-%d", i)
+		if _, err := js.Publish(ctx, subject, body); err != nil {
+			t.Fatal(err)
+		}
+		d := sha256.New()
+		d.Write(h[:])
+		d.Write(body)
+		d.Sum(h[:0])
+	}
+}
+
+// hex is the chain's hash as the consumers report it.
+func (h *natsChain) hex() string { return hex.EncodeToString(h[:]) }

@@ -2,9 +2,6 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"os/exec"
 	"testing"
 	"time"
@@ -59,23 +56,14 @@ func natsNeverFed(t *testing.T, mode string) {
 	if stop.CutoffID != 0 {
 		t.Fatalf("handover: cutoff %d, want 0", stop.CutoffID)
 	}
-	var h [sha256.Size]byte
-	for i := range n {
-		body := fmt.Appendf(nil, "msg-%d", i)
-		if _, err := js.Publish(ctx, work+".in", body); err != nil {
-			t.Fatal(err)
-		}
-		d := sha256.New()
-		d.Write(h[:])
-		d.Write(body)
-		d.Sum(h[:0])
-	}
+	var h natsChain
+	h.publish(t, ctx, js, work+".in", 0, n)
 	var got appState
 	testenv.Eventually(t, 60*time.Second, "the target to process every message", func() bool {
 		got, _ = appStateAt(dstApp)
 		return got.Count >= n
 	})
-	if want := hex.EncodeToString(h[:]); got.Count != n || got.Hash != want {
+	if want := h.hex(); got.Count != n || got.Hash != want {
 		t.Fatalf("target app %+v, want count %d and the producer's hash %s", got, n, want)
 	}
 	if s, _ := appStateAt(srcApp); s.Count != 0 {

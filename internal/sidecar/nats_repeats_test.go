@@ -1,8 +1,6 @@
 package sidecar_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -165,18 +163,9 @@ func natsAppKilledHolding(t *testing.T) natsHeld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h [sha256.Size]byte
-	for i := range r.n {
-		body := fmt.Appendf(nil, "msg-%d", i)
-		if _, err := js.Publish(ctx, work+".in", body); err != nil {
-			t.Fatal(err)
-		}
-		d := sha256.New()
-		d.Write(h[:])
-		d.Write(body)
-		d.Sum(h[:0])
-	}
-	r.want = hex.EncodeToString(h[:])
+	var h natsChain
+	h.publish(t, ctx, js, work+".in", 0, r.n)
+	r.want = h.hex()
 	r.source, err = sidecar.Start(ctx, natsConfig(r.nt, r.logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,6 @@
 package sidecar_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -21,31 +19,10 @@ import (
 // over, the sidecar serves instead of replaying the log to the app again.
 func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 	const n1, n2 = 200, 100
-	nt := testenv.RequireNATS(t)
 	ctx := t.Context()
-	logName := testenv.UniqueName("ms2m-test-natslog")
-	work := testenv.UniqueName("ms2m-test-natswork")
-	js := natsAdmin(t, nt, work, logName)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
-		t.Fatal(err)
-	}
-	cc := jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50}
-	if _, err := js.CreateOrUpdateConsumer(ctx, work, cc); err != nil {
-		t.Fatal(err)
-	}
-	var h [sha256.Size]byte // the producer's chain, as the app folds it
-	publish := func(from, to int) {
-		for i := from; i < to; i++ {
-			body := fmt.Appendf(nil, "msg-%d", i)
-			if _, err := js.Publish(ctx, work+".in", body); err != nil {
-				t.Fatal(err)
-			}
-			d := sha256.New()
-			d.Write(h[:])
-			d.Write(body)
-			d.Sum(h[:0])
-		}
-	}
+	nt, js, work, logName := natsWork(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second, MaxAckPending: 50})
+	var h natsChain // the producer's chain, as the app folds it
+	publish := func(from, to int) { h.publish(t, ctx, js, work+".in", from, to) }
 	startApp := func(sc *sidecar.Sidecar) string {
 		addr := testenv.FreeAddr(t)
 		argv := testenv.NATSConsumer(t, "go")
@@ -115,7 +92,7 @@ func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 		return s.Connected && s.Reconnects >= 1
 	})
 	publish(n1, n1+n2)
-	foldsExactly(t, app, n1+n2, hex.EncodeToString(h[:]))
+	foldsExactly(t, app, n1+n2, h.hex())
 }
 
 // TestNATSShutdownLetsTheAppFinish is TestShutdownLetsTheAppFinish for a
@@ -126,29 +103,11 @@ func TestNATSTargetSidecarRestartedAfterTheSwitch(t *testing.T) {
 // app, which runs on, folds them twice.
 func TestNATSShutdownLetsTheAppFinish(t *testing.T) {
 	const n = 20
-	nt := testenv.RequireNATS(t)
-	ctx := t.Context()
-	logName := testenv.UniqueName("ms2m-test-natslog")
-	work := testenv.UniqueName("ms2m-test-natswork")
-	js := natsAdmin(t, nt, work, logName)
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
-		t.Fatal(err)
-	}
 	const ackWait = 3 * time.Second
-	if _, err := js.CreateOrUpdateConsumer(ctx, work, jetstream.ConsumerConfig{Durable: "worker", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait}); err != nil {
-		t.Fatal(err)
-	}
-	var h [sha256.Size]byte // the producer's chain, as the app folds it
-	for i := range n {
-		body := fmt.Appendf(nil, "msg-%d", i)
-		if _, err := js.Publish(ctx, work+".in", body); err != nil {
-			t.Fatal(err)
-		}
-		d := sha256.New()
-		d.Write(h[:])
-		d.Write(body)
-		d.Sum(h[:0])
-	}
+	ctx := t.Context()
+	nt, js, work, logName := natsWork(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	var h natsChain // the producer's chain, as the app folds it
+	h.publish(t, ctx, js, work+".in", 0, n)
 	cfg := natsConfig(nt, logName, testenv.FreeAddr(t)) // the restarted sidecar's too: the app reconnects
 	sc, err := sidecar.Start(ctx, cfg, sidecar.Options{Logger: testLogger()})
 	if err != nil {
@@ -175,9 +134,28 @@ func TestNATSShutdownLetsTheAppFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sc.Close() })
-	foldsExactly(t, app, n, hex.EncodeToString(h[:]))
+	foldsExactly(t, app, n, h.hex())
 	time.Sleep(ackWait) // a redelivery of an ack that was lost comes after the ack wait
 	if s, _ := appStateAt(app); s.Count != n {
 		t.Fatalf("the app folded %d messages after the ack wait, want %d: the server redelivered what it had acked", s.Count, n)
 	}
+}
+
+// natsWork makes a stream of the test's own (subjects <work>.>) with the
+// consumer cc, named "worker", and names a replay log; both go when the
+// test ends.
+func natsWork(t *testing.T, cc jetstream.ConsumerConfig) (nt testenv.NATS, js jetstream.JetStream, work, logName string) {
+	t.Helper()
+	nt = testenv.RequireNATS(t)
+	logName = testenv.UniqueName("ms2m-test-natslog")
+	work = testenv.UniqueName("ms2m-test-natswork")
+	js = natsAdmin(t, nt, work, logName)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: work, Subjects: []string{work + ".>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cc.Durable = "worker"
+	if _, err := js.CreateOrUpdateConsumer(t.Context(), work, cc); err != nil {
+		t.Fatal(err)
+	}
+	return nt, js, work, logName
 }
