@@ -122,7 +122,8 @@ func natsStrategyRange(t *testing.T, strategy, mode string) {
 	b := startMemoryApp(t, target.AMQPAddr(), work, mode, memory)
 	publish(second+10, n) // while it replays, or once it has switched
 	if _, err := dstCtl.WaitSwitched(ctx, 30*time.Second); err != nil {
-		t.Fatalf("the target did not switch: %v", err)
+		st, serr := dstCtl.State(ctx)
+		t.Fatalf("the target did not switch: %v; its state %+v (%v), replay %+v; the app handled %v", err, st, serr, st.Replay, b.handled())
 	}
 	b.waitFor(t, n)
 	want := make([]string, n)

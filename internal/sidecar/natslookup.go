@@ -92,8 +92,8 @@ func (l *natsLookup) eachConsumer(ctx context.Context, fn func(stream string, ci
 		for ci := range lister.Info() {
 			fn(si.Config.Name, ci)
 		}
-		if err := lister.Err(); err != nil {
-			return err
+		if err := lister.Err(); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return err // a stream deleted while its consumers are listed is skipped, as above
 		}
 	}
 	return streams.Err()
