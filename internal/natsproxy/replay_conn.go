@@ -163,11 +163,15 @@ func (c *conn) holdSub(ctx context.Context, m *natswire.Msg) bool {
 }
 
 // startReplaying and stopReplaying count k as served from the log for
-// this connection (replayer.active), once.
+// this connection (replayer.active), once. A key already switched is not
+// counted: switchKey's stopReplaying has been or is about to be called for
+// every connection (it sets switched first, then takes each subMu), and a
+// pull request served after it would otherwise keep the target in replay
+// mode, absorbing the app's publishes, for good.
 func (c *conn) startReplaying(k *keyReplay) {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
-	if !c.replaying[k] {
+	if !c.replaying[k] && !k.isSwitched() {
 		c.replaying[k] = true
 		c.p.rp.active.Add(1)
 	}
