@@ -78,3 +78,23 @@ func TestReplayRecordErr(t *testing.T) {
 		}
 	}
 }
+
+// TestStartReplayingAfterTheSwitch: a pull request served once its
+// consumer has switched does not count its connection as replaying; it
+// kept a target in replay mode (absorbing the app's publishes) for good.
+func TestStartReplayingAfterTheSwitch(t *testing.T) {
+	p := &Proxy{rp: newReplayer(nil, nil)}
+	c := newConn(p, nil, nil, nil)
+	k := newKeyReplay("work", "worker")
+	c.startReplaying(k)
+	c.startReplaying(k)
+	if got := p.rp.active.Load(); got != 1 {
+		t.Fatalf("active %d after two starts, want 1", got)
+	}
+	k.switched = true
+	c.stopReplaying(k) // what switchKey does for every connection
+	c.startReplaying(k)
+	if got := p.rp.active.Load(); got != 0 {
+		t.Fatalf("active %d after a start on a switched key, want 0", got)
+	}
+}
