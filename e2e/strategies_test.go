@@ -52,8 +52,9 @@ import (
 // is refused for NATS pods.
 //
 // A whole pod: TestTwoContainerPod moves a bare pod of two G consumers,
-// each on its own queue, by ms2m, each container from its own checkpoint
-// image (wholepod_test.go).
+// each on its own queue, by ms2m, and TestTwoContainerStatefulSet a
+// StatefulSet's such pod by statefulset (the controller, by annotation),
+// each container from its own checkpoint image (wholepod_test.go).
 //
 // Again and again: TestPingPong moves a G Deployment (auto, ms2m) and a G
 // StatefulSet (statefulset-shadow) back and forth between the nodes by
