@@ -2,6 +2,7 @@ package natsproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,13 +121,43 @@ func (p *Proxy) Resume(ctx context.Context) error {
 	if _, err := p.switchMode(proxy.Serving); err != nil {
 		return err
 	}
-	if was == proxy.Stopped {
-		for _, c := range p.snapshotConns() {
-			c.resubscribe()
-		}
+	for _, c := range p.snapshotConns() {
+		c.resubscribe() // what a stop or ReturnHeld took off the server
 	}
 	p.log.Info("resumed", "from", was.String())
 	return nil
+}
+
+// ReturnHeld gives the JetStream deliveries held back from the app since
+// a quiesce to the server again, for a proxy that is about to close
+// quiesced (the sidecar's drain at SIGTERM): each connection takes the
+// app's JetStream subscriptions off the server and naks what it holds, so
+// that the server redelivers those messages at once, ahead of later ones,
+// to whoever consumes next (conn.returnHeld). It does nothing unless the
+// proxy is quiesced. Resume puts the subscriptions back. It returns how
+// many deliveries it gave back.
+func (p *Proxy) ReturnHeld(ctx context.Context) (int, error) {
+	p.opMu.Lock()
+	defer p.opMu.Unlock()
+	if p.Mode() != proxy.Quiesced {
+		return 0, nil
+	}
+	n := 0
+	var errs []error
+	for _, c := range p.snapshotConns() {
+		k, err := c.returnHeld(ctx)
+		n += k
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("give the held deliveries back to the server (%d given): %w", n, errors.Join(errs...))
+	}
+	if n > 0 {
+		p.log.Info("gave the deliveries held back from the app to the server again", "deliveries", n)
+	}
+	return n, nil
 }
 
 // switchMode sets the mode of the proxy and of every connection, and

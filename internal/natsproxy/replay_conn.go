@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ms2m/ms2m/internal/natswire"
@@ -376,6 +377,30 @@ type heldPull struct {
 	reply, sid       []byte
 	req              pullRequest
 	deadline         time.Time // zero: none
+
+	// mu orders its idle heartbeats before its last status (ended): a
+	// heartbeat after a request's 408 or 404, as a tick of pullContext's
+	// ticker could make, is not what a server sends.
+	mu    sync.Mutex
+	ended bool
+}
+
+// heartbeat sends h's idle heartbeat, unless its last status went.
+func (c *conn) heartbeat(h *heldPull) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		_ = c.writeApp(h.status("100", "Idle Heartbeat", -1))
+	}
+}
+
+// lastStatus sends b, the last status of the pull request h (a 408 or a
+// 404): no heartbeat of h goes after it.
+func (c *conn) lastStatus(h *heldPull, b []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ended = true
+	_ = c.writeApp(b)
 }
 
 // parsePull reads the app's pull request m. ok is false when the sidecar
@@ -421,7 +446,7 @@ func (h *heldPull) status(code, text string, pending int) []byte {
 // may be too short for its heartbeat, which the server refuses with a 400
 // that ends nats.go's Consume.
 func (c *conn) endEarly(h *heldPull, left int) {
-	_ = c.writeApp(h.status("408", "Request Timeout", left))
+	c.lastStatus(h, h.status("408", "Request Timeout", left))
 }
 
 // servePull answers the app's pull request h from the log on a target:
@@ -449,7 +474,7 @@ func (c *conn) servePull(ctx context.Context, h *heldPull) {
 		left -= sent
 		switch {
 		case errors.Is(err, errNoWaitEmpty) && ctx.Err() == nil: // nothing there yet
-			_ = c.writeApp(h.status("404", "No Messages", -1))
+			c.lastStatus(h, h.status("404", "No Messages", -1))
 			return
 		case err != nil:
 			c.endPull(ctx, h, left)
@@ -458,7 +483,7 @@ func (c *conn) servePull(ctx context.Context, h *heldPull) {
 		case done == doneAll:
 			c.p.switchKey(k)
 		case h.req.NoWait:
-			_ = c.writeApp(h.status("404", "No Messages", -1))
+			c.lastStatus(h, h.status("404", "No Messages", -1))
 			return
 		default:
 			if !waitOn(ctx, wake) {
@@ -488,7 +513,7 @@ func (c *conn) pullContext(ctx context.Context, h *heldPull) (context.Context, c
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					_ = c.writeApp(h.status("100", "Idle Heartbeat", -1))
+					c.heartbeat(h)
 				}
 			}
 		}()
@@ -502,7 +527,7 @@ func (c *conn) endPull(ctx context.Context, h *heldPull, left int) {
 	if c.isAborted() || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return
 	}
-	_ = c.writeApp(h.status("408", "Request Timeout", left))
+	c.lastStatus(h, h.status("408", "Request Timeout", left))
 }
 
 // holdPull answers the app's pull request h while the proxy is quiesced
@@ -513,7 +538,7 @@ func (c *conn) holdPull(ctx context.Context, h *heldPull) {
 	ctx, cancel := c.pullContext(ctx, h)
 	defer cancel()
 	if h.req.NoWait {
-		_ = c.writeApp(h.status("404", "No Messages", -1))
+		c.lastStatus(h, h.status("404", "No Messages", -1))
 		return
 	}
 	for {
@@ -654,6 +679,14 @@ func (c *conn) endJS(ctx context.Context) error {
 		}
 	}
 	c.subMu.Unlock()
+	return c.flushUp(ctx, out)
+}
+
+// flushUp writes out to the server, outside the queue of the app's
+// chunks, followed by a PING, and waits for its PONG: the server has then
+// read out and sent everything it was to send before. It returns at once,
+// nil, if the connection is gone.
+func (c *conn) flushUp(ctx context.Context, out []byte) error {
 	done := make(chan struct{})
 	c.upMu.Lock()
 	c.flushMu.Lock()
@@ -675,6 +708,47 @@ func (c *conn) endJS(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 }
+
+// returnHeld gives the JetStream deliveries this connection holds back
+// from the app (quiesced) to the server again, for a proxy about to close:
+// it takes the app's JetStream subscriptions off the server (endJS), so
+// that nothing more is delivered, and then naks every held delivery, in
+// the order the server made them, and waits until the server has read the
+// naks. The server then gives them, ahead of later messages, to the next
+// pull or push of the consumer: without the naks they would come back
+// only after the consumer's ack wait, behind the messages delivered
+// meanwhile, and a consumer that folds them in order would fold them out
+// of order. A held delivery was never teed nor handed to the app. It
+// returns how many it gave back.
+func (c *conn) returnHeld(ctx context.Context) (int, error) {
+	if err := c.endJS(ctx); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	held := c.held
+	c.held = nil
+	c.mu.Unlock()
+	if len(held) == 0 {
+		return 0, nil
+	}
+	var out []byte
+	n := 0
+	parser := natswire.NewParser(natswire.HardMaxPayload)
+	for _, raw := range held {
+		_ = parser.Parse(raw, func(m *natswire.Msg) error { // held only once parsed whole
+			out = natswire.AppendPub(out, m.Reply, nil, nil, nakBody)
+			n++
+			return nil
+		})
+	}
+	if err := c.flushUp(ctx, out); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// nakBody is a JetStream negative ack: the server redelivers at once.
+var nakBody = []byte("-NAK")
 
 // resubscribe puts back the subscriptions a stop took off the server. The
 // server dropped the app's pull requests with them, silently: the app is

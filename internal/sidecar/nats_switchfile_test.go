@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ms2m/ms2m/internal/control"
@@ -158,4 +159,85 @@ func natsWork(t *testing.T, cc jetstream.ConsumerConfig) (nt testenv.NATS, js je
 		t.Fatal(err)
 	}
 	return nt, js, work, logName
+}
+
+// TestNATSShutdownGivesBackWhatItHeld: a sidecar shut down (SIGTERM)
+// while it holds deliveries back from its app, made quiesced on pull
+// requests the app had sent before, gives them back to the server
+// (ReturnHeld) before it closes. The next consumer gets them at once and
+// before the later messages: without it they waited out the consumer's
+// ack wait (a minute here) and came behind the messages published
+// meanwhile, which is how TestNATSShutdownLetsTheAppFinish's app, whose
+// sidecar held part of its prefetch at the SIGTERM, once folded 20 of 20
+// in the wrong order.
+func TestNATSShutdownGivesBackWhatItHeld(t *testing.T) {
+	ctx := t.Context()
+	nt, js, work, logName := natsWork(t, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	sc, err := sidecar.Start(ctx, natsConfig(nt, logName, "127.0.0.1:0"), sidecar.Options{Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
+	app, err := nats.Connect("nats://"+sc.AMQPAddr(), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Close)
+	appJS, err := jetstream.New(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := appJS.Consumer(ctx, work, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The app's pull request waits on the server for the first message.
+	go func() {
+		if b, err := cons.Fetch(1, jetstream.FetchMaxWait(20*time.Second)); err == nil {
+			for range b.Messages() { // nothing: the sidecar holds m0
+			}
+		}
+	}()
+	admin, err := js.Consumer(ctx, work, "worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the app's pull request to wait on the server", func() bool {
+		info, err := admin.Info(ctx)
+		return err == nil && info.NumWaiting == 1
+	})
+	ctl := control.Client{URL: "http://" + sc.ControlAddr(), Token: token}
+	if _, err := ctl.Quiesce(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range []string{"m0", "m1"} {
+		if _, err := js.Publish(ctx, work+".in", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			testenv.Eventually(t, 10*time.Second, "the sidecar to hold m0 back from the app", func() bool {
+				st, err := ctl.State(ctx)
+				return err == nil && st.Held == 1
+			})
+		}
+	}
+	if err := sc.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	app.Close()
+
+	began := time.Now()
+	b, err := admin.Fetch(2, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for m := range b.Messages() {
+		got = append(got, string(m.Data()))
+		_ = m.Ack()
+	}
+	t.Logf("the next consumer got %q in %v", got, time.Since(began).Round(time.Millisecond))
+	if len(got) != 2 || got[0] != "m0" || got[1] != "m1" {
+		t.Fatalf("the next consumer got %q within 5s, want [m0 m1]: the held delivery was not given back (it would come after the ack wait, behind m1)", got)
+	}
 }

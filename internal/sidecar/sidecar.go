@@ -558,27 +558,45 @@ func (s *Sidecar) Shutdown() error {
 }
 
 // drain is Shutdown's first part. It does nothing unless the sidecar is
-// ready, serving and not replaying: a quiesced or stopped sidecar already
-// holds its deliveries and has its app's acks upstream, and a target still
-// replaying is given up by its migration anyway. A drain that times out is
-// logged, and the sidecar closes regardless.
+// ready, serving or quiesced, and not replaying: a stopped sidecar has its
+// app's acks upstream and nothing held, and a target still replaying is
+// given up by its migration anyway. A serving sidecar is quiesced first.
+// A drain that times out is logged, and the sidecar closes regardless.
+// Then a NATS sidecar gives the deliveries it held back from the app to
+// the server again (natsproxy.Proxy.ReturnHeld), which otherwise would
+// come back only after the consumer's ack wait, behind later messages; an
+// AMQP broker requeues them itself when the sidecar's channels close.
 func (s *Sidecar) drain() {
 	if !s.ready.Load() {
 		return
 	}
 	st := s.front.State()
-	if st.Mode != proxy.Serving.String() || (st.Replay != nil && st.Replay.Replaying > 0) {
+	if (st.Mode != proxy.Serving.String() && st.Mode != proxy.Quiesced.String()) || (st.Replay != nil && st.Replay.Replaying > 0) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
-	defer cancel()
-	began := time.Now()
-	if _, _, err := s.front.Quiesce(ctx); err != nil {
-		s.log.Warn("shutting down without a full drain: what the app still holds goes back to the broker", "err", err)
-		return
+	if st.Mode == proxy.Serving.String() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+		began := time.Now()
+		_, _, err := s.front.Quiesce(ctx)
+		cancel()
+		if err != nil {
+			s.log.Warn("shutting down without a full drain: what the app still holds goes back to the broker", "err", err)
+		} else {
+			s.log.Info("drained: the app settled what it held and its acks are upstream; shutting down", "took", time.Since(began).Round(time.Millisecond))
+		}
 	}
-	s.log.Info("drained: the app settled what it held and its acks are upstream; shutting down", "took", time.Since(began).Round(time.Millisecond))
+	if np, ok := s.front.(*natsproxy.Proxy); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), returnHeldTimeout)
+		defer cancel()
+		if _, err := np.ReturnHeld(ctx); err != nil {
+			s.log.Warn("shutting down without giving every held delivery back: the server redelivers the rest after the consumer's ack wait", "err", err)
+		}
+	}
 }
+
+// returnHeldTimeout bounds the drain's return of held NATS deliveries (a
+// flush to the server and back).
+const returnHeldTimeout = 2 * time.Second
 
 // AMQPAddr is where the app connects.
 func (s *Sidecar) AMQPAddr() string { return s.amqp.Addr().String() }
