@@ -20,7 +20,6 @@ import (
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
-	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/soak"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
@@ -82,18 +81,7 @@ func TestPingPong(t *testing.T) {
 
 func pingPong(t *testing.T, ctx context.Context, l *lab.Lab, rec *soakRecorder, kind lab.Kind, times int) {
 	name := testenv.UniqueName("pp")
-	src, err := l.StartWorkload(ctx, kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
-		defer cancel()
-		logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, kind, name))
-		if src != nil {
-			logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := startWorkload(t, ctx, l, kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50})
 	owner := metav1.GetControllerOf(src)
 	if owner == nil {
 		t.Fatalf("%s has no controller", src.Name)

@@ -12,8 +12,6 @@ import (
 	"github.com/ms2m/ms2m/e2e/lab"
 	"github.com/ms2m/ms2m/internal/contract"
 	"github.com/ms2m/ms2m/internal/controller"
-	"github.com/ms2m/ms2m/internal/inject"
-	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -123,18 +121,7 @@ func TestEveryStrategyByAnnotation(t *testing.T) {
 				cfg = tc.configure(t, ctx, l)
 			}
 			pods := watchPods(t, ctx, l, name)
-			src, err := l.StartWorkload(ctx, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image, Mutate: cfg.mutate})
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
-				defer cancel()
-				logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, tc.kind, name))
-				if src != nil {
-					logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			src := startWorkload(t, ctx, l, tc.kind, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Image: tc.image, Mutate: cfg.mutate})
 			if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 				t.Fatalf("the webhook did not inject %s", src.Name)
 			}

@@ -87,18 +87,7 @@ func TestTwoContainerStatefulSet(t *testing.T) {
 	name := testenv.UniqueName("c-sts2")
 	second := name + "-b"
 	pods := watchPods(t, ctx, l, name)
-	src, err := l.StartWorkload(ctx, lab.StatefulSet, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Mutate: withSecondConsumer(second)})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
-		defer cancel()
-		logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, lab.StatefulSet, name))
-		if src != nil {
-			logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := startWorkload(t, ctx, l, lab.StatefulSet, lab.Consumer{Name: name, Queue: name, Node: l.NodeName(1), WorkMS: 50, Mutate: withSecondConsumer(second)})
 	if _, ok := src.Annotations[contract.AnnotationStatus]; !ok {
 		t.Fatalf("the webhook did not inject %s", src.Name)
 	}

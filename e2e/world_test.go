@@ -29,6 +29,7 @@ import (
 	"github.com/ms2m/ms2m/internal/controller"
 	"github.com/ms2m/ms2m/internal/inject"
 	"github.com/ms2m/ms2m/internal/migrate"
+	"github.com/ms2m/ms2m/internal/shadowqueue"
 	"github.com/ms2m/ms2m/internal/testenv"
 )
 
@@ -296,6 +297,27 @@ func produce(t *testing.T, src *corev1.Pod, queue string, rate float64, n, folds
 		return err == nil && st.Count >= folds
 	})
 	return prod
+}
+
+// startWorkload starts c as a Deployment or StatefulSet (kind) and
+// returns its first pod; the workload, its pods and its pod's replay log
+// go when the test ends. It fails the test if the workload makes no
+// running pod.
+func startWorkload(t *testing.T, ctx context.Context, l *lab.Lab, kind lab.Kind, c lab.Consumer) *corev1.Pod {
+	t.Helper()
+	src, err := l.StartWorkload(ctx, kind, c)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), time.Minute)
+		defer cancel()
+		logCleanup(t, "delete the workload", l.DeleteWorkload(ctx, kind, c.Name))
+		if src != nil {
+			logCleanup(t, "delete the stream", shadowqueue.DeleteStream(ctx, testenv.RequireBroker(t).StreamURI, inject.LogName(src)))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // expectExact waits for the producer to finish and for pod's consumer to
