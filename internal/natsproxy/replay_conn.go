@@ -750,7 +750,8 @@ func (c *conn) returnHeld(ctx context.Context) (int, error) {
 // nakBody is a JetStream negative ack: the server redelivers at once.
 var nakBody = []byte("-NAK")
 
-// resubscribe puts back the subscriptions a stop took off the server. The
+// resubscribe puts back the subscriptions a stop (or ReturnHeld) took off
+// the server. The
 // server dropped the app's pull requests with them, silently: the app is
 // told with the status the server sends when it loses pull requests (409
 // Leadership Change), on which nats.go asks again.
