@@ -4,7 +4,11 @@
 // through a source sidecar (sidecar.Start with MS2M_BROKER=nats: tee into
 // a JetStream replay log, acks held until the log has the delivery); and
 // from a target sidecar that replays that log up to its last record
-// (replay). It reports messages per second, the ratio to direct round by
+// (replay). With -paths direct,relay,... it also drains through a plain
+// TCP relay that copies bytes both ways with no parsing and no log
+// (relay): the floor any proxy between consumer and server pays on the
+// machine, so that the sidecar's own cost can be told from the hop's.
+// It reports messages per second, the ratio to direct round by
 // round, and the 95th percentile of the time per chunk of messages, and
 // writes the raw figures as JSON with -out. It needs the local nats-server
 // (make setup), or another one with JetStream (-server; -server-pid names

@@ -64,6 +64,8 @@ func (b *bench) round(ctx context.Context, w, round int) (out []result, err erro
 		switch p {
 		case pathDirect:
 			err = b.direct(ctx, w, &r)
+		case pathRelay:
+			err = b.viaRelay(ctx, w, &r)
 		case pathSidecar:
 			src, err = b.viaSidecar(ctx, w, &r)
 		case pathReplay:

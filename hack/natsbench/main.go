@@ -20,6 +20,7 @@ import (
 // The paths a consumer drains by.
 const (
 	pathDirect  = "direct"  // straight from the server
+	pathRelay   = "relay"   // through a plain TCP relay (relay.go): the floor of any proxy
 	pathSidecar = "sidecar" // through a serving (source) sidecar
 	pathReplay  = "replay"  // replayed by a target sidecar from the log
 )
@@ -135,7 +136,7 @@ func parseFlags(args []string) (options, string, error) {
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds per window")
 	fs.StringVar(&windows, "windows", "1000", "ack windows (the consumer's max_ack_pending; 1000 is the server's default), comma-separated")
 	fs.IntVar(&o.batch, "batch", 0, "the pull batch (Consume's PullMaxMessages); 0: nats.go's default, 500")
-	fs.StringVar(&paths, "paths", "direct,sidecar,replay", "the paths each round drains by, in this order: direct, sidecar (a source sidecar that writes the replay log), replay (a target sidecar replaying that log)")
+	fs.StringVar(&paths, "paths", "direct,sidecar,replay", "the paths each round drains by, in this order: direct, relay (a plain TCP relay, no parsing or log: the floor of any proxy), sidecar (a source sidecar that writes the replay log), replay (a target sidecar replaying that log)")
 	fs.DurationVar(&o.work, "work", 0, "time the consumer sleeps on each message before its ack (0: ack at once, the worst case for the sidecar); Go sleeps at least about 1 ms when the process is otherwise idle")
 	fs.DurationVar(&o.spin, "spin", 0, "CPU time the consumer spends on each message (a busy loop) before its ack")
 	fs.IntVar(&o.chunk, "chunk", 1000, "messages per chunk for the p95 time per chunk")
@@ -244,7 +245,7 @@ func printReport(path string) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	fmt.Printf("%s\n%s to %s\n", rep.Command, rep.Started.Format(time.RFC3339), rep.Finished.Format(time.RFC3339))
-	printTables(rep, []string{pathDirect, pathSidecar, pathReplay})
+	printTables(rep, []string{pathDirect, pathRelay, pathSidecar, pathReplay})
 	return nil
 }
 

@@ -186,17 +186,17 @@ func parsePaths(s string) ([]string, error) {
 	want := map[string]bool{}
 	for _, p := range splitList(s) {
 		switch p {
-		case pathDirect, pathSidecar, pathReplay:
+		case pathDirect, pathRelay, pathSidecar, pathReplay:
 			want[p] = true
 		default:
-			return nil, fmt.Errorf("-paths: unknown path %q (want direct, sidecar, replay)", p)
+			return nil, fmt.Errorf("-paths: unknown path %q (want direct, relay, sidecar, replay)", p)
 		}
 	}
 	if want[pathReplay] && !want[pathSidecar] {
 		return nil, fmt.Errorf("-paths=%s: replay replays the log the sidecar path writes; add sidecar", s)
 	}
 	var out []string
-	for _, p := range []string{pathDirect, pathSidecar, pathReplay} {
+	for _, p := range []string{pathDirect, pathRelay, pathSidecar, pathReplay} {
 		if want[p] {
 			out = append(out, p)
 		}
