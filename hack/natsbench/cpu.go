@@ -71,28 +71,38 @@ func findProcess(comm string) int {
 	return pid
 }
 
-// cpuMeter measures the CPU time this process and the server use over an
-// interval.
+// cpuMeter measures the CPU time this process, the server and the log's
+// server (when it is another) use over an interval.
 type cpuMeter struct {
-	serverPID    int
-	self, server time.Duration
+	serverPID, logPID int
+	self, server, log time.Duration
 }
 
 func (m *cpuMeter) start() {
 	m.self = selfCPU()
-	if m.serverPID != 0 {
-		m.server, _ = procCPU(m.serverPID)
-	}
+	m.server = pidCPU(m.serverPID)
+	m.log = pidCPU(m.logPID)
 }
 
 // stop returns the CPU time used since start, in microseconds per
-// message over n messages (server 0 when its PID is unknown).
-func (m *cpuMeter) stop(n int) (selfUs, serverUs float64) {
-	selfUs = float64((selfCPU() - m.self).Microseconds()) / float64(n)
+// message over n messages (a server's 0 when its PID is unknown).
+func (m *cpuMeter) stop(n int) (selfUs, serverUs, logUs float64) {
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	selfUs = per(selfCPU() - m.self)
 	if m.serverPID != 0 {
-		if s, err := procCPU(m.serverPID); err == nil {
-			serverUs = float64((s - m.server).Microseconds()) / float64(n)
-		}
+		serverUs = per(pidCPU(m.serverPID) - m.server)
 	}
-	return selfUs, serverUs
+	if m.logPID != 0 {
+		logUs = per(pidCPU(m.logPID) - m.log)
+	}
+	return selfUs, serverUs, logUs
+}
+
+// pidCPU is procCPU, 0 for PID 0 or an error.
+func pidCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	d, _ := procCPU(pid)
+	return d
 }

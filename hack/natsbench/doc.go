@@ -8,6 +8,8 @@
 // TCP relay that copies bytes both ways with no parsing and no log
 // (relay): the floor any proxy between consumer and server pays on the
 // machine, so that the sidecar's own cost can be told from the hop's.
+// With -log-server the sidecars' replay logs go to another nats-server,
+// so that the main server's CPU leaves out what storing the log costs.
 // It reports messages per second, the ratio to direct round by
 // round, and the 95th percentile of the time per chunk of messages, and
 // writes the raw figures as JSON with -out. It needs the local nats-server

@@ -37,7 +37,10 @@ const switchTimeout = 30 * time.Second
 type bench struct {
 	o   options
 	url string
-	js  jetstream.JetStream
+	// logURL is the server the sidecars' replay logs go to (url unless
+	// -log-server).
+	logURL string
+	js     jetstream.JetStream
 	// serverPID is the nats-server's PID, for its CPU time (0: unknown).
 	serverPID int
 }
@@ -75,6 +78,9 @@ func (b *bench) round(ctx context.Context, w, round int) (out []result, err erro
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		fmt.Printf("max_ack_pending %5d round %2d %-7s %9.0f msg/s  load %5.2f  cpu µs/msg bench %5.1f server %5.1f", w, round, p, r.MsgPerS, r.Load1, r.BenchCPUUs, r.ServerCPUUs)
+		if b.o.logServerPID != 0 {
+			fmt.Printf(" log server %5.1f", r.LogServerCPUUs)
+		}
 		switch p {
 		case pathSidecar:
 			fmt.Printf("  (acks that waited on the log %d, log writes %d of %d records)", r.AcksWaited, r.LogWrites, r.LogRecords)
@@ -238,7 +244,7 @@ func (b *bench) sidecarConfig(logName string) (cfg sidecar.Config, cleanup func(
 	}
 	return sidecar.Config{
 		Broker: sidecar.BrokerNATS, Listen: "127.0.0.1:0", Upstream: b.o.server, UpstreamConnectTimeout: 10 * time.Second,
-		NATSURL: b.url, LogName: logName, LogMaxAge: time.Hour, LogMaxBytes: 1 << 30,
+		NATSURL: b.logURL, LogName: logName, LogMaxAge: time.Hour, LogMaxBytes: 1 << 30,
 		LogPendingMaxBytes: 64 << 20, LogPendingMaxRecords: 65536,
 		ControlListen: "127.0.0.1:0", ControlToken: controlToken, DrainTimeout: 10 * time.Second,
 		StopHeld: "deliver", ReplayCutoff: "marker", LogLevel: "warn", StateDir: dir,
@@ -246,7 +252,7 @@ func (b *bench) sidecarConfig(logName string) (cfg sidecar.Config, cleanup func(
 }
 
 func (b *bench) deleteLog(ctx context.Context, logName string) error {
-	return shadowqueue.DeleteJetStream(context.WithoutCancel(ctx), b.url, logName)
+	return shadowqueue.DeleteJetStream(context.WithoutCancel(ctx), b.logURL, logName)
 }
 
 func quietLogger() *slog.Logger {
@@ -279,7 +285,7 @@ func (b *bench) consume(ctx context.Context, url, stream string, r *result, afte
 	stamps := make([]time.Time, 0, n/chunk+1)
 	done := make(chan struct{})
 	var count int
-	cpu := cpuMeter{serverPID: b.serverPID}
+	cpu := cpuMeter{serverPID: b.serverPID, logPID: b.o.logServerPID}
 	cpu.start()
 	start := time.Now()
 	// Consume calls the handler from one goroutine, so count needs no lock.
@@ -321,7 +327,7 @@ func (b *bench) consume(ctx context.Context, url, stream string, r *result, afte
 		return fmt.Errorf("flush the acks: %w", err)
 	}
 	stamps[len(stamps)-1] = time.Now()
-	r.BenchCPUUs, r.ServerCPUUs = cpu.stop(n)
+	r.BenchCPUUs, r.ServerCPUUs, r.LogServerCPUUs = cpu.stop(n)
 	elapsed := stamps[len(stamps)-1].Sub(start)
 	r.Seconds, r.MsgPerS = elapsed.Seconds(), float64(n)/elapsed.Seconds()
 	r.ChunkMs = chunkMs(start, stamps)

@@ -11,7 +11,8 @@ import (
 )
 
 // TestRoundAgainstNATS runs one small round of every path against the
-// real nats-server: each drain consumes every message, the sidecar's log
+// real nats-server: each drain consumes every message (through the relay
+// too, which must pass the protocol through untouched), the sidecar's log
 // holds exactly them (round checks it), the target replays exactly them
 // and switches to the server (round checks it too), and nothing of the
 // bench's is left on the server.
@@ -29,14 +30,14 @@ func TestRoundAgainstNATS(t *testing.T) {
 	before := natsbenchStreams(t, js)
 	const msgs = 500
 	b := &bench{
-		o:   options{server: n.Addr, messages: msgs, size: 10, chunk: 100, paths: []string{pathDirect, pathSidecar, pathReplay}},
-		url: n.URL, js: js, serverPID: findProcess("nats-server"),
+		o:   options{server: n.Addr, messages: msgs, size: 10, chunk: 100, paths: []string{pathDirect, pathRelay, pathSidecar, pathReplay}},
+		url: n.URL, logURL: n.URL, js: js, serverPID: findProcess("nats-server"),
 	}
 	out, err := b.round(t.Context(), 50, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 3 {
+	if len(out) != 4 {
 		t.Fatalf("%d results, want one per path: %+v", len(out), out)
 	}
 	for i, r := range out {
@@ -44,10 +45,10 @@ func TestRoundAgainstNATS(t *testing.T) {
 			t.Errorf("result %d: %+v; want path %s, %d messages, a rate, %d chunks", i, r, b.o.paths[i], msgs, msgs/100)
 		}
 	}
-	if s := out[1]; s.LogRecords != msgs || s.LogWrites == 0 {
+	if s := out[2]; s.LogRecords != msgs || s.LogWrites == 0 {
 		t.Errorf("sidecar round: %d records in %d log writes, want %d records", s.LogRecords, s.LogWrites, msgs)
 	}
-	if r := out[2]; r.MsgPerSFromStart <= 0 || r.MsgPerSFromStart > r.MsgPerS {
+	if r := out[3]; r.MsgPerSFromStart <= 0 || r.MsgPerSFromStart > r.MsgPerS {
 		t.Errorf("replay round: %.0f msg/s from the target's start, %.0f from Consume: want 0 < the first <= the second", r.MsgPerSFromStart, r.MsgPerS)
 	}
 	if after := natsbenchStreams(t, js); after > before {

@@ -28,18 +28,22 @@ const (
 type options struct {
 	server    string
 	serverPID int
-	messages  int
-	size      int
-	rounds    int
-	windows   []int
-	batch     int
-	paths     []string
-	work      time.Duration
-	spin      time.Duration
-	chunk     int
-	out       string
-	report    string
-	argv      []string
+	// logServer, when set, holds the sidecars' replay logs instead of
+	// server: it tells the server's cost of the log from the rest.
+	logServer    string
+	logServerPID int
+	messages     int
+	size         int
+	rounds       int
+	windows      []int
+	batch        int
+	paths        []string
+	work         time.Duration
+	spin         time.Duration
+	chunk        int
+	out          string
+	report       string
+	argv         []string
 }
 
 // result is one round of one path.
@@ -63,6 +67,9 @@ type result struct {
 	// (0: not found; /proc's 10 ms steps).
 	BenchCPUUs  float64 `json:"benchCpuUsPerMsg"`
 	ServerCPUUs float64 `json:"serverCpuUsPerMsg"`
+	// LogServerCPUUs is the -log-server's, when the log is on one of its
+	// own (0: none, or not found).
+	LogServerCPUUs float64 `json:"logServerCpuUsPerMsg,omitempty"`
 	// Sidecar rounds: acks that waited for the log, log writes and records.
 	AcksWaited uint64 `json:"acksWaited,omitempty"`
 	LogWrites  uint64 `json:"logWrites,omitempty"`
@@ -88,6 +95,7 @@ type report struct {
 	Started   time.Time `json:"started"`
 	Finished  time.Time `json:"finished"`
 	Server    string    `json:"server"`
+	LogServer string    `json:"logServer,omitempty"`
 	Body      int       `json:"bodyBytes"`
 	LoadStart float64   `json:"load1AtStart"`
 	LoadEnd   float64   `json:"load1AtEnd"`
@@ -131,6 +139,8 @@ func parseFlags(args []string) (options, string, error) {
 	fs := flag.NewFlagSet("natsbench", flag.ContinueOnError)
 	fs.StringVar(&o.server, "server", "127.0.0.1:4222", "the NATS server (host:port), with JetStream")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "the NATS server's PID, for its CPU time; 0: the one process named nats-server (none measured if there are several)")
+	fs.StringVar(&o.logServer, "log-server", "", "another NATS server (host:port), with JetStream, for the sidecars' replay logs; empty: -server. With it, -server's CPU leaves out what the log costs a server")
+	fs.IntVar(&o.logServerPID, "log-server-pid", 0, "the -log-server's PID, for its CPU time (0: none measured)")
 	fs.IntVar(&o.messages, "messages", 30000, "messages per drain")
 	fs.IntVar(&o.size, "size", 100, "message body size in bytes")
 	fs.IntVar(&o.rounds, "rounds", 5, "rounds per window")
@@ -203,13 +213,16 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, url: url, js: js, serverPID: o.serverPID}
+	b := &bench{o: o, url: url, logURL: url, js: js, serverPID: o.serverPID}
 	if b.serverPID == 0 {
 		b.serverPID = findProcess("nats-server")
 	}
+	if o.logServer != "" {
+		b.logURL = "nats://" + o.logServer
+	}
 	rep := report{
 		Command: "go run ./hack/natsbench " + strings.Join(o.argv, " "), Started: time.Now().UTC(),
-		Server: o.server, Body: o.size, LoadStart: load1(),
+		Server: o.server, LogServer: o.logServer, Body: o.size, LoadStart: load1(),
 	}
 	fmt.Printf("%d messages of %d bytes per drain, %d rounds, paths %s, per message a sleep of %s and CPU work of %s, server %s (PID %d), load %.2f\n",
 		o.messages, o.size, o.rounds, strings.Join(o.paths, ","), o.work, o.spin, o.server, b.serverPID, rep.LoadStart)

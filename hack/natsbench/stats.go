@@ -51,6 +51,8 @@ type summary struct {
 	// BenchCPUUs and ServerCPUUs are the medians of the rounds' CPU time
 	// per message (µs) of the bench process and of the nats-server.
 	BenchCPUUs, ServerCPUUs float64
+	// LogServerCPUUs is the median of the log server's (0: none).
+	LogServerCPUUs float64
 }
 
 // MedianRatio is the median of the per-round ratios.
@@ -69,7 +71,7 @@ func summarize(results []result, key string, paths []string) []summary {
 	var out []summary
 	for _, p := range paths {
 		s := summary{Path: p}
-		var rates, chunks, benchCPU, serverCPU []float64
+		var rates, chunks, benchCPU, serverCPU, logCPU []float64
 		for _, r := range results {
 			if r.key() != key || r.Path != p {
 				continue
@@ -77,6 +79,7 @@ func summarize(results []result, key string, paths []string) []summary {
 			s.Rounds++
 			rates = append(rates, r.MsgPerS)
 			benchCPU, serverCPU = append(benchCPU, r.BenchCPUUs), append(serverCPU, r.ServerCPUUs)
+			logCPU = append(logCPU, r.LogServerCPUUs)
 			chunks = append(chunks, r.ChunkMs...)
 			if d, ok := direct[r.Round]; ok && p != pathDirect && d > 0 {
 				s.Ratios = append(s.Ratios, r.MsgPerS/d)
@@ -86,7 +89,7 @@ func summarize(results []result, key string, paths []string) []summary {
 			continue
 		}
 		s.Median, s.P95ChunkMs = median(rates), percentile(chunks, 95)
-		s.BenchCPUUs, s.ServerCPUUs = median(benchCPU), median(serverCPU)
+		s.BenchCPUUs, s.ServerCPUUs, s.LogServerCPUUs = median(benchCPU), median(serverCPU), median(logCPU)
 		out = append(out, s)
 	}
 	return out
@@ -138,7 +141,11 @@ func markdownTable(setting string, ss []summary) string {
 		if per == "" {
 			per = "—"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %.1f | %.1f / %.1f | %s | %s | %s | %s |\n", s.Path, s.Rounds, s.Median, s.P95ChunkMs, s.BenchCPUUs, s.ServerCPUUs, vs, per, goal, res)
+		cpu := fmt.Sprintf("%.1f / %.1f", s.BenchCPUUs, s.ServerCPUUs)
+		if s.LogServerCPUUs > 0 {
+			cpu += fmt.Sprintf(" + log server %.1f", s.LogServerCPUUs)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.1f | %s | %s | %s | %s | %s |\n", s.Path, s.Rounds, s.Median, s.P95ChunkMs, cpu, vs, per, goal, res)
 	}
 	return b.String()
 }

@@ -128,6 +128,9 @@ func TestParsers(t *testing.T) {
 	if got, err := parsePaths("replay,sidecar"); err != nil || !cmp.Equal(got, []string{pathSidecar, pathReplay}) {
 		t.Errorf("parsePaths = %v, %v: want sidecar before replay", got, err)
 	}
+	if got, err := parsePaths("sidecar,relay,direct"); err != nil || !cmp.Equal(got, []string{pathDirect, pathRelay, pathSidecar}) {
+		t.Errorf("parsePaths = %v, %v: want direct, relay, sidecar", got, err)
+	}
 	for _, bad := range []string{"replay", "direct,replay", "direct,bogus", ""} {
 		if _, err := parsePaths(bad); err == nil {
 			t.Errorf("parsePaths(%q): want an error", bad)
