@@ -10,6 +10,9 @@
 // machine, so that the sidecar's own cost can be told from the hop's.
 // With -log-server the sidecars' replay logs go to another nats-server,
 // so that the main server's CPU leaves out what storing the log costs.
+// -pubcost runs no drains: it measures a server's CPU for storing the
+// same bytes in JetStream messages of each size, pipelined and one at a
+// time, which is what the replay log's writes cost a server.
 // It reports messages per second, the ratio to direct round by
 // round, and the 95th percentile of the time per chunk of messages, and
 // writes the raw figures as JSON with -out. It needs the local nats-server

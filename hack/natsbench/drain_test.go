@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -71,4 +72,33 @@ func natsbenchStreams(t *testing.T, js jetstream.JetStream) int {
 		t.Fatal(err)
 	}
 	return count
+}
+
+// TestPubCostAgainstNATS runs -pubcost small against the real nats-server:
+// both modes get every publish acknowledged (pubCost fails otherwise), and
+// no stream is left behind.
+func TestPubCostAgainstNATS(t *testing.T) {
+	n := testenv.RequireNATS(t)
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := natsbenchStreams(t, js)
+	// Any process's CPU will do for the mechanics; the figures are not checked.
+	o := options{server: n.Addr, serverPID: os.Getpid(), pubCostSizes: "100,1000", pubCostBytes: 10000}
+	if err := pubCost(t.Context(), o); err != nil {
+		t.Fatal(err)
+	}
+	if after := natsbenchStreams(t, js); after > before {
+		t.Errorf("%d natsbench streams after -pubcost, %d before: it left some behind", after, before)
+	}
+	o.serverPID = 0
+	if err := pubCost(t.Context(), o); err == nil {
+		t.Error("-pubcost without -server-pid: want an error")
+	}
 }

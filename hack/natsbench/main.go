@@ -43,6 +43,10 @@ type options struct {
 	chunk        int
 	out          string
 	report       string
+	// pubCost runs -pubcost instead of the drains.
+	pubCost      bool
+	pubCostSizes string
+	pubCostBytes int
 	argv         []string
 }
 
@@ -119,9 +123,12 @@ func main() {
 	defer stopProfile()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if o.report != "" {
+	switch {
+	case o.report != "":
 		err = printReport(o.report)
-	} else {
+	case o.pubCost:
+		err = pubCost(ctx, o)
+	default:
 		err = run(ctx, o)
 	}
 	if err != nil {
@@ -152,6 +159,9 @@ func parseFlags(args []string) (options, string, error) {
 	fs.IntVar(&o.chunk, "chunk", 1000, "messages per chunk for the p95 time per chunk")
 	fs.StringVar(&o.out, "out", "", "write the raw results as JSON here")
 	fs.StringVar(&o.report, "report", "", "run nothing: print the tables of the results in this JSON file (one that -out wrote)")
+	fs.BoolVar(&o.pubCost, "pubcost", false, "run no drains: measure the -server's CPU for storing -pubcost-bytes in JetStream messages of each of -pubcost-sizes, pipelined and one at a time (needs -server-pid)")
+	fs.StringVar(&o.pubCostSizes, "pubcost-sizes", "270,2700,24000,100000", "-pubcost's message sizes in bytes, comma-separated")
+	fs.IntVar(&o.pubCostBytes, "pubcost-bytes", 27<<20, "-pubcost's bytes per size and mode")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	if err := fs.Parse(args); err != nil {
 		return o, "", err
