@@ -18,16 +18,7 @@ import (
 // and switches to the server (round checks it too), and nothing of the
 // bench's is left on the server.
 func TestRoundAgainstNATS(t *testing.T) {
-	n := testenv.RequireNATS(t)
-	nc, err := nats.Connect(n.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, js := connectJetStream(t)
 	before := natsbenchStreams(t, js)
 	const msgs = 500
 	b := &bench{
@@ -57,6 +48,22 @@ func TestRoundAgainstNATS(t *testing.T) {
 	}
 }
 
+// connectJetStream connects to the real nats-server for a test.
+func connectJetStream(t *testing.T) (testenv.NATS, jetstream.JetStream) {
+	t.Helper()
+	n := testenv.RequireNATS(t)
+	nc, err := nats.Connect(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, js
+}
+
 // natsbenchStreams counts the streams whose name the bench makes.
 func natsbenchStreams(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
@@ -78,16 +85,7 @@ func natsbenchStreams(t *testing.T, js jetstream.JetStream) int {
 // both modes get every publish acknowledged (pubCost fails otherwise), and
 // no stream is left behind.
 func TestPubCostAgainstNATS(t *testing.T) {
-	n := testenv.RequireNATS(t)
-	nc, err := nats.Connect(n.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, js := connectJetStream(t)
 	before := natsbenchStreams(t, js)
 	// Any process's CPU will do for the mechanics; the figures are not checked.
 	o := options{server: n.Addr, serverPID: os.Getpid(), pubCostSizes: "100,1000", pubCostBytes: 10000}
