@@ -88,14 +88,17 @@ func (m *cpuMeter) start() {
 // message over n messages (a server's 0 when its PID is unknown).
 func (m *cpuMeter) stop(n int) (selfUs, serverUs, logUs float64) {
 	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
-	selfUs = per(selfCPU() - m.self)
-	if m.serverPID != 0 {
-		serverUs = per(pidCPU(m.serverPID) - m.server)
+	since := func(pid int, start time.Duration) float64 {
+		if pid == 0 {
+			return 0
+		}
+		d, err := procCPU(pid)
+		if err != nil {
+			return 0
+		}
+		return per(d - start)
 	}
-	if m.logPID != 0 {
-		logUs = per(pidCPU(m.logPID) - m.log)
-	}
-	return selfUs, serverUs, logUs
+	return per(selfCPU() - m.self), since(m.serverPID, m.server), since(m.logPID, m.log)
 }
 
 // pidCPU is procCPU, 0 for PID 0 or an error.

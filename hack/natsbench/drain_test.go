@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ms2m/ms2m/internal/testenv"
@@ -52,15 +51,7 @@ func TestRoundAgainstNATS(t *testing.T) {
 func connectJetStream(t *testing.T) (testenv.NATS, jetstream.JetStream) {
 	t.Helper()
 	n := testenv.RequireNATS(t)
-	nc, err := nats.Connect(n.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := testenv.ConnectJetStream(t, n.URL)
 	return n, js
 }
 

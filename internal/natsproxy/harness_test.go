@@ -155,14 +155,5 @@ func (h *harness) stream(t *testing.T) (name, subject string) {
 // nats.go's defaults but for opts.
 func (h *harness) app(t *testing.T, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(h.url, append([]nats.Option{nats.Name("test-app")}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return testenv.ConnectJetStream(t, h.url, append([]nats.Option{nats.Name("test-app")}, opts...)...)
 }

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATS is the NATS server (with JetStream) the tests use.
@@ -101,4 +104,20 @@ func NATSConsumer(t testing.TB, lang string) []string {
 			"run `make "+target+"`; it needs, once, the package registry")
 	}
 	return []string{interp, script}
+}
+
+// ConnectJetStream connects a nats.go client to url with opts, closed when
+// t ends, and returns it with its JetStream context.
+func ConnectJetStream(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
